@@ -1,0 +1,49 @@
+# make demo : set up, build, write stores from real data, read them back.
+# make test : set up, build, run every C++ (plain, ASan/UBSan, TSan) and Python test.
+SHELL := /bin/bash
+PY    := .venv/bin/python
+JOBS  ?= $(shell nproc)
+CMAKE := .venv/bin/cmake
+CMAKE_COMMON := -G Ninja -DCMAKE_MAKE_PROGRAM=$(CURDIR)/.venv/bin/ninja -DPython_EXECUTABLE=$(CURDIR)/$(PY)
+
+.PHONY: setup build demo demo-daemon test test-cpp test-asan test-tsan test-py bench clean wheel
+
+setup:
+	@scripts/setup.sh
+
+build: setup
+	@$(CMAKE) -S . -B build $(CMAKE_COMMON) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@$(CMAKE) --build build -j $(JOBS)
+
+demo: build
+	PYTHONPATH=python $(PY) scripts/demo.py
+
+demo-daemon: build
+	PYTHONPATH=python $(PY) scripts/demo.py --daemon
+
+test: build test-cpp test-py test-asan test-tsan
+
+test-cpp: build
+	cd build && ctest --output-on-failure -j $(JOBS) --timeout 600
+
+test-py: build
+	PYTHONPATH=python LOADERXD=$(CURDIR)/build/daemon/loaderxd $(PY) -m pytest -q -p no:cacheprovider --timeout 600
+
+test-asan: setup
+	@$(CMAKE) -S . -B build-asan $(CMAKE_COMMON) -DCMAKE_BUILD_TYPE=Debug -DLOADERX_BUILD_PYTHON=OFF -DLOADERX_SANITIZE=address,undefined >/dev/null
+	@$(CMAKE) --build build-asan -j $(JOBS)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS) --timeout 900
+
+test-tsan: setup
+	@$(CMAKE) -S . -B build-tsan $(CMAKE_COMMON) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOADERX_BUILD_PYTHON=OFF -DLOADERX_SANITIZE=thread >/dev/null
+	@$(CMAKE) --build build-tsan -j $(JOBS)
+	cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j $(JOBS) --timeout 900
+
+wheel: setup
+	$(PY) -m pip wheel --no-deps -w dist .
+
+bench: build
+	PYTHONPATH=python $(PY) bench/run_all.py
+
+clean:
+	rm -rf build build-asan build-tsan dist python/loaderx/_loaderx*.so

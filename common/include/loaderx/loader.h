@@ -1,0 +1,115 @@
+// The loader pipeline: sampler -> batch planner -> gather pool -> ordered
+// delivery. One engine, two hosts: the embedded Python DataLoader and loaderxd
+// both drive a Pipeline; only the BatchAllocator differs (heap vs a ring slot
+// in shared memory). A batch at step s is byte-identical in both, whatever the
+// thread count or prefetch depth.
+//
+// Batch memory layout (one contiguous buffer per batch, offsets from its
+// start, every section 64-byte aligned):
+//
+//   +---------------------------+  stream 0 values_offset
+//   | dense: B * item_bytes      |  (B, *item_shape) C order
+//   +---------------------------+  stream 1 values_offset
+//   | ragged: concatenated values|  record k at values_offset + offsets[k]
+//   +---------------------------+  stream 1 shapes_offset
+//   | u64 shapes[B * ndim]       |
+//   +---------------------------+  stream 1 offsets_offset
+//   | u64 offsets[B + 1]         |  byte offsets into values, offsets[0] = 0
+//   +---------------------------+
+//
+// Thread-safety: Pipeline methods may be called from any thread; Close() may
+// race with a blocked Next() (which then returns Cancelled).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "loaderx/sampler.h"
+#include "loaderx/status.h"
+#include "loaderx/store.h"
+
+namespace loaderx {
+
+class ThreadPool;
+
+struct StreamLayout {
+  Kind kind = Kind::kDense;
+  uint64_t values_offset = 0;
+  uint64_t values_bytes = 0;
+  uint64_t shapes_offset = 0;   // ragged only
+  uint64_t offsets_offset = 0;  // ragged only
+};
+
+struct BatchLayout {
+  uint64_t batch_size = 0;
+  uint64_t total_bytes = 0;
+  std::vector<StreamLayout> streams;
+};
+
+// Computes the layout of the batch gathering `indices` from every stream.
+// Ragged sizes come from the stores' shape tables.
+Result<BatchLayout> PlanBatch(const std::vector<std::shared_ptr<const Store>>& streams,
+                              const std::vector<uint64_t>& indices);
+// Writes the shape/offset tables and gathers all values into `base`
+// (layout.total_bytes bytes). Uses `pool` (nullptr: caller only).
+Status FillBatch(const std::vector<std::shared_ptr<const Store>>& streams,
+                 const std::vector<uint64_t>& indices, const BatchLayout& layout,
+                 uint8_t* base, ThreadPool* pool);
+
+// Owner of one batch's bytes. Freed (or returned to its ring) on destruction.
+class BatchMemory {
+ public:
+  virtual ~BatchMemory() = default;
+  virtual uint8_t* data() = 0;
+  virtual uint64_t size() const = 0;
+};
+
+class BatchAllocator {
+ public:
+  virtual ~BatchAllocator() = default;
+  // May block (e.g. waiting for ring credit); must return Cancelled promptly
+  // once Cancel() was called.
+  virtual Result<std::shared_ptr<BatchMemory>> Allocate(uint64_t step, uint64_t bytes) = 0;
+  virtual void Cancel() {}
+};
+
+// Heap allocator (64-byte aligned), the embedded default.
+std::shared_ptr<BatchAllocator> HeapAllocator();
+
+struct Batch {
+  uint64_t step = 0;
+  std::vector<uint64_t> indices;  // this rank's sampler indices for `step`
+  BatchLayout layout;
+  std::shared_ptr<BatchMemory> memory;
+};
+
+struct PipelineOptions {
+  uint64_t start_step = 0;
+  uint32_t prefetch = 4;     // batches produced ahead of the consumer (>= 1)
+  uint32_t num_threads = 0;  // gather threads; 0 = hardware concurrency
+};
+
+class Pipeline {
+ public:
+  static Result<std::unique_ptr<Pipeline>> Create(
+      std::vector<std::shared_ptr<const Store>> streams, const SamplerSpec& sampler,
+      const PipelineOptions& options, std::shared_ptr<BatchAllocator> allocator = nullptr);
+  virtual ~Pipeline() = default;  // implies Close()
+
+  // Blocks until the batch of step() is ready, returns it and advances.
+  // A gather error for that step is returned as its Status (the pipeline then
+  // continues with the next step). Cancelled after Close().
+  virtual Result<Batch> Next() = 0;
+  // Like Next() but gives up after `timeout`, returning std::nullopt, so a
+  // caller can poll for signals.
+  virtual Result<std::optional<Batch>> NextFor(std::chrono::milliseconds timeout) = 0;
+  // Discards in-flight work; the next batch is `step`.
+  virtual Status Seek(uint64_t step) = 0;
+  virtual uint64_t step() const = 0;
+  virtual void Close() = 0;  // idempotent; never blocks longer than one gather task
+};
+
+}  // namespace loaderx

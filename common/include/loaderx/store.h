@@ -1,0 +1,161 @@
+// Zrecord stores: typed, immutable record sequences on disk.
+//
+// A store is a directory holding one metadata file, one index, an optional
+// shape table (ragged) and dictionary (zstd_dict), and `data_shards` data
+// files. The byte layout is specified in docs/format.md.
+//
+//  * StoreWriter builds a store in a sibling temporary directory and publishes
+//    it with one atomic rename after every file is fsynced (metadata last).
+//    Destroying an unpublished writer discards everything: nothing appears at
+//    `path`.
+//  * Store is a read-only, mmap-backed view of a published store. Open() checks
+//    magic, version, the metadata checksum and every file's size in O(1);
+//    index blocks are checksummed lazily on first use; every index entry is
+//    bounds-checked before a read. Corruption is reported as
+//    Status::Corruption naming the file, never by crashing.
+//
+// Thread-safety: a Store is immutable after Open and all const methods may be
+// called concurrently (the gather pool does). A StoreWriter is used by one
+// thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "loaderx/fd.h"
+#include "loaderx/status.h"
+
+namespace loaderx {
+
+class ThreadPool;
+
+// A NumPy dtype with a fixed itemsize, stored by its little-endian string
+// ("<f4", "|u1", "<M8[ns]", "|b1"). Structured, object, subarray, big-endian
+// and zero-itemsize dtypes are rejected by Parse.
+struct DType {
+  std::string str;        // canonical NumPy dtype.str, little-endian
+  char kind = 0;          // NumPy kind: b i u f c M m
+  uint32_t itemsize = 0;  // bytes per element, > 0
+
+  static Result<DType> Parse(std::string_view numpy_str);
+  bool operator==(const DType&) const = default;
+};
+
+enum class Kind : uint8_t { kDense = 0, kRagged = 1 };
+enum class Codec : uint8_t { kRaw = 0, kZstd = 1, kZstdDict = 2 };
+
+Result<Codec> ParseCodec(std::string_view name);  // "raw" | "zstd" | "zstd_dict"
+const char* CodecName(Codec c);
+
+struct Schema {
+  Kind kind = Kind::kDense;
+  DType dtype;
+  std::vector<uint64_t> item_shape;  // dense only; may be empty (scalar records)
+  uint32_t ndim = 0;                 // ragged rank; for dense == item_shape.size()
+
+  // Bytes of one dense record (itemsize * prod(item_shape)).
+  uint64_t DenseItemBytes() const;
+};
+
+struct WriteOptions {
+  Codec codec = Codec::kRaw;
+  uint32_t data_shards = 4;  // 1..255
+  int level = 3;             // zstd level
+  std::string dictionary;    // zstd_dict only: non-empty zstd dictionary bytes
+  ThreadPool* pool = nullptr;  // compression/write pool; nullptr = Default()
+};
+
+class StoreWriter {
+ public:
+  // REQUIRES: `path` does not exist; its parent directory exists.
+  static Result<std::unique_ptr<StoreWriter>> Create(const std::string& path,
+                                                      const Schema& schema,
+                                                      const WriteOptions& options);
+  virtual ~StoreWriter() = default;
+
+  // Dense: appends `n` records from C-contiguous `data` (n * item_bytes bytes).
+  // Any n; memory used is bounded independently of n.
+  virtual Status AppendDense(const void* data, uint64_t n) = 0;
+  // Ragged: appends `count` records whose values are concatenated in `data`
+  // and whose shapes are `shapes[count * ndim]` (C order per record).
+  virtual Status AppendRagged(const void* data, const uint64_t* shapes, uint64_t count) = 0;
+  // fsync everything, write metadata, rename into place. After Publish the
+  // writer accepts nothing more.
+  virtual Status Publish() = 0;
+  // Removes the temporary directory; idempotent. Called by the destructor of
+  // an unpublished writer.
+  virtual void Abort() = 0;
+
+  virtual uint64_t size() const = 0;
+  virtual const Schema& schema() const = 0;
+};
+
+// One record's location, decoded from the index and bounds-checked.
+struct RecordRef {
+  uint32_t shard = 0;
+  uint64_t offset = 0;
+  uint64_t stored_len = 0;
+  uint64_t raw_len = 0;  // decoded length in bytes
+  bool compressed = false;
+  uint64_t checksum = 0;
+};
+
+// The already-opened files of a store, as the client passes them to loaderxd.
+struct StoreFiles {
+  std::string label;  // for messages (the path as the opener saw it)
+  UniqueFd meta, index, shapes, dict;  // shapes/dict may be invalid if absent
+  std::vector<UniqueFd> data;
+};
+
+class Store {
+ public:
+  // Opens `path` read-only (opens the files, then OpenFiles).
+  static Result<std::shared_ptr<Store>> Open(const std::string& path);
+  // Opens every file of the store at `path` without validating more than the
+  // metadata needed to know which files exist.
+  static Result<StoreFiles> OpenFileSet(const std::string& path);
+  // Validates and maps an already-opened file set (daemon path).
+  static Result<std::shared_ptr<Store>> FromFiles(StoreFiles files);
+
+  virtual ~Store() = default;
+
+  virtual const Schema& schema() const = 0;
+  virtual Codec codec() const = 0;
+  virtual uint32_t data_shards() const = 0;
+  virtual uint64_t size() const = 0;          // record count N
+  virtual uint64_t nbytes() const = 0;        // logical (decoded) bytes of all records
+  virtual uint64_t stored_bytes() const = 0;  // bytes of every file of the store
+  virtual const std::string& label() const = 0;
+  // Device and inode of the metadata file: identity for the daemon's registry.
+  virtual std::pair<uint64_t, uint64_t> identity() const = 0;
+
+  // Ragged: writes the ndim dims of record i. Dense: writes item_shape.
+  virtual Status RecordShape(uint64_t i, uint64_t* dims) const = 0;
+  virtual Result<uint64_t> RecordBytes(uint64_t i) const = 0;
+  virtual Result<RecordRef> Locate(uint64_t i) const = 0;
+
+  // Decodes record i into out[0, out_len); out_len must equal RecordBytes(i).
+  virtual Status ReadRecord(uint64_t i, void* out, uint64_t out_len) const = 0;
+
+  // Reads records indices[k] into outs[k] (each sized RecordBytes) using
+  // `pool` (nullptr: calling thread only). Large records are split, small ones
+  // grouped. Returns the first error.
+  virtual Status Gather(std::span<const uint64_t> indices, std::span<void* const> outs,
+                        ThreadPool* pool) const = 0;
+
+  // Checks every checksum (metadata, index, shapes, dictionary, each record).
+  // `progress(done, total)` is called now and then. The first bad record is
+  // named in the message ("record 17 (shard 2): checksum mismatch").
+  virtual Status Verify(const std::function<void(uint64_t, uint64_t)>& progress) const = 0;
+};
+
+// Trains a zstd dictionary of at most `capacity` bytes from samples.
+Result<std::string> TrainDictionary(const std::vector<std::string_view>& samples,
+                                    size_t capacity);
+
+}  // namespace loaderx
