@@ -5,20 +5,43 @@
 // thread count or prefetch depth.
 //
 // Batch memory layout (one contiguous buffer per batch, offsets from its
-// start, every section 64-byte aligned):
+// start, every section 64-byte aligned, streams in the order given, padding
+// between sections zeroed so the whole buffer is a function of the step):
 //
 //   +---------------------------+  stream 0 values_offset
 //   | dense: B * item_bytes      |  (B, *item_shape) C order
 //   +---------------------------+  stream 1 values_offset
 //   | ragged: concatenated values|  record k at values_offset + offsets[k]
 //   +---------------------------+  stream 1 shapes_offset
-//   | u64 shapes[B * ndim]       |
+//   | u64 shapes[B * ndim]       |  record k's dims at shapes[k * ndim]
 //   +---------------------------+  stream 1 offsets_offset
-//   | u64 offsets[B + 1]         |  byte offsets into values, offsets[0] = 0
-//   +---------------------------+
+//   | u64 offsets[B + 1]         |  byte offsets into values, offsets[0] = 0,
+//   +---------------------------+  offsets[B] = values_bytes
+//   (total_bytes: end of the last section rounded up to 64)
+//
+// Pipeline semantics:
+//  * Steps start_step, start_step+1, ... are produced ahead on the gather pool,
+//    at most `prefetch` batches ready or in production at any time (stale ones
+//    after a Seek included), so memory is bounded by prefetch batches plus
+//    what the consumer still holds. Production is out of order; delivery is
+//    strictly in step order.
+//  * Per step: Sampler::Fill -> PlanBatch -> allocator->Allocate -> FillBatch.
+//    An error of a step (bad record, allocation failure) is returned by the
+//    Next() for that step, which still advances: the pipeline goes on.
+//  * Seek(step) discards ready and in-flight work; a generation counter makes
+//    sure a stale result is never delivered.
+//  * Close() is idempotent, wakes a blocked Next() with Cancelled, cancels the
+//    allocator, waits for the producers already running (at most one batch
+//    gather each) and joins the pool. Next/NextFor/Seek after Close return
+//    Cancelled. The destructor implies Close().
+//
+// Ownership: the Pipeline shares ownership of the stores and the allocator.
+// A Batch owns its memory through `memory` (shared_ptr), which may outlive the
+// Pipeline.
 //
 // Thread-safety: Pipeline methods may be called from any thread; Close() may
-// race with a blocked Next() (which then returns Cancelled).
+// race with a blocked Next() (which then returns Cancelled). The stores must
+// be safe for concurrent const calls (store.h guarantees it).
 #pragma once
 
 #include <chrono>
@@ -35,6 +58,12 @@ namespace loaderx {
 
 class ThreadPool;
 
+// Every section of a batch, and the batch itself, is aligned to this.
+inline constexpr uint64_t kBatchAlignment = 64;
+// Bounds of PipelineOptions checked by Pipeline::Create.
+inline constexpr uint32_t kMaxPrefetch = 1024;
+inline constexpr uint32_t kMaxThreads = 1024;
+
 struct StreamLayout {
   Kind kind = Kind::kDense;
   uint64_t values_offset = 0;
@@ -50,11 +79,13 @@ struct BatchLayout {
 };
 
 // Computes the layout of the batch gathering `indices` from every stream.
-// Ragged sizes come from the stores' shape tables.
+// Ragged sizes come from the stores' shape tables. IndexError naming the
+// stream for an index >= its size; ResourceExhausted if sizes overflow.
 Result<BatchLayout> PlanBatch(const std::vector<std::shared_ptr<const Store>>& streams,
                               const std::vector<uint64_t>& indices);
 // Writes the shape/offset tables and gathers all values into `base`
-// (layout.total_bytes bytes). Uses `pool` (nullptr: caller only).
+// (layout.total_bytes bytes, 64-byte aligned). Uses `pool` (nullptr: caller
+// only). REQUIRES: layout == PlanBatch(streams, indices).
 Status FillBatch(const std::vector<std::shared_ptr<const Store>>& streams,
                  const std::vector<uint64_t>& indices, const BatchLayout& layout,
                  uint8_t* base, ThreadPool* pool);

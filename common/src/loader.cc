@@ -1,0 +1,389 @@
+// The loader pipeline: batch planning, filling and ordered prefetch.
+// Contract and batch layout: common/include/loaderx/loader.h.
+#include "loaderx/loader.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <new>
+#include <string>
+#include <utility>
+
+#include "loaderx/thread_pool.h"
+
+namespace loaderx {
+
+namespace {
+
+// Rounds v up to a multiple of kBatchAlignment; false on overflow.
+bool AlignUp(uint64_t v, uint64_t* out) {
+  uint64_t r;
+  if (__builtin_add_overflow(v, kBatchAlignment - 1, &r)) return false;
+  *out = r & ~(kBatchAlignment - 1);
+  return true;
+}
+
+// Appends a section of `bytes` at the aligned end of the layout so far.
+bool AddSection(uint64_t* end, uint64_t bytes, uint64_t* section_offset) {
+  uint64_t start;
+  if (!AlignUp(*end, &start)) return false;
+  *section_offset = start;
+  return !__builtin_add_overflow(start, bytes, end);
+}
+
+Status TooLarge(size_t stream) {
+  return Status::ResourceExhausted("stream " + std::to_string(stream) +
+                                   ": batch size in bytes overflows 64 bits");
+}
+
+std::string StreamName(const std::vector<std::shared_ptr<const Store>>& streams, size_t j) {
+  return "stream " + std::to_string(j) + " (" + streams[j]->label() + ")";
+}
+
+class HeapMemory final : public BatchMemory {
+ public:
+  HeapMemory(uint8_t* data, uint64_t size) : data_(data), size_(size) {}
+  ~HeapMemory() override { ::operator delete(data_, std::align_val_t(kBatchAlignment)); }
+  HeapMemory(const HeapMemory&) = delete;
+  HeapMemory& operator=(const HeapMemory&) = delete;
+  uint8_t* data() override { return data_; }
+  uint64_t size() const override { return size_; }
+
+ private:
+  uint8_t* data_;
+  uint64_t size_;
+};
+
+class HeapAllocatorImpl final : public BatchAllocator {
+ public:
+  Result<std::shared_ptr<BatchMemory>> Allocate(uint64_t step, uint64_t bytes) override {
+    // operator new(0) is valid but gives a pointer we may not touch; a batch
+    // of empty records still gets one aligned line so data() is usable.
+    const uint64_t alloc = std::max<uint64_t>(bytes, kBatchAlignment);
+    void* p = ::operator new(alloc, std::align_val_t(kBatchAlignment), std::nothrow);
+    if (p == nullptr) {
+      return Status::ResourceExhausted("step " + std::to_string(step) + ": cannot allocate " +
+                                       std::to_string(bytes) + " bytes for the batch");
+    }
+    return std::shared_ptr<BatchMemory>(
+        std::make_shared<HeapMemory>(static_cast<uint8_t*>(p), bytes));
+  }
+};
+
+class PipelineImpl final : public Pipeline {
+ public:
+  PipelineImpl(std::vector<std::shared_ptr<const Store>> streams, Sampler sampler,
+               const PipelineOptions& options, std::shared_ptr<BatchAllocator> allocator)
+      : streams_(std::move(streams)),
+        sampler_(std::move(sampler)),
+        prefetch_(options.prefetch),
+        allocator_(std::move(allocator)),
+        pool_(std::make_unique<ThreadPool>(options.num_threads)),
+        next_step_(options.start_step),
+        schedule_step_(options.start_step) {
+    std::lock_guard<std::mutex> lock(mu_);
+    PumpLocked();
+  }
+  ~PipelineImpl() override { Close(); }
+
+  Result<Batch> Next() override {
+    std::unique_lock<std::mutex> lock(mu_);
+    ready_cv_.wait(lock, [&] { return closed_ || ready_.contains(next_step_); });
+    return TakeLocked(lock);
+  }
+
+  Result<std::optional<Batch>> NextFor(std::chrono::milliseconds timeout) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!ready_cv_.wait_for(lock, timeout,
+                            [&] { return closed_ || ready_.contains(next_step_); })) {
+      return std::optional<Batch>();
+    }
+    Result<Batch> r = TakeLocked(lock);
+    if (!r.ok()) return r.status();
+    return std::optional<Batch>(std::move(r).value());
+  }
+
+  Status Seek(uint64_t step) override {
+    std::map<uint64_t, Result<Batch>> dropped;  // freed after unlocking
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return Status::Cancelled("loader closed");
+    ++generation_;
+    dropped.swap(ready_);
+    next_step_ = schedule_step_ = step;
+    PumpLocked();
+    return Status::OK();
+  }
+
+  uint64_t step() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return next_step_;
+  }
+
+  void Close() override {
+    // close_mu_ serialises concurrent Close calls: each returns only after
+    // every worker was joined.
+    std::lock_guard<std::mutex> close_lock(close_mu_);
+    std::map<uint64_t, Result<Batch>> dropped;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (pool_ == nullptr) return;  // already closed
+      closed_ = true;
+      ++generation_;
+      dropped.swap(ready_);
+    }
+    ready_cv_.notify_all();
+    allocator_->Cancel();  // unblocks a producer waiting for ring credit
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      idle_cv_.wait(lock, [&] { return in_flight_ == 0; });
+    }
+    // No task is queued or running and none can be submitted (closed_), so
+    // joining is immediate. Reset without mu_: workers never take it again.
+    std::unique_ptr<ThreadPool> pool;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pool = std::move(pool_);
+    }
+    pool.reset();
+  }
+
+ private:
+  // Hands out the batch of next_step_. REQUIRES: closed_ or it is ready.
+  Result<Batch> TakeLocked(std::unique_lock<std::mutex>& lock) {
+    if (closed_) return Status::Cancelled("loader closed");
+    auto node = ready_.extract(next_step_);
+    ++next_step_;
+    PumpLocked();
+    lock.unlock();
+    return std::move(node.mapped());
+  }
+
+  // Starts producers while fewer than prefetch_ batches are ready or being
+  // made (stale ones included, so a Seek cannot double the memory) and the
+  // window [next_step_, next_step_ + prefetch_) is not fully scheduled.
+  void PumpLocked() {
+    while (!closed_ && in_flight_ + ready_.size() < prefetch_ &&
+           schedule_step_ - next_step_ < prefetch_) {
+      const uint64_t step = schedule_step_++;
+      const uint64_t generation = generation_;
+      ++in_flight_;
+      pool_->Submit([this, step, generation] { Produce(step, generation); });
+    }
+  }
+
+  void Produce(uint64_t step, uint64_t generation) {
+    bool stale;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stale = closed_ || generation != generation_;
+    }
+    std::optional<Result<Batch>> result;
+    if (!stale) result.emplace(MakeBatch(step));
+    std::optional<Result<Batch>> dropped;  // a stale result, freed unlocked
+    bool idle;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --in_flight_;
+      if (result && !closed_ && generation == generation_) {
+        ready_.emplace(step, std::move(*result));
+      } else {
+        dropped = std::move(result);
+      }
+      PumpLocked();
+      idle = in_flight_ == 0;
+    }
+    ready_cv_.notify_all();
+    if (idle) idle_cv_.notify_all();
+  }
+
+  Result<Batch> MakeBatch(uint64_t step) {
+    Batch batch;
+    batch.step = step;
+    batch.indices.resize(sampler_.spec().batch_size);
+    sampler_.Fill(step, batch.indices.data());
+    const std::string context = "step " + std::to_string(step);
+    auto layout = PlanBatch(streams_, batch.indices);
+    if (!layout.ok()) return layout.status().WithContext(context);
+    batch.layout = std::move(layout).value();
+    auto memory = allocator_->Allocate(step, batch.layout.total_bytes);
+    if (!memory.ok()) return memory.status();
+    batch.memory = std::move(memory).value();
+    if (batch.memory == nullptr || batch.memory->size() < batch.layout.total_bytes) {
+      return Status::Internal(context + ": allocator returned too little memory");
+    }
+    Status st = FillBatch(streams_, batch.indices, batch.layout, batch.memory->data(), pool_.get());
+    if (!st.ok()) return st.WithContext(context);
+    return batch;
+  }
+
+  const std::vector<std::shared_ptr<const Store>> streams_;
+  const Sampler sampler_;  // only Fill (const, thread-safe) is used
+  const uint64_t prefetch_;
+  const std::shared_ptr<BatchAllocator> allocator_;
+
+  // The gather pool. Producers run on it and use it for their gathers
+  // (ParallelFor lets the caller help, so this cannot deadlock). Reset, and
+  // thereby joined, by Close; guarded by mu_ (read by PumpLocked).
+  std::unique_ptr<ThreadPool> pool_;
+
+  std::mutex close_mu_;
+  mutable std::mutex mu_;
+  std::condition_variable ready_cv_;  // ready_ gained next_step_, or closed_
+  std::condition_variable idle_cv_;   // in_flight_ dropped to 0
+  // All below guarded by mu_.
+  uint64_t next_step_;      // the step Next() delivers
+  uint64_t schedule_step_;  // the next step to hand to a producer
+  // Bumped by Seek and Close: a producer whose generation differs is stale
+  // and its result is dropped, so it can never be delivered.
+  uint64_t generation_ = 0;
+  std::map<uint64_t, Result<Batch>> ready_;  // current generation only
+  uint64_t in_flight_ = 0;                   // producers queued or running
+  bool closed_ = false;
+};
+
+}  // namespace
+
+Result<BatchLayout> PlanBatch(const std::vector<std::shared_ptr<const Store>>& streams,
+                              const std::vector<uint64_t>& indices) {
+  if (streams.empty()) return Status::InvalidArgument("a batch needs at least one stream");
+  if (indices.empty()) return Status::InvalidArgument("a batch needs at least one index");
+  BatchLayout layout;
+  layout.batch_size = indices.size();
+  layout.streams.resize(streams.size());
+  uint64_t end = 0;
+  for (size_t j = 0; j < streams.size(); ++j) {
+    const Store& store = *streams[j];
+    const uint64_t n = store.size();
+    for (uint64_t i : indices) {
+      if (i >= n) {
+        return Status::IndexError(StreamName(streams, j) + ": record index " + std::to_string(i) +
+                                  " out of range [0, " + std::to_string(n) + ")");
+      }
+    }
+    StreamLayout& s = layout.streams[j];
+    const Schema& schema = store.schema();
+    s.kind = schema.kind;
+    if (schema.kind == Kind::kDense) {
+      if (__builtin_mul_overflow(schema.DenseItemBytes(), indices.size(), &s.values_bytes)) {
+        return TooLarge(j);
+      }
+    } else {
+      uint64_t sum = 0;
+      for (uint64_t i : indices) {
+        LX_ASSIGN_OR_RETURN(uint64_t bytes, store.RecordBytes(i));
+        if (__builtin_add_overflow(sum, bytes, &sum)) return TooLarge(j);
+      }
+      s.values_bytes = sum;
+    }
+    if (!AddSection(&end, s.values_bytes, &s.values_offset)) return TooLarge(j);
+    if (schema.kind == Kind::kRagged) {
+      uint64_t shape_bytes, offset_bytes;
+      if (__builtin_mul_overflow(uint64_t{schema.ndim} * 8, indices.size(), &shape_bytes) ||
+          __builtin_mul_overflow(uint64_t{8}, indices.size() + 1, &offset_bytes) ||
+          !AddSection(&end, shape_bytes, &s.shapes_offset) ||
+          !AddSection(&end, offset_bytes, &s.offsets_offset)) {
+        return TooLarge(j);
+      }
+    }
+  }
+  if (!AlignUp(end, &layout.total_bytes)) return TooLarge(streams.size() - 1);
+  return layout;
+}
+
+Status FillBatch(const std::vector<std::shared_ptr<const Store>>& streams,
+                 const std::vector<uint64_t>& indices, const BatchLayout& layout,
+                 uint8_t* base, ThreadPool* pool) {
+  if (layout.streams.size() != streams.size() || layout.batch_size != indices.size()) {
+    return Status::InvalidArgument("batch layout does not match the streams and indices");
+  }
+  if (reinterpret_cast<uintptr_t>(base) % kBatchAlignment != 0) {
+    return Status::InvalidArgument("batch memory is not 64-byte aligned");
+  }
+  const size_t b = indices.size();
+  // Zero the alignment padding so the whole buffer, not only its sections,
+  // is a function of the step (a ring slot must not carry stale bytes).
+  uint64_t cursor = 0;
+  auto pad_to = [&](uint64_t offset) {
+    if (offset > cursor) std::memset(base + cursor, 0, offset - cursor);
+  };
+  std::vector<void*> outs(b);
+  for (size_t j = 0; j < streams.size(); ++j) {
+    const Store& store = *streams[j];
+    const StreamLayout& s = layout.streams[j];
+    uint8_t* values = base + s.values_offset;
+    pad_to(s.values_offset);
+    cursor = s.values_offset + s.values_bytes;
+    if (s.kind == Kind::kDense) {
+      const uint64_t item = store.schema().DenseItemBytes();
+      for (size_t k = 0; k < b; ++k) outs[k] = values + k * item;
+    } else {
+      const uint32_t ndim = store.schema().ndim;
+      auto* shapes = reinterpret_cast<uint64_t*>(base + s.shapes_offset);
+      auto* offsets = reinterpret_cast<uint64_t*>(base + s.offsets_offset);
+      pad_to(s.shapes_offset);
+      pad_to(s.offsets_offset);
+      uint64_t acc = 0;
+      for (size_t k = 0; k < b; ++k) {
+        LX_RETURN_IF_ERROR(store.RecordShape(indices[k], shapes + k * ndim));
+        LX_ASSIGN_OR_RETURN(uint64_t bytes, store.RecordBytes(indices[k]));
+        offsets[k] = acc;
+        outs[k] = values + acc;
+        acc += bytes;
+      }
+      offsets[b] = acc;
+      if (acc != s.values_bytes) {
+        return Status::InvalidArgument(StreamName(streams, j) +
+                                       ": batch layout was planned for other indices");
+      }
+      cursor = s.offsets_offset + 8 * (b + 1);
+    }
+    Status st = store.Gather(indices, outs, pool);
+    if (!st.ok()) return st.WithContext(StreamName(streams, j));
+  }
+  pad_to(layout.total_bytes);
+  return Status::OK();
+}
+
+std::shared_ptr<BatchAllocator> HeapAllocator() {
+  return std::make_shared<HeapAllocatorImpl>();
+}
+
+Result<std::unique_ptr<Pipeline>> Pipeline::Create(
+    std::vector<std::shared_ptr<const Store>> streams, const SamplerSpec& sampler,
+    const PipelineOptions& options, std::shared_ptr<BatchAllocator> allocator) {
+  if (streams.empty()) return Status::InvalidArgument("streams: at least one stream is required");
+  for (size_t j = 0; j < streams.size(); ++j) {
+    if (streams[j] == nullptr) {
+      return Status::InvalidArgument("streams: stream " + std::to_string(j) + " is null");
+    }
+  }
+  for (size_t j = 1; j < streams.size(); ++j) {
+    if (streams[j]->size() != streams[0]->size()) {
+      return Status::InvalidArgument(
+          "streams have different lengths: " + StreamName(streams, 0) + " has " +
+          std::to_string(streams[0]->size()) + " records, " + StreamName(streams, j) + " has " +
+          std::to_string(streams[j]->size()));
+    }
+  }
+  if (sampler.n != streams[0]->size()) {
+    return Status::InvalidArgument("sampler n = " + std::to_string(sampler.n) +
+                                   " does not match the stream length " +
+                                   std::to_string(streams[0]->size()));
+  }
+  if (options.prefetch < 1 || options.prefetch > kMaxPrefetch) {
+    return Status::InvalidArgument("prefetch must be in 1.." + std::to_string(kMaxPrefetch) +
+                                   ", got " + std::to_string(options.prefetch));
+  }
+  if (options.num_threads > kMaxThreads) {
+    return Status::InvalidArgument("num_threads must be in 0.." + std::to_string(kMaxThreads) +
+                                   ", got " + std::to_string(options.num_threads));
+  }
+  LX_ASSIGN_OR_RETURN(Sampler s, Sampler::Make(sampler, options.start_step));
+  if (allocator == nullptr) allocator = HeapAllocator();
+  return std::unique_ptr<Pipeline>(
+      new PipelineImpl(std::move(streams), std::move(s), options, std::move(allocator)));
+}
+
+}  // namespace loaderx
