@@ -1,11 +1,37 @@
 // Sampler: the batch index generator behind every loader (DESIGN.md §5).
 //
-// The indices of step s are a pure function of (n, batch_size, world_size,
-// mode, seed, s) and the rank: counter-based randomness, no sequential RNG
-// state. Fill(step, out) may be called for any step from any thread; the
-// stateful Next()/Seek() wrapper exists for the Python face.
+// Purpose. A Sampler turns a step number into the batch of record indices of
+// that step. The indices of step s are a pure function of
+// (n, batch_size, world_size, mode, seed, s) and the rank: counter-based
+// randomness, no sequential RNG state. Any thread may compute any step in any
+// order, Seek() is O(1), and resuming needs nothing but the step.
 //
-// (Contract header: the implementation lives in common/src/sampler.cc.)
+// Modes (the algorithms are described in docs/guide.md, "## Sampler"):
+//  * kSequential: global position p = s * G + j maps to index p mod n, i.e.
+//    records in order, wrapping at the end.
+//  * kIID: uniform with replacement. Each index is drawn from a SplitMix64
+//    stream keyed by (seed, step) at counter j (the position in the global
+//    batch), reduced to [0, n) by Lemire's multiply-shift with rejection, so
+//    there is no modulo bias.
+//  * kCyclic: sampling without replacement. With G = batch_size * world_size,
+//    a cycle is n / G steps; cycle c walks a pseudo-random permutation of
+//    0..n-1 keyed by (seed, c): a 6-round alternating Feistel network over the
+//    next power of two >= n with cycle walking. O(1) memory for any n (10^12
+//    works). Only full global batches are drawn, so the n mod G indices left
+//    out differ per cycle. REQUIRES G <= n (else Validate() fails).
+//
+// Sharding. The global batch of step s has G = batch_size * world_size
+// positions; rank r receives positions [r * batch_size, (r + 1) * batch_size).
+// Concatenating the ranks' batches gives exactly the batch of a world_size = 1
+// sampler with batch_size = G, so resuming on a different world size with the
+// same global batch keeps the step unchanged.
+//
+// Thread-safety. Fill() is const and pure: any number of threads may call it
+// concurrently on one Sampler. Next()/Seek() mutate the cursor and the
+// internal buffer and need external synchronisation (the Python face holds the
+// GIL). Ownership: a Sampler owns its buffer; the reference returned by Next()
+// and buffer() stays valid until the Sampler is destroyed, and its contents
+// until the next Next().
 #pragma once
 
 #include <cstdint>
@@ -17,25 +43,42 @@ namespace loaderx {
 
 enum class SamplerMode : uint8_t { kSequential = 0, kIID = 1, kCyclic = 2 };
 
+// "Sequential", "IID", "Cyclic" (or "unknown").
+const char* SamplerModeName(SamplerMode mode);
+
 struct SamplerSpec {
   uint64_t n = 0;           // dataset size, > 0
-  uint64_t batch_size = 0;  // per-rank batch, > 0
+  uint64_t batch_size = 0;  // per-rank batch, 1..Sampler::kMaxBatchSize
   SamplerMode mode = SamplerMode::kIID;
   uint64_t seed = 42;
   uint64_t rank = 0;        // < world_size
   uint64_t world_size = 1;  // > 0
 
-  // Checks every field; InvalidArgument naming the bad one.
+  // Checks every field; InvalidArgument naming the bad one. Also rejects a
+  // global batch that overflows 64 bits and, in Cyclic mode, a global batch
+  // larger than n (a cycle must hold at least one full global batch).
   Status Validate() const;
+
+  // batch_size * world_size. REQUIRES: Validate().ok().
+  uint64_t global_batch() const { return batch_size * world_size; }
 };
 
 class Sampler {
  public:
+  // Largest per-rank batch: 2^31 indices (16 GiB of uint64) is far beyond any
+  // real batch and keeps Make() from attempting absurd allocations.
+  static constexpr uint64_t kMaxBatchSize = uint64_t{1} << 31;
+  // Feistel rounds of the Cyclic permutation. Six alternating rounds pass the
+  // shuffle-quality tests in tests/common/sampler_test.cc with margin; fewer
+  // rounds leave visible structure for small n.
+  static constexpr int kFeistelRounds = 6;
+
+  // Validates `spec` and returns a sampler whose next draw is `start_step`.
   static Result<Sampler> Make(const SamplerSpec& spec, uint64_t start_step = 0);
 
   const SamplerSpec& spec() const { return spec_; }
-  // Writes this rank's batch_size indices of `step` into out. Pure, const,
-  // thread-safe.
+  // Writes this rank's batch_size indices of `step` into out[0..batch_size).
+  // Pure, const, thread-safe. REQUIRES: out has room for batch_size values.
   void Fill(uint64_t step, uint64_t* out) const;
 
   // Stateful face: Next() fills the internal buffer with step() and advances.
@@ -44,13 +87,28 @@ class Sampler {
   uint64_t step() const { return step_; }
   const std::vector<uint64_t>& buffer() const { return buf_; }
 
+  // Cyclic: steps per cycle (n / G). 0 in the other modes.
+  uint64_t cycle_steps() const { return cycle_steps_; }
+
  private:
   explicit Sampler(const SamplerSpec& spec, uint64_t step);
+
+  void FillSequential(uint64_t step, uint64_t* out) const;
+  void FillIID(uint64_t step, uint64_t* out) const;
+  void FillCyclic(uint64_t step, uint64_t* out) const;
+
   SamplerSpec spec_;
   uint64_t step_ = 0;
   std::vector<uint64_t> buf_;
-  // Mode-specific precomputed constants (Feistel parameters, etc.) go here.
+  // Mode-independent stream key derived from the seed once.
+  uint64_t seed_key_ = 0;
+  // IID: Lemire rejection threshold, 2^64 mod n.
+  uint64_t reject_below_ = 0;
+  // Cyclic: steps per cycle and the Feistel geometry (left half is the high
+  // bits; left_bits_ >= right_bits_, left_bits_ + right_bits_ >= 2).
   uint64_t cycle_steps_ = 0;
+  uint32_t left_bits_ = 0;
+  uint32_t right_bits_ = 0;
 };
 
 }  // namespace loaderx

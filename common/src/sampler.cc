@@ -1,0 +1,200 @@
+#include "loaderx/sampler.h"
+
+#include <array>
+#include <new>
+#include <string>
+
+namespace loaderx {
+
+namespace {
+
+using u128 = unsigned __int128;
+
+// Weyl increment of SplitMix64 (2^64 / golden ratio, odd).
+constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ULL;
+// Separate odd constants so the seed, step, cycle, retry and round-key
+// derivations never feed the mixer the same input for different purposes.
+constexpr uint64_t kSeedSalt = 0x243F6A8885A308D3ULL;   // pi
+constexpr uint64_t kStepSalt = 0x13198A2E03707345ULL;
+constexpr uint64_t kCycleSalt = 0xA4093822299F31D1ULL;
+constexpr uint64_t kRetrySalt = 0x082EFA98EC4E6C89ULL;
+constexpr uint64_t kRoundSalt = 0x452821E638D01377ULL;
+
+// SplitMix64's finaliser (Stafford's "Mix13"): a bijection of 64-bit words
+// with full avalanche.
+inline uint64_t Mix64(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xBF58476D1CE4E5B9ULL;
+  x ^= x >> 27;
+  x *= 0x94D049BB133111EBULL;
+  x ^= x >> 31;
+  return x;
+}
+
+// ceil(log2(n)) for n >= 1.
+inline uint32_t CeilLog2(uint64_t n) {
+  return n <= 1 ? 0 : 64 - static_cast<uint32_t>(__builtin_clzll(n - 1));
+}
+
+inline uint64_t LowMask(uint32_t bits) {
+  return bits >= 64 ? ~uint64_t{0} : (uint64_t{1} << bits) - 1;
+}
+
+}  // namespace
+
+const char* SamplerModeName(SamplerMode mode) {
+  switch (mode) {
+    case SamplerMode::kSequential: return "Sequential";
+    case SamplerMode::kIID: return "IID";
+    case SamplerMode::kCyclic: return "Cyclic";
+  }
+  return "unknown";
+}
+
+Status SamplerSpec::Validate() const {
+  if (n == 0) return Status::InvalidArgument("n must be > 0 (got 0)");
+  if (batch_size == 0) return Status::InvalidArgument("batch_size must be > 0 (got 0)");
+  if (batch_size > Sampler::kMaxBatchSize) {
+    return Status::InvalidArgument("batch_size must be <= " +
+                                   std::to_string(Sampler::kMaxBatchSize) + " (got " +
+                                   std::to_string(batch_size) + ")");
+  }
+  if (world_size == 0) return Status::InvalidArgument("world_size must be > 0 (got 0)");
+  if (rank >= world_size) {
+    return Status::InvalidArgument("rank must be < world_size (got rank " +
+                                   std::to_string(rank) + ", world_size " +
+                                   std::to_string(world_size) + ")");
+  }
+  if (mode != SamplerMode::kSequential && mode != SamplerMode::kIID &&
+      mode != SamplerMode::kCyclic) {
+    return Status::InvalidArgument("mode: unknown sampler mode " +
+                                   std::to_string(static_cast<int>(mode)));
+  }
+  uint64_t global = 0;
+  if (__builtin_mul_overflow(batch_size, world_size, &global)) {
+    return Status::InvalidArgument("batch_size * world_size overflows 64 bits (batch_size " +
+                                   std::to_string(batch_size) + ", world_size " +
+                                   std::to_string(world_size) + ")");
+  }
+  if (mode == SamplerMode::kCyclic && global > n) {
+    return Status::InvalidArgument(
+        "batch_size * world_size (" + std::to_string(global) + ") must be <= n (" +
+        std::to_string(n) + ") in Cyclic mode: a cycle holds only full global batches");
+  }
+  return Status::OK();
+}
+
+Result<Sampler> Sampler::Make(const SamplerSpec& spec, uint64_t start_step) {
+  LX_RETURN_IF_ERROR(spec.Validate());
+  try {
+    return Sampler(spec, start_step);
+  } catch (const std::bad_alloc&) {
+    return Status::ResourceExhausted("cannot allocate the sampler buffer of batch_size " +
+                                     std::to_string(spec.batch_size) + " indices");
+  }
+}
+
+Sampler::Sampler(const SamplerSpec& spec, uint64_t step)
+    : spec_(spec), step_(step), buf_(spec.batch_size) {
+  seed_key_ = Mix64(Mix64(spec.seed ^ kSeedSalt) + kGamma);
+  // 2^64 mod n, computed in 64 bits as (2^64 - n) mod n.
+  reject_below_ = (0 - spec.n) % spec.n;
+  if (spec.mode == SamplerMode::kCyclic) {
+    cycle_steps_ = spec.n / spec.global_batch();
+    // At least one bit per half so every round mixes something; the domain
+    // 2^(left+right) is < 2n (or 4 when n <= 4), so cycle walking takes fewer
+    // than two rounds of the network on average.
+    const uint32_t bits = CeilLog2(spec.n) < 2 ? 2 : CeilLog2(spec.n);
+    right_bits_ = bits / 2;
+    left_bits_ = bits - right_bits_;
+  }
+}
+
+void Sampler::Fill(uint64_t step, uint64_t* out) const {
+  switch (spec_.mode) {
+    case SamplerMode::kSequential: FillSequential(step, out); return;
+    case SamplerMode::kIID: FillIID(step, out); return;
+    case SamplerMode::kCyclic: FillCyclic(step, out); return;
+  }
+}
+
+const std::vector<uint64_t>& Sampler::Next() {
+  Fill(step_, buf_.data());
+  ++step_;
+  return buf_;
+}
+
+void Sampler::FillSequential(uint64_t step, uint64_t* out) const {
+  const uint64_t n = spec_.n;
+  // 128-bit product: step * G may exceed 2^64 long before step does.
+  uint64_t p = static_cast<uint64_t>(
+      (static_cast<u128>(step) * spec_.global_batch() + spec_.rank * spec_.batch_size) % n);
+  for (uint64_t i = 0; i < spec_.batch_size; ++i) {
+    out[i] = p;
+    if (++p == n) p = 0;
+  }
+}
+
+void Sampler::FillIID(uint64_t step, uint64_t* out) const {
+  const uint64_t n = spec_.n;
+  const uint64_t threshold = reject_below_;
+  // SplitMix64 stream for this step: state_j = step_key + (j + 1) * gamma, with
+  // j the position in the global batch, so rank slices of one global batch
+  // come from the same stream.
+  const uint64_t step_key = Mix64(seed_key_ ^ Mix64(step * kGamma + kStepSalt));
+  uint64_t state = step_key + spec_.rank * spec_.batch_size * kGamma;
+  for (uint64_t i = 0; i < spec_.batch_size; ++i) {
+    state += kGamma;
+    uint64_t x = Mix64(state);
+    // Lemire: the high word of x * n is uniform on [0, n) once draws whose
+    // low word falls below 2^64 mod n are rejected.
+    u128 m = static_cast<u128>(x) * n;
+    uint64_t low = static_cast<uint64_t>(m);
+    if (__builtin_expect(low < threshold, 0)) {
+      while (low < threshold) {
+        x = Mix64(x ^ kRetrySalt);
+        m = static_cast<u128>(x) * n;
+        low = static_cast<uint64_t>(m);
+      }
+    }
+    out[i] = static_cast<uint64_t>(m >> 64);
+  }
+}
+
+void Sampler::FillCyclic(uint64_t step, uint64_t* out) const {
+  const uint64_t n = spec_.n;
+  const uint64_t cycle = step / cycle_steps_;
+  const uint64_t within = step % cycle_steps_;
+  // Round keys of this cycle's permutation.
+  std::array<uint64_t, kFeistelRounds> keys;
+  const uint64_t cycle_key = Mix64(seed_key_ ^ Mix64(cycle * kGamma + kCycleSalt));
+  for (int r = 0; r < kFeistelRounds; ++r) {
+    keys[r] = Mix64(cycle_key + static_cast<uint64_t>(r + 1) * kRoundSalt);
+  }
+  const uint32_t rbits = right_bits_;
+  const uint64_t lmask = LowMask(left_bits_);
+  const uint64_t rmask = LowMask(right_bits_);
+  // Alternating Feistel network: even rounds update the left (high) half from
+  // the right, odd rounds the right from the left. Each round is invertible
+  // whatever the half widths, so the network is a bijection of
+  // [0, 2^(left+right)); cycle walking (re-encrypting until the value is < n)
+  // restricts it to a bijection of [0, n).
+  auto encrypt = [&](uint64_t x) {
+    uint64_t left = x >> rbits;
+    uint64_t right = x & rmask;
+    for (int r = 0; r < kFeistelRounds; r += 2) {
+      left = (left ^ Mix64(right ^ keys[r])) & lmask;
+      right = (right ^ Mix64(left ^ keys[r + 1])) & rmask;
+    }
+    return (left << rbits) | right;
+  };
+  static_assert(kFeistelRounds % 2 == 0, "rounds come in left/right pairs");
+  uint64_t p = within * spec_.global_batch() + spec_.rank * spec_.batch_size;
+  for (uint64_t i = 0; i < spec_.batch_size; ++i, ++p) {
+    uint64_t x = encrypt(p);
+    while (x >= n) x = encrypt(x);
+    out[i] = x;
+  }
+}
+
+}  // namespace loaderx
