@@ -1,0 +1,171 @@
+// The loaderxd wire protocol: typed messages <-> msgpack frames.
+//
+// Every frame on the SOCK_SEQPACKET socket is exactly one msgpack map whose
+// "t" key names the message type; the other keys are that type's fields
+// (docs/protocol.md lists them). Both sides speak protocol kProtocolMajor;
+// the hello exchange refuses a different major with a message naming both
+// versions, and a peer may rely on features of a minor only after the other
+// side announced at least that minor.
+//
+// Decoding is strict, because the daemon faces untrusted local processes:
+// msgpack sizes are capped before anything is allocated, the frame must be
+// one map with no trailing bytes, every key must be known for its type,
+// every required key present, every value of the right type and in range.
+// Anything else is Status::Protocol naming the problem; the daemon then drops
+// that one connection.
+//
+// Fds travel beside the bytes (unix_socket.h); messages only say how many
+// to expect (OpenMsg) and the receiver checks the count.
+//
+// Thread-safety: pure functions over values.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "loaderx/status.h"
+
+namespace loaderx {
+
+inline constexpr uint32_t kProtocolMajor = 1;
+inline constexpr uint32_t kProtocolMinor = 0;
+// Decoder caps (also bound what a hostile peer can make us allocate).
+inline constexpr uint32_t kMaxWireStreams = 64;
+inline constexpr uint32_t kMaxWireDims = 32;
+inline constexpr uint32_t kMaxWireString = 4096;
+inline constexpr uint32_t kMaxWireDataFiles = 255;
+
+// client -> daemon, first message on every connection.
+struct HelloMsg {
+  uint32_t major = kProtocolMajor;
+  uint32_t minor = kProtocolMinor;
+  std::string client_version;
+  bool operator==(const HelloMsg&) const = default;
+};
+// daemon -> client reply to hello.
+struct HelloOkMsg {
+  uint32_t major = kProtocolMajor;
+  uint32_t minor = kProtocolMinor;
+  std::string daemon_version;
+  uint64_t incarnation = 0;  // random per daemon start
+  uint64_t session = 0;      // id of this connection in the daemon's logs/stats
+  bool operator==(const HelloOkMsg&) const = default;
+};
+
+// How many fds one stream contributes to an OpenMsg, in this order:
+// meta, index, [shapes], [dict], data[0..data_files).
+struct StreamFilesMsg {
+  std::string label;
+  bool has_shapes = false;
+  bool has_dict = false;
+  uint32_t data_files = 0;
+  uint32_t FdCount() const { return 2 + has_shapes + has_dict + data_files; }
+  bool operator==(const StreamFilesMsg&) const = default;
+};
+// client -> daemon: open a loader over the passed store fds.
+struct OpenMsg {
+  std::vector<StreamFilesMsg> streams;
+  uint64_t batch_size = 0;
+  uint32_t mode = 1;  // SamplerMode
+  uint64_t seed = 42;
+  uint64_t rank = 0;
+  uint64_t world_size = 1;
+  uint64_t start_step = 0;
+  uint32_t prefetch = 4;
+  uint32_t leases = 8;       // batches the client may hold at once
+  uint64_t ring_bytes = 0;   // 0: the daemon sizes the ring
+  uint32_t TotalFds() const;
+  bool operator==(const OpenMsg&) const = default;
+};
+struct StreamSchemaMsg {
+  uint32_t kind = 0;  // Kind
+  std::string dtype;  // NumPy dtype.str
+  std::vector<uint64_t> item_shape;
+  uint32_t ndim = 0;
+  uint64_t size = 0;  // records
+  bool operator==(const StreamSchemaMsg&) const = default;
+};
+// daemon -> client reply to open; carries the ring memfd as its one fd.
+struct OpenedMsg {
+  uint64_t n = 0;  // records per stream (the sampler's n)
+  uint32_t slot_count = 0;
+  uint64_t ring_bytes = 0;
+  uint32_t leases = 0;  // the granted lease cap (<= requested)
+  std::vector<StreamSchemaMsg> streams;
+  bool operator==(const OpenedMsg&) const = default;
+};
+// client -> daemon: deliver the batch of the current step.
+struct NextMsg {
+  bool operator==(const NextMsg&) const = default;
+};
+struct StreamLayoutMsg {
+  uint32_t kind = 0;
+  uint64_t values_offset = 0;
+  uint64_t values_bytes = 0;
+  uint64_t shapes_offset = 0;
+  uint64_t offsets_offset = 0;
+  bool operator==(const StreamLayoutMsg&) const = default;
+};
+// daemon -> client reply to next: the batch is in ring slot `slot`.
+struct BatchMsg {
+  uint64_t step = 0;
+  uint32_t slot = 0;
+  uint64_t seq = 0;
+  uint64_t offset = 0;  // from the ring start
+  uint64_t batch_size = 0;
+  uint64_t total_bytes = 0;
+  std::vector<StreamLayoutMsg> streams;  // offsets relative to `offset`
+  bool operator==(const BatchMsg&) const = default;
+};
+// client -> daemon: the next batch is `step`. Reply: OkMsg.
+struct SeekMsg {
+  uint64_t step = 0;
+  bool operator==(const SeekMsg&) const = default;
+};
+// client -> daemon, no reply: the client dropped its last view of (slot, seq).
+struct ReleaseMsg {
+  uint32_t slot = 0;
+  uint64_t seq = 0;
+  bool operator==(const ReleaseMsg&) const = default;
+};
+// client -> daemon: counters. Reply: StatsReplyMsg.
+struct StatsMsg {
+  bool operator==(const StatsMsg&) const = default;
+};
+struct StatsReplyMsg {
+  std::vector<std::pair<std::string, uint64_t>> counters;
+  bool operator==(const StatsReplyMsg&) const = default;
+};
+// client -> daemon: close the loader (the connection stays). Reply: OkMsg.
+struct CloseMsg {
+  bool operator==(const CloseMsg&) const = default;
+};
+struct OkMsg {
+  uint64_t step = 0;  // the loader's step after the request
+  bool operator==(const OkMsg&) const = default;
+};
+// daemon -> client: the request failed; `code` is a Status::Code.
+struct ErrorMsg {
+  uint32_t code = 0;
+  std::string message;
+  Status ToStatus() const;
+  static ErrorMsg From(const Status& s);
+  bool operator==(const ErrorMsg&) const = default;
+};
+
+using Message = std::variant<HelloMsg, HelloOkMsg, OpenMsg, OpenedMsg, NextMsg, BatchMsg, SeekMsg,
+                             ReleaseMsg, StatsMsg, StatsReplyMsg, CloseMsg, OkMsg, ErrorMsg>;
+
+// The "t" string of a message ("hello", "batch", ...).
+const char* MessageName(const Message& m);
+
+// Serialises one message into a frame.
+std::vector<uint8_t> EncodeMessage(const Message& m);
+// Parses one frame strictly (see the header comment). Protocol error otherwise.
+Result<Message> DecodeMessage(std::span<const uint8_t> frame);
+
+}  // namespace loaderx

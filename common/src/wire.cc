@@ -1,0 +1,481 @@
+#include "loaderx/wire.h"
+
+#include <msgpack.hpp>
+
+#include <exception>
+#include <limits>
+#include <set>
+#include <string_view>
+
+namespace loaderx {
+
+namespace {
+
+using Packer = msgpack::packer<msgpack::sbuffer>;
+
+void PackStr(Packer& p, std::string_view s) {
+  p.pack_str(static_cast<uint32_t>(s.size()));
+  p.pack_str_body(s.data(), static_cast<uint32_t>(s.size()));
+}
+
+// Writes "t" and opens the map: `fields` is the number of keys besides "t".
+void Begin(Packer& p, const char* type, uint32_t fields) {
+  p.pack_map(fields + 1);
+  PackStr(p, "t");
+  PackStr(p, type);
+}
+
+void Key(Packer& p, const char* k) { PackStr(p, k); }
+
+template <typename T>
+void KV(Packer& p, const char* k, const T& v) {
+  Key(p, k);
+  p.pack(v);
+}
+void KVStr(Packer& p, const char* k, std::string_view v) {
+  Key(p, k);
+  PackStr(p, v);
+}
+void KVU64s(Packer& p, const char* k, const std::vector<uint64_t>& v) {
+  Key(p, k);
+  p.pack_array(static_cast<uint32_t>(v.size()));
+  for (uint64_t x : v) p.pack(x);
+}
+
+struct Encoder {
+  Packer& p;
+  void operator()(const HelloMsg& m) {
+    Begin(p, "hello", 3);
+    KV(p, "major", m.major);
+    KV(p, "minor", m.minor);
+    KVStr(p, "client_version", m.client_version);
+  }
+  void operator()(const HelloOkMsg& m) {
+    Begin(p, "hello_ok", 5);
+    KV(p, "major", m.major);
+    KV(p, "minor", m.minor);
+    KVStr(p, "daemon_version", m.daemon_version);
+    KV(p, "incarnation", m.incarnation);
+    KV(p, "session", m.session);
+  }
+  void operator()(const OpenMsg& m) {
+    Begin(p, "open", 10);
+    Key(p, "streams");
+    p.pack_array(static_cast<uint32_t>(m.streams.size()));
+    for (const StreamFilesMsg& s : m.streams) {
+      p.pack_map(4);
+      KVStr(p, "label", s.label);
+      KV(p, "has_shapes", s.has_shapes);
+      KV(p, "has_dict", s.has_dict);
+      KV(p, "data_files", s.data_files);
+    }
+    KV(p, "batch_size", m.batch_size);
+    KV(p, "mode", m.mode);
+    KV(p, "seed", m.seed);
+    KV(p, "rank", m.rank);
+    KV(p, "world_size", m.world_size);
+    KV(p, "start_step", m.start_step);
+    KV(p, "prefetch", m.prefetch);
+    KV(p, "leases", m.leases);
+    KV(p, "ring_bytes", m.ring_bytes);
+  }
+  void operator()(const OpenedMsg& m) {
+    Begin(p, "opened", 5);
+    KV(p, "n", m.n);
+    KV(p, "slot_count", m.slot_count);
+    KV(p, "ring_bytes", m.ring_bytes);
+    KV(p, "leases", m.leases);
+    Key(p, "streams");
+    p.pack_array(static_cast<uint32_t>(m.streams.size()));
+    for (const StreamSchemaMsg& s : m.streams) {
+      p.pack_map(5);
+      KV(p, "kind", s.kind);
+      KVStr(p, "dtype", s.dtype);
+      KVU64s(p, "item_shape", s.item_shape);
+      KV(p, "ndim", s.ndim);
+      KV(p, "size", s.size);
+    }
+  }
+  void operator()(const NextMsg&) { Begin(p, "next", 0); }
+  void operator()(const BatchMsg& m) {
+    Begin(p, "batch", 7);
+    KV(p, "step", m.step);
+    KV(p, "slot", m.slot);
+    KV(p, "seq", m.seq);
+    KV(p, "offset", m.offset);
+    KV(p, "batch_size", m.batch_size);
+    KV(p, "total_bytes", m.total_bytes);
+    Key(p, "streams");
+    // Compact: one 5-array per stream (this message is on the hot path).
+    p.pack_array(static_cast<uint32_t>(m.streams.size()));
+    for (const StreamLayoutMsg& s : m.streams) {
+      p.pack_array(5);
+      p.pack(s.kind);
+      p.pack(s.values_offset);
+      p.pack(s.values_bytes);
+      p.pack(s.shapes_offset);
+      p.pack(s.offsets_offset);
+    }
+  }
+  void operator()(const SeekMsg& m) {
+    Begin(p, "seek", 1);
+    KV(p, "step", m.step);
+  }
+  void operator()(const ReleaseMsg& m) {
+    Begin(p, "release", 2);
+    KV(p, "slot", m.slot);
+    KV(p, "seq", m.seq);
+  }
+  void operator()(const StatsMsg&) { Begin(p, "stats", 0); }
+  void operator()(const StatsReplyMsg& m) {
+    Begin(p, "stats_reply", 1);
+    Key(p, "counters");
+    p.pack_map(static_cast<uint32_t>(m.counters.size()));
+    for (const auto& [k, v] : m.counters) {
+      PackStr(p, k);
+      p.pack(v);
+    }
+  }
+  void operator()(const CloseMsg&) { Begin(p, "close", 0); }
+  void operator()(const OkMsg& m) {
+    Begin(p, "ok", 1);
+    KV(p, "step", m.step);
+  }
+  void operator()(const ErrorMsg& m) {
+    Begin(p, "error", 2);
+    KV(p, "code", m.code);
+    KVStr(p, "message", m.message);
+  }
+};
+
+// ---- decoding ---------------------------------------------------------------
+
+// Reads the fields of one msgpack map, remembering which keys were consumed
+// so Finish() can reject unknown ones.
+class Fields {
+ public:
+  Fields(const msgpack::object& map, std::string what) : what_(std::move(what)) {
+    if (map.type != msgpack::type::MAP) {
+      st_ = Status::Protocol(what_ + ": expected a map");
+      return;
+    }
+    for (uint32_t i = 0; i < map.via.map.size; ++i) {
+      const msgpack::object_kv& kv = map.via.map.ptr[i];
+      if (kv.key.type != msgpack::type::STR) {
+        st_ = Status::Protocol(what_ + ": map key is not a string");
+        return;
+      }
+      std::string_view k(kv.key.via.str.ptr, kv.key.via.str.size);
+      if (!keys_.emplace(k, &kv.val).second) {
+        st_ = Status::Protocol(what_ + ": duplicate key '" + std::string(k) + "'");
+        return;
+      }
+    }
+  }
+
+  const msgpack::object* Get(std::string_view key) {
+    if (!st_.ok()) return nullptr;
+    auto it = keys_.find(key);
+    if (it == keys_.end()) {
+      Fail("missing key '" + std::string(key) + "'");
+      return nullptr;
+    }
+    used_.insert(key);
+    return it->second;
+  }
+
+  uint64_t U64(std::string_view key, uint64_t max = std::numeric_limits<uint64_t>::max()) {
+    const msgpack::object* o = Get(key);
+    if (o == nullptr) return 0;
+    return AsU64(*o, key, max);
+  }
+  uint32_t U32(std::string_view key, uint32_t max = std::numeric_limits<uint32_t>::max()) {
+    return static_cast<uint32_t>(U64(key, max));
+  }
+  bool Bool(std::string_view key) {
+    const msgpack::object* o = Get(key);
+    if (o == nullptr) return false;
+    if (o->type != msgpack::type::BOOLEAN) {
+      Fail("'" + std::string(key) + "' must be a boolean");
+      return false;
+    }
+    return o->via.boolean;
+  }
+  std::string Str(std::string_view key) {
+    const msgpack::object* o = Get(key);
+    if (o == nullptr) return {};
+    if (o->type != msgpack::type::STR || o->via.str.size > kMaxWireString) {
+      Fail("'" + std::string(key) + "' must be a string of at most " +
+           std::to_string(kMaxWireString) + " bytes");
+      return {};
+    }
+    return std::string(o->via.str.ptr, o->via.str.size);
+  }
+  // Array of at most `max` elements; nullptr (and a failure) otherwise.
+  const msgpack::object_array* Array(std::string_view key, uint32_t max) {
+    const msgpack::object* o = Get(key);
+    if (o == nullptr) return nullptr;
+    return AsArray(*o, key, max);
+  }
+
+  uint64_t AsU64(const msgpack::object& o, std::string_view key, uint64_t max) {
+    if (o.type != msgpack::type::POSITIVE_INTEGER) {
+      Fail("'" + std::string(key) + "' must be a non-negative integer");
+      return 0;
+    }
+    if (o.via.u64 > max) {
+      Fail("'" + std::string(key) + "' = " + std::to_string(o.via.u64) + " exceeds " +
+           std::to_string(max));
+      return 0;
+    }
+    return o.via.u64;
+  }
+  const msgpack::object_array* AsArray(const msgpack::object& o, std::string_view key,
+                                       uint32_t max) {
+    if (o.type != msgpack::type::ARRAY || o.via.array.size > max) {
+      Fail("'" + std::string(key) + "' must be an array of at most " + std::to_string(max) +
+           " elements");
+      return nullptr;
+    }
+    return &o.via.array;
+  }
+
+  void Fail(std::string msg) {
+    if (st_.ok()) st_ = Status::Protocol(what_ + ": " + msg);
+  }
+
+  // OK iff nothing failed and every key was consumed.
+  Status Finish() {
+    if (!st_.ok()) return st_;
+    for (const auto& [k, v] : keys_) {
+      if (!used_.count(k)) return Status::Protocol(what_ + ": unknown key '" + std::string(k) + "'");
+    }
+    return Status::OK();
+  }
+  bool ok() const { return st_.ok(); }
+
+ private:
+  std::string what_;
+  Status st_;
+  std::map<std::string_view, const msgpack::object*, std::less<>> keys_;
+  std::set<std::string_view, std::less<>> used_;
+};
+
+template <typename T>
+Result<Message> Done(Fields& f, T msg) {
+  LX_RETURN_IF_ERROR(f.Finish());
+  return Message(std::move(msg));
+}
+
+Result<Message> DecodeTyped(std::string_view t, Fields& f) {
+  std::string what(t);
+  if (t == "hello") {
+    HelloMsg m;
+    m.major = f.U32("major");
+    m.minor = f.U32("minor");
+    m.client_version = f.Str("client_version");
+    return Done(f, std::move(m));
+  }
+  if (t == "hello_ok") {
+    HelloOkMsg m;
+    m.major = f.U32("major");
+    m.minor = f.U32("minor");
+    m.daemon_version = f.Str("daemon_version");
+    m.incarnation = f.U64("incarnation");
+    m.session = f.U64("session");
+    return Done(f, std::move(m));
+  }
+  if (t == "open") {
+    OpenMsg m;
+    if (const msgpack::object_array* a = f.Array("streams", kMaxWireStreams)) {
+      if (a->size == 0) f.Fail("'streams' must not be empty");
+      for (uint32_t i = 0; i < a->size && f.ok(); ++i) {
+        Fields s(a->ptr[i], "open.streams[" + std::to_string(i) + "]");
+        StreamFilesMsg sf;
+        sf.label = s.Str("label");
+        sf.has_shapes = s.Bool("has_shapes");
+        sf.has_dict = s.Bool("has_dict");
+        sf.data_files = s.U32("data_files", kMaxWireDataFiles);
+        if (s.ok() && sf.data_files == 0) s.Fail("'data_files' must be >= 1");
+        Status st = s.Finish();
+        if (!st.ok()) return st;
+        m.streams.push_back(std::move(sf));
+      }
+    }
+    m.batch_size = f.U64("batch_size");
+    m.mode = f.U32("mode", 2);
+    m.seed = f.U64("seed");
+    m.rank = f.U64("rank");
+    m.world_size = f.U64("world_size");
+    m.start_step = f.U64("start_step");
+    m.prefetch = f.U32("prefetch", 1024);
+    m.leases = f.U32("leases", 1024);
+    m.ring_bytes = f.U64("ring_bytes", uint64_t{1} << 46);
+    return Done(f, std::move(m));
+  }
+  if (t == "opened") {
+    OpenedMsg m;
+    m.n = f.U64("n");
+    m.slot_count = f.U32("slot_count");
+    m.ring_bytes = f.U64("ring_bytes");
+    m.leases = f.U32("leases");
+    if (const msgpack::object_array* a = f.Array("streams", kMaxWireStreams)) {
+      for (uint32_t i = 0; i < a->size && f.ok(); ++i) {
+        Fields s(a->ptr[i], "opened.streams[" + std::to_string(i) + "]");
+        StreamSchemaMsg ss;
+        ss.kind = s.U32("kind", 1);
+        ss.dtype = s.Str("dtype");
+        if (const msgpack::object_array* dims = s.Array("item_shape", kMaxWireDims)) {
+          for (uint32_t d = 0; d < dims->size; ++d) {
+            ss.item_shape.push_back(s.AsU64(dims->ptr[d], "item_shape", UINT64_MAX));
+          }
+        }
+        ss.ndim = s.U32("ndim", kMaxWireDims);
+        ss.size = s.U64("size");
+        Status st = s.Finish();
+        if (!st.ok()) return st;
+        m.streams.push_back(std::move(ss));
+      }
+    }
+    return Done(f, std::move(m));
+  }
+  if (t == "next") return Done(f, NextMsg{});
+  if (t == "batch") {
+    BatchMsg m;
+    m.step = f.U64("step");
+    m.slot = f.U32("slot");
+    m.seq = f.U64("seq");
+    m.offset = f.U64("offset");
+    m.batch_size = f.U64("batch_size");
+    m.total_bytes = f.U64("total_bytes");
+    if (const msgpack::object_array* a = f.Array("streams", kMaxWireStreams)) {
+      for (uint32_t i = 0; i < a->size && f.ok(); ++i) {
+        const msgpack::object_array* e = f.AsArray(a->ptr[i], "streams[i]", 5);
+        if (e == nullptr) break;
+        if (e->size != 5) {
+          f.Fail("batch stream layout must have 5 fields");
+          break;
+        }
+        StreamLayoutMsg l;
+        l.kind = static_cast<uint32_t>(f.AsU64(e->ptr[0], "kind", 1));
+        l.values_offset = f.AsU64(e->ptr[1], "values_offset", UINT64_MAX);
+        l.values_bytes = f.AsU64(e->ptr[2], "values_bytes", UINT64_MAX);
+        l.shapes_offset = f.AsU64(e->ptr[3], "shapes_offset", UINT64_MAX);
+        l.offsets_offset = f.AsU64(e->ptr[4], "offsets_offset", UINT64_MAX);
+        m.streams.push_back(l);
+      }
+    }
+    return Done(f, std::move(m));
+  }
+  if (t == "seek") {
+    SeekMsg m;
+    m.step = f.U64("step");
+    return Done(f, m);
+  }
+  if (t == "release") {
+    ReleaseMsg m;
+    m.slot = f.U32("slot");
+    m.seq = f.U64("seq");
+    return Done(f, m);
+  }
+  if (t == "stats") return Done(f, StatsMsg{});
+  if (t == "stats_reply") {
+    StatsReplyMsg m;
+    if (const msgpack::object* o = f.Get("counters")) {
+      if (o->type != msgpack::type::MAP) {
+        f.Fail("'counters' must be a map");
+      } else {
+        for (uint32_t i = 0; i < o->via.map.size && f.ok(); ++i) {
+          const msgpack::object_kv& kv = o->via.map.ptr[i];
+          if (kv.key.type != msgpack::type::STR) {
+            f.Fail("counter name must be a string");
+            break;
+          }
+          m.counters.emplace_back(std::string(kv.key.via.str.ptr, kv.key.via.str.size),
+                                  f.AsU64(kv.val, "counter", UINT64_MAX));
+        }
+      }
+    }
+    return Done(f, std::move(m));
+  }
+  if (t == "close") return Done(f, CloseMsg{});
+  if (t == "ok") {
+    OkMsg m;
+    m.step = f.U64("step");
+    return Done(f, m);
+  }
+  if (t == "error") {
+    ErrorMsg m;
+    m.code = f.U32("code", static_cast<uint32_t>(Status::Code::kState));
+    m.message = f.Str("message");
+    if (f.ok() && m.code == 0) f.Fail("error code must not be 0 (OK)");
+    return Done(f, std::move(m));
+  }
+  return Status::Protocol("unknown message type '" + what + "'");
+}
+
+}  // namespace
+
+uint32_t OpenMsg::TotalFds() const {
+  uint32_t n = 0;
+  for (const StreamFilesMsg& s : streams) n += s.FdCount();
+  return n;
+}
+
+Status ErrorMsg::ToStatus() const {
+  return Status(static_cast<Status::Code>(code), message);
+}
+
+ErrorMsg ErrorMsg::From(const Status& s) {
+  return ErrorMsg{static_cast<uint32_t>(s.code()), s.message()};
+}
+
+const char* MessageName(const Message& m) {
+  static constexpr const char* kNames[] = {"hello",   "hello_ok", "open",  "opened",
+                                           "next",    "batch",    "seek",  "release",
+                                           "stats",   "stats_reply", "close", "ok", "error"};
+  static_assert(std::size(kNames) == std::variant_size_v<Message>);
+  return kNames[m.index()];
+}
+
+std::vector<uint8_t> EncodeMessage(const Message& m) {
+  msgpack::sbuffer buf(256);
+  Packer p(buf);
+  std::visit(Encoder{p}, m);
+  const uint8_t* d = reinterpret_cast<const uint8_t*>(buf.data());
+  return std::vector<uint8_t>(d, d + buf.size());
+}
+
+Result<Message> DecodeMessage(std::span<const uint8_t> frame) {
+  if (frame.empty()) return Status::Protocol("empty frame");
+  // Caps are checked by the parser before it allocates: a 4-byte header
+  // claiming a 4 GiB array is refused, not honoured.
+  msgpack::unpack_limit limit(/*array=*/4096, /*map=*/128, /*str=*/kMaxWireString,
+                              /*bin=*/0, /*ext=*/0, /*depth=*/6);
+  try {
+    size_t off = 0;
+    msgpack::object_handle oh =
+        msgpack::unpack(reinterpret_cast<const char*>(frame.data()), frame.size(), off,
+                        nullptr, nullptr, limit);
+    if (off != frame.size()) {
+      return Status::Protocol("trailing bytes after the message (" +
+                              std::to_string(frame.size() - off) + ")");
+    }
+    const msgpack::object& root = oh.get();
+    Fields f(root, "message");
+    if (!f.ok()) return f.Finish();
+    const msgpack::object* t = f.Get("t");
+    if (t == nullptr) return f.Finish();
+    if (t->type != msgpack::type::STR || t->via.str.size > 32) {
+      return Status::Protocol("message: 't' must be a short string");
+    }
+    std::string_view type(t->via.str.ptr, t->via.str.size);
+    Fields typed(root, std::string(type));
+    typed.Get("t");
+    return DecodeTyped(type, typed);
+  } catch (const std::exception& e) {
+    return Status::Protocol(std::string("malformed msgpack: ") + e.what());
+  }
+}
+
+}  // namespace loaderx

@@ -1,0 +1,190 @@
+#include "loaderx/wire.h"
+
+#include <gtest/gtest.h>
+#include <msgpack.hpp>
+
+#include <random>
+#include <string>
+
+namespace loaderx {
+namespace {
+
+std::vector<uint8_t> Pack(const msgpack::sbuffer& b) {
+  return {reinterpret_cast<const uint8_t*>(b.data()),
+          reinterpret_cast<const uint8_t*>(b.data()) + b.size()};
+}
+
+// A msgpack map built from (key, value) pairs, to craft bad frames.
+template <typename... KV>
+std::vector<uint8_t> MapOf(const KV&... kv) {
+  msgpack::sbuffer b;
+  msgpack::packer<msgpack::sbuffer> p(b);
+  p.pack_map(sizeof...(KV) / 2);
+  (p.pack(kv), ...);
+  return Pack(b);
+}
+
+Status DecodeError(const std::vector<uint8_t>& frame) {
+  auto r = DecodeMessage(frame);
+  EXPECT_FALSE(r.ok());
+  return r.ok() ? Status::OK() : r.status();
+}
+
+void ExpectRoundTrip(const Message& m) {
+  auto r = DecodeMessage(EncodeMessage(m));
+  ASSERT_TRUE(r.ok()) << MessageName(m) << ": " << r.status().ToString();
+  EXPECT_EQ(r->index(), m.index());
+  EXPECT_TRUE(*r == m) << MessageName(m);
+}
+
+TEST(WireTest, EveryMessageTypeRoundTrips) {
+  ExpectRoundTrip(HelloMsg{1, 0, "0.1.0"});
+  ExpectRoundTrip(HelloOkMsg{1, 0, "0.1.0", 0xdeadbeefcafeULL, 12});
+  OpenMsg open;
+  open.streams = {{"/data/x", false, false, 4}, {"/data/tok", true, true, 2}};
+  open.batch_size = 256;
+  open.mode = 2;
+  open.seed = UINT64_MAX;
+  open.rank = 1;
+  open.world_size = 2;
+  open.start_step = 99;
+  open.prefetch = 3;
+  open.leases = 5;
+  open.ring_bytes = 1 << 20;
+  ExpectRoundTrip(open);
+  EXPECT_EQ(open.TotalFds(), 6u + 6u);
+  OpenedMsg opened{1000, 9, 1 << 22, 5,
+                   {{0, "<f4", {3, 224, 224}, 3, 1000}, {1, "<i4", {}, 1, 1000}}};
+  ExpectRoundTrip(opened);
+  ExpectRoundTrip(NextMsg{});
+  ExpectRoundTrip(BatchMsg{7, 3, 44, 8192, 256, 4096, {{0, 0, 1024, 0, 0}, {1, 1024, 64, 1088, 2112}}});
+  ExpectRoundTrip(SeekMsg{123456789});
+  ExpectRoundTrip(ReleaseMsg{3, 44});
+  ExpectRoundTrip(StatsMsg{});
+  ExpectRoundTrip(StatsReplyMsg{{{"sessions", 2}, {"slots_held", 0}}});
+  ExpectRoundTrip(CloseMsg{});
+  ExpectRoundTrip(OkMsg{5});
+  ExpectRoundTrip(ErrorMsg{8, "lease cap reached"});
+}
+
+TEST(WireTest, ErrorMessageCarriesStatusCode) {
+  ErrorMsg e = ErrorMsg::From(Status::ResourceExhausted("holding 8 batches"));
+  Status s = e.ToStatus();
+  EXPECT_EQ(s.code(), Status::Code::kResourceExhausted);
+  EXPECT_EQ(s.message(), "holding 8 batches");
+}
+
+TEST(WireTest, UnknownTypeIsRefused) {
+  Status s = DecodeError(MapOf(std::string("t"), std::string("launch_missiles")));
+  EXPECT_EQ(s.code(), Status::Code::kProtocol);
+  EXPECT_NE(s.message().find("unknown message type"), std::string::npos) << s.message();
+}
+
+TEST(WireTest, UnknownKeyIsRefused) {
+  Status s = DecodeError(MapOf(std::string("t"), std::string("seek"), std::string("step"), 1,
+                               std::string("extra"), 2));
+  EXPECT_EQ(s.code(), Status::Code::kProtocol);
+  EXPECT_NE(s.message().find("unknown key 'extra'"), std::string::npos) << s.message();
+}
+
+TEST(WireTest, MissingKeyIsRefused) {
+  Status s = DecodeError(MapOf(std::string("t"), std::string("release"), std::string("slot"), 1));
+  EXPECT_NE(s.message().find("missing key 'seq'"), std::string::npos) << s.message();
+}
+
+TEST(WireTest, WrongValueTypesAreRefused) {
+  EXPECT_EQ(DecodeError(MapOf(std::string("t"), std::string("seek"), std::string("step"),
+                              std::string("5")))
+                .code(),
+            Status::Code::kProtocol);
+  EXPECT_EQ(DecodeError(MapOf(std::string("t"), std::string("seek"), std::string("step"), -1))
+                .code(),
+            Status::Code::kProtocol);
+  EXPECT_EQ(DecodeError(MapOf(std::string("t"), std::string("seek"), std::string("step"), 1.5))
+                .code(),
+            Status::Code::kProtocol);
+  EXPECT_EQ(DecodeError(MapOf(std::string("t"), 7)).code(), Status::Code::kProtocol);
+}
+
+TEST(WireTest, OutOfRangeFieldsAreRefused) {
+  // slot is u32 on the wire.
+  EXPECT_EQ(DecodeError(MapOf(std::string("t"), std::string("release"), std::string("slot"),
+                              uint64_t{1} << 33, std::string("seq"), 1))
+                .code(),
+            Status::Code::kProtocol);
+  // An error reply must not claim success.
+  EXPECT_EQ(DecodeError(MapOf(std::string("t"), std::string("error"), std::string("code"), 0,
+                              std::string("message"), std::string("x")))
+                .code(),
+            Status::Code::kProtocol);
+}
+
+TEST(WireTest, OpenWithoutStreamsOrWithZeroDataFilesIsRefused) {
+  OpenMsg open;
+  open.batch_size = 1;
+  EXPECT_EQ(DecodeError(EncodeMessage(open)).code(), Status::Code::kProtocol);
+  open.streams = {{"x", false, false, 0}};
+  EXPECT_EQ(DecodeError(EncodeMessage(open)).code(), Status::Code::kProtocol);
+}
+
+TEST(WireTest, NonMapRootTrailingBytesAndDuplicateKeysAreRefused) {
+  msgpack::sbuffer b;
+  msgpack::pack(b, std::vector<int>{1, 2});
+  EXPECT_EQ(DecodeError(Pack(b)).code(), Status::Code::kProtocol);
+
+  auto frame = EncodeMessage(NextMsg{});
+  frame.push_back(0xc0);
+  Status s = DecodeError(frame);
+  EXPECT_NE(s.message().find("trailing"), std::string::npos) << s.message();
+
+  EXPECT_EQ(DecodeError(MapOf(std::string("t"), std::string("seek"), std::string("step"), 1,
+                              std::string("step"), 2))
+                .code(),
+            Status::Code::kProtocol);
+  EXPECT_EQ(DecodeError({}).code(), Status::Code::kProtocol);
+}
+
+TEST(WireTest, HugeLengthClaimsAreRefusedWithoutAllocating) {
+  // map32 claiming 2^32-1 entries, array32 claiming 2^32-1, str32 of 4 GiB.
+  EXPECT_EQ(DecodeError({0xdf, 0xff, 0xff, 0xff, 0xff}).code(), Status::Code::kProtocol);
+  EXPECT_EQ(DecodeError({0xdd, 0xff, 0xff, 0xff, 0xff}).code(), Status::Code::kProtocol);
+  EXPECT_EQ(DecodeError({0x81, 0xa1, 't', 0xdb, 0xff, 0xff, 0xff, 0xff}).code(),
+            Status::Code::kProtocol);
+  // Deep nesting.
+  std::vector<uint8_t> deep(100, 0x91);
+  deep.push_back(0xc0);
+  EXPECT_EQ(DecodeError(deep).code(), Status::Code::kProtocol);
+}
+
+TEST(WireTest, RandomAndMutatedFramesNeverCrash) {
+  std::mt19937_64 rng(1234);
+  std::vector<std::vector<uint8_t>> seeds = {
+      EncodeMessage(HelloMsg{1, 0, "x"}), EncodeMessage(SeekMsg{5}),
+      EncodeMessage(BatchMsg{1, 2, 3, 4096, 8, 64, {{0, 0, 64, 0, 0}}}),
+      EncodeMessage(OpenedMsg{10, 2, 8192, 1, {{0, "<f4", {2}, 1, 10}}})};
+  int decoded_ok = 0;
+  for (int i = 0; i < 20000; ++i) {
+    std::vector<uint8_t> f;
+    if (i % 2 == 0) {
+      f.resize(rng() % 64);
+      for (auto& c : f) c = static_cast<uint8_t>(rng());
+    } else {
+      f = seeds[rng() % seeds.size()];
+      for (int k = 0, n = 1 + rng() % 4; k < n; ++k) f[rng() % f.size()] = static_cast<uint8_t>(rng());
+    }
+    auto r = DecodeMessage(f);
+    if (r.ok()) {
+      ++decoded_ok;
+      // Whatever decodes must re-encode to something that decodes the same.
+      auto again = DecodeMessage(EncodeMessage(*r));
+      ASSERT_TRUE(again.ok());
+      EXPECT_TRUE(*again == *r);
+    } else {
+      EXPECT_EQ(r.status().code(), Status::Code::kProtocol);
+    }
+  }
+  EXPECT_LT(decoded_ok, 20000);
+}
+
+}  // namespace
+}  // namespace loaderx
