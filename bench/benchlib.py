@@ -1,0 +1,327 @@
+"""Shared helpers of the benchmark suite (benchmark engineer).
+
+One place for: where prepared data lives, how a prepared workload is loaded,
+timing statistics, the process-tree PSS sampler, Markdown tables, bar plots and
+the section-wise update of docs/benchmarks.md. Every bench_*.py imports this
+module; nothing here is part of the loaderx package.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO = BENCH_DIR.parent
+DATA = Path(os.environ.get("LOADERX_BENCH_DATA", BENCH_DIR / "data"))
+DOCS = REPO / "docs"
+BENCH_DOC = DOCS / "benchmarks.md"
+
+MiB = 1024.0 * 1024.0
+
+
+# --------------------------------------------------------------------------
+# Prepared workloads
+# --------------------------------------------------------------------------
+
+@dataclass
+class DenseWorkload:
+    """A fixed-shape workload: ``array`` is an ``(N, *item_shape)`` memmap."""
+
+    name: str
+    array: np.ndarray
+    description: str
+
+    @property
+    def n(self) -> int:
+        return int(self.array.shape[0])
+
+    @property
+    def record_bytes(self) -> int:
+        return int(self.array[0].nbytes)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.array.nbytes)
+
+
+@dataclass
+class RaggedWorkload:
+    """A variable-shape workload stored as flat values + offsets + shapes.
+
+    ``values``: 1-D memmap of the dtype; ``offsets``: int64 ``(N+1,)`` element
+    offsets into ``values``; ``shapes``: int64 ``(N, ndim)``. Record ``i`` is
+    ``values[offsets[i]:offsets[i+1]].reshape(shapes[i])``.
+    """
+
+    name: str
+    values: np.ndarray
+    offsets: np.ndarray
+    shapes: np.ndarray
+    description: str
+    _cache: dict[int, np.ndarray] = field(default_factory=dict, repr=False)
+
+    @property
+    def n(self) -> int:
+        return int(self.offsets.shape[0] - 1)
+
+    @property
+    def ndim(self) -> int:
+        return int(self.shapes.shape[1])
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.values.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.offsets[-1]) * self.values.dtype.itemsize
+
+    def record(self, i: int) -> np.ndarray:
+        """Record ``i`` as a read-only view of ``values`` with its exact shape."""
+        a, b = int(self.offsets[i]), int(self.offsets[i + 1])
+        return self.values[a:b].reshape(tuple(int(d) for d in self.shapes[i]))
+
+    def records(self) -> Iterable[np.ndarray]:
+        for i in range(self.n):
+            yield self.record(i)
+
+
+def load_dense(name: str, file: str, description: str) -> DenseWorkload:
+    path = DATA / file
+    if not path.exists():
+        raise FileNotFoundError(f"{path} missing: run the matching bench/prepare_*.py first")
+    return DenseWorkload(name, np.load(path, mmap_mode="r"), description)
+
+
+def load_ragged(name: str, stem: str, description: str) -> RaggedWorkload:
+    base = DATA / stem
+    for part in ("values", "offsets", "shapes"):
+        if not (base / f"{part}.npy").exists():
+            raise FileNotFoundError(f"{base}/{part}.npy missing: run the matching bench/prepare_*.py first")
+    values = np.load(base / "values.npy", mmap_mode="r")
+    offsets = np.load(base / "offsets.npy")
+    shapes = np.load(base / "shapes.npy")
+    if offsets.shape[0] != shapes.shape[0] + 1 or int(offsets[-1]) != values.shape[0]:
+        raise ValueError(f"{base}: offsets/shapes/values disagree; re-run the prepare script")
+    return RaggedWorkload(name, values, offsets, shapes, description)
+
+
+def save_ragged(stem: str, records: Sequence[np.ndarray], dtype: np.dtype) -> Path:
+    """Write records as ``DATA/stem/{values,offsets,shapes}.npy`` (atomically per dir)."""
+    base = DATA / stem
+    tmp = DATA / f".{stem}.tmp"
+    if tmp.exists():
+        for f in tmp.iterdir():
+            f.unlink()
+    tmp.mkdir(parents=True, exist_ok=True)
+    ndim = records[0].ndim
+    lengths = np.fromiter((r.size for r in records), dtype=np.int64, count=len(records))
+    offsets = np.zeros(len(records) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    shapes = np.array([r.shape for r in records], dtype=np.int64).reshape(len(records), ndim)
+    values = np.lib.format.open_memmap(tmp / "values.npy", mode="w+", dtype=dtype, shape=(int(offsets[-1]),))
+    for i, r in enumerate(records):
+        values[offsets[i]:offsets[i + 1]] = r.reshape(-1)
+    values.flush()
+    del values
+    np.save(tmp / "offsets.npy", offsets)
+    np.save(tmp / "shapes.npy", shapes)
+    if base.exists():
+        for f in base.iterdir():
+            f.unlink()
+        base.rmdir()
+    tmp.rename(base)
+    return base
+
+
+def save_npy_atomic(path: Path, array: np.ndarray) -> None:
+    tmp = path.with_name("." + path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        np.save(f, array)
+    tmp.rename(path)
+
+
+# --------------------------------------------------------------------------
+# Timing
+# --------------------------------------------------------------------------
+
+def percentile_ms(samples_s: Sequence[float], q: float = 95.0) -> float:
+    return float(np.percentile(np.asarray(samples_s), q) * 1e3)
+
+
+def batch_plan(n: int, batch: int, count: int, seed: int) -> list[np.ndarray]:
+    """``count`` IID batches of ``batch`` uint64 indices in ``0..n-1`` (with replacement)."""
+    rng = np.random.default_rng(seed)
+    return [rng.integers(0, n, size=batch, dtype=np.uint64) for _ in range(count)]
+
+
+def du_bytes(path: Path) -> int:
+    """Allocated bytes (st_blocks * 512) of a file or a directory tree."""
+    if path.is_file():
+        return path.stat().st_blocks * 512
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            total += os.lstat(os.path.join(root, f)).st_blocks * 512
+    return total
+
+
+# --------------------------------------------------------------------------
+# Memory: PSS of a process tree
+# --------------------------------------------------------------------------
+
+def _children(pid: int) -> list[int]:
+    kids: list[int] = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children") as f:
+                    kids.extend(int(x) for x in f.read().split())
+            except OSError:
+                pass
+    except OSError:
+        pass
+    return kids
+
+
+def tree_pids(root: int) -> list[int]:
+    out, todo = [], [root]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(_children(p))
+    return out
+
+
+def pss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def tree_pss(root: int | None = None) -> int:
+    """Sum of Pss over ``root`` (default: this process) and all its descendants."""
+    return sum(pss_bytes(p) for p in tree_pids(os.getpid() if root is None else root))
+
+
+class PssSampler:
+    """Samples the process-tree PSS every ``interval`` s in a thread; ``peak`` in bytes."""
+
+    def __init__(self, root: int | None = None, interval: float = 0.05) -> None:
+        self.root = os.getpid() if root is None else root
+        self.interval = interval
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, tree_pss(self.root))
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> "PssSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, tree_pss(self.root))
+
+
+# --------------------------------------------------------------------------
+# Reporting
+# --------------------------------------------------------------------------
+
+def machine_line() -> str:
+    cpu = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return (f"{_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC, {os.cpu_count()} cores ({cpu}), "
+            f"{mem:.0f} GiB RAM, Linux {platform.release()}, Python {platform.python_version()}, "
+            f"NumPy {np.__version__}")
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[object]], align: str | None = None) -> str:
+    """``align``: one char per column, 'l' or 'r' (default: first left, rest right)."""
+    align = align or ("l" + "r" * (len(headers) - 1))
+    out = ["| " + " | ".join(headers) + " |",
+           "|" + "|".join("---" if a == "l" else "---:" for a in align) + "|"]
+    for r in rows:
+        out.append("| " + " | ".join(str(c) for c in r) + " |")
+    return "\n".join(out)
+
+
+def bar_plot(path: Path, title: str, labels: Sequence[str], values: Sequence[float], xlabel: str,
+             highlight: Callable[[str], bool] = lambda s: s.startswith("loaderx")) -> None:
+    """Horizontal bar plot as a PNG; bars whose label ``highlight`` are drawn in a second colour."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.5, 0.42 * len(labels) + 1.3), dpi=110)
+    ys = np.arange(len(labels))[::-1]
+    colors = ["#d95f02" if highlight(s) else "#7570b3" for s in labels]
+    ax.barh(ys, values, color=colors)
+    ax.set_yticks(ys, labels)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title, fontsize=10)
+    vmax = max(values) if len(values) else 1.0
+    for y, v in zip(ys, values):
+        ax.text(v + vmax * 0.01, y, f"{v:,.1f}", va="center", fontsize=8)
+    ax.set_xlim(0, vmax * 1.15)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+
+
+_SECTION_RE = r"(?ms)^<!-- BEGIN {key} -->\n.*?^<!-- END {key} -->\n"
+
+
+def update_doc_section(key: str, body: str, doc: Path = BENCH_DOC) -> None:
+    """Replace (or append) the block between ``<!-- BEGIN key -->`` and ``<!-- END key -->``.
+
+    Only that block is touched, so sections written by other benchmarks (and by
+    other people, e.g. "## Sampler") survive.
+    """
+    block = f"<!-- BEGIN {key} -->\n{body.rstrip()}\n<!-- END {key} -->\n"
+    text = doc.read_text() if doc.exists() else "# Benchmarks\n\n"
+    pat = re.compile(_SECTION_RE.format(key=re.escape(key)))
+    if pat.search(text):
+        text = pat.sub(lambda _m: block, text, count=1)
+    else:
+        text = text.rstrip() + "\n\n" + block
+    doc.write_text(text)
+
+
+class Timer:
+    def __enter__(self) -> "Timer":
+        self.t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.s = time.perf_counter() - self.t0
