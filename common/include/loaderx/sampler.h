@@ -86,6 +86,10 @@ class Sampler {
   void Seek(uint64_t step) { step_ = step; }
   uint64_t step() const { return step_; }
   const std::vector<uint64_t>& buffer() const { return buf_; }
+  // The same buffer, writable, for hosts that fill it themselves with
+  // Fill(step, buffer_data()) (the Python face does so with the GIL released
+  // for large batches, under its own lock).
+  uint64_t* buffer_data() { return buf_.data(); }
 
   // Cyclic: steps per cycle (n / G). 0 in the other modes.
   uint64_t cycle_steps() const { return cycle_steps_; }

@@ -1,0 +1,216 @@
+"""Zsampler: the counter-based batch index generator behind every loader.
+
+The indices of step ``s`` are a pure function of ``(n, batch_size, world_size,
+mode, seed, s)`` and the rank, so a run resumes exactly with :meth:`Sampler.seek`
+(or :meth:`Sampler.load_state_dict`) without tracking an epoch or RNG state::
+
+    from loaderx.zsampler import Sampler
+
+    sampler = Sampler(1_000_000, 256, Sampler.Mode.IID, seed=42)
+    indices = sampler.next()   # borrowed until this sampler's next draw
+    saved = indices.copy()     # retain across draws only when needed
+
+See docs/guide.md, "## Sampler", for the modes, sharding and resume rules.
+"""
+
+from __future__ import annotations
+
+import enum
+import operator
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
+
+import numpy as np
+import numpy.typing as npt
+
+from . import _loaderx
+from .errors import InvalidArgumentError
+
+__all__ = ["Sampler", "Mode"]
+
+_STATE_VERSION = 1
+
+
+class Mode(enum.IntEnum):
+    """How a sampler walks ``0..n-1``.
+
+    ``Sequential``: in order, wrapping at the end. ``IID``: uniform with
+    replacement. ``Cyclic``: a fresh pseudo-random permutation per cycle,
+    without replacement, full global batches only. The upper-case names of the
+    reference package (``SEQUENTIAL``, ``IID``, ``CYCLIC``) are aliases.
+    """
+
+    Sequential = 0
+    IID = 1
+    Cyclic = 2
+    SEQUENTIAL = 0
+    CYCLIC = 2
+
+
+def _to_mode(mode: object) -> Mode:
+    """Normalises a Mode, its int value or its (case-insensitive) name."""
+    if isinstance(mode, Mode):
+        return mode
+    if isinstance(mode, str):
+        for member in Mode:
+            if member.name.lower() == mode.lower():
+                return member
+        raise InvalidArgumentError(
+            f"mode: unknown sampler mode {mode!r} (expected Sampler.Mode.Sequential, IID or Cyclic)"
+        )
+    if isinstance(mode, bool) or not hasattr(mode, "__index__"):
+        raise TypeError(f"mode must be a Sampler.Mode, got {type(mode).__name__}")
+    value = operator.index(mode)  # type: ignore[arg-type]
+    try:
+        return Mode(value)
+    except ValueError:
+        raise InvalidArgumentError(
+            f"mode: unknown sampler mode {value} (expected Sampler.Mode.Sequential, IID or Cyclic)"
+        ) from None
+
+
+class Sampler(_loaderx.SamplerCore):  # type: ignore[misc, name-defined]
+    """Batch index generator: ``Sampler(n, batch_size, mode, seed=42, *, rank=0, world_size=1, start_step=0)``.
+
+    Args:
+        n: number of records; indices are in ``0..n-1``. ``n >= 1``.
+        batch_size: indices per draw for this rank, ``>= 1``. In Cyclic mode
+            ``batch_size * world_size`` must be ``<= n``.
+        mode: a :class:`Sampler.Mode` (or its name).
+        seed: ``0 <= seed < 2**64``.
+        rank, world_size: this process's slice of the global batch of
+            ``batch_size * world_size`` indices, ``0 <= rank < world_size``.
+        start_step: the step of the first draw.
+
+    ``next()`` and iteration return a read-only ``uint64`` array of shape
+    ``(batch_size,)`` that views the sampler's one reusable buffer: the same
+    array object every time, overwritten by the next draw. Call ``.copy()`` to
+    keep a plan across draws. Iteration never ends.
+
+    Raises:
+        TypeError: an argument is not an int (bools are rejected too).
+        loaderx.errors.InvalidArgumentError (a ValueError): an argument is out
+            of range or the mode is unknown; the message names the argument.
+    """
+
+    __slots__ = ()
+    Mode = Mode
+
+    def __init__(
+        self,
+        n: int,
+        batch_size: int,
+        mode: Mode | str | int = Mode.IID,
+        seed: int = 42,
+        *,
+        rank: int = 0,
+        world_size: int = 1,
+        start_step: int = 0,
+    ) -> None:
+        super().__init__(
+            n,
+            batch_size,
+            int(_to_mode(mode)),
+            seed,
+            rank=rank,
+            world_size=world_size,
+            start_step=start_step,
+        )
+
+    # next(), seek(step), peek(step), __iter__/__next__ and the read-only
+    # attributes step, n, batch_size, seed, rank, world_size, global_batch and
+    # cycle_steps are native (loaderx._loaderx.SamplerCore).
+
+    if TYPE_CHECKING:  # signatures of the native methods, for type checkers and readers
+
+        def next(self) -> npt.NDArray[np.uint64]:
+            """The batch of the current step, shape ``(batch_size,)``, uint64, read-only; advances."""
+            ...
+
+        def seek(self, step: int) -> None:
+            """Positions the sampler so the next draw is the batch of ``step``. O(1)."""
+            ...
+
+        def peek(self, step: int) -> npt.NDArray[np.uint64]:
+            """A new writable ``(batch_size,)`` uint64 array with the batch of ``step``."""
+            ...
+
+        def __iter__(self) -> Iterator[npt.NDArray[np.uint64]]: ...
+
+        def __next__(self) -> npt.NDArray[np.uint64]: ...
+
+    @property
+    def mode(self) -> Mode:
+        """The sampling mode."""
+        return Mode(self.mode_value)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to resume: ``{"version", "n", "mode", "seed", "global_batch", "step"}``.
+
+        The rank-independent global batch is recorded instead of ``batch_size``
+        and ``world_size``, so a checkpoint loads on any world size that keeps
+        the global batch (each rank loads the same dict).
+        """
+        return {
+            "version": _STATE_VERSION,
+            "n": self.n,
+            "mode": self.mode.name,
+            "seed": self.seed,
+            "global_batch": self.global_batch,
+            "step": self.step,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resumes from :meth:`state_dict`: the next draw is the batch of ``state["step"]``.
+
+        ``n``, ``mode``, ``seed`` and ``global_batch`` must match this sampler
+        (otherwise the step would mean different indices); the message names
+        the key that differs. Only the step is restored.
+
+        Raises:
+            TypeError: ``state`` is not a mapping.
+            loaderx.errors.InvalidArgumentError: a key is missing, malformed or differs.
+        """
+        if not isinstance(state, Mapping):
+            raise TypeError(f"state must be a mapping, got {type(state).__name__}")
+        for key in ("version", "n", "mode", "seed", "global_batch", "step"):
+            if key not in state:
+                raise InvalidArgumentError(f"state: missing key {key!r}")
+        if state["version"] != _STATE_VERSION:
+            raise InvalidArgumentError(
+                f"state: unsupported version {state['version']!r} (expected {_STATE_VERSION})"
+            )
+        mine = self.state_dict()
+        if _to_mode(state["mode"]) != self.mode:
+            raise InvalidArgumentError(
+                f"state: mode {state['mode']!r} differs from this sampler's {self.mode.name!r}"
+            )
+        for key in ("n", "seed", "global_batch"):
+            if state[key] != mine[key]:
+                hint = ""
+                if key == "global_batch":
+                    hint = (
+                        "; keep batch_size * world_size equal to resume exactly "
+                        "(see docs/guide.md, Sampler, Resume)"
+                    )
+                raise InvalidArgumentError(
+                    f"state: {key} {state[key]!r} differs from this sampler's {mine[key]!r}{hint}"
+                )
+        self.seek(state["step"])
+
+    def __repr__(self) -> str:
+        return (
+            f"Sampler(n={self.n}, batch_size={self.batch_size}, mode=Sampler.Mode.{self.mode.name}, "
+            f"seed={self.seed}, rank={self.rank}, world_size={self.world_size}, step={self.step})"
+        )
+
+    def __reduce__(self) -> Any:
+        return (
+            _rebuild,
+            (self.n, self.batch_size, int(self.mode), self.seed, self.rank, self.world_size, self.step),
+        )
+
+
+def _rebuild(
+    n: int, batch_size: int, mode: int, seed: int, rank: int, world_size: int, step: int
+) -> Sampler:
+    return Sampler(n, batch_size, mode, seed, rank=rank, world_size=world_size, start_step=step)
