@@ -68,11 +68,16 @@ struct WriteOptions {
   int level = 3;             // zstd level
   std::string dictionary;    // zstd_dict only: non-empty zstd dictionary bytes
   ThreadPool* pool = nullptr;  // compression/write pool; nullptr = Default()
+  // Records larger than this are not buffered: they are compressed (or copied)
+  // streaming straight into their shard file, so writer memory stays bounded
+  // for records of any size (> 4 GiB included). Tests lower it.
+  uint64_t stream_threshold = uint64_t{32} << 20;
 };
 
 class StoreWriter {
  public:
-  // REQUIRES: `path` does not exist; its parent directory exists.
+  // REQUIRES: `path` does not exist (else AlreadyExists). Missing parent
+  // directories are created.
   static Result<std::unique_ptr<StoreWriter>> Create(const std::string& path,
                                                       const Schema& schema,
                                                       const WriteOptions& options);

@@ -1,0 +1,211 @@
+#include "codec.h"
+
+#include <zdict.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "loaderx/store.h"
+
+namespace loaderx::codec {
+namespace {
+
+struct CCtxDeleter {
+  void operator()(ZSTD_CCtx* c) const { ZSTD_freeCCtx(c); }
+};
+struct DCtxDeleter {
+  void operator()(ZSTD_DCtx* c) const { ZSTD_freeDCtx(c); }
+};
+
+// One context per thread: contexts are not thread-safe but are expensive to
+// create, and the pool threads live as long as the process.
+ZSTD_CCtx* ThreadCCtx() {
+  thread_local std::unique_ptr<ZSTD_CCtx, CCtxDeleter> ctx(ZSTD_createCCtx());
+  return ctx.get();
+}
+ZSTD_DCtx* ThreadDCtx() {
+  thread_local std::unique_ptr<ZSTD_DCtx, DCtxDeleter> ctx(ZSTD_createDCtx());
+  return ctx.get();
+}
+
+std::string ZstdError(size_t code) { return ZSTD_getErrorName(code); }
+
+constexpr size_t kStreamPiece = 4 << 20;
+
+}  // namespace
+
+Result<std::shared_ptr<const ZstdDictionary>> ZstdDictionary::Create(std::string bytes,
+                                                                      int level) {
+  if (bytes.empty()) return Status::InvalidArgument("dict_bytes is empty");
+  const uint32_t id = ZDICT_getDictID(bytes.data(), bytes.size());
+  if (id == 0) {
+    return Status::InvalidArgument(
+        "dict_bytes is not a zstd dictionary (no dictionary header/id); train one with "
+        "loaderx.utils.train_dict");
+  }
+  std::shared_ptr<ZstdDictionary> d(new ZstdDictionary());
+  d->bytes_ = std::move(bytes);
+  d->id_ = id;
+  d->cdict_ = ZSTD_createCDict(d->bytes_.data(), d->bytes_.size(), level);
+  d->ddict_ = ZSTD_createDDict(d->bytes_.data(), d->bytes_.size());
+  if (d->cdict_ == nullptr || d->ddict_ == nullptr) {
+    return Status::InvalidArgument("dict_bytes could not be loaded as a zstd dictionary");
+  }
+  return std::shared_ptr<const ZstdDictionary>(std::move(d));
+}
+
+ZstdDictionary::~ZstdDictionary() {
+  ZSTD_freeCDict(cdict_);
+  ZSTD_freeDDict(ddict_);
+}
+
+size_t CompressBound(size_t n) { return ZSTD_compressBound(n); }
+
+Result<size_t> Compress(const void* src, size_t n, int level, const ZstdDictionary* dict,
+                        void* dst, size_t capacity) {
+  ZSTD_CCtx* cctx = ThreadCCtx();
+  if (cctx == nullptr) return Status::ResourceExhausted("ZSTD_createCCtx failed");
+  size_t r = dict != nullptr
+                 ? ZSTD_compress_usingCDict(cctx, dst, capacity, src, n, dict->cdict())
+                 : ZSTD_compressCCtx(cctx, dst, capacity, src, n, level);
+  if (ZSTD_isError(r)) return Status::Internal("zstd compression failed: " + ZstdError(r));
+  return r;
+}
+
+Status Decompress(const void* src, size_t n, const ZstdDictionary* dict, void* out,
+                  size_t out_len, const std::string& what) {
+  ZSTD_DCtx* dctx = ThreadDCtx();
+  if (dctx == nullptr) return Status::ResourceExhausted("ZSTD_createDCtx failed");
+  size_t r = dict != nullptr ? ZSTD_decompress_usingDDict(dctx, out, out_len, src, n, dict->ddict())
+                             : ZSTD_decompressDCtx(dctx, out, out_len, src, n);
+  if (ZSTD_isError(r)) return Status::Corruption(what + ": zstd: " + ZstdError(r));
+  if (r != out_len) {
+    return Status::Corruption(what + ": decoded " + std::to_string(r) + " bytes, expected " +
+                              std::to_string(out_len));
+  }
+  return Status::OK();
+}
+
+Status CompressStream(const void* src, uint64_t n, int level, const ZstdDictionary* dict,
+                      const std::function<Status(const void*, size_t)>& sink) {
+  ZSTD_CCtx* cctx = ThreadCCtx();
+  if (cctx == nullptr) return Status::ResourceExhausted("ZSTD_createCCtx failed");
+  ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters);
+  // Leave the context clean for the one-shot calls of this thread.
+  struct Reset {
+    ZSTD_CCtx* c;
+    ~Reset() { ZSTD_CCtx_reset(c, ZSTD_reset_session_and_parameters); }
+  } reset{cctx};
+  size_t r = dict != nullptr ? ZSTD_CCtx_refCDict(cctx, dict->cdict())
+                             : ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
+  if (!ZSTD_isError(r)) r = ZSTD_CCtx_setPledgedSrcSize(cctx, n);
+  if (ZSTD_isError(r)) return Status::Internal("zstd setup failed: " + ZstdError(r));
+
+  std::vector<uint8_t> piece(kStreamPiece);
+  const uint8_t* p = static_cast<const uint8_t*>(src);
+  uint64_t left = n;
+  for (;;) {
+    const size_t chunk = static_cast<size_t>(std::min<uint64_t>(left, kStreamPiece));
+    ZSTD_inBuffer in{p, chunk, 0};
+    const ZSTD_EndDirective mode = chunk == left ? ZSTD_e_end : ZSTD_e_continue;
+    size_t remaining;
+    do {
+      ZSTD_outBuffer out{piece.data(), piece.size(), 0};
+      remaining = ZSTD_compressStream2(cctx, &out, &in, mode);
+      if (ZSTD_isError(remaining)) {
+        return Status::Internal("zstd compression failed: " + ZstdError(remaining));
+      }
+      if (out.pos > 0) LX_RETURN_IF_ERROR(sink(piece.data(), out.pos));
+    } while (mode == ZSTD_e_end ? remaining != 0 : in.pos < in.size);
+    p += chunk;
+    left -= chunk;
+    if (mode == ZSTD_e_end) return Status::OK();
+  }
+}
+
+Status DecompressStream(const void* src, uint64_t n, const ZstdDictionary* dict,
+                        uint64_t out_len, const std::function<void(const void*, size_t)>& sink,
+                        const std::string& what) {
+  ZSTD_DCtx* dctx = ThreadDCtx();
+  if (dctx == nullptr) return Status::ResourceExhausted("ZSTD_createDCtx failed");
+  ZSTD_DCtx_reset(dctx, ZSTD_reset_session_and_parameters);
+  struct Reset {
+    ZSTD_DCtx* c;
+    ~Reset() { ZSTD_DCtx_reset(c, ZSTD_reset_session_and_parameters); }
+  } reset{dctx};
+  if (dict != nullptr) ZSTD_DCtx_refDDict(dctx, dict->ddict());
+  std::vector<uint8_t> piece(kStreamPiece);
+  ZSTD_inBuffer in{src, static_cast<size_t>(n), 0};
+  uint64_t total = 0;
+  size_t r = 1;
+  while (in.pos < in.size) {
+    ZSTD_outBuffer out{piece.data(), piece.size(), 0};
+    r = ZSTD_decompressStream(dctx, &out, &in);
+    if (ZSTD_isError(r)) return Status::Corruption(what + ": zstd: " + ZstdError(r));
+    total += out.pos;
+    if (total > out_len) {
+      return Status::Corruption(what + ": decodes to more than " + std::to_string(out_len) +
+                                " bytes");
+    }
+    if (out.pos > 0) sink(piece.data(), out.pos);
+    if (r == 0 && in.pos < in.size) {
+      return Status::Corruption(what + ": trailing bytes after the zstd frame");
+    }
+    if (out.pos == 0 && in.pos == in.size) break;
+  }
+  // Flush whatever the decoder still holds.
+  while (r != 0) {
+    ZSTD_outBuffer out{piece.data(), piece.size(), 0};
+    r = ZSTD_decompressStream(dctx, &out, &in);
+    if (ZSTD_isError(r)) return Status::Corruption(what + ": zstd: " + ZstdError(r));
+    if (out.pos == 0) {
+      if (r != 0) return Status::Corruption(what + ": truncated zstd frame");
+      break;
+    }
+    total += out.pos;
+    if (total > out_len) {
+      return Status::Corruption(what + ": decodes to more than " + std::to_string(out_len) +
+                                " bytes");
+    }
+    sink(piece.data(), out.pos);
+  }
+  if (total != out_len) {
+    return Status::Corruption(what + ": decoded " + std::to_string(total) + " bytes, expected " +
+                              std::to_string(out_len));
+  }
+  return Status::OK();
+}
+
+}  // namespace loaderx::codec
+
+namespace loaderx {
+
+Result<std::string> TrainDictionary(const std::vector<std::string_view>& samples,
+                                    size_t capacity) {
+  if (capacity < 256) {
+    return Status::InvalidArgument("dictionary size " + std::to_string(capacity) +
+                                   " is too small (minimum 256 bytes)");
+  }
+  std::string joined;
+  std::vector<size_t> sizes;
+  sizes.reserve(samples.size());
+  for (auto s : samples) {
+    if (s.empty()) continue;  // ZDICT rejects empty samples
+    joined.append(s);
+    sizes.push_back(s.size());
+  }
+  std::string dict(capacity, '\0');
+  size_t r = ZDICT_trainFromBuffer(dict.data(), capacity, joined.data(), sizes.data(),
+                                   static_cast<unsigned>(sizes.size()));
+  if (ZDICT_isError(r)) {
+    return Status::InvalidArgument(
+        "cannot train a dictionary from " + std::to_string(sizes.size()) + " samples (" +
+        std::to_string(joined.size()) + " bytes): " + ZDICT_getErrorName(r) +
+        "; give more (or larger) records, or a smaller size");
+  }
+  dict.resize(r);
+  return dict;
+}
+
+}  // namespace loaderx

@@ -1,0 +1,68 @@
+// zstd record codec: one-shot and streaming (de)compression with per-thread
+// contexts, and the shared dictionary of a zstd_dict store.
+//
+// Private to common/. Thread-safety: every function may be called from any
+// thread; each thread lazily creates and keeps its own ZSTD_CCtx / ZSTD_DCtx
+// (thread_local). A ZstdDictionary is immutable after Create and shared by all
+// threads (zstd documents CDict/DDict as read-only after creation).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "loaderx/status.h"
+
+struct ZSTD_CDict_s;
+struct ZSTD_DDict_s;
+
+namespace loaderx::codec {
+
+class ZstdDictionary {
+ public:
+  // Validates `bytes` as a zstd dictionary (ZDICT header with a non-zero id)
+  // and digests it for compression at `level` and for decompression.
+  static Result<std::shared_ptr<const ZstdDictionary>> Create(std::string bytes, int level);
+  ~ZstdDictionary();
+  ZstdDictionary(const ZstdDictionary&) = delete;
+  ZstdDictionary& operator=(const ZstdDictionary&) = delete;
+
+  uint32_t id() const { return id_; }
+  const std::string& bytes() const { return bytes_; }
+  const ZSTD_CDict_s* cdict() const { return cdict_; }
+  const ZSTD_DDict_s* ddict() const { return ddict_; }
+
+ private:
+  ZstdDictionary() = default;
+  std::string bytes_;
+  uint32_t id_ = 0;
+  ZSTD_CDict_s* cdict_ = nullptr;
+  ZSTD_DDict_s* ddict_ = nullptr;
+};
+
+// Worst-case compressed size of n input bytes.
+size_t CompressBound(size_t n);
+
+// Compresses [src, src+n) as one frame into dst (capacity >= CompressBound(n)).
+// `dict` may be null. Returns the frame size.
+Result<size_t> Compress(const void* src, size_t n, int level, const ZstdDictionary* dict,
+                        void* dst, size_t capacity);
+
+// Decodes one record into exactly out_len bytes; any other outcome (bad frame,
+// wrong dictionary, longer or shorter output) is Corruption("<what>: ...").
+Status Decompress(const void* src, size_t n, const ZstdDictionary* dict, void* out,
+                  size_t out_len, const std::string& what);
+
+// Streaming compression of a large record: the frame is handed to `sink` in
+// pieces of at most a few MiB, so memory stays bounded whatever n is.
+Status CompressStream(const void* src, uint64_t n, int level, const ZstdDictionary* dict,
+                      const std::function<Status(const void*, size_t)>& sink);
+
+// Streaming decode (verify path): decoded pieces go to `sink`; the total must
+// equal out_len.
+Status DecompressStream(const void* src, uint64_t n, const ZstdDictionary* dict,
+                        uint64_t out_len, const std::function<void(const void*, size_t)>& sink,
+                        const std::string& what);
+
+}  // namespace loaderx::codec

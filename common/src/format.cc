@@ -1,0 +1,170 @@
+#include "format.h"
+
+#include <xxhash.h>
+
+#include <cstdio>
+#include <msgpack.hpp>
+
+namespace loaderx::format {
+
+std::string DataFileName(uint32_t shard) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "data-%03u", shard);
+  return buf;
+}
+
+uint64_t Hash64(const void* data, size_t len) { return XXH3_64bits(data, len); }
+
+namespace {
+
+const char* KindName(Kind k) { return k == Kind::kDense ? "dense" : "ragged"; }
+
+using Packer = msgpack::packer<msgpack::sbuffer>;
+
+void PackStr(Packer& p, std::string_view s) {
+  p.pack_str(static_cast<uint32_t>(s.size()));
+  p.pack_str_body(s.data(), static_cast<uint32_t>(s.size()));
+}
+
+}  // namespace
+
+std::string EncodeMetadata(const Metadata& m) {
+  msgpack::sbuffer buf;
+  Packer p(buf);
+  p.pack_map(17);
+  PackStr(p, "magic"); PackStr(p, kMagic);
+  PackStr(p, "major"); p.pack(m.major);
+  PackStr(p, "minor"); p.pack(m.minor);
+  PackStr(p, "kind"); PackStr(p, KindName(m.schema.kind));
+  PackStr(p, "dtype"); PackStr(p, m.schema.dtype.str);
+  PackStr(p, "item_shape");
+  p.pack_array(static_cast<uint32_t>(m.schema.item_shape.size()));
+  for (uint64_t d : m.schema.item_shape) p.pack(d);
+  PackStr(p, "ndim"); p.pack(m.schema.ndim);
+  PackStr(p, "codec"); PackStr(p, CodecName(m.codec));
+  PackStr(p, "level"); p.pack(m.level);
+  PackStr(p, "count"); p.pack(m.count);
+  PackStr(p, "data_shards"); p.pack(m.data_shards);
+  PackStr(p, "dict_id"); p.pack(m.dict_id);
+  PackStr(p, "nbytes"); p.pack(m.nbytes);
+  PackStr(p, "index_table_xxh3"); p.pack(m.index_table_xxh3);
+  PackStr(p, "shapes_table_xxh3"); p.pack(m.shapes_table_xxh3);
+  PackStr(p, "files");
+  p.pack_map(static_cast<uint32_t>(m.files.size()));
+  for (const auto& [name, info] : m.files) {
+    PackStr(p, name);
+    p.pack_array(2);
+    p.pack(info.size);
+    p.pack(info.xxh3);
+  }
+  PackStr(p, "writer"); PackStr(p, m.writer);
+
+  std::string out(buf.data(), buf.size());
+  uint64_t h = Hash64(out.data(), out.size());
+  out.append(reinterpret_cast<const char*>(&h), 8);
+  return out;
+}
+
+Result<Metadata> DecodeMetadata(std::string_view bytes, const std::string& label) {
+  auto bad = [&](const std::string& why) { return Status::Corruption(label + ": " + why); };
+  if (bytes.size() < 9) return bad("metadata truncated (" + std::to_string(bytes.size()) + " bytes)");
+  const size_t body = bytes.size() - 8;
+  uint64_t stored;
+  std::memcpy(&stored, bytes.data() + body, 8);
+  if (Hash64(bytes.data(), body) != stored) return bad("metadata checksum mismatch");
+
+  Metadata m;
+  bool seen_magic = false;
+  std::string kind, dtype, codec;
+  try {
+    size_t off = 0;
+    msgpack::object_handle oh = msgpack::unpack(bytes.data(), body, off);
+    if (off != body) return bad("trailing bytes after metadata");
+    const msgpack::object& o = oh.get();
+    if (o.type != msgpack::type::MAP) return bad("metadata is not a map");
+    for (uint32_t i = 0; i < o.via.map.size; ++i) {
+      const auto& kv = o.via.map.ptr[i];
+      std::string key = kv.key.as<std::string>();
+      const msgpack::object& v = kv.val;
+      if (key == "magic") {
+        if (v.as<std::string>() != kMagic) return bad("not a Zrecord store (bad magic)");
+        seen_magic = true;
+      } else if (key == "major") {
+        m.major = v.as<uint32_t>();
+      } else if (key == "minor") {
+        m.minor = v.as<uint32_t>();
+      } else if (key == "kind") {
+        kind = v.as<std::string>();
+      } else if (key == "dtype") {
+        dtype = v.as<std::string>();
+      } else if (key == "item_shape") {
+        m.schema.item_shape = v.as<std::vector<uint64_t>>();
+      } else if (key == "ndim") {
+        m.schema.ndim = v.as<uint32_t>();
+      } else if (key == "codec") {
+        codec = v.as<std::string>();
+      } else if (key == "level") {
+        m.level = v.as<int>();
+      } else if (key == "count") {
+        m.count = v.as<uint64_t>();
+      } else if (key == "data_shards") {
+        m.data_shards = v.as<uint32_t>();
+      } else if (key == "dict_id") {
+        m.dict_id = v.as<uint32_t>();
+      } else if (key == "nbytes") {
+        m.nbytes = v.as<uint64_t>();
+      } else if (key == "index_table_xxh3") {
+        m.index_table_xxh3 = v.as<uint64_t>();
+      } else if (key == "shapes_table_xxh3") {
+        m.shapes_table_xxh3 = v.as<uint64_t>();
+      } else if (key == "files") {
+        if (v.type != msgpack::type::MAP) return bad("'files' is not a map");
+        for (uint32_t j = 0; j < v.via.map.size; ++j) {
+          auto pair = v.via.map.ptr[j].val.as<std::vector<uint64_t>>();
+          if (pair.size() != 2) return bad("bad 'files' entry");
+          m.files[v.via.map.ptr[j].key.as<std::string>()] = FileInfo{pair[0], pair[1]};
+        }
+      } else if (key == "writer") {
+        m.writer = v.as<std::string>();
+      }  // Unknown keys: added by a newer minor version; ignored.
+    }
+  } catch (const std::exception& e) {
+    return bad(std::string("malformed metadata: ") + e.what());
+  }
+  if (!seen_magic) return bad("not a Zrecord store (no magic)");
+  if (m.major != kFormatMajor) {
+    return bad("unsupported format version " + std::to_string(m.major) + "." +
+               std::to_string(m.minor) + " (this reader supports " +
+               std::to_string(kFormatMajor) + ".x)");
+  }
+  if (kind == "dense") {
+    m.schema.kind = Kind::kDense;
+  } else if (kind == "ragged") {
+    m.schema.kind = Kind::kRagged;
+  } else {
+    return bad("unknown kind '" + kind + "'");
+  }
+  auto dt = DType::Parse(dtype);
+  if (!dt.ok()) return bad("bad dtype: " + dt.status().message());
+  m.schema.dtype = *dt;
+  auto c = ParseCodec(codec);
+  if (!c.ok()) return bad(c.status().message());
+  m.codec = *c;
+  if (m.data_shards < 1 || m.data_shards > kMaxShards) {
+    return bad("data_shards " + std::to_string(m.data_shards) + " outside 1..255");
+  }
+  if (m.schema.kind == Kind::kDense) {
+    if (m.schema.item_shape.size() > kMaxNdim) return bad("item_shape rank above 32");
+    m.schema.ndim = static_cast<uint32_t>(m.schema.item_shape.size());
+    uint64_t bytes_per = m.schema.dtype.itemsize;
+    for (uint64_t d : m.schema.item_shape) {
+      if (MulOverflow(bytes_per, d, &bytes_per)) return bad("item_shape overflows");
+    }
+  } else if (m.schema.ndim < 1 || m.schema.ndim > kMaxNdim || !m.schema.item_shape.empty()) {
+    return bad("ragged ndim " + std::to_string(m.schema.ndim) + " outside 1..32");
+  }
+  if ((m.codec == Codec::kZstdDict) != (m.dict_id != 0)) return bad("dict_id inconsistent with codec");
+  return m;
+}
+
+}  // namespace loaderx::format

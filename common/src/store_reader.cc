@@ -1,0 +1,465 @@
+// Store: opens, validates and reads a published Zrecord store
+// (docs/format.md, "Reading").
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "codec.h"
+#include "format.h"
+#include "loaderx/store.h"
+#include "loaderx/thread_pool.h"
+
+namespace loaderx {
+namespace {
+
+using format::IndexEntry;
+
+// Gather planning: raw records above kSplitBytes are copied in pieces by
+// several threads; small records are grouped until a task has kGroupBytes.
+constexpr uint64_t kSplitBytes = uint64_t{1} << 20;
+constexpr uint64_t kGroupBytes = uint64_t{256} << 10;
+// Verify decodes records up to this size in one call, larger ones streaming.
+constexpr uint64_t kVerifyOneShot = uint64_t{64} << 20;
+
+Result<std::string> ReadWhole(int fd, uint64_t size, const std::string& what) {
+  std::string s(size, '\0');
+  LX_RETURN_IF_ERROR(PReadAll(fd, s.data(), size, 0, what));
+  return s;
+}
+
+Result<format::Metadata> ReadMeta(int fd, const std::string& what) {
+  LX_ASSIGN_OR_RETURN(uint64_t size, FileSize(fd));
+  if (size > format::kMaxMetaBytes) {
+    return Status::Corruption(what + ": metadata too large (" + std::to_string(size) + " bytes)");
+  }
+  LX_ASSIGN_OR_RETURN(std::string bytes, ReadWhole(fd, size, what));
+  return format::DecodeMetadata(bytes, what);
+}
+
+// A bitmap of verified blocks. Bits only go 0 -> 1; a racing second check of
+// the same block is harmless (same answer), so relaxed ordering would do; the
+// acquire/release pair documents that a set bit means "block checked".
+class VerifiedBits {
+ public:
+  explicit VerifiedBits(uint64_t n) : words_((n + 63) / 64), bits_(new std::atomic<uint64_t>[words_]) {
+    for (uint64_t w = 0; w < words_; ++w) bits_[w].store(0, std::memory_order_relaxed);
+  }
+  bool Test(uint64_t b) const {
+    return (bits_[b / 64].load(std::memory_order_acquire) >> (b % 64)) & 1;
+  }
+  void Set(uint64_t b) { bits_[b / 64].fetch_or(uint64_t{1} << (b % 64), std::memory_order_release); }
+
+ private:
+  uint64_t words_;
+  std::unique_ptr<std::atomic<uint64_t>[]> bits_;
+};
+
+// A blocked table (index or shapes) mapped read-only, with its block checksums.
+struct Table {
+  std::string what;  // "<label>/index"
+  MappedRegion map;
+  uint64_t rows = 0;
+  uint64_t row_bytes = 0;
+  std::vector<uint64_t> block_sums;
+  std::unique_ptr<VerifiedBits> verified;
+
+  Status CheckBlock(uint64_t b) const {
+    if (verified->Test(b)) return Status::OK();
+    const uint64_t first = b * format::kBlockRecords;
+    const uint64_t last = std::min(rows, first + format::kBlockRecords);
+    const uint64_t h = format::Hash64(map.data() + first * row_bytes, (last - first) * row_bytes);
+    if (h != block_sums[b]) {
+      return Status::Corruption(what + ": checksum mismatch in block " + std::to_string(b) +
+                                " (records " + std::to_string(first) + ".." +
+                                std::to_string(last - 1) + ")");
+    }
+    verified->Set(b);
+    return Status::OK();
+  }
+  Result<const uint8_t*> Row(uint64_t i) const {
+    LX_RETURN_IF_ERROR(CheckBlock(i / format::kBlockRecords));
+    return map.data() + i * row_bytes;
+  }
+};
+
+class StoreImpl final : public Store {
+ public:
+  static Result<std::shared_ptr<Store>> Make(StoreFiles files);
+
+  const Schema& schema() const override { return meta_.schema; }
+  Codec codec() const override { return meta_.codec; }
+  uint32_t data_shards() const override { return meta_.data_shards; }
+  uint64_t size() const override { return meta_.count; }
+  uint64_t nbytes() const override { return meta_.nbytes; }
+  uint64_t stored_bytes() const override { return stored_bytes_; }
+  const std::string& label() const override { return files_.label; }
+  std::pair<uint64_t, uint64_t> identity() const override { return identity_; }
+
+  Status RecordShape(uint64_t i, uint64_t* dims) const override {
+    LX_RETURN_IF_ERROR(CheckIndex(i));
+    if (meta_.schema.kind == Kind::kDense) {
+      std::copy(meta_.schema.item_shape.begin(), meta_.schema.item_shape.end(), dims);
+      return Status::OK();
+    }
+    LX_ASSIGN_OR_RETURN(const uint8_t* row, shapes_.Row(i));
+    std::memcpy(dims, row, meta_.schema.ndim * 8);
+    return Status::OK();
+  }
+
+  Result<uint64_t> RecordBytes(uint64_t i) const override {
+    LX_RETURN_IF_ERROR(CheckIndex(i));
+    if (meta_.schema.kind == Kind::kDense) return item_bytes_;
+    LX_ASSIGN_OR_RETURN(const uint8_t* row, shapes_.Row(i));
+    uint64_t b = meta_.schema.dtype.itemsize;
+    for (uint32_t d = 0; d < meta_.schema.ndim; ++d) {
+      uint64_t dim;
+      std::memcpy(&dim, row + d * 8, 8);
+      if (format::MulOverflow(b, dim, &b)) {
+        return Status::Corruption(shapes_.what + ": record " + std::to_string(i) +
+                                  ": shape overflows");
+      }
+    }
+    return b;
+  }
+
+  Result<RecordRef> Locate(uint64_t i) const override {
+    LX_ASSIGN_OR_RETURN(uint64_t raw_len, RecordBytes(i));
+    LX_ASSIGN_OR_RETURN(const uint8_t* row, index_.Row(i));
+    const IndexEntry e = format::DecodeEntry(row);
+    auto bad = [&](const std::string& why) {
+      return Status::Corruption(index_.what + ": record " + std::to_string(i) + ": " + why);
+    };
+    if (e.shard >= meta_.data_shards) return bad("shard " + std::to_string(e.shard) + " out of range");
+    if ((e.flags & ~format::kKnownFlags) != 0 || e.reserved != 0) return bad("unknown flags");
+    const uint64_t file_size = data_sizes_[e.shard];
+    if (e.offset > file_size || e.stored_len > file_size - e.offset) {
+      return bad("extent [" + std::to_string(e.offset) + ", +" + std::to_string(e.stored_len) +
+                 ") outside " + format::DataFileName(e.shard) + " (" + std::to_string(file_size) +
+                 " bytes)");
+    }
+    const bool compressed = (e.flags & format::kFlagCompressed) != 0;
+    if (!compressed && e.stored_len != raw_len) {
+      return bad("stored length " + std::to_string(e.stored_len) + " != record length " +
+                 std::to_string(raw_len));
+    }
+    if (compressed && (e.stored_len == 0 || e.stored_len >= raw_len || meta_.codec == Codec::kRaw)) {
+      return bad("inconsistent compressed entry");
+    }
+    RecordRef r;
+    r.shard = e.shard;
+    r.offset = e.offset;
+    r.stored_len = e.stored_len;
+    r.raw_len = raw_len;
+    r.compressed = compressed;
+    r.checksum = e.checksum;
+    return r;
+  }
+
+  Status ReadRecord(uint64_t i, void* out, uint64_t out_len) const override {
+    LX_ASSIGN_OR_RETURN(RecordRef r, Locate(i));
+    if (out_len != r.raw_len) {
+      return Status::InvalidArgument("record " + std::to_string(i) + " has " +
+                                     std::to_string(r.raw_len) + " bytes, output has " +
+                                     std::to_string(out_len));
+    }
+    return Decode(i, r, out);
+  }
+
+  Status Gather(std::span<const uint64_t> indices, std::span<void* const> outs,
+                ThreadPool* pool) const override {
+    if (indices.size() != outs.size()) {
+      return Status::InvalidArgument("Gather: indices and outputs differ in length");
+    }
+    struct Task {
+      size_t k;          // first output of the task
+      size_t end;        // one past the last output (groups)
+      uint64_t from, to; // byte range (pieces of one split raw record)
+    };
+    std::vector<RecordRef> refs(indices.size());
+    std::vector<Task> tasks;
+    uint64_t group_bytes = 0;
+    for (size_t k = 0; k < indices.size(); ++k) {
+      LX_ASSIGN_OR_RETURN(refs[k], Locate(indices[k]));
+      const RecordRef& r = refs[k];
+      if (!r.compressed && r.raw_len > kSplitBytes && pool != nullptr) {
+        for (uint64_t off = 0; off < r.raw_len; off += kSplitBytes) {
+          tasks.push_back({k, k + 1, off, std::min(r.raw_len, off + kSplitBytes)});
+        }
+        group_bytes = kGroupBytes;  // close the current group
+        continue;
+      }
+      if (tasks.empty() || group_bytes >= kGroupBytes) {
+        tasks.push_back({k, k + 1, 0, UINT64_MAX});
+        group_bytes = 0;
+      } else {
+        tasks.back().end = k + 1;
+      }
+      group_bytes += r.raw_len;
+    }
+    std::vector<Status> sts(tasks.size());
+    auto run = [&](size_t t) {
+      const Task& task = tasks[t];
+      if (task.to != UINT64_MAX) {  // a piece of a raw record
+        const RecordRef& r = refs[task.k];
+        std::memcpy(static_cast<uint8_t*>(outs[task.k]) + task.from,
+                    data_maps_[r.shard].data() + r.offset + task.from, task.to - task.from);
+        return;
+      }
+      for (size_t k = task.k; k < task.end; ++k) {
+        Status st = Decode(indices[k], refs[k], outs[k]);
+        if (!st.ok()) {
+          sts[t] = std::move(st);
+          return;
+        }
+      }
+    };
+    if (pool != nullptr) {
+      pool->ParallelFor(tasks.size(), run);
+    } else {
+      for (size_t t = 0; t < tasks.size(); ++t) run(t);
+    }
+    for (auto& st : sts) LX_RETURN_IF_ERROR(st);
+    return Status::OK();
+  }
+
+  Status Verify(const std::function<void(uint64_t, uint64_t)>& progress) const override {
+    const uint64_t n = meta_.count;
+    // Tables first: a record cannot be located through a bad block.
+    LX_RETURN_IF_ERROR(VerifyTable(index_, format::kIndexFile));
+    if (meta_.schema.kind == Kind::kRagged) LX_RETURN_IF_ERROR(VerifyTable(shapes_, format::kShapesFile));
+    std::vector<uint8_t> scratch;
+    for (uint64_t i = 0; i < n; ++i) {
+      if (progress && i % 4096 == 0) progress(i, n);
+      LX_ASSIGN_OR_RETURN(RecordRef r, Locate(i));
+      const std::string what = files_.label + ": record " + std::to_string(i) + " (" +
+                               format::DataFileName(r.shard) + ")";
+      const uint8_t* src = data_maps_[r.shard].data() + r.offset;
+      if (format::RecordChecksum(src, r.stored_len) != r.checksum) {
+        return Status::Corruption(what + ": checksum mismatch");
+      }
+      if (!r.compressed) continue;
+      if (r.raw_len <= kVerifyOneShot) {
+        scratch.resize(r.raw_len);
+        LX_RETURN_IF_ERROR(codec::Decompress(src, r.stored_len, dict_.get(), scratch.data(),
+                                             r.raw_len, what));
+      } else {
+        LX_RETURN_IF_ERROR(codec::DecompressStream(src, r.stored_len, dict_.get(), r.raw_len,
+                                                   [](const void*, size_t) {}, what));
+      }
+    }
+    // Whole-file checksums catch bytes no record covers.
+    for (uint32_t s = 0; s < meta_.data_shards; ++s) {
+      const std::string name = format::DataFileName(s);
+      const MappedRegion& m = data_maps_[s];
+      if (format::Hash64(m.data(), m.size()) != meta_.files.at(name).xxh3) {
+        return Status::Corruption(files_.label + "/" + name + ": file checksum mismatch");
+      }
+    }
+    if (progress) progress(n, n);
+    return Status::OK();
+  }
+
+ private:
+  Status CheckIndex(uint64_t i) const {
+    if (i >= meta_.count) {
+      return Status::IndexError("record index " + std::to_string(i) + " out of range for " +
+                                files_.label + " (" + std::to_string(meta_.count) + " records)");
+    }
+    return Status::OK();
+  }
+
+  Status VerifyTable(const Table& t, const char* name) const {
+    for (uint64_t b = 0; b < t.block_sums.size(); ++b) LX_RETURN_IF_ERROR(t.CheckBlock(b));
+    if (format::Hash64(t.map.data(), t.map.size()) != meta_.files.at(name).xxh3) {
+      return Status::Corruption(t.what + ": file checksum mismatch");
+    }
+    return Status::OK();
+  }
+
+  Status Decode(uint64_t i, const RecordRef& r, void* out) const {
+    const uint8_t* src = data_maps_[r.shard].data() + r.offset;
+    if (!r.compressed) {
+      if (r.raw_len > 0) std::memcpy(out, src, r.raw_len);
+      return Status::OK();
+    }
+    return codec::Decompress(src, r.stored_len, dict_.get(), out, r.raw_len,
+                             files_.label + ": record " + std::to_string(i));
+  }
+
+  Status LoadTable(Table* t, const char* name, int fd, uint64_t row_bytes, uint64_t table_xxh3);
+
+  StoreFiles files_;
+  format::Metadata meta_;
+  Table index_, shapes_;
+  std::vector<MappedRegion> data_maps_;
+  std::vector<uint64_t> data_sizes_;
+  std::shared_ptr<const codec::ZstdDictionary> dict_;
+  uint64_t item_bytes_ = 0;
+  uint64_t stored_bytes_ = 0;
+  std::pair<uint64_t, uint64_t> identity_;
+};
+
+Status StoreImpl::LoadTable(Table* t, const char* name, int fd, uint64_t row_bytes,
+                            uint64_t table_xxh3) {
+  t->what = files_.label + "/" + name;
+  t->rows = meta_.count;
+  t->row_bytes = row_bytes;
+  const uint64_t blocks = format::NumBlocks(meta_.count);
+  uint64_t body;
+  if (format::MulOverflow(meta_.count, row_bytes, &body) || body + blocks * 8 < body) {
+    return Status::Corruption(t->what + ": record count overflows");
+  }
+  LX_ASSIGN_OR_RETURN(uint64_t size, FileSize(fd));
+  if (size != body + blocks * 8) {
+    return Status::Corruption(t->what + ": size " + std::to_string(size) + " bytes, expected " +
+                              std::to_string(body + blocks * 8) + " (truncated or extended)");
+  }
+  t->block_sums.resize(blocks);
+  LX_RETURN_IF_ERROR(PReadAll(fd, t->block_sums.data(), blocks * 8, body, t->what));
+  if (format::Hash64(t->block_sums.data(), blocks * 8) != table_xxh3) {
+    return Status::Corruption(t->what + ": block checksum table mismatch");
+  }
+  t->verified = std::make_unique<VerifiedBits>(blocks);
+  LX_ASSIGN_OR_RETURN(t->map, MappedRegion::Map(fd, size));
+  return Status::OK();
+}
+
+Result<std::shared_ptr<Store>> StoreImpl::Make(StoreFiles files) {
+  auto s = std::shared_ptr<StoreImpl>(new StoreImpl());
+  s->files_ = std::move(files);
+  const std::string& label = s->files_.label;
+  auto name_of = [&](const std::string& f) { return label + "/" + f; };
+  if (!s->files_.meta.valid() || !s->files_.index.valid()) {
+    return Status::InvalidArgument(label + ": incomplete file set");
+  }
+  LX_ASSIGN_OR_RETURN(s->meta_, ReadMeta(s->files_.meta.get(), name_of(format::kMetaFile)));
+  const format::Metadata& m = s->meta_;
+  struct stat st;
+  if (::fstat(s->files_.meta.get(), &st) != 0) return Status::FromErrno(label, errno);
+  s->identity_ = {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+  s->stored_bytes_ = static_cast<uint64_t>(st.st_size);
+
+  // Every file the metadata lists must be present with exactly its size.
+  auto check_size = [&](int fd, const std::string& name) -> Status {
+    auto it = m.files.find(name);
+    if (it == m.files.end()) {
+      return Status::Corruption(name_of(format::kMetaFile) + ": no entry for file '" + name + "'");
+    }
+    if (fd < 0) return Status::Corruption(name_of(name) + ": missing");
+    LX_ASSIGN_OR_RETURN(uint64_t size, FileSize(fd));
+    if (size != it->second.size) {
+      return Status::Corruption(name_of(name) + ": size " + std::to_string(size) +
+                                " bytes, expected " + std::to_string(it->second.size) +
+                                " (truncated or extended)");
+    }
+    s->stored_bytes_ += size;
+    return Status::OK();
+  };
+  const bool ragged = m.schema.kind == Kind::kRagged;
+  if (s->files_.data.size() != m.data_shards) {
+    return Status::Corruption(label + ": " + std::to_string(s->files_.data.size()) +
+                              " data files, metadata says " + std::to_string(m.data_shards));
+  }
+  LX_RETURN_IF_ERROR(check_size(s->files_.index.get(), format::kIndexFile));
+  if (ragged) LX_RETURN_IF_ERROR(check_size(s->files_.shapes.get(), format::kShapesFile));
+  if (m.codec == Codec::kZstdDict) LX_RETURN_IF_ERROR(check_size(s->files_.dict.get(), format::kDictFile));
+  for (uint32_t i = 0; i < m.data_shards; ++i) {
+    LX_RETURN_IF_ERROR(check_size(s->files_.data[i].get(), format::DataFileName(i)));
+  }
+
+  if (!ragged) {
+    s->item_bytes_ = m.schema.DenseItemBytes();
+    uint64_t total;
+    if (format::MulOverflow(s->item_bytes_, m.count, &total) || total != m.nbytes) {
+      return Status::Corruption(name_of(format::kMetaFile) + ": nbytes inconsistent with count");
+    }
+  }
+  LX_RETURN_IF_ERROR(s->LoadTable(&s->index_, format::kIndexFile, s->files_.index.get(),
+                                  format::kEntryBytes, m.index_table_xxh3));
+  if (ragged) {
+    LX_RETURN_IF_ERROR(s->LoadTable(&s->shapes_, format::kShapesFile, s->files_.shapes.get(),
+                                    uint64_t{m.schema.ndim} * 8, m.shapes_table_xxh3));
+  }
+  if (m.codec == Codec::kZstdDict) {
+    const std::string what = name_of(format::kDictFile);
+    const format::FileInfo& info = m.files.at(format::kDictFile);
+    LX_ASSIGN_OR_RETURN(std::string bytes, ReadWhole(s->files_.dict.get(), info.size, what));
+    if (format::Hash64(bytes.data(), bytes.size()) != info.xxh3) {
+      return Status::Corruption(what + ": checksum mismatch");
+    }
+    auto d = codec::ZstdDictionary::Create(std::move(bytes), m.level);
+    if (!d.ok()) return Status::Corruption(what + ": " + d.status().message());
+    if ((*d)->id() != m.dict_id) {
+      return Status::Corruption(what + ": dictionary id " + std::to_string((*d)->id()) +
+                                " != metadata dict_id " + std::to_string(m.dict_id));
+    }
+    s->dict_ = std::move(*d);
+  }
+  for (uint32_t i = 0; i < m.data_shards; ++i) {
+    const uint64_t size = m.files.at(format::DataFileName(i)).size;
+    s->data_sizes_.push_back(size);
+    LX_ASSIGN_OR_RETURN(MappedRegion r, MappedRegion::Map(s->files_.data[i].get(), size));
+    s->data_maps_.push_back(std::move(r));
+  }
+  return std::shared_ptr<Store>(std::move(s));
+}
+
+Result<UniqueFd> OpenPart(const std::string& dir, const std::string& name) {
+  auto fd = OpenFile(dir + "/" + name, O_RDONLY);
+  if (!fd.ok() && fd.status().code() == Status::Code::kNotFound) {
+    return Status::Corruption(dir + "/" + name + ": missing");
+  }
+  return fd;
+}
+
+}  // namespace
+
+Result<StoreFiles> Store::OpenFileSet(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) return Status::NotFound(path + ": no such store");
+    return Status::FromErrno(path, errno);
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return Status::Corruption(path + ": not a Zrecord store (not a directory)");
+  }
+  StoreFiles f;
+  f.label = path;
+  auto meta = OpenPart(path, format::kMetaFile);
+  if (!meta.ok()) {
+    if (meta.status().code() == Status::Code::kCorruption) {
+      return Status::Corruption(path + ": not a Zrecord store (no metadata file)");
+    }
+    return meta.status();
+  }
+  f.meta = std::move(*meta);
+  LX_ASSIGN_OR_RETURN(format::Metadata m, ReadMeta(f.meta.get(), path + "/" + format::kMetaFile));
+  LX_ASSIGN_OR_RETURN(f.index, OpenPart(path, format::kIndexFile));
+  if (m.schema.kind == Kind::kRagged) {
+    LX_ASSIGN_OR_RETURN(f.shapes, OpenPart(path, format::kShapesFile));
+  }
+  if (m.codec == Codec::kZstdDict) {
+    LX_ASSIGN_OR_RETURN(f.dict, OpenPart(path, format::kDictFile));
+  }
+  for (uint32_t i = 0; i < m.data_shards; ++i) {
+    LX_ASSIGN_OR_RETURN(UniqueFd fd, OpenPart(path, format::DataFileName(i)));
+    f.data.push_back(std::move(fd));
+  }
+  return f;
+}
+
+Result<std::shared_ptr<Store>> Store::FromFiles(StoreFiles files) {
+  return StoreImpl::Make(std::move(files));
+}
+
+Result<std::shared_ptr<Store>> Store::Open(const std::string& path) {
+  LX_ASSIGN_OR_RETURN(StoreFiles f, OpenFileSet(path));
+  return FromFiles(std::move(f));
+}
+
+}  // namespace loaderx

@@ -1,0 +1,561 @@
+// StoreWriter: builds a Zrecord store in a hidden sibling directory and
+// publishes it with one atomic rename (docs/format.md, "Writing").
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+
+#include "codec.h"
+#include "format.h"
+#include "loaderx/store.h"
+#include "loaderx/thread_pool.h"
+
+namespace loaderx {
+namespace {
+
+namespace fs = std::filesystem;
+using format::IndexEntry;
+
+// Consecutive records whose raw bytes fit in kRunBytes form a run; runs go to
+// the shards round-robin, so a gather of neighbours touches every shard and a
+// run is one contiguous write.
+constexpr uint64_t kRunBytes = uint64_t{1} << 20;
+// Raw input compressed per parallel round: bounds the writer's buffers.
+constexpr uint64_t kChunkBytes = uint64_t{64} << 20;
+
+class HashState {
+ public:
+  HashState() : s_(XXH3_createState()) { XXH3_64bits_reset(s_); }
+  ~HashState() { XXH3_freeState(s_); }
+  HashState(const HashState&) = delete;
+  HashState& operator=(const HashState&) = delete;
+  void Update(const void* p, size_t n) { XXH3_64bits_update(s_, p, n); }
+  uint64_t Digest() const { return XXH3_64bits_digest(s_); }
+  void CopyFrom(const HashState& o) { XXH3_copyState(s_, o.s_); }
+
+ private:
+  XXH3_state_t* s_;
+};
+
+Status SyncFd(int fd, const std::string& what) {
+  if (::fsync(fd) != 0) return Status::FromErrno(what + ": fsync", errno);
+  return Status::OK();
+}
+
+Status SyncDir(const std::string& dir) {
+  LX_ASSIGN_OR_RETURN(UniqueFd fd, OpenFile(dir, O_RDONLY | O_DIRECTORY));
+  return SyncFd(fd.get(), dir);
+}
+
+// A file written front to back, with a running XXH3 of its content.
+class SeqFile {
+ public:
+  Status Open(const std::string& path) {
+    path_ = path;
+    LX_ASSIGN_OR_RETURN(fd_, OpenFile(path, O_WRONLY | O_CREAT | O_EXCL));
+    return Status::OK();
+  }
+  Status Append(const void* p, uint64_t n) {
+    // PWriteAll takes size_t; uint64 == size_t on the 64-bit hosts we support.
+    LX_RETURN_IF_ERROR(PWriteAll(fd_.get(), p, n, size_, path_));
+    hash_.Update(p, n);
+    size_ += n;
+    return Status::OK();
+  }
+  // Forgets everything appended after `size`; `state` is the hash at that point.
+  Status Rewind(uint64_t size, const HashState& state) {
+    if (::ftruncate(fd_.get(), static_cast<off_t>(size)) != 0) {
+      return Status::FromErrno(path_ + ": ftruncate", errno);
+    }
+    size_ = size;
+    hash_.CopyFrom(state);
+    return Status::OK();
+  }
+  Status Sync() { return SyncFd(fd_.get(), path_); }
+  uint64_t size() const { return size_; }
+  const HashState& hash() const { return hash_; }
+  format::FileInfo Info() const { return {size_, hash_.Digest()}; }
+
+ private:
+  std::string path_;
+  UniqueFd fd_;
+  uint64_t size_ = 0;
+  HashState hash_;
+};
+
+// Fixed-width rows checksummed per kBlockRecords rows; the table of block
+// checksums is appended when finished.
+class BlockedTableWriter {
+ public:
+  explicit BlockedTableWriter(size_t row_bytes) : row_bytes_(row_bytes) {}
+  Status Open(const std::string& path) { return file_.Open(path); }
+  Status AppendRows(const void* rows, uint64_t n) {
+    const uint8_t* p = static_cast<const uint8_t*>(rows);
+    while (n > 0) {
+      const uint64_t take = std::min(n, format::kBlockRecords - rows_in_block_);
+      block_.append(reinterpret_cast<const char*>(p), take * row_bytes_);
+      rows_in_block_ += take;
+      p += take * row_bytes_;
+      n -= take;
+      if (rows_in_block_ == format::kBlockRecords) LX_RETURN_IF_ERROR(FlushBlock());
+    }
+    return Status::OK();
+  }
+  Status Finish(uint64_t* table_xxh3) {
+    if (rows_in_block_ > 0) LX_RETURN_IF_ERROR(FlushBlock());
+    const uint64_t table_bytes = block_hashes_.size() * 8;
+    *table_xxh3 = format::Hash64(block_hashes_.data(), table_bytes);
+    LX_RETURN_IF_ERROR(file_.Append(block_hashes_.data(), table_bytes));
+    return file_.Sync();
+  }
+  format::FileInfo Info() const { return file_.Info(); }
+
+ private:
+  Status FlushBlock() {
+    block_hashes_.push_back(format::Hash64(block_.data(), block_.size()));
+    LX_RETURN_IF_ERROR(file_.Append(block_.data(), block_.size()));
+    block_.clear();
+    rows_in_block_ = 0;
+    return Status::OK();
+  }
+  size_t row_bytes_;
+  SeqFile file_;
+  std::string block_;
+  uint64_t rows_in_block_ = 0;
+  std::vector<uint64_t> block_hashes_;
+};
+
+struct Buffer {
+  std::unique_ptr<uint8_t[]> data;
+  uint64_t size = 0;
+};
+
+class StoreWriterImpl final : public StoreWriter {
+ public:
+  StoreWriterImpl(std::string path, std::string tmp, Schema schema, WriteOptions opt)
+      : path_(std::move(path)),
+        tmp_(std::move(tmp)),
+        schema_(std::move(schema)),
+        opt_(std::move(opt)),
+        pool_(opt_.pool != nullptr ? opt_.pool : &ThreadPool::Default()),
+        index_(format::kEntryBytes),
+        shapes_(schema_.kind == Kind::kRagged ? schema_.ndim * 8 : 8) {}
+
+  ~StoreWriterImpl() override {
+    if (!published_) Abort();
+  }
+
+  Status Init() {
+    if (opt_.codec == Codec::kZstdDict) {
+      LX_ASSIGN_OR_RETURN(dict_, codec::ZstdDictionary::Create(opt_.dictionary, opt_.level));
+      SeqFile f;
+      LX_RETURN_IF_ERROR(f.Open(File(format::kDictFile)));
+      LX_RETURN_IF_ERROR(f.Append(dict_->bytes().data(), dict_->bytes().size()));
+      LX_RETURN_IF_ERROR(f.Sync());
+      dict_info_ = f.Info();
+    }
+    LX_RETURN_IF_ERROR(index_.Open(File(format::kIndexFile)));
+    if (schema_.kind == Kind::kRagged) LX_RETURN_IF_ERROR(shapes_.Open(File(format::kShapesFile)));
+    for (uint32_t s = 0; s < opt_.data_shards; ++s) {
+      shards_.push_back(std::make_unique<SeqFile>());
+      LX_RETURN_IF_ERROR(shards_.back()->Open(File(format::DataFileName(s))));
+    }
+    return Status::OK();
+  }
+
+  Status AppendDense(const void* data, uint64_t n) override {
+    LX_RETURN_IF_ERROR(CheckWritable());
+    if (schema_.kind != Kind::kDense) {
+      return Status::SchemaError(path_ + ": AppendDense on a ragged store");
+    }
+    const uint64_t item = schema_.DenseItemBytes();
+    uint64_t total;
+    if (format::MulOverflow(item, n, &total)) return Status::InvalidArgument("record count overflows");
+    return Guard(WriteRecords(static_cast<const uint8_t*>(data), n, nullptr, item, nullptr));
+  }
+
+  Status AppendRagged(const void* data, const uint64_t* shapes, uint64_t count) override {
+    LX_RETURN_IF_ERROR(CheckWritable());
+    if (schema_.kind != Kind::kRagged) {
+      return Status::SchemaError(path_ + ": AppendRagged on a dense store");
+    }
+    std::vector<uint64_t> lens(count);
+    for (uint64_t k = 0; k < count; ++k) {
+      uint64_t b = schema_.dtype.itemsize;
+      for (uint32_t d = 0; d < schema_.ndim; ++d) {
+        if (format::MulOverflow(b, shapes[k * schema_.ndim + d], &b)) {
+          return Status::InvalidArgument("record " + std::to_string(k) + ": shape overflows");
+        }
+      }
+      lens[k] = b;
+    }
+    return Guard(WriteRecords(static_cast<const uint8_t*>(data), count, lens.data(), 0, shapes));
+  }
+
+  Status Publish() override {
+    LX_RETURN_IF_ERROR(CheckWritable());
+    Status st = DoPublish();
+    if (!st.ok()) {
+      Abort();
+      return st;
+    }
+    published_ = true;
+    return Status::OK();
+  }
+
+  void Abort() override {
+    if (published_ || aborted_) return;
+    aborted_ = true;
+    shards_.clear();
+    std::error_code ec;
+    fs::remove_all(tmp_, ec);  // best effort: nothing to report to
+  }
+
+  uint64_t size() const override { return count_; }
+  const Schema& schema() const override { return schema_; }
+
+ private:
+  std::string File(const std::string& name) const { return tmp_ + "/" + name; }
+
+  Status CheckWritable() const {
+    if (published_) return Status::State(path_ + ": store already published (closed)");
+    if (aborted_) return Status::State(path_ + ": store was discarded");
+    if (failed_) {
+      return Status::State(path_ + ": a previous append failed part-way; the store cannot be "
+                                   "published");
+    }
+    return Status::OK();
+  }
+
+  Status Guard(Status st) {
+    if (!st.ok()) failed_ = true;
+    return st;
+  }
+
+  uint64_t Len(const uint64_t* lens, uint64_t uniform, uint64_t k) const {
+    return lens != nullptr ? lens[k] : uniform;
+  }
+
+  Status WriteRecords(const uint8_t* data, uint64_t count, const uint64_t* lens, uint64_t uniform,
+                      const uint64_t* shapes) {
+    struct Run {
+      uint64_t first, end, in_off, bytes;
+      uint32_t shard;
+    };
+    uint64_t k = 0, in_off = 0;
+    std::vector<Run> runs;
+    while (k < count) {
+      if (Len(lens, uniform, k) > opt_.stream_threshold) {
+        const uint64_t len = Len(lens, uniform, k);
+        LX_RETURN_IF_ERROR(
+            WriteLarge(data + in_off, len, shapes != nullptr ? shapes + k * schema_.ndim : nullptr));
+        in_off += len;
+        ++k;
+        continue;
+      }
+      runs.clear();
+      uint64_t chunk = 0;
+      while (k < count && chunk < kChunkBytes && Len(lens, uniform, k) <= opt_.stream_threshold) {
+        Run r{k, k, in_off, 0, static_cast<uint32_t>(next_run_++ % opt_.data_shards)};
+        while (k < count && Len(lens, uniform, k) <= opt_.stream_threshold &&
+               (k == r.first || r.bytes + Len(lens, uniform, k) <= kRunBytes)) {
+          r.bytes += Len(lens, uniform, k);
+          ++k;
+        }
+        r.end = k;
+        in_off += r.bytes;
+        chunk += r.bytes;
+        runs.push_back(r);
+      }
+
+      // Compress every run in parallel (order is kept by position).
+      struct RunOut {
+        Buffer buf;
+        const uint8_t* src = nullptr;
+        uint64_t bytes = 0;
+        std::vector<IndexEntry> entries;
+        Status st;
+      };
+      std::vector<RunOut> outs(runs.size());
+      pool_->ParallelFor(runs.size(), [&](size_t ri) {
+        const Run& r = runs[ri];
+        RunOut& o = outs[ri];
+        o.entries.resize(r.end - r.first);
+        const uint8_t* in = data + r.in_off;
+        if (opt_.codec == Codec::kRaw) {
+          o.src = in;
+          o.bytes = r.bytes;
+          uint64_t pos = 0;
+          for (uint64_t j = r.first; j < r.end; ++j) {
+            const uint64_t len = Len(lens, uniform, j);
+            IndexEntry& e = o.entries[j - r.first];
+            e.offset = pos;
+            e.stored_len = len;
+            e.checksum = format::RecordChecksum(in + pos, len);
+            e.shard = static_cast<uint8_t>(r.shard);
+            pos += len;
+          }
+          return;
+        }
+        uint64_t cap = 0;
+        for (uint64_t j = r.first; j < r.end; ++j) cap += codec::CompressBound(Len(lens, uniform, j));
+        o.buf.data = std::make_unique_for_overwrite<uint8_t[]>(cap);
+        uint8_t* out = o.buf.data.get();
+        uint64_t pos = 0, src_pos = 0;
+        for (uint64_t j = r.first; j < r.end; ++j) {
+          const uint64_t len = Len(lens, uniform, j);
+          IndexEntry& e = o.entries[j - r.first];
+          e.offset = pos;
+          e.shard = static_cast<uint8_t>(r.shard);
+          uint64_t stored = len;
+          if (len > 0) {
+            auto c = codec::Compress(in + src_pos, len, opt_.level, dict_.get(), out + pos,
+                                     codec::CompressBound(len));
+            if (!c.ok()) {
+              o.st = c.status();
+              return;
+            }
+            if (*c < len) {
+              stored = *c;
+              e.flags = format::kFlagCompressed;
+            }
+          }
+          // Incompressible: store it raw so zstd never loses to raw on size.
+          if (e.flags == 0 && len > 0) std::memcpy(out + pos, in + src_pos, len);
+          e.stored_len = stored;
+          e.checksum = format::RecordChecksum(out + pos, stored);
+          pos += stored;
+          src_pos += len;
+        }
+        o.buf.size = pos;
+        o.src = out;
+        o.bytes = pos;
+      });
+      for (auto& o : outs) LX_RETURN_IF_ERROR(o.st);
+
+      // Write each shard's runs in order; shards in parallel.
+      std::vector<std::vector<size_t>> by_shard(opt_.data_shards);
+      for (size_t ri = 0; ri < runs.size(); ++ri) by_shard[runs[ri].shard].push_back(ri);
+      std::vector<uint32_t> active;
+      for (uint32_t s = 0; s < opt_.data_shards; ++s) {
+        if (!by_shard[s].empty()) active.push_back(s);
+      }
+      std::vector<Status> sts(active.size());
+      pool_->ParallelFor(active.size(), [&](size_t ai) {
+        SeqFile& f = *shards_[active[ai]];
+        for (size_t ri : by_shard[active[ai]]) {
+          RunOut& o = outs[ri];
+          for (IndexEntry& e : o.entries) e.offset += f.size();
+          Status st = f.Append(o.src, o.bytes);
+          if (!st.ok()) {
+            sts[ai] = std::move(st);
+            return;
+          }
+        }
+      });
+      for (auto& st : sts) LX_RETURN_IF_ERROR(st);
+
+      for (size_t ri = 0; ri < runs.size(); ++ri) {
+        const Run& r = runs[ri];
+        LX_RETURN_IF_ERROR(AppendEntries(outs[ri].entries));
+        if (shapes != nullptr) {
+          LX_RETURN_IF_ERROR(shapes_.AppendRows(shapes + r.first * schema_.ndim, r.end - r.first));
+        }
+        nbytes_ += r.bytes;
+        count_ += r.end - r.first;
+      }
+    }
+    return Status::OK();
+  }
+
+  Status AppendEntries(const std::vector<IndexEntry>& entries) {
+    std::vector<uint8_t> rows(entries.size() * format::kEntryBytes);
+    for (size_t j = 0; j < entries.size(); ++j) {
+      format::EncodeEntry(entries[j], rows.data() + j * format::kEntryBytes);
+    }
+    return index_.AppendRows(rows.data(), entries.size());
+  }
+
+  // One record above stream_threshold, streamed into its own shard run.
+  Status WriteLarge(const uint8_t* in, uint64_t len, const uint64_t* shape) {
+    const uint32_t shard = static_cast<uint32_t>(next_run_++ % opt_.data_shards);
+    SeqFile& f = *shards_[shard];
+    IndexEntry e;
+    e.shard = static_cast<uint8_t>(shard);
+    e.offset = f.size();
+    bool stored_raw = true;
+    if (opt_.codec != Codec::kRaw) {
+      HashState before;
+      before.CopyFrom(f.hash());
+      HashState rec;
+      uint64_t stored = 0;
+      Status st = codec::CompressStream(in, len, opt_.level, dict_.get(),
+                                        [&](const void* p, size_t n) -> Status {
+                                          rec.Update(p, n);
+                                          stored += n;
+                                          if (stored >= len) return Status::OK();  // raw wins
+                                          return f.Append(p, n);
+                                        });
+      LX_RETURN_IF_ERROR(st);
+      if (stored < len) {
+        stored_raw = false;
+        e.stored_len = stored;
+        e.flags = format::kFlagCompressed;
+        e.checksum = static_cast<uint32_t>(rec.Digest());
+      } else {
+        LX_RETURN_IF_ERROR(f.Rewind(e.offset, before));
+      }
+    }
+    if (stored_raw) {
+      e.stored_len = len;
+      e.checksum = format::RecordChecksum(in, len);
+      LX_RETURN_IF_ERROR(f.Append(in, len));
+    }
+    LX_RETURN_IF_ERROR(AppendEntries({e}));
+    if (shape != nullptr) LX_RETURN_IF_ERROR(shapes_.AppendRows(shape, 1));
+    nbytes_ += len;
+    ++count_;
+    return Status::OK();
+  }
+
+  Status DoPublish() {
+    format::Metadata m;
+    m.schema = schema_;
+    m.codec = opt_.codec;
+    m.level = opt_.codec == Codec::kRaw ? 0 : opt_.level;
+    m.count = count_;
+    m.data_shards = opt_.data_shards;
+    m.dict_id = dict_ ? dict_->id() : 0;
+    m.nbytes = nbytes_;
+    m.writer = format::kWriterVersion;
+    LX_RETURN_IF_ERROR(index_.Finish(&m.index_table_xxh3));
+    m.files[format::kIndexFile] = index_.Info();
+    if (schema_.kind == Kind::kRagged) {
+      LX_RETURN_IF_ERROR(shapes_.Finish(&m.shapes_table_xxh3));
+      m.files[format::kShapesFile] = shapes_.Info();
+    }
+    if (dict_) m.files[format::kDictFile] = dict_info_;
+    std::vector<Status> sts(shards_.size());
+    pool_->ParallelFor(shards_.size(), [&](size_t s) { sts[s] = shards_[s]->Sync(); });
+    for (auto& st : sts) LX_RETURN_IF_ERROR(st);
+    for (uint32_t s = 0; s < shards_.size(); ++s) {
+      m.files[format::DataFileName(s)] = shards_[s]->Info();
+    }
+    // Metadata last: a store whose meta exists had every other file synced.
+    const std::string meta = format::EncodeMetadata(m);
+    SeqFile mf;
+    LX_RETURN_IF_ERROR(mf.Open(File(format::kMetaFile)));
+    LX_RETURN_IF_ERROR(mf.Append(meta.data(), meta.size()));
+    LX_RETURN_IF_ERROR(mf.Sync());
+    LX_RETURN_IF_ERROR(SyncDir(tmp_));
+    if (::renameat2(AT_FDCWD, tmp_.c_str(), AT_FDCWD, path_.c_str(), RENAME_NOREPLACE) != 0) {
+      if (errno == EEXIST || errno == ENOTEMPTY) {
+        return Status::AlreadyExists(path_ + ": already exists (created while this store was "
+                                             "being written)");
+      }
+      return Status::FromErrno(path_ + ": rename", errno);
+    }
+    shards_.clear();
+    return SyncDir(fs::path(path_).parent_path().string());
+  }
+
+  const std::string path_, tmp_;
+  const Schema schema_;
+  const WriteOptions opt_;
+  ThreadPool* const pool_;
+  std::shared_ptr<const codec::ZstdDictionary> dict_;
+  format::FileInfo dict_info_;
+  std::vector<std::unique_ptr<SeqFile>> shards_;
+  BlockedTableWriter index_, shapes_;
+  uint64_t count_ = 0, nbytes_ = 0;
+  uint64_t next_run_ = 0;  // run counter: run r goes to shard r % data_shards
+  bool failed_ = false, published_ = false, aborted_ = false;
+};
+
+Status ValidateSchema(Schema* s) {
+  LX_ASSIGN_OR_RETURN(s->dtype, DType::Parse(s->dtype.str));
+  if (s->kind == Kind::kDense) {
+    if (s->item_shape.size() > format::kMaxNdim) {
+      return Status::InvalidArgument("item_shape has more than 32 dimensions");
+    }
+    s->ndim = static_cast<uint32_t>(s->item_shape.size());
+    uint64_t b = s->dtype.itemsize;
+    for (uint64_t d : s->item_shape) {
+      if (format::MulOverflow(b, d, &b)) return Status::InvalidArgument("item_shape overflows");
+    }
+  } else {
+    if (s->ndim < 1 || s->ndim > format::kMaxNdim) {
+      return Status::InvalidArgument("ragged ndim must be in 1..32, got " + std::to_string(s->ndim) +
+                                     " (scalar records: use Dense with item_shape=())");
+    }
+    if (!s->item_shape.empty()) return Status::InvalidArgument("ragged stores have no item_shape");
+  }
+  return Status::OK();
+}
+
+Status ValidateOptions(const WriteOptions& o) {
+  if (o.data_shards < 1 || o.data_shards > format::kMaxShards) {
+    return Status::InvalidArgument("data_shards must be in 1..255, got " +
+                                   std::to_string(o.data_shards));
+  }
+  if (o.codec == Codec::kZstdDict && o.dictionary.empty()) {
+    return Status::InvalidArgument("codec 'zstd_dict' needs dict_bytes (train one with "
+                                   "loaderx.utils.train_dict)");
+  }
+  if (o.codec != Codec::kZstdDict && !o.dictionary.empty()) {
+    return Status::InvalidArgument(std::string("dict_bytes is only used with codec 'zstd_dict', "
+                                               "not '") + CodecName(o.codec) + "'");
+  }
+  if (o.codec != Codec::kRaw && (o.level < -100 || o.level > 22)) {
+    return Status::InvalidArgument("zstd level must be in -100..22, got " + std::to_string(o.level));
+  }
+  if (o.stream_threshold == 0) return Status::InvalidArgument("stream_threshold must be > 0");
+  return Status::OK();
+}
+
+std::string RandomSuffix() {
+  std::random_device rd;
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%d-%08x%08x", static_cast<int>(::getpid()), rd(), rd());
+  return buf;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<StoreWriter>> StoreWriter::Create(const std::string& path,
+                                                         const Schema& schema,
+                                                         const WriteOptions& options) {
+  Schema s = schema;
+  LX_RETURN_IF_ERROR(ValidateSchema(&s));
+  LX_RETURN_IF_ERROR(ValidateOptions(options));
+  if (path.empty()) return Status::InvalidArgument("store path is empty");
+  fs::path p(path);
+  if (!p.has_filename()) p = p.parent_path();  // "dir/" names "dir"
+  const std::string name = p.filename().string();
+  if (name.empty() || name == "." || name == "..") {
+    return Status::InvalidArgument("'" + path + "' does not name a new directory");
+  }
+  fs::path parent = p.parent_path();
+  if (parent.empty()) parent = ".";
+  struct stat st;
+  if (::lstat(p.c_str(), &st) == 0) return Status::AlreadyExists(path + ": already exists");
+  if (errno != ENOENT && errno != ENOTDIR) return Status::FromErrno(path, errno);
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  if (ec) return Status::IOError(parent.string() + ": cannot create directory: " + ec.message());
+
+  const std::string tmp = (parent / ("." + name + ".zrecord-tmp-" + RandomSuffix())).string();
+  if (::mkdir(tmp.c_str(), 0755) != 0) return Status::FromErrno(tmp + ": mkdir", errno);
+  auto w = std::make_unique<StoreWriterImpl>(p.string(), tmp, std::move(s), options);
+  Status init = w->Init();
+  if (!init.ok()) return init;  // the destructor removes tmp
+  return std::unique_ptr<StoreWriter>(std::move(w));
+}
+
+}  // namespace loaderx

@@ -1,0 +1,365 @@
+// Round trips through StoreWriter and Store: every dtype, codec, rank and
+// shard-count edge, dense and ragged, N = 0 and N = 1.
+#include <sys/mman.h>
+
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "loaderx/store.h"
+#include "loaderx/thread_pool.h"
+#include "store_test_util.h"
+
+namespace loaderx {
+namespace {
+
+using testing::DenseSchema;
+using testing::MakeBytes;
+using testing::RaggedSchema;
+using testing::TempDir;
+
+WriteOptions Options(Codec codec, uint32_t shards) {
+  WriteOptions o;
+  o.codec = codec;
+  o.data_shards = shards;
+  if (codec == Codec::kZstdDict) o.dictionary = testing::TestDictionary();
+  return o;
+}
+
+// Writes n dense records of `schema` and checks every byte comes back.
+void DenseRoundTrip(const std::string& path, const Schema& schema, const WriteOptions& opt,
+                    uint64_t n) {
+  const uint64_t item = schema.DenseItemBytes();
+  std::vector<uint8_t> data = MakeBytes(item * n, 42);
+  {
+    auto w = StoreWriter::Create(path, schema, opt);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    // Two appends: the sequence continues across calls.
+    const uint64_t half = n / 2;
+    ASSERT_TRUE((*w)->AppendDense(data.data(), half).ok());
+    ASSERT_TRUE((*w)->AppendDense(data.data() + half * item, n - half).ok());
+    EXPECT_EQ((*w)->size(), n);
+    ASSERT_TRUE((*w)->Publish().ok());
+  }
+  auto s = Store::Open(path);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const Store& st = **s;
+  EXPECT_EQ(st.size(), n);
+  EXPECT_EQ(st.schema().dtype, schema.dtype);
+  EXPECT_EQ(st.schema().item_shape, schema.item_shape);
+  EXPECT_EQ(st.codec(), opt.codec);
+  EXPECT_EQ(st.data_shards(), opt.data_shards);
+  EXPECT_EQ(st.nbytes(), item * n);
+  std::vector<uint8_t> out(item);
+  for (uint64_t i = 0; i < n; ++i) {
+    ASSERT_TRUE(st.ReadRecord(i, out.data(), item).ok()) << i;
+    ASSERT_EQ(0, std::memcmp(out.data(), data.data() + i * item, item)) << "record " << i;
+  }
+  // Gather in a scrambled order with duplicates through the pool.
+  std::vector<uint64_t> idx;
+  for (uint64_t i = 0; i < n; ++i) idx.push_back((i * 7919) % n);
+  if (n > 0) idx.push_back(0);
+  std::vector<uint8_t> batch(item * idx.size());
+  std::vector<void*> outs;
+  for (size_t k = 0; k < idx.size(); ++k) outs.push_back(batch.data() + k * item);
+  ASSERT_TRUE(st.Gather(idx, outs, &ThreadPool::Default()).ok());
+  for (size_t k = 0; k < idx.size(); ++k) {
+    ASSERT_EQ(0, std::memcmp(batch.data() + k * item, data.data() + idx[k] * item, item)) << k;
+  }
+  EXPECT_TRUE(st.Verify(nullptr).ok());
+}
+
+struct DTypeCodec {
+  const char* dtype;
+  Codec codec;
+};
+
+class DenseDTypeCodecTest : public ::testing::TestWithParam<DTypeCodec> {};
+
+TEST_P(DenseDTypeCodecTest, RoundTripsEveryByte) {
+  TempDir dir;
+  DenseRoundTrip(dir.Sub("s"), DenseSchema(GetParam().dtype, {3, 5}),
+                 Options(GetParam().codec, 4), 300);
+}
+
+std::vector<DTypeCodec> AllDTypeCodecs() {
+  const char* dtypes[] = {"|b1",  "|i1",  "<i2",  "<i4",  "<i8",  "|u1",  "<u2",
+                          "<u4",  "<u8",  "<f2",  "<f4",  "<f8",  "<c8",  "<c16",
+                          "<M8[ns]", "<M8[D]", "<m8[us]", "<m8[s]", "<M8"};
+  std::vector<DTypeCodec> v;
+  for (const char* d : dtypes) {
+    for (Codec c : {Codec::kRaw, Codec::kZstd, Codec::kZstdDict}) v.push_back({d, c});
+  }
+  return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllDTypes, DenseDTypeCodecTest, ::testing::ValuesIn(AllDTypeCodecs()),
+                         [](const auto& info) {
+                           std::string n = info.param.dtype;
+                           for (char& ch : n) {
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           }
+                           return n + "_" + CodecName(info.param.codec);
+                         });
+
+class DenseRankTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(DenseRankTest, RoundTripsRank) {
+  const std::vector<std::vector<uint64_t>> shapes = {{}, {7}, {2, 3}, {2, 3, 4}, {2, 1, 3, 2}};
+  for (Codec c : {Codec::kRaw, Codec::kZstd}) {
+    TempDir dir;
+    DenseRoundTrip(dir.Sub("s"), DenseSchema("<f4", shapes[GetParam()]), Options(c, 3), 100);
+  }
+}
+INSTANTIATE_TEST_SUITE_P(Ranks0To4, DenseRankTest, ::testing::Range(0, 5));
+
+class ShardCountTest : public ::testing::TestWithParam<uint32_t> {};
+
+TEST_P(ShardCountTest, RoundTripsWithShards) {
+  for (Codec c : {Codec::kRaw, Codec::kZstd}) {
+    TempDir dir;
+    // 1 MiB runs: 600 records of 8 KiB span several runs, so shards alternate.
+    DenseRoundTrip(dir.Sub("s"), DenseSchema("|u1", {8192}), Options(c, GetParam()), 600);
+  }
+}
+INSTANTIATE_TEST_SUITE_P(Edges, ShardCountTest, ::testing::Values(1u, 2u, 255u));
+
+TEST(StoreRoundTrip, MoreShardsThanRecords) {
+  TempDir dir;
+  DenseRoundTrip(dir.Sub("s"), DenseSchema("<i4", {4}), Options(Codec::kZstd, 16), 3);
+}
+
+TEST(StoreRoundTrip, EmptyStore) {
+  for (Codec c : {Codec::kRaw, Codec::kZstd, Codec::kZstdDict}) {
+    TempDir dir;
+    DenseRoundTrip(dir.Sub("s"), DenseSchema("<f8", {2}), Options(c, 4), 0);
+  }
+}
+
+TEST(StoreRoundTrip, SingleRecordStore) {
+  for (Codec c : {Codec::kRaw, Codec::kZstd, Codec::kZstdDict}) {
+    TempDir dir;
+    DenseRoundTrip(dir.Sub("s"), DenseSchema("<u2", {10, 10}), Options(c, 4), 1);
+  }
+}
+
+TEST(StoreRoundTrip, RecordsSpreadOverAllShards) {
+  TempDir dir;
+  DenseRoundTrip(dir.Sub("s"), DenseSchema("|u1", {1 << 18}), Options(Codec::kRaw, 4), 16);
+  auto s = Store::Open(dir.Sub("s"));
+  ASSERT_TRUE(s.ok());
+  // 256 KiB records, 1 MiB runs: 4 records per run, runs round-robin.
+  for (uint64_t i = 0; i < 16; ++i) EXPECT_EQ((*s)->Locate(i)->shard, (i / 4) % 4) << i;
+}
+
+TEST(StoreRoundTrip, IncompressibleRecordsAreStoredRaw) {
+  TempDir dir;
+  std::vector<uint8_t> noise(4096 * 10);
+  std::mt19937_64 rng(1);
+  for (auto& b : noise) b = static_cast<uint8_t>(rng());
+  std::vector<uint8_t> zeros(4096 * 10, 0);
+  auto w = StoreWriter::Create(dir.Sub("s"), DenseSchema("|u1", {4096}), Options(Codec::kZstd, 2));
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE((*w)->AppendDense(noise.data(), 10).ok());
+  ASSERT_TRUE((*w)->AppendDense(zeros.data(), 10).ok());
+  ASSERT_TRUE((*w)->Publish().ok());
+  auto s = Store::Open(dir.Sub("s"));
+  ASSERT_TRUE(s.ok());
+  for (uint64_t i = 0; i < 10; ++i) {
+    EXPECT_FALSE((*s)->Locate(i)->compressed) << i;
+    EXPECT_EQ((*s)->Locate(i)->stored_len, 4096u);
+    EXPECT_TRUE((*s)->Locate(10 + i)->compressed);
+    EXPECT_LT((*s)->Locate(10 + i)->stored_len, 100u);
+  }
+  // zstd never loses to raw: stored data is at most the logical bytes.
+  EXPECT_LE((*s)->stored_bytes() - 4096, (*s)->nbytes());
+}
+
+// Ragged: shapes of every rank with zero-length axes included.
+void RaggedRoundTrip(uint32_t ndim, Codec codec, uint32_t shards, uint64_t n) {
+  TempDir dir;
+  const std::string path = dir.Sub("r");
+  std::vector<uint64_t> shapes;
+  std::vector<uint64_t> offsets{0};
+  std::mt19937_64 rng(ndim * 100 + n);
+  for (uint64_t i = 0; i < n; ++i) {
+    uint64_t elems = 1;
+    for (uint32_t d = 0; d < ndim; ++d) {
+      uint64_t dim = (i % 5 == 3 && d == 0) ? 0 : 1 + rng() % (ndim > 2 ? 4 : 40);
+      shapes.push_back(dim);
+      elems *= dim;
+    }
+    offsets.push_back(offsets.back() + elems * 4);
+  }
+  std::vector<uint8_t> values = MakeBytes(offsets.back(), 9);
+  {
+    auto w = StoreWriter::Create(path, RaggedSchema("<i4", ndim), Options(codec, shards));
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    ASSERT_TRUE((*w)->AppendRagged(values.data(), shapes.data(), n).ok());
+    ASSERT_TRUE((*w)->Publish().ok());
+  }
+  auto s = Store::Open(path);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ((*s)->schema().kind, Kind::kRagged);
+  EXPECT_EQ((*s)->schema().ndim, ndim);
+  EXPECT_EQ((*s)->size(), n);
+  EXPECT_EQ((*s)->nbytes(), offsets.back());
+  for (uint64_t i = 0; i < n; ++i) {
+    std::vector<uint64_t> dims(ndim);
+    ASSERT_TRUE((*s)->RecordShape(i, dims.data()).ok());
+    EXPECT_EQ(dims, std::vector<uint64_t>(shapes.begin() + i * ndim, shapes.begin() + (i + 1) * ndim));
+    const uint64_t len = offsets[i + 1] - offsets[i];
+    ASSERT_EQ((*s)->RecordBytes(i).value(), len);
+    std::vector<uint8_t> out(len);
+    ASSERT_TRUE((*s)->ReadRecord(i, out.data(), len).ok());
+    ASSERT_EQ(0, len ? std::memcmp(out.data(), values.data() + offsets[i], len) : 0) << i;
+  }
+  EXPECT_TRUE((*s)->Verify(nullptr).ok());
+}
+
+TEST(StoreRoundTrip, RaggedEveryRankAndCodec) {
+  for (uint32_t ndim = 1; ndim <= 4; ++ndim) {
+    for (Codec c : {Codec::kRaw, Codec::kZstd, Codec::kZstdDict}) {
+      SCOPED_TRACE(std::to_string(ndim) + CodecName(c));
+      RaggedRoundTrip(ndim, c, 3, 200);
+    }
+  }
+}
+
+TEST(StoreRoundTrip, RaggedEmptyAndSingle) {
+  RaggedRoundTrip(1, Codec::kZstd, 4, 0);
+  RaggedRoundTrip(2, Codec::kZstd, 4, 1);
+}
+
+TEST(StoreRoundTrip, RaggedZeroLengthRecords) {
+  TempDir dir;
+  std::vector<uint64_t> shapes = {0, 3, 0};
+  std::vector<int32_t> values = {1, 2, 3};
+  auto w = StoreWriter::Create(dir.Sub("r"), RaggedSchema("<i4", 1), Options(Codec::kZstd, 2));
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE((*w)->AppendRagged(values.data(), shapes.data(), 3).ok());
+  ASSERT_TRUE((*w)->Publish().ok());
+  auto s = Store::Open(dir.Sub("r"));
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ((*s)->RecordBytes(0).value(), 0u);
+  EXPECT_EQ((*s)->RecordBytes(2).value(), 0u);
+  int32_t out[3];
+  ASSERT_TRUE((*s)->ReadRecord(1, out, 12).ok());
+  EXPECT_EQ(out[0], 1);
+  EXPECT_EQ(out[2], 3);
+  EXPECT_TRUE((*s)->ReadRecord(0, nullptr, 0).ok());
+}
+
+TEST(StoreRoundTrip, StreamedRecordsAboveThreshold) {
+  // The bounded-memory path of huge records, exercised with a small threshold.
+  for (Codec c : {Codec::kRaw, Codec::kZstd, Codec::kZstdDict}) {
+    TempDir dir;
+    WriteOptions o = Options(c, 3);
+    o.stream_threshold = 1000;
+    DenseRoundTrip(dir.Sub("s"), DenseSchema("|u1", {9000}), o, 20);
+  }
+}
+
+TEST(StoreRoundTrip, StreamedIncompressibleRecordFallsBackToRaw) {
+  TempDir dir;
+  WriteOptions o = Options(Codec::kZstd, 1);
+  o.stream_threshold = 100;
+  std::vector<uint8_t> noise(1 << 20);
+  std::mt19937_64 rng(3);
+  for (auto& b : noise) b = static_cast<uint8_t>(rng());
+  auto w = StoreWriter::Create(dir.Sub("s"), DenseSchema("|u1", {1 << 19}), o);
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE((*w)->AppendDense(noise.data(), 2).ok());
+  ASSERT_TRUE((*w)->Publish().ok());
+  auto s = Store::Open(dir.Sub("s"));
+  ASSERT_TRUE(s.ok());
+  EXPECT_FALSE((*s)->Locate(1)->compressed);
+  EXPECT_EQ((*s)->Locate(1)->offset, 1u << 19);
+  std::vector<uint8_t> out(1 << 19);
+  ASSERT_TRUE((*s)->ReadRecord(1, out.data(), out.size()).ok());
+  EXPECT_EQ(0, std::memcmp(out.data(), noise.data() + (1 << 19), out.size()));
+  EXPECT_TRUE((*s)->Verify(nullptr).ok());
+}
+
+TEST(StoreRoundTrip, RecordLargerThan4GiB) {
+  // 4 GiB + 3 bytes of zeros from an untouched anonymous mapping (reading it
+  // costs no RAM), followed by a small record; zstd stores the big one in a
+  // few hundred KiB. Reading it back needs one 4 GiB output mapping.
+  const uint64_t len = (uint64_t{4} << 30) + 3;
+  const int kFlags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+  auto* in = static_cast<uint8_t*>(::mmap(nullptr, len + 5, PROT_READ | PROT_WRITE, kFlags, -1, 0));
+  ASSERT_NE(in, MAP_FAILED);
+  std::memcpy(in + len, "hello", 5);
+  TempDir dir;
+  {
+    auto w = StoreWriter::Create(dir.Sub("big"), RaggedSchema("|u1", 1), Options(Codec::kZstd, 2));
+    ASSERT_TRUE(w.ok());
+    uint64_t shape[2] = {len, 5};
+    ASSERT_TRUE((*w)->AppendRagged(in, shape, 2).ok());
+    ASSERT_TRUE((*w)->Publish().ok());
+  }
+  ::munmap(in, len + 5);
+  auto s = Store::Open(dir.Sub("big"));
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ((*s)->RecordBytes(0).value(), len);
+  EXPECT_EQ((*s)->nbytes(), len + 5);
+  EXPECT_TRUE((*s)->Locate(0)->compressed);
+  EXPECT_LT((*s)->Locate(0)->stored_len, uint64_t{1} << 20);
+  char small[5];
+  ASSERT_TRUE((*s)->ReadRecord(1, small, 5).ok());
+  EXPECT_EQ(std::string(small, 5), "hello");
+  auto* out = static_cast<uint8_t*>(::mmap(nullptr, len + 1, PROT_READ | PROT_WRITE, kFlags, -1, 0));
+  ASSERT_NE(out, MAP_FAILED);
+  out[0] = out[len / 2] = out[len - 1] = out[len] = 0xAB;
+  ASSERT_TRUE((*s)->ReadRecord(0, out, len).ok());
+  EXPECT_EQ(out[0], 0);
+  EXPECT_EQ(out[len / 2], 0);
+  EXPECT_EQ(out[len - 1], 0);
+  EXPECT_EQ(out[len], 0xAB);  // nothing written past the record
+  ::munmap(out, len + 1);
+  EXPECT_TRUE((*s)->Verify(nullptr).ok());  // streams: no 4 GiB buffer
+}
+
+TEST(StoreRoundTrip, ConcurrentGathersFromManyThreads) {
+  TempDir dir;
+  const uint64_t n = 2000, item = 256;
+  std::vector<uint8_t> data = MakeBytes(n * item, 5);
+  {
+    auto w = StoreWriter::Create(dir.Sub("s"), DenseSchema("|u1", {item}), Options(Codec::kZstd, 4));
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE((*w)->AppendDense(data.data(), n).ok());
+    ASSERT_TRUE((*w)->Publish().ok());
+  }
+  auto s = Store::Open(dir.Sub("s"));
+  ASSERT_TRUE(s.ok());
+  ThreadPool pool(2);
+  std::vector<std::thread> threads;
+  std::atomic<int> mismatches{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<uint64_t> idx(64);
+      std::vector<uint8_t> out(64 * item);
+      std::vector<void*> outs(64);
+      for (int round = 0; round < 20; ++round) {
+        for (size_t k = 0; k < 64; ++k) {
+          idx[k] = (t * 1000 + round * 64 + k * 31) % n;
+          outs[k] = out.data() + k * item;
+        }
+        if (!(*s)->Gather(idx, outs, t % 2 ? &pool : nullptr).ok()) mismatches++;
+        for (size_t k = 0; k < 64; ++k) {
+          if (std::memcmp(outs[k], data.data() + idx[k] * item, item) != 0) mismatches++;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches.load(), 0);
+}
+
+TEST(StoreRoundTrip, LargeRawRecordsAreSplitAcrossThePool) {
+  TempDir dir;
+  DenseRoundTrip(dir.Sub("s"), DenseSchema("|u1", {3 << 20}), Options(Codec::kRaw, 2), 5);
+}
+
+}  // namespace
+}  // namespace loaderx
