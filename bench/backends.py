@@ -1,0 +1,476 @@
+"""Record-store backends compared by bench_store.py and bench_loader.py (benchmark engineer).
+
+Every backend stores the same prepared workload (benchlib.DenseWorkload or
+RaggedWorkload) and answers the same question: "give me these records, in this
+order, duplicates allowed", returning exactly what the loaderx API returns:
+
+* dense:  one ``(B, *item_shape)`` ndarray of the workload's dtype;
+* ragged: a ``list`` of B ndarrays with their exact shapes.
+
+Each backend is written the way its documentation recommends for random
+access (one record per key/row/chunk/record-group), and read through its own
+Python API with whatever batching that API offers. Write time includes making
+the files durable (fsync), because loaderx's ``close()`` publishes durably.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from benchlib import DenseWorkload, RaggedWorkload
+
+Workload = DenseWorkload | RaggedWorkload
+Batch = np.ndarray | list[np.ndarray]
+
+
+def fsync_tree(path: Path) -> None:
+    paths = [path] if path.is_file() else [Path(r) / f for r, _, fs in os.walk(path) for f in fs]
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _chunks(n: int, size: int):
+    for a in range(0, n, size):
+        yield a, min(n, a + size)
+
+
+class Reader:
+    def gather(self, idx: np.ndarray) -> Batch:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class Backend:
+    """``name`` is the table label; ``kinds`` the workload kinds it supports."""
+
+    name: str = ""
+    kinds: tuple[str, ...] = ("dense", "ragged")
+    compressed = False
+
+    def available(self) -> str | None:
+        """None when usable, else the reason it is skipped."""
+        return None
+
+    def write(self, w: Workload, path: Path) -> None:
+        raise NotImplementedError
+
+    def open(self, w: Workload, path: Path) -> Reader:
+        raise NotImplementedError
+
+
+def kind_of(w: Workload) -> str:
+    return "dense" if isinstance(w, DenseWorkload) else "ragged"
+
+
+# --------------------------------------------------------------------------
+# loaderx (this project), through its public Python API
+# --------------------------------------------------------------------------
+
+class _LoaderxReader(Reader):
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def gather(self, idx: np.ndarray) -> Batch:
+        return self.store[idx]
+
+    def close(self) -> None:
+        self.store.close()
+
+
+class LoaderxBackend(Backend):
+    def __init__(self, codec: str) -> None:
+        self.codec = codec
+        self.name = {"raw": "loaderx-raw", "zstd": "loaderx-zstd", "zstd_dict": "loaderx-zstd_dict"}[codec]
+        self.compressed = codec != "raw"
+        self.dict_bytes: bytes | None = None
+
+    def available(self) -> str | None:
+        try:
+            from loaderx.zrecord import Dense, Ragged  # noqa: F401
+        except ImportError as e:
+            return f"loaderx.zrecord not importable ({e})"
+        if self.codec == "zstd_dict":
+            try:
+                from loaderx.utils import train_dict  # noqa: F401
+            except ImportError as e:
+                return f"loaderx.utils.train_dict not importable ({e})"
+        return None
+
+    def prepare(self, w: Workload) -> None:
+        """Trains the zstd dictionary (outside the timed write, as documented)."""
+        if self.codec != "zstd_dict":
+            return
+        from loaderx.utils import train_dict
+        if isinstance(w, DenseWorkload):
+            step = max(1, w.n // 2000)
+            self.dict_bytes = train_dict(np.ascontiguousarray(w.array[::step]))
+        else:
+            step = max(1, w.n // 2000)
+            self.dict_bytes = train_dict([np.ascontiguousarray(w.record(i)) for i in range(0, w.n, step)])
+
+    def write(self, w: Workload, path: Path) -> None:
+        from loaderx.zrecord import Dense, Ragged
+        kw: dict[str, Any] = {"codec": self.codec}
+        if self.codec == "zstd_dict":
+            kw["dict_bytes"] = self.dict_bytes
+        if isinstance(w, DenseWorkload):
+            with Dense.create(str(path), w.array.dtype, w.array.shape[1:], **kw) as ds:
+                ds.append(w.array)
+        else:
+            with Ragged.create(str(path), w.dtype, ndim=w.ndim, **kw) as rs:
+                rs.append(w.records())
+
+    def open(self, w: Workload, path: Path) -> Reader:
+        from loaderx.zrecord import Dense, Ragged
+        return _LoaderxReader((Dense if isinstance(w, DenseWorkload) else Ragged).open(str(path)))
+
+
+# --------------------------------------------------------------------------
+# NumPy: .npy memmap (dense: fancy indexing; ragged: values+offsets slices)
+# --------------------------------------------------------------------------
+
+class _NpyDenseReader(Reader):
+    def __init__(self, path: Path) -> None:
+        self.mm = np.load(path / "data.npy", mmap_mode="r")
+
+    def gather(self, idx: np.ndarray) -> Batch:
+        return self.mm[idx]
+
+
+class _NpyRaggedReader(Reader):
+    def __init__(self, path: Path) -> None:
+        self.values = np.load(path / "values.npy", mmap_mode="r")
+        self.offsets = np.load(path / "offsets.npy")
+        self.shapes = np.load(path / "shapes.npy")
+
+    def gather(self, idx: np.ndarray) -> Batch:
+        v, o, s = self.values, self.offsets, self.shapes
+        return [np.array(v[o[i]:o[i + 1]]).reshape(s[i]) for i in idx]
+
+
+class NumpyBackend(Backend):
+    name = "numpy-memmap"
+
+    def write(self, w: Workload, path: Path) -> None:
+        path.mkdir()
+        if isinstance(w, DenseWorkload):
+            out = np.lib.format.open_memmap(path / "data.npy", mode="w+", dtype=w.array.dtype, shape=w.array.shape)
+            for a, b in _chunks(w.n, 1024):
+                out[a:b] = w.array[a:b]
+            out.flush()
+            del out
+        else:
+            out = np.lib.format.open_memmap(path / "values.npy", mode="w+", dtype=w.dtype, shape=w.values.shape)
+            step = 1 << 24
+            for a, b in _chunks(w.values.shape[0], step):
+                out[a:b] = w.values[a:b]
+            out.flush()
+            del out
+            np.save(path / "offsets.npy", w.offsets)
+            np.save(path / "shapes.npy", w.shapes)
+        fsync_tree(path)
+
+    def open(self, w: Workload, path: Path) -> Reader:
+        return _NpyDenseReader(path) if isinstance(w, DenseWorkload) else _NpyRaggedReader(path)
+
+
+# --------------------------------------------------------------------------
+# Records as bytes (LMDB, ArrayRecord): ragged records carry their shape
+# --------------------------------------------------------------------------
+
+def _encode_ragged(rec: np.ndarray) -> bytes:
+    return struct.pack(f"<B{rec.ndim}Q", rec.ndim, *rec.shape) + np.ascontiguousarray(rec).tobytes()
+
+
+def _decode_ragged(buf: bytes | memoryview, dtype: np.dtype) -> np.ndarray:
+    ndim = buf[0]
+    shape = struct.unpack_from(f"<{ndim}Q", buf, 1)
+    return np.frombuffer(buf, dtype=dtype, offset=1 + 8 * ndim).reshape(shape).copy()
+
+
+def _dense_from_bytes(bufs: list[Any], w: DenseWorkload) -> np.ndarray:
+    out = np.empty((len(bufs), *w.array.shape[1:]), dtype=w.array.dtype)
+    flat = out.reshape(len(bufs), -1).view(np.uint8)
+    for k, b in enumerate(bufs):
+        flat[k] = np.frombuffer(b, dtype=np.uint8)
+    return out
+
+
+def _record_bytes_iter(w: Workload):
+    if isinstance(w, DenseWorkload):
+        for a, b in _chunks(w.n, 256):
+            block = np.ascontiguousarray(w.array[a:b])
+            for r in block:
+                yield r.tobytes()
+    else:
+        for r in w.records():
+            yield _encode_ragged(r)
+
+
+class _LmdbReader(Reader):
+    def __init__(self, path: Path, w: Workload) -> None:
+        import lmdb
+        self.env = lmdb.open(str(path), readonly=True, lock=False, readahead=False, subdir=True)
+        self.w = w
+
+    def gather(self, idx: np.ndarray) -> Batch:
+        with self.env.begin(buffers=True) as txn:
+            keys = [struct.pack(">Q", int(i)) for i in idx]
+            if isinstance(self.w, DenseWorkload):
+                return _dense_from_bytes([txn.get(k) for k in keys], self.w)
+            return [_decode_ragged(txn.get(k), self.w.dtype) for k in keys]
+
+    def close(self) -> None:
+        self.env.close()
+
+
+class LmdbBackend(Backend):
+    name = "lmdb"
+
+    def available(self) -> str | None:
+        try:
+            import lmdb  # noqa: F401
+        except ImportError as e:
+            return str(e)
+        return None
+
+    def write(self, w: Workload, path: Path) -> None:
+        import lmdb
+        env = lmdb.open(str(path), map_size=max(1 << 30, int(w.nbytes * 2.2)), subdir=True, sync=True,
+                        writemap=False, meminit=False)
+        txn = env.begin(write=True)
+        for i, b in enumerate(_record_bytes_iter(w)):
+            txn.put(struct.pack(">Q", i), b, append=True)
+            if i % 4096 == 4095:
+                txn.commit()
+                txn = env.begin(write=True)
+        txn.commit()
+        env.sync(True)
+        env.close()
+
+    def open(self, w: Workload, path: Path) -> Reader:
+        return _LmdbReader(path, w)
+
+
+class _ArrayRecordReader(Reader):
+    def __init__(self, path: Path, w: Workload) -> None:
+        from array_record.python.array_record_module import ArrayRecordReader
+        self.r = ArrayRecordReader(str(path / "data.array_record"), "readahead_buffer_size:0")
+        self.w = w
+
+    def gather(self, idx: np.ndarray) -> Batch:
+        bufs = self.r.read([int(i) for i in idx])
+        if isinstance(self.w, DenseWorkload):
+            return _dense_from_bytes(bufs, self.w)
+        return [_decode_ragged(b, self.w.dtype) for b in bufs]
+
+    def close(self) -> None:
+        self.r.close()
+
+
+class ArrayRecordBackend(Backend):
+    def __init__(self, codec: str) -> None:
+        self.codec = codec
+        self.name = f"array-record-{'raw' if codec == 'uncompressed' else 'zstd'}"
+        self.compressed = codec != "uncompressed"
+
+    def available(self) -> str | None:
+        try:
+            from array_record.python import array_record_module  # noqa: F401
+        except ImportError as e:
+            return str(e)
+        return None
+
+    def write(self, w: Workload, path: Path) -> None:
+        from array_record.python.array_record_module import ArrayRecordWriter
+        path.mkdir()
+        opts = "group_size:1," + ("uncompressed" if self.codec == "uncompressed" else "zstd:3")
+        wr = ArrayRecordWriter(str(path / "data.array_record"), opts)
+        for b in _record_bytes_iter(w):
+            wr.write(b)
+        wr.close()
+        fsync_tree(path)
+
+    def open(self, w: Workload, path: Path) -> Reader:
+        return _ArrayRecordReader(path, w)
+
+
+# --------------------------------------------------------------------------
+# HDF5 (h5py): dense = one chunk per record; ragged = vlen bytes + shapes
+# --------------------------------------------------------------------------
+
+class _H5Reader(Reader):
+    def __init__(self, path: Path, w: Workload) -> None:
+        import h5py
+        self.f = h5py.File(path / "data.h5", "r")
+        self.d = self.f["data"]
+        self.w = w
+        if isinstance(w, RaggedWorkload):
+            self.shapes = self.f["shapes"][...]
+
+    def gather(self, idx: np.ndarray) -> Batch:
+        # h5py fancy indexing needs increasing, unique indices: read those, then reorder.
+        uniq, inv = np.unique(idx, return_inverse=True)
+        got = self.d[uniq]
+        if isinstance(self.w, DenseWorkload):
+            return got[inv]
+        recs = [np.frombuffer(got[k], dtype=self.w.dtype).reshape(self.shapes[uniq[k]]) for k in range(len(uniq))]
+        return [recs[k].copy() for k in inv]
+
+    def close(self) -> None:
+        self.f.close()
+
+
+class H5Backend(Backend):
+    def __init__(self, codec: str) -> None:
+        self.codec = codec
+        self.name = f"h5py-{codec}"
+        self.compressed = codec != "raw"
+
+    def available(self) -> str | None:
+        try:
+            import h5py  # noqa: F401
+        except ImportError as e:
+            return str(e)
+        return None
+
+    def write(self, w: Workload, path: Path) -> None:
+        import h5py
+        path.mkdir()
+        comp = {} if self.codec == "raw" else {"compression": "gzip", "compression_opts": 4}
+        with h5py.File(path / "data.h5", "w") as f:
+            if isinstance(w, DenseWorkload):
+                d = f.create_dataset("data", shape=w.array.shape, dtype=w.array.dtype,
+                                     chunks=(1, *w.array.shape[1:]), **comp)
+                for a, b in _chunks(w.n, 256):
+                    d[a:b] = w.array[a:b]
+            else:
+                vt = h5py.vlen_dtype(np.dtype(np.uint8))
+                d = f.create_dataset("data", shape=(w.n,), dtype=vt, chunks=(min(w.n, 64),), **comp)
+                for a, b in _chunks(w.n, 256):
+                    buf = np.empty(b - a, dtype=object)
+                    for k in range(a, b):
+                        buf[k - a] = np.ascontiguousarray(w.record(k)).view(np.uint8).reshape(-1)
+                    d[a:b] = buf
+                f.create_dataset("shapes", data=w.shapes)
+        fsync_tree(path)
+
+    def open(self, w: Workload, path: Path) -> Reader:
+        return _H5Reader(path, w)
+
+
+# --------------------------------------------------------------------------
+# Arrow IPC file (pyarrow): one binary column, record batches of 256 rows
+# --------------------------------------------------------------------------
+
+ARROW_BATCH = 256
+
+
+class _ArrowReader(Reader):
+    def __init__(self, path: Path, w: Workload, compressed: bool) -> None:
+        import pyarrow as pa
+        self.pa = pa
+        self.src = pa.memory_map(str(path / "data.arrow"), "r")
+        self.r = pa.ipc.open_file(self.src)
+        self.w = w
+        # Uncompressed IPC maps zero-copy: keep every batch's column (views of
+        # the file). Compressed batches are read (decompressed) per gather.
+        self.cols = None if compressed else [self.r.get_batch(i).column(0)
+                                             for i in range(self.r.num_record_batches)]
+        if isinstance(w, RaggedWorkload):
+            self.shapes = np.load(path / "shapes.npy")
+
+    def gather(self, idx: np.ndarray) -> Batch:
+        # Per touched record batch: one vectorised take of the rows wanted from
+        # it (with compression the touched batch is decompressed whole: that is
+        # the format's read amplification), then scatter into request order.
+        pa = self.pa
+        idx64 = idx.astype(np.int64)
+        bidx = idx64 // ARROW_BATCH
+        dense = isinstance(self.w, DenseWorkload)
+        if dense:
+            out = np.empty((len(idx), *self.w.array.shape[1:]), dtype=self.w.array.dtype)
+            flat = out.reshape(len(idx), -1).view(np.uint8)
+            rb = self.w.record_bytes
+        else:
+            recs: list[np.ndarray | None] = [None] * len(idx)
+        for b in np.unique(bidx):
+            ks = np.flatnonzero(bidx == b)
+            col = self.cols[b] if self.cols is not None else self.r.get_batch(int(b)).column(0)
+            arr = col.take(pa.array(idx64[ks] - b * ARROW_BATCH))
+            if dense:
+                flat[ks] = np.frombuffer(arr.buffers()[1], dtype=np.uint8, count=len(arr) * rb,
+                                         offset=arr.offset * rb).reshape(len(arr), rb)
+            else:
+                offs = np.frombuffer(arr.buffers()[1], dtype=np.int64, count=len(arr) + 1, offset=arr.offset * 8)
+                data = np.frombuffer(arr.buffers()[2], dtype=np.uint8)
+                for j, k in enumerate(ks):
+                    recs[k] = data[offs[j]:offs[j + 1]].view(self.w.dtype).reshape(self.shapes[idx64[k]]).copy()
+        return out if dense else recs  # type: ignore[return-value]
+
+    def close(self) -> None:
+        self.cols = None
+        self.src.close()
+
+
+class ArrowBackend(Backend):
+    def __init__(self, codec: str) -> None:
+        self.codec = codec
+        self.name = f"arrow-ipc-{codec}"
+        self.compressed = codec != "raw"
+
+    def available(self) -> str | None:
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError as e:
+            return str(e)
+        return None
+
+    def write(self, w: Workload, path: Path) -> None:
+        import pyarrow as pa
+        path.mkdir()
+        if isinstance(w, DenseWorkload):
+            typ = pa.binary(w.record_bytes)
+        else:
+            typ = pa.large_binary()
+            np.save(path / "shapes.npy", w.shapes)
+        schema = pa.schema([("data", typ)])
+        opts = pa.ipc.IpcWriteOptions(compression=None if self.codec == "raw" else "zstd")
+        with pa.OSFile(str(path / "data.arrow"), "wb") as sink, pa.ipc.new_file(sink, schema, options=opts) as wr:
+            for a, b in _chunks(w.n, ARROW_BATCH):
+                if isinstance(w, DenseWorkload):
+                    block = np.ascontiguousarray(w.array[a:b]).reshape(-1).view(np.uint8)
+                    arr = pa.Array.from_buffers(typ, b - a, [None, pa.py_buffer(block)])
+                else:
+                    arr = pa.array([np.ascontiguousarray(w.record(k)).tobytes() for k in range(a, b)], type=typ)
+                wr.write_batch(pa.record_batch([arr], schema=schema))
+        fsync_tree(path)
+
+    def open(self, w: Workload, path: Path) -> Reader:
+        return _ArrowReader(path, w, self.compressed)
+
+
+def all_backends() -> list[Backend]:
+    """In table order: loaderx, NumPy, then peers in the order the issue lists them."""
+    return [
+        LoaderxBackend("raw"), LoaderxBackend("zstd"), LoaderxBackend("zstd_dict"),
+        NumpyBackend(),
+        LmdbBackend(),
+        H5Backend("raw"), H5Backend("gzip"),
+        ArrowBackend("raw"), ArrowBackend("zstd"),
+        ArrayRecordBackend("uncompressed"), ArrayRecordBackend("zstd"),
+    ]
+
+
+Factory = Callable[[], Backend]

@@ -1,0 +1,273 @@
+#!/usr/bin/env python3
+"""Store benchmark: random gather and write on real data (benchmark engineer).
+
+For each workload (real photos dense/ragged, GPT-2 tokens dense/ragged,
+Fashion-MNIST) every backend in backends.py writes the same records, is checked
+for exact values (dtype, shape, bytes, order, duplicates) on several batches,
+then serves the same IID plan of batches of 256 indices. Reported per backend:
+write MiB/s (logical), gather krecords/s and MiB/s (logical), p95 batch latency,
+disk size, compression ratio (logical / disk) and the gather ratio to the
+NumPy memmap baseline. The gather phase is timed twice (two passes over all
+backends, interleaved) and the table shows the first; the key ratios of both
+passes are printed so noise is visible.
+
+Usage: bench/bench_store.py [--workloads vision-dense,...] [--backends a,b] [--no-doc]
+Prepare data first: bench/prepare_vision.py, bench/prepare_tokens.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from backends import Backend, LoaderxBackend, Workload, all_backends  # noqa: E402
+from benchlib import (DATA, DOCS, MiB, REPO, DenseWorkload, RaggedWorkload, Timer, bar_plot,  # noqa: E402
+                      batch_plan, du_bytes, load_dense, load_ragged, machine_line, markdown_table,
+                      update_doc_section)
+
+BATCH = 256
+BASELINE = "numpy-memmap"
+
+
+def fmnist_workload() -> DenseWorkload:
+    path = DATA / "fmnist_images.npy"
+    if not path.exists():
+        sys.path.insert(0, str(REPO / "python"))
+        from loaderx.datasets import fashion_mnist
+        x, _ = fashion_mnist("all")
+        tmp = path.with_name(".fmnist.tmp.npy")
+        np.save(tmp, x)
+        tmp.rename(path)
+    return load_dense("fmnist", "fmnist_images.npy",
+                      "Fashion-MNIST (Debian `dataset-fashion-mnist`): 70,000 real `uint8[28,28]` images")
+
+
+def workloads() -> dict[str, callable]:
+    vinfo = json.loads((DATA / "vision_info.json").read_text()) if (DATA / "vision_info.json").exists() else {}
+    tinfo = json.loads((DATA / "tokens_info.json").read_text()) if (DATA / "tokens_info.json").exists() else {}
+    return {
+        "vision-dense": lambda: load_dense(
+            "vision-dense", "vision_dense.npy",
+            f"{vinfo.get('records', '?')} real photos as `uint8[3,224,224]` (resize + crop, "
+            f"{vinfo.get('sources', '?')} source photos)"),
+        "vision-ragged": lambda: load_ragged(
+            "vision-ragged", "vision_ragged",
+            f"{vinfo.get('records', '?')} native-resolution `uint8[3,H,W]` photos "
+            f"(H {vinfo.get('ragged_h', ['?'] * 3)[0]}..{vinfo.get('ragged_h', ['?'] * 3)[2]}, "
+            f"W {vinfo.get('ragged_w', ['?'] * 3)[0]}..{vinfo.get('ragged_w', ['?'] * 3)[2]}, "
+            f"longest side capped at {vinfo.get('ragged_cap', '?')})"),
+        "tokens-dense": lambda: load_dense(
+            "tokens-dense", "tokens_dense.npy",
+            f"{tinfo.get('dense_blocks', '?')} GPT-2 token blocks `int32[512]` of linux-doc-6.1"),
+        "tokens-ragged": lambda: load_ragged(
+            "tokens-ragged", "tokens_ragged",
+            f"{tinfo.get('ragged_records', '?')} GPT-2 token records `int32[16..512]` of linux-doc-6.1 "
+            f"(median {tinfo.get('ragged_len', {}).get('median', '?')})"),
+        "fmnist": fmnist_workload,
+    }
+
+
+# --------------------------------------------------------------------------
+
+def truth(w: Workload, idx: np.ndarray):
+    if isinstance(w, DenseWorkload):
+        return w.array[idx]
+    return [w.record(int(i)) for i in idx]
+
+
+def check_exact(w: Workload, name: str, got, idx: np.ndarray) -> None:
+    """Raises AssertionError naming the backend and first mismatching record."""
+    want = truth(w, idx)
+    if isinstance(w, DenseWorkload):
+        if not isinstance(got, np.ndarray):
+            raise AssertionError(f"{name}: dense gather returned {type(got).__name__}, not ndarray")
+        if got.dtype != want.dtype or got.shape != want.shape:
+            raise AssertionError(f"{name}: got {got.dtype}{got.shape}, want {want.dtype}{want.shape}")
+        bad = np.flatnonzero((got.reshape(len(idx), -1) != want.reshape(len(idx), -1)).any(axis=1))
+        if bad.size:
+            raise AssertionError(f"{name}: record {idx[bad[0]]} (position {bad[0]}) differs")
+        return
+    if not isinstance(got, list) or len(got) != len(want):
+        raise AssertionError(f"{name}: ragged gather returned {type(got).__name__} of wrong length")
+    for k, (g, t) in enumerate(zip(got, want)):
+        if not isinstance(g, np.ndarray) or g.dtype != t.dtype or g.shape != t.shape or not np.array_equal(g, t):
+            raise AssertionError(f"{name}: record {idx[k]} (position {k}) differs "
+                                 f"({getattr(g, 'dtype', type(g))}{getattr(g, 'shape', '')} vs {t.dtype}{t.shape})")
+
+
+def batch_bytes(w: Workload, idx: np.ndarray) -> int:
+    if isinstance(w, DenseWorkload):
+        return len(idx) * w.record_bytes
+    o = w.offsets
+    return int((o[idx.astype(np.int64) + 1] - o[idx.astype(np.int64)]).sum()) * w.dtype.itemsize
+
+
+@dataclass
+class Row:
+    backend: str
+    write_s: float = 0.0
+    write_mibs: float = 0.0
+    disk: int = 0
+    ratio: float = 0.0
+    krec_s: list[float] | None = None
+    mibs: list[float] | None = None
+    p95_ms: list[float] | None = None
+    batches: list[int] | None = None
+    skipped: str = ""
+
+
+def time_gather(reader, w: Workload, plan: list[np.ndarray], min_s: float, max_s: float,
+                min_batches: int) -> tuple[float, float, float, int]:
+    for idx in plan[:2]:  # warm-up (page cache, lazy index checks, thread start)
+        reader.gather(idx)
+    lat: list[float] = []
+    recs = nbytes = 0
+    t_all = time.perf_counter()
+    for idx in plan[2:]:
+        t0 = time.perf_counter()
+        out = reader.gather(idx)
+        lat.append(time.perf_counter() - t0)
+        del out
+        recs += len(idx)
+        nbytes += batch_bytes(w, idx)
+        el = time.perf_counter() - t_all
+        if (el >= min_s and len(lat) >= min_batches) or el >= max_s:
+            break
+    total = sum(lat)
+    return recs / total / 1e3, nbytes / total / MiB, float(np.percentile(lat, 95) * 1e3), len(lat)
+
+
+def run_workload(w: Workload, backends: list[Backend], store_root: Path, args) -> list[Row]:
+    kind = "dense" if isinstance(w, DenseWorkload) else "ragged"
+    n_plan = args.max_batches + 2
+    plan = batch_plan(w.n, BATCH, n_plan, seed=args.seed)
+    checks = [plan[0], plan[1], np.array([0, w.n - 1, w.n - 1, 0, w.n // 2], dtype=np.uint64)]
+    rows: dict[str, Row] = {}
+    readers = {}
+    wdir = store_root / w.name
+    shutil.rmtree(wdir, ignore_errors=True)
+    wdir.mkdir(parents=True)
+    try:
+        for be in tqdm(backends, desc=f"{w.name}: write + verify", unit="backend", leave=False):
+            row = rows.setdefault(be.name, Row(be.name))
+            if kind not in be.kinds:
+                row.skipped = f"no {kind} adapter"
+                continue
+            why = be.available()
+            if why:
+                row.skipped = why
+                continue
+            if isinstance(be, LoaderxBackend):
+                be.prepare(w)  # dictionary training is not part of the write time
+            path = wdir / be.name
+            with Timer() as t:
+                be.write(w, path)
+            row.write_s = t.s
+            row.write_mibs = w.nbytes / t.s / MiB
+            row.disk = du_bytes(path)
+            row.ratio = w.nbytes / row.disk
+            reader = be.open(w, path)
+            for idx in checks:
+                check_exact(w, be.name, reader.gather(idx), idx)
+            readers[be.name] = reader
+        for p in range(args.passes):
+            for name, reader in tqdm(readers.items(), desc=f"{w.name}: gather pass {p + 1}", unit="backend",
+                                     leave=False):
+                k, m, p95, nb = time_gather(reader, w, plan, args.min_seconds, args.max_seconds,
+                                            args.min_batches)
+                r = rows[name]
+                for attr, v in (("krec_s", k), ("mibs", m), ("p95_ms", p95), ("batches", nb)):
+                    if getattr(r, attr) is None:
+                        setattr(r, attr, [])
+                    getattr(r, attr).append(v)
+    finally:
+        for reader in readers.values():
+            reader.close()
+        if not args.keep:
+            shutil.rmtree(wdir, ignore_errors=True)
+    return list(rows.values())
+
+
+def render(w: Workload, rows: list[Row], passes: int) -> tuple[str, str]:
+    base = next((r for r in rows if r.backend == BASELINE and r.mibs), None)
+    done = [r for r in rows if r.mibs]
+    headers = ["backend", "write MiB/s", "gather krec/s", "gather MiB/s", "p95 batch", "disk MiB",
+               "compression", f"gather vs {BASELINE}"]
+    table = []
+    for r in done:
+        rel = f"{r.mibs[0] / base.mibs[0]:.2f}x" if base else "n/a"
+        name = f"**{r.backend}**" if r.backend.startswith("loaderx") else r.backend
+        table.append([name, f"{r.write_mibs:,.0f}", f"{r.krec_s[0]:,.1f}", f"{r.mibs[0]:,.0f}",
+                      f"{r.p95_ms[0]:.2f} ms", f"{r.disk / MiB:,.1f}", f"{r.ratio:.2f}x", rel])
+    md = markdown_table(headers, table)
+    skipped = [r for r in rows if not r.mibs]
+    notes = []
+    if skipped:
+        notes.append("Not measured: " + "; ".join(f"{r.backend} ({r.skipped})" for r in skipped) + ".")
+    if base and passes > 1:
+        keys = [r for r in done if r.backend.startswith("loaderx")]
+        if keys:
+            notes.append("Key ratio, gather MiB/s vs " + BASELINE + " in each pass: " + "; ".join(
+                f"{r.backend} " + " / ".join(f"{a / b:.2f}x" for a, b in zip(r.mibs, base.mibs)) for r in keys)
+                + ".")
+    return md, "\n\n".join(notes)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    names = list(workloads())
+    ap.add_argument("--workloads", default=",".join(names), help=f"comma list of {names}")
+    ap.add_argument("--backends", default="", help="comma list of backend names (default: all)")
+    ap.add_argument("--min-seconds", type=float, default=1.0, help="timed gather time per backend and pass")
+    ap.add_argument("--max-seconds", type=float, default=6.0, help="stop a slow backend after this long")
+    ap.add_argument("--min-batches", type=int, default=10)
+    ap.add_argument("--max-batches", type=int, default=400)
+    ap.add_argument("--passes", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--keep", action="store_true", help="keep the written stores")
+    ap.add_argument("--no-doc", action="store_true", help="do not update docs/benchmarks.md")
+    args = ap.parse_args()
+
+    backends = all_backends()
+    if args.backends:
+        want = set(args.backends.split(","))
+        backends = [b for b in backends if b.name in want]
+    store_root = DATA / "stores"
+    results_dir = REPO / "bench" / "results"
+    results_dir.mkdir(parents=True, exist_ok=True)
+    machine = machine_line()
+    print(f"# store benchmark - {machine}")
+    for wname in args.workloads.split(","):
+        w = workloads()[wname]()
+        print(f"\n## {wname}: {w.description}; {w.n} records, {w.nbytes / MiB:.1f} MiB logical, "
+              f"batch {BATCH}")
+        rows = run_workload(w, backends, store_root, args)
+        md, notes = render(w, rows, args.passes)
+        print(md)
+        if notes:
+            print("\n" + notes)
+        (results_dir / f"store-{wname}.json").write_text(json.dumps(
+            {"machine": machine, "workload": wname, "rows": [asdict(r) for r in rows]}, indent=1))
+        if not args.no_doc:
+            done = [r for r in rows if r.mibs]
+            png = DOCS / f"bench_store_{wname.replace('-', '_')}.png"
+            bar_plot(png, f"{wname}: random gather, batch {BATCH} (logical MiB/s, higher is better)",
+                     [r.backend for r in done], [r.mibs[0] for r in done], "MiB/s")
+            body = (f"### Store: {wname}\n\n{w.description}; {w.n:,} records, {w.nbytes / MiB:,.1f} MiB "
+                    f"logical; IID batches of {BATCH}.\nRun: {machine}.\n\n{md}\n\n"
+                    + (notes + "\n\n" if notes else "") + f"![{wname} gather]({png.name})\n")
+            update_doc_section(f"store-{wname}", body)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
