@@ -142,9 +142,10 @@ struct Encoder {
     KV(p, "step", m.step);
   }
   void operator()(const ErrorMsg& m) {
-    Begin(p, "error", 2);
+    Begin(p, "error", 3);
     KV(p, "code", m.code);
     KVStr(p, "message", m.message);
+    KV(p, "step", m.step);
   }
 };
 
@@ -408,6 +409,7 @@ Result<Message> DecodeTyped(std::string_view t, Fields& f) {
     ErrorMsg m;
     m.code = f.U32("code", static_cast<uint32_t>(Status::Code::kState));
     m.message = f.Str("message");
+    m.step = f.U64("step");
     if (f.ok() && m.code == 0) f.Fail("error code must not be 0 (OK)");
     return Done(f, std::move(m));
   }
@@ -426,8 +428,8 @@ Status ErrorMsg::ToStatus() const {
   return Status(static_cast<Status::Code>(code), message);
 }
 
-ErrorMsg ErrorMsg::From(const Status& s) {
-  return ErrorMsg{static_cast<uint32_t>(s.code()), s.message()};
+ErrorMsg ErrorMsg::From(const Status& s, uint64_t step) {
+  return ErrorMsg{static_cast<uint32_t>(s.code()), s.message(), step};
 }
 
 const char* MessageName(const Message& m) {

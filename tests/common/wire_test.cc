@@ -64,7 +64,7 @@ TEST(WireTest, EveryMessageTypeRoundTrips) {
   ExpectRoundTrip(StatsReplyMsg{{{"sessions", 2}, {"slots_held", 0}}});
   ExpectRoundTrip(CloseMsg{});
   ExpectRoundTrip(OkMsg{5});
-  ExpectRoundTrip(ErrorMsg{8, "lease cap reached"});
+  ExpectRoundTrip(ErrorMsg{8, "lease cap reached", 17});
 }
 
 TEST(WireTest, ErrorMessageCarriesStatusCode) {
@@ -114,7 +114,7 @@ TEST(WireTest, OutOfRangeFieldsAreRefused) {
             Status::Code::kProtocol);
   // An error reply must not claim success.
   EXPECT_EQ(DecodeError(MapOf(std::string("t"), std::string("error"), std::string("code"), 0,
-                              std::string("message"), std::string("x")))
+                              std::string("message"), std::string("x"), std::string("step"), 0))
                 .code(),
             Status::Code::kProtocol);
 }

@@ -152,8 +152,11 @@ struct OkMsg {
 struct ErrorMsg {
   uint32_t code = 0;
   std::string message;
+  // The loader's step after the failed request: a gather error of step s
+  // still advances to s+1 (as embedded), a refused request does not.
+  uint64_t step = 0;
   Status ToStatus() const;
-  static ErrorMsg From(const Status& s);
+  static ErrorMsg From(const Status& s, uint64_t step = 0);
   bool operator==(const ErrorMsg&) const = default;
 };
 

@@ -1,0 +1,203 @@
+// The loaderx daemon client: batches from loaderxd, mapped zero-copy.
+//
+//   auto client = loaderx::Client::Connect(path);          // hello, version check
+//   auto loader = client->OpenLoader(spec);                // passes store fds
+//   auto batch = loader->Next();                           // a view into the ring
+//   const float* x = static_cast<const float*>(batch->Dense(0).data);
+//   loader->Seek(1000); loader->Close();
+//
+// Each Loader has its own connection and its own ring (a sealed memfd mapped
+// read-only). A Batch is a set of views into one ring slot plus a Lease; the
+// slot goes back to the daemon when the last holder of the Lease (the Batch,
+// or any zero-copy owner such as a NumPy array's base) lets go. Holding
+// `lease_cap()` batches and asking for more is ResourceExhausted, never a
+// hang. Batches stay readable after Close() and even after the daemon died:
+// the mapping belongs to this process.
+//
+// The client opens the store files itself (Store::OpenFileSet) and passes the
+// fds, so the daemon reads nothing this process could not read.
+//
+// Failure: if the daemon dies, a blocked Next() returns Status::Daemon within
+// kDeadPeerDetection (the socket hangs up; the wait polls every kPollInterval
+// anyway). A forked child inherits nothing usable: every call in the child
+// returns Status::Daemon and the child's copy of the socket is closed at fork,
+// so it can neither keep the parent's session alive nor speak for it.
+//
+// Thread-safety: one thread at a time may call Next/Seek; Close() may be
+// called from any thread, also while Next() blocks (which then returns
+// Cancelled). Batches and Leases may be destroyed on any thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loaderx/sampler.h"
+#include "loaderx/status.h"
+#include "loaderx/store.h"
+#include "loaderx/wire.h"
+
+namespace loaderx {
+
+class Client;
+
+namespace client {
+
+inline constexpr std::chrono::milliseconds kPollInterval{50};
+inline constexpr std::chrono::milliseconds kDeadPeerDetection{1000};
+static_assert(kPollInterval * 4 <= kDeadPeerDetection,
+              "a blocked wait must notice a dead daemon well within the promise");
+
+class Connection;  // private (client/src)
+
+// Called every kPollInterval while a request waits for the daemon; a non-OK
+// status aborts the wait and is returned (Python uses it for Ctrl-C). The
+// reply still arrives later and is kept for the next call, so no batch is
+// lost or duplicated.
+using WaitHook = std::function<Status()>;
+
+struct StreamInfo {
+  std::string label;  // the store path as passed
+  Kind kind = Kind::kDense;
+  std::string dtype;  // NumPy dtype.str
+  uint32_t itemsize = 0;
+  std::vector<uint64_t> item_shape;  // dense
+  uint32_t ndim = 0;
+  uint64_t size = 0;
+};
+
+struct LoaderSpec {
+  std::vector<std::string> stores;  // store directories, one per stream
+  uint64_t batch_size = 0;
+  SamplerMode mode = SamplerMode::kIID;
+  uint64_t seed = 42;
+  uint64_t rank = 0;
+  uint64_t world_size = 1;
+  uint64_t start_step = 0;
+  uint32_t prefetch = 4;
+  uint32_t leases = 8;      // batches this client may hold at once
+  uint64_t ring_bytes = 0;  // 0: the daemon sizes the ring
+};
+
+// A slot lease: returns the slot to the daemon when destroyed (from the
+// process that received it only).
+class Lease {
+ public:
+  Lease(std::shared_ptr<Connection> conn, uint32_t slot, uint64_t seq, const uint8_t* base);
+  ~Lease();
+  Lease(const Lease&) = delete;
+  Lease& operator=(const Lease&) = delete;
+  const uint8_t* base() const { return base_; }  // the batch's first byte
+
+ private:
+  std::shared_ptr<Connection> conn_;  // keeps the socket and the ring mapping alive
+  uint32_t slot_;
+  uint64_t seq_;
+  const uint8_t* base_;
+};
+
+struct ArrayView {
+  const void* data = nullptr;
+  std::string dtype;
+  uint32_t itemsize = 0;
+  std::vector<uint64_t> shape;
+};
+
+// Move-only views of one delivered batch.
+class Batch {
+ public:
+  Batch() = default;
+  Batch(Batch&&) noexcept = default;
+  Batch& operator=(Batch&&) noexcept = default;
+  Batch(const Batch&) = delete;
+  Batch& operator=(const Batch&) = delete;
+
+  uint64_t step() const { return step_; }
+  uint64_t batch_size() const { return batch_size_; }
+  size_t num_streams() const { return layout_.size(); }
+  // Dense stream j as one (B, *item_shape) array.
+  ArrayView Dense(size_t j) const;
+  // Record k of ragged stream j.
+  ArrayView Record(size_t j, uint64_t k) const;
+  // Raw tables of ragged stream j (see loader.h's layout).
+  const uint8_t* values(size_t j) const;
+  const uint64_t* offsets(size_t j) const;  // B + 1 byte offsets into values
+  const uint64_t* shapes(size_t j) const;   // B * ndim dims
+  const std::shared_ptr<Lease>& lease() const { return lease_; }
+  void Reset() { lease_.reset(); }  // lets the slot go now
+
+ private:
+  friend class Loader;
+  uint64_t step_ = 0;
+  uint64_t batch_size_ = 0;
+  std::vector<StreamLayoutMsg> layout_;
+  std::shared_ptr<const std::vector<StreamInfo>> streams_;
+  std::shared_ptr<Lease> lease_;
+};
+
+class Loader {
+ public:
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  // The batch of Step(); advances. A gather error of that step is returned
+  // (and the loader still advances, as embedded).
+  Result<Batch> Next(const WaitHook& hook = nullptr);
+  // The next batch is `step`.
+  Status Seek(uint64_t step, const WaitHook& hook = nullptr);
+  uint64_t Step() const;
+  // Ends the session (the daemon reclaims everything not leased out; leased
+  // slots stay readable here). Idempotent, thread-safe, never blocks.
+  void Close();
+
+  const std::vector<StreamInfo>& streams() const { return *streams_; }
+  uint64_t size() const { return n_; }
+  uint32_t lease_cap() const { return lease_cap_; }
+  uint32_t leases_held() const;
+  uint64_t ring_bytes() const { return ring_bytes_; }
+
+ private:
+  friend class ::loaderx::Client;
+  Loader() = default;
+  std::shared_ptr<Connection> conn_;
+  std::shared_ptr<const std::vector<StreamInfo>> streams_;
+  uint64_t n_ = 0;
+  uint32_t lease_cap_ = 0;
+  uint64_t ring_bytes_ = 0;
+  // The step the next batch will have. Relaxed: read by Step() from any
+  // thread for display; Next/Seek are serialised by the caller.
+  std::atomic<uint64_t> step_{0};
+};
+
+}  // namespace client
+
+class Client {
+ public:
+  // Connects and says hello. NotFound / Daemon if nobody answers at `path`;
+  // Protocol if the daemon speaks another protocol major (message names both).
+  static Result<std::unique_ptr<Client>> Connect(const std::string& path);
+  ~Client();
+
+  // Opens a loader on its own connection. Store problems come back with the
+  // same Status codes as opening them embedded (NotFound, Corruption, ...).
+  Result<std::unique_ptr<client::Loader>> OpenLoader(const client::LoaderSpec& spec);
+  // The daemon's counters ("sessions", "slots_held", "ring_bytes", ...).
+  Result<std::vector<std::pair<std::string, uint64_t>>> Stats(const client::WaitHook& hook = nullptr);
+
+  const std::string& path() const { return path_; }
+  const HelloOkMsg& hello() const;
+
+ private:
+  Client() = default;
+  std::string path_;
+  std::shared_ptr<client::Connection> conn_;
+};
+
+}  // namespace loaderx

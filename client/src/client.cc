@@ -1,0 +1,251 @@
+#include "loaderx/client.h"
+
+#include <unistd.h>
+
+#include "connection.h"
+#include "loaderx/unix_socket.h"
+
+namespace loaderx {
+namespace client {
+
+namespace {
+
+Status Bad(const std::string& what) { return Status::Protocol("batch from loaderxd: " + what); }
+
+// Everything a batch message claims is checked against the ring and the
+// schema before a single view is built: a buggy or hostile daemon cannot
+// make the client read outside the slot.
+Status ValidateBatch(const BatchMsg& m, const std::vector<StreamInfo>& streams,
+                     const uint8_t* base) {
+  if (m.streams.size() != streams.size()) return Bad("wrong number of streams");
+  const uint64_t total = m.total_bytes;
+  auto inside = [&](uint64_t off, uint64_t len) { return off <= total && len <= total - off; };
+  for (size_t j = 0; j < streams.size(); ++j) {
+    const StreamLayoutMsg& l = m.streams[j];
+    const StreamInfo& s = streams[j];
+    if (l.kind != static_cast<uint32_t>(s.kind)) return Bad("stream kind mismatch");
+    if (!inside(l.values_offset, l.values_bytes)) return Bad("values outside the batch");
+    if (s.kind == Kind::kDense) {
+      uint64_t item = s.itemsize;
+      for (uint64_t d : s.item_shape) {
+        if (d != 0 && item > UINT64_MAX / d) return Bad("dense item too large");
+        item *= d;
+      }
+      if (m.batch_size != 0 && item > UINT64_MAX / m.batch_size) return Bad("dense batch too large");
+      if (l.values_bytes != item * m.batch_size) return Bad("dense values size mismatch");
+      continue;
+    }
+    if (m.batch_size > (UINT64_MAX / 8) - 1 || s.ndim > kMaxWireDims) return Bad("bad ragged sizes");
+    if (l.shapes_offset % 8 || l.offsets_offset % 8) return Bad("misaligned ragged tables");
+    if (!inside(l.shapes_offset, m.batch_size * s.ndim * 8)) return Bad("shapes outside the batch");
+    if (!inside(l.offsets_offset, (m.batch_size + 1) * 8)) return Bad("offsets outside the batch");
+    const uint64_t* offsets = reinterpret_cast<const uint64_t*>(base + l.offsets_offset);
+    const uint64_t* shapes = reinterpret_cast<const uint64_t*>(base + l.shapes_offset);
+    if (offsets[0] != 0 || offsets[m.batch_size] != l.values_bytes) return Bad("offsets do not span values");
+    for (uint64_t k = 0; k < m.batch_size; ++k) {
+      if (offsets[k + 1] < offsets[k]) return Bad("offsets not monotone");
+      uint64_t bytes = s.itemsize;
+      for (uint32_t d = 0; d < s.ndim; ++d) {
+        uint64_t dim = shapes[k * s.ndim + d];
+        if (dim != 0 && bytes > UINT64_MAX / dim) return Bad("record shape overflows");
+        bytes *= dim;
+      }
+      if (bytes != offsets[k + 1] - offsets[k]) return Bad("record shape does not match its bytes");
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace
+
+Lease::Lease(std::shared_ptr<Connection> conn, uint32_t slot, uint64_t seq, const uint8_t* base)
+    : conn_(std::move(conn)), slot_(slot), seq_(seq), base_(base) {
+  conn_->leases_held.fetch_add(1, std::memory_order_relaxed);
+}
+
+Lease::~Lease() {
+  conn_->leases_held.fetch_sub(1, std::memory_order_relaxed);
+  conn_->Release(slot_, seq_);
+}
+
+const uint8_t* Batch::values(size_t j) const { return lease_->base() + layout_[j].values_offset; }
+const uint64_t* Batch::offsets(size_t j) const {
+  return reinterpret_cast<const uint64_t*>(lease_->base() + layout_[j].offsets_offset);
+}
+const uint64_t* Batch::shapes(size_t j) const {
+  return reinterpret_cast<const uint64_t*>(lease_->base() + layout_[j].shapes_offset);
+}
+
+ArrayView Batch::Dense(size_t j) const {
+  const StreamInfo& s = (*streams_)[j];
+  ArrayView v;
+  v.data = values(j);
+  v.dtype = s.dtype;
+  v.itemsize = s.itemsize;
+  v.shape.push_back(batch_size_);
+  v.shape.insert(v.shape.end(), s.item_shape.begin(), s.item_shape.end());
+  return v;
+}
+
+ArrayView Batch::Record(size_t j, uint64_t k) const {
+  const StreamInfo& s = (*streams_)[j];
+  ArrayView v;
+  v.data = values(j) + offsets(j)[k];
+  v.dtype = s.dtype;
+  v.itemsize = s.itemsize;
+  v.shape.assign(shapes(j) + k * s.ndim, shapes(j) + (k + 1) * s.ndim);
+  return v;
+}
+
+Loader::~Loader() { Close(); }
+
+void Loader::Close() {
+  if (conn_) conn_->Shutdown();
+}
+
+uint32_t Loader::leases_held() const { return conn_->leases_held.load(std::memory_order_relaxed); }
+
+uint64_t Loader::Step() const { return step_.load(std::memory_order_relaxed); }
+
+Result<Batch> Loader::Next(const WaitHook& hook) {
+  LX_RETURN_IF_ERROR(conn_->CheckProcess());
+  if (conn_->shut_down()) return Status::Cancelled("loader closed");
+  const uint32_t held = leases_held();
+  if (held >= lease_cap_) {
+    return Status::ResourceExhausted(
+        "holding " + std::to_string(held) + " daemon batches (lease cap " +
+        std::to_string(lease_cap_) +
+        "): drop references to earlier batches (and arrays viewing them) before drawing more");
+  }
+  LX_ASSIGN_OR_RETURN(Reply r, conn_->Call(NextMsg{}, {}, hook, /*reuse_owed=*/true));
+  if (auto* err = std::get_if<ErrorMsg>(&r.msg)) {
+    step_.store(err->step, std::memory_order_relaxed);
+    return err->ToStatus();
+  }
+  auto* m = std::get_if<BatchMsg>(&r.msg);
+  if (m == nullptr) return Status::Protocol(std::string("expected batch, got ") + MessageName(r.msg));
+  // Own the slot first, so every error path below still releases it.
+  auto lease = std::make_shared<Lease>(conn_, m->slot, m->seq, conn_->ring_base() + m->offset);
+  LX_RETURN_IF_ERROR(CheckSlot(conn_->ring_base(), conn_->geometry(), m->slot, m->seq, m->step,
+                               m->offset, m->total_bytes));
+  LX_RETURN_IF_ERROR(ValidateBatch(*m, *streams_, conn_->ring_base() + m->offset));
+  Batch b;
+  b.step_ = m->step;
+  b.batch_size_ = m->batch_size;
+  b.layout_ = std::move(m->streams);
+  b.streams_ = streams_;
+  b.lease_ = std::move(lease);
+  step_.store(m->step + 1, std::memory_order_relaxed);
+  return b;
+}
+
+Status Loader::Seek(uint64_t step, const WaitHook& hook) {
+  LX_RETURN_IF_ERROR(conn_->CheckProcess());
+  if (conn_->shut_down()) return Status::Cancelled("loader closed");
+  LX_ASSIGN_OR_RETURN(Reply r, conn_->Call(SeekMsg{step}, {}, hook, /*reuse_owed=*/false));
+  if (auto* err = std::get_if<ErrorMsg>(&r.msg)) return err->ToStatus();
+  if (!std::holds_alternative<OkMsg>(r.msg)) return Status::Protocol("expected ok after seek");
+  step_.store(step, std::memory_order_relaxed);
+  return Status::OK();
+}
+
+}  // namespace client
+
+using client::Connection;
+
+Client::~Client() {
+  if (conn_) conn_->Shutdown();
+}
+
+Result<std::unique_ptr<Client>> Client::Connect(const std::string& path) {
+  LX_ASSIGN_OR_RETURN(std::shared_ptr<Connection> conn, Connection::Open(path));
+  std::unique_ptr<Client> c(new Client());
+  c->path_ = path;
+  c->conn_ = std::move(conn);
+  return c;
+}
+
+const HelloOkMsg& Client::hello() const { return conn_->hello(); }
+
+Result<std::vector<std::pair<std::string, uint64_t>>> Client::Stats(const client::WaitHook& hook) {
+  LX_ASSIGN_OR_RETURN(client::Reply r, conn_->Call(StatsMsg{}, {}, hook, false));
+  if (auto* err = std::get_if<ErrorMsg>(&r.msg)) return err->ToStatus();
+  auto* s = std::get_if<StatsReplyMsg>(&r.msg);
+  if (s == nullptr) return Status::Protocol("expected stats_reply");
+  return s->counters;
+}
+
+Result<std::unique_ptr<client::Loader>> Client::OpenLoader(const client::LoaderSpec& spec) {
+  if (spec.stores.empty()) return Status::InvalidArgument("loader needs at least one stream");
+  if (spec.stores.size() > kMaxWireStreams) {
+    return Status::InvalidArgument("at most " + std::to_string(kMaxWireStreams) + " streams");
+  }
+  OpenMsg open;
+  open.batch_size = spec.batch_size;
+  open.mode = static_cast<uint32_t>(spec.mode);
+  open.seed = spec.seed;
+  open.rank = spec.rank;
+  open.world_size = spec.world_size;
+  open.start_step = spec.start_step;
+  open.prefetch = spec.prefetch;
+  open.leases = spec.leases;
+  open.ring_bytes = spec.ring_bytes;
+  // The client opens every file with its own rights; the daemon gets fds.
+  std::vector<StoreFiles> files;
+  std::vector<int> fds;
+  for (const std::string& path : spec.stores) {
+    LX_ASSIGN_OR_RETURN(StoreFiles f, Store::OpenFileSet(path));
+    StreamFilesMsg s;
+    s.label = path.size() > kMaxWireString ? path.substr(path.size() - kMaxWireString) : path;
+    s.has_shapes = f.shapes.valid();
+    s.has_dict = f.dict.valid();
+    s.data_files = static_cast<uint32_t>(f.data.size());
+    fds.push_back(f.meta.get());
+    fds.push_back(f.index.get());
+    if (s.has_shapes) fds.push_back(f.shapes.get());
+    if (s.has_dict) fds.push_back(f.dict.get());
+    for (const UniqueFd& d : f.data) fds.push_back(d.get());
+    open.streams.push_back(std::move(s));
+    files.push_back(std::move(f));
+  }
+  if (fds.size() > kMaxFrameFds) {
+    return Status::InvalidArgument("the streams have " + std::to_string(fds.size()) +
+                                   " files together; one loader can pass at most " +
+                                   std::to_string(kMaxFrameFds));
+  }
+  LX_ASSIGN_OR_RETURN(std::shared_ptr<Connection> conn, Connection::Open(path_));
+  LX_ASSIGN_OR_RETURN(client::Reply r, conn->Call(open, fds, nullptr, false));
+  if (auto* err = std::get_if<ErrorMsg>(&r.msg)) return err->ToStatus();
+  auto* opened = std::get_if<OpenedMsg>(&r.msg);
+  if (opened == nullptr || r.fds.size() != 1) {
+    return Status::Protocol("expected 'opened' with one ring fd");
+  }
+  if (opened->streams.size() != spec.stores.size()) {
+    return Status::Protocol("'opened' describes the wrong number of streams");
+  }
+  LX_RETURN_IF_ERROR(conn->AttachRing(std::move(r.fds[0]), opened->ring_bytes, opened->slot_count));
+  auto streams = std::make_shared<std::vector<client::StreamInfo>>();
+  for (size_t j = 0; j < opened->streams.size(); ++j) {
+    const StreamSchemaMsg& m = opened->streams[j];
+    LX_ASSIGN_OR_RETURN(DType dtype, DType::Parse(m.dtype));
+    client::StreamInfo s;
+    s.label = spec.stores[j];
+    s.kind = static_cast<Kind>(m.kind);
+    s.dtype = dtype.str;
+    s.itemsize = dtype.itemsize;
+    s.item_shape = m.item_shape;
+    s.ndim = m.ndim;
+    s.size = m.size;
+    streams->push_back(std::move(s));
+  }
+  std::unique_ptr<client::Loader> loader(new client::Loader());
+  loader->conn_ = std::move(conn);
+  loader->streams_ = std::move(streams);
+  loader->n_ = opened->n;
+  loader->lease_cap_ = opened->leases;
+  loader->ring_bytes_ = opened->ring_bytes;
+  loader->step_.store(spec.start_step, std::memory_order_relaxed);
+  return loader;
+}
+
+}  // namespace loaderx

@@ -1,0 +1,184 @@
+#include "connection.h"
+
+#include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+
+#include "loaderx/memfd.h"
+#include "loaderx/unix_socket.h"
+
+namespace loaderx::client {
+
+namespace {
+
+// Live socket fds of this process, closed in a forked child. Fixed size and
+// lock-free: the child handler runs in a process where another thread may
+// have held any lock at fork time.
+constexpr size_t kForkTableSize = 1024;
+// Entries hold fd + 1 so that zero-initialisation means "empty".
+std::atomic<int> g_fork_fds[kForkTableSize];
+
+void CloseInChild() {
+  for (auto& slot : g_fork_fds) {
+    int fd = slot.exchange(0, std::memory_order_relaxed) - 1;
+    if (fd >= 0) ::close(fd);
+  }
+}
+
+int RegisterForFork(int fd) {
+  static std::once_flag once;
+  std::call_once(once, [] { ::pthread_atfork(nullptr, nullptr, &CloseInChild); });
+  for (size_t i = 0; i < kForkTableSize; ++i) {
+    int expected = 0;
+    // Relaxed: fork() itself is the synchronisation point with the handler.
+    if (g_fork_fds[i].compare_exchange_strong(expected, fd + 1, std::memory_order_relaxed)) {
+      return static_cast<int>(i);
+    }
+  }
+  return -1;  // table full: fork protection degrades to the pid check
+}
+
+}  // namespace
+
+Connection::Connection(UniqueFd fd, std::string path)
+    : fd_(std::move(fd)), path_(std::move(path)), owner_pid_(::getpid()) {
+  fork_slot_ = RegisterForFork(fd_.get());
+}
+
+Connection::~Connection() {
+  if (::getpid() != owner_pid_) {
+    fd_.Release();  // closed by the fork handler; the number may be reused
+    return;
+  }
+  if (fork_slot_ >= 0) g_fork_fds[fork_slot_].store(0, std::memory_order_relaxed);
+}
+
+Result<std::shared_ptr<Connection>> Connection::Open(const std::string& path) {
+  LX_ASSIGN_OR_RETURN(UniqueFd fd, ConnectSeqpacket(path));
+  std::shared_ptr<Connection> c(new Connection(std::move(fd), path));
+  HelloMsg hello;
+  hello.client_version = LOADERX_CLIENT_VERSION;
+  Result<Reply> r = c->Call(hello, {}, nullptr, false);
+  if (!r.ok()) return r.status().WithContext(path);
+  if (auto* err = std::get_if<ErrorMsg>(&r->msg)) {
+    Status st = err->ToStatus();
+    // A version or cap refusal: keep the daemon's words, say who said them.
+    return Status(st.code() == Status::Code::kProtocol ? st.code() : Status::Code::kDaemon,
+                  path + ": loaderxd refused the connection: " + st.message());
+  }
+  auto* ok = std::get_if<HelloOkMsg>(&r->msg);
+  if (ok == nullptr) return Status::Protocol(path + ": expected hello_ok");
+  if (ok->major != kProtocolMajor) {
+    return Status::Protocol(path + ": loaderxd speaks protocol " + std::to_string(ok->major) +
+                            "." + std::to_string(ok->minor) + ", this client " +
+                            std::to_string(kProtocolMajor) + "." + std::to_string(kProtocolMinor));
+  }
+  c->hello_ = *ok;
+  return c;
+}
+
+Status Connection::CheckProcess() const {
+  if (::getpid() != owner_pid_) {
+    return Status::Daemon("this loaderxd session belongs to process " + std::to_string(owner_pid_) +
+                          "; a forked child cannot use it (open a new loader in the child)");
+  }
+  return Status::OK();
+}
+
+Status Connection::SendMessage(const Message& m, std::span<const int> fds) {
+  std::vector<uint8_t> bytes = EncodeMessage(m);
+  Status st = SendFrame(fd_.get(), bytes, fds);
+  if (!st.ok() && shut_down()) return Status::Cancelled("loader closed");
+  if (st.code() == Status::Code::kDaemon) {
+    return Status::Daemon(path_ + ": loaderxd closed the connection (stopped or crashed)");
+  }
+  return st;
+}
+
+Result<Reply> Connection::AwaitReply(const WaitHook& hook, bool* hook_aborted) {
+  *hook_aborted = false;
+  const int poll_ms = static_cast<int>(kPollInterval.count());
+  while (true) {
+    if (shut_down()) return Status::Cancelled("loader closed");
+    LX_ASSIGN_OR_RETURN(bool ready, WaitReadable(fd_.get(), poll_ms));
+    if (!ready) {
+      if (hook) {
+        Status st = hook();
+        if (!st.ok()) {
+          *hook_aborted = true;
+          return st;
+        }
+      }
+      continue;
+    }
+    LX_ASSIGN_OR_RETURN(Frame f, RecvFrame(fd_.get(), kMaxFrameBytes, 1));
+    if (f.would_block) continue;
+    if (f.eof) {
+      if (shut_down()) return Status::Cancelled("loader closed");
+      return Status::Daemon(path_ + ": loaderxd closed the connection (stopped or crashed)");
+    }
+    LX_ASSIGN_OR_RETURN(Message m, DecodeMessage(f.bytes));
+    if (!f.fds.empty() && !std::holds_alternative<OpenedMsg>(m)) {
+      return Status::Protocol(std::string("'") + MessageName(m) + "' reply carried fds");
+    }
+    return Reply{std::move(m), std::move(f.fds)};
+  }
+}
+
+Result<Reply> Connection::Call(const Message& req, std::span<const int> fds,
+                               const WaitHook& hook, bool reuse_owed) {
+  LX_RETURN_IF_ERROR(CheckProcess());
+  std::lock_guard<std::mutex> lock(call_mu_);
+  if (owed_) {
+    bool aborted = false;
+    if (reuse_owed && owed_index_ == req.index()) {
+      Result<Reply> r = AwaitReply(hook, &aborted);
+      owed_ = aborted;
+      return r;
+    }
+    // Collect and drop the owed reply; an owed batch goes straight back.
+    Result<Reply> stale = AwaitReply(hook, &aborted);
+    if (!stale.ok()) {
+      owed_ = aborted;
+      return stale.status();
+    }
+    owed_ = false;
+    if (auto* b = std::get_if<BatchMsg>(&stale->msg)) Release(b->slot, b->seq);
+  }
+  LX_RETURN_IF_ERROR(SendMessage(req, fds));
+  owed_ = true;
+  owed_index_ = req.index();
+  bool aborted = false;
+  Result<Reply> r = AwaitReply(hook, &aborted);
+  // Only a hook abort leaves the reply owed; anything else ends the exchange.
+  owed_ = aborted;
+  return r;
+}
+
+void Connection::Release(uint32_t slot, uint64_t seq) {
+  if (::getpid() != owner_pid_ || shut_down()) return;
+  std::vector<uint8_t> bytes = EncodeMessage(ReleaseMsg{slot, seq});
+  // Best effort: if the daemon is gone, so is the slot.
+  (void)SendFrame(fd_.get(), bytes);
+}
+
+void Connection::Shutdown() {
+  if (shut_.exchange(true, std::memory_order_acq_rel)) return;
+  if (::getpid() == owner_pid_) ::shutdown(fd_.get(), SHUT_RDWR);
+}
+
+Status Connection::AttachRing(UniqueFd fd, uint64_t bytes, uint32_t slot_count) {
+  LX_RETURN_IF_ERROR(CheckSealedMemfd(fd.get(), kRingSeals, bytes)
+                         .WithContext("ring from loaderxd"));
+  LX_ASSIGN_OR_RETURN(ring_, MappedRegion::Map(fd.get(), bytes));
+  LX_ASSIGN_OR_RETURN(geometry_, ValidateRing(ring_.data(), bytes));
+  if (geometry_.slot_count != slot_count) {
+    return Status::Protocol("ring has " + std::to_string(geometry_.slot_count) +
+                            " slots, the open reply said " + std::to_string(slot_count));
+  }
+  return Status::OK();
+}
+
+}  // namespace loaderx::client

@@ -1,0 +1,95 @@
+// Connection: one socket to loaderxd with its request/reply discipline, the
+// ring mapping of the loader opened on it, and fork safety.
+//
+// Replies are awaited with poll() in kPollInterval steps so a dead daemon
+// (hang-up), Close() from another thread (shutdown of the socket) and the
+// caller's WaitHook (Ctrl-C) are all noticed promptly. A request whose wait
+// was aborted leaves its reply "owed"; the next call collects it first.
+//
+// Fork: every live socket fd is registered in a fixed lock-free table; a
+// pthread_atfork child handler closes them all in the child, and every
+// method checks the pid, so a forked child can neither keep the session
+// alive nor send on it.
+//
+// Thread-safety: Call/AwaitOwed serialise on call_mu_; Release and Shutdown
+// may be called from any thread at any time.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "loaderx/client.h"
+#include "loaderx/fd.h"
+#include "loaderx/ring.h"
+#include "loaderx/wire.h"
+
+namespace loaderx::client {
+
+struct Reply {
+  Message msg;
+  std::vector<UniqueFd> fds;
+};
+
+class Connection {
+ public:
+  // connect(2) + hello exchange.
+  static Result<std::shared_ptr<Connection>> Open(const std::string& path);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Sends `req` (with fds) and waits for its reply. If a previous reply is
+  // owed it is collected and handed to `discard` first (or, when
+  // `reuse_owed` is set and the owed request was the same kind, returned as
+  // this call's reply without sending again).
+  Result<Reply> Call(const Message& req, std::span<const int> fds, const WaitHook& hook,
+                     bool reuse_owed);
+  // Fire-and-forget release of a slot lease (no reply).
+  void Release(uint32_t slot, uint64_t seq);
+  // Ends the session from any thread; wakes a blocked Call with Cancelled.
+  void Shutdown();
+  bool shut_down() const { return shut_.load(std::memory_order_acquire); }
+  // Daemon error when called in a forked child.
+  Status CheckProcess() const;
+
+  const HelloOkMsg& hello() const { return hello_; }
+  const std::string& path() const { return path_; }
+
+  // Ring of the loader opened on this connection (set once by OpenLoader).
+  Status AttachRing(UniqueFd fd, uint64_t bytes, uint32_t slot_count);
+  const uint8_t* ring_base() const { return ring_.data(); }
+  const RingGeometry& geometry() const { return geometry_; }
+
+  // Leases alive in this process (a Batch or its zero-copy owners).
+  // Relaxed: a counter for the lease-cap check and stats, orders nothing.
+  std::atomic<uint32_t> leases_held{0};
+
+ private:
+  Connection(UniqueFd fd, std::string path);
+  Result<Reply> AwaitReply(const WaitHook& hook, bool* hook_aborted);
+  Status SendMessage(const Message& m, std::span<const int> fds);
+
+  UniqueFd fd_;
+  const std::string path_;
+  const pid_t owner_pid_;
+  int fork_slot_ = -1;  // index in the fork table, -1 if not registered
+  HelloOkMsg hello_;
+  // Set by Shutdown (any thread); read by waits. Release/acquire: a waiter
+  // that sees it knows the socket was shut down on purpose.
+  std::atomic<bool> shut_{false};
+
+  std::mutex call_mu_;
+  bool owed_ = false;            // guarded by call_mu_
+  size_t owed_index_ = 0;        // Message index of the owed request
+
+  MappedRegion ring_;  // read-only
+  RingGeometry geometry_;
+};
+
+}  // namespace loaderx::client

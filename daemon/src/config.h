@@ -1,0 +1,48 @@
+// loaderxd configuration: command-line flags, optionally a config file.
+//
+// The file holds `key = value` lines ('#' starts a comment) using the long
+// flag names without dashes (socket, threads, memory-limit, log-level,
+// sessions-per-uid, memory-per-uid, max-leases, max-prefetch, socket-mode).
+// Flags given on the command line win over the file. Sizes accept K/M/G/T
+// binary suffixes. Every problem is InvalidArgument naming the key and, for
+// the file, the line.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "log.h"
+#include "loaderx/status.h"
+
+namespace loaderx::daemon {
+
+struct Config {
+  std::string socket_path;       // default: DefaultSocketPath()
+  uint32_t threads = 0;          // gather threads per loader; 0 = hardware concurrency
+  uint64_t memory_limit = uint64_t{8} << 30;  // all rings together
+  uint64_t memory_per_uid = 0;   // ring bytes per uid; 0 = memory_limit
+  uint32_t sessions_per_uid = 64;
+  uint32_t max_leases = 64;      // cap on the batches one client may hold
+  uint32_t max_prefetch = 64;
+  mode_t socket_mode = 0660;
+  bool foreground = false;
+  bool check_config = false;
+  LogLevel log_level = LogLevel::kInfo;
+  std::string config_file;
+};
+
+// /run/loaderx/loaderxd.sock for root, $XDG_RUNTIME_DIR/loaderx/loaderxd.sock
+// otherwise (InvalidArgument if XDG_RUNTIME_DIR is unset for a non-root user).
+Result<std::string> DefaultSocketPath();
+
+// Parses argv (argv[0] skipped). `*help` is set for --help/--version with the
+// text to print.
+Result<Config> ParseArgs(const std::vector<std::string>& args, std::string* help);
+
+// Parses a size with an optional K/M/G/T suffix.
+Result<uint64_t> ParseSize(const std::string& s);
+
+}  // namespace loaderx::daemon

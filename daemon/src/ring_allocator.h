@@ -1,0 +1,88 @@
+// RingAllocator: the BatchAllocator that makes a Pipeline gather straight
+// into a session's shared-memory ring (common/include/loaderx/ring.h).
+//
+// One per open loader. Create() makes the memfd, maps it read-write, writes
+// the header and applies the seals, so the fd handed to the client can only
+// ever be mapped read-only. Allocate() takes a free slot and a payload region
+// and returns a RingMemory whose destructor gives both back; it blocks while
+// the ring is full (back-pressure: the pipeline never runs more than the ring
+// ahead of the client) and returns Cancelled promptly after Cancel().
+// Publish() stamps a finished batch into its slot with a fresh epoch.
+//
+// Thread-safety: all methods may be called from any thread (one mutex).
+// Ownership: every RingMemory keeps the ring (and its mapping) alive.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "loaderx/fd.h"
+#include "loaderx/loader.h"
+#include "loaderx/ring.h"
+#include "payload_allocator.h"
+
+namespace loaderx::daemon {
+
+class RingAllocator;
+
+// One batch's region of a ring; returns slot and region on destruction.
+class RingMemory final : public BatchMemory {
+ public:
+  RingMemory(std::shared_ptr<RingAllocator> ring, uint32_t slot, uint64_t offset, uint64_t size);
+  ~RingMemory() override;
+  RingMemory(const RingMemory&) = delete;
+  RingMemory& operator=(const RingMemory&) = delete;
+  uint8_t* data() override;
+  uint64_t size() const override { return size_; }
+  uint32_t slot() const { return slot_; }
+  uint64_t ring_offset() const { return offset_; }  // from the ring start
+
+ private:
+  std::shared_ptr<RingAllocator> ring_;
+  uint32_t slot_;
+  uint64_t offset_;
+  uint64_t size_;
+};
+
+class RingAllocator final : public BatchAllocator,
+                            public std::enable_shared_from_this<RingAllocator> {
+ public:
+  static Result<std::shared_ptr<RingAllocator>> Create(uint32_t slot_count,
+                                                       uint64_t payload_bytes,
+                                                       uint64_t incarnation, uint64_t session);
+  ~RingAllocator() override = default;
+
+  Result<std::shared_ptr<BatchMemory>> Allocate(uint64_t step, uint64_t bytes) override;
+  void Cancel() override;
+
+  // Writes step/offset/bytes of `memory` into its slot and a new epoch
+  // (release). Returns the epoch (seq) to announce to the client.
+  uint64_t Publish(const RingMemory& memory, uint64_t step, uint64_t bytes);
+
+  int fd() const { return fd_.get(); }
+  const RingGeometry& geometry() const { return geometry_; }
+  uint64_t bytes_in_use() const;
+  uint32_t slots_in_use() const;
+
+ private:
+  friend class RingMemory;
+  RingAllocator(UniqueFd fd, MappedRegion map, const RingGeometry& g);
+  void Free(uint32_t slot, uint64_t ring_offset);
+
+  const UniqueFd fd_;
+  MappedRegion map_;  // read-write, daemon only
+  const RingGeometry geometry_;
+
+  mutable std::mutex mu_;
+  std::condition_variable freed_cv_;  // a slot/region was freed, or cancelled
+  // Guarded by mu_.
+  PayloadAllocator payload_;
+  std::vector<uint32_t> free_slots_;
+  bool cancelled_ = false;
+  uint64_t next_seq_ = 1;  // epochs are never reused within a ring
+};
+
+}  // namespace loaderx::daemon

@@ -1,0 +1,656 @@
+#include "server.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <boost/asio.hpp>
+#include <boost/asio/generic/seq_packet_protocol.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "log.h"
+#include "loaderx/loader.h"
+#include "loaderx/sampler.h"
+#include "loaderx/unix_socket.h"
+#include "ring_allocator.h"
+#include "store_registry.h"
+
+namespace loaderx::daemon {
+
+namespace asio = boost::asio;
+using SeqPacket = asio::generic::seq_packet_protocol;
+
+namespace {
+
+// Requests a client may have queued before it is considered abusive. A
+// well-behaved client has at most one outstanding request (plus releases,
+// which are not queued).
+constexpr size_t kMaxQueuedRequests = 8;
+// How often a worker blocked on the pipeline re-checks for shutdown.
+constexpr auto kWorkerPoll = std::chrono::milliseconds(50);
+// Frames handled per readiness wake-up before yielding to other connections.
+constexpr int kFramesPerWakeup = 64;
+
+uint64_t RoundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+// Upper estimate of one batch's bytes, for sizing a ring before the first
+// batch exists. Dense is exact; ragged assumes records up to twice the mean.
+uint64_t EstimateBatchBytes(const std::vector<std::shared_ptr<const Store>>& streams,
+                            uint64_t batch) {
+  uint64_t total = 0;
+  for (const auto& s : streams) {
+    const Schema& sc = s->schema();
+    if (sc.kind == Kind::kDense) {
+      total += RoundUp(batch * sc.DenseItemBytes(), kBatchAlignment);
+    } else {
+      uint64_t mean = s->size() ? (s->nbytes() + s->size() - 1) / s->size() : 0;
+      total += RoundUp(2 * mean * batch, kBatchAlignment);
+      total += RoundUp(batch * sc.ndim * 8, kBatchAlignment);
+      total += RoundUp((batch + 1) * 8, kBatchAlignment);
+    }
+  }
+  return std::max<uint64_t>(total, kBatchAlignment);
+}
+
+}  // namespace
+
+class Server::Impl {
+ public:
+  class Connection;
+
+  Impl(const Config& config, UniqueFd listener)
+      : config_(config),
+        acceptor_(io_),
+        signals_(io_),
+        incarnation_(std::random_device{}() | (uint64_t{std::random_device{}()} << 32)) {
+    boost::system::error_code ec;
+    acceptor_.assign(SeqPacket(AF_UNIX, 0), listener.Release(), ec);
+    if (ec) LX_LOG(kError) << "cannot adopt listening socket: " << ec.message();
+  }
+
+  Status Run(bool handle_signals) {
+    if (!acceptor_.is_open()) return Status::Internal("listening socket not adopted");
+    if (handle_signals) {
+      signals_.add(SIGTERM);
+      signals_.add(SIGINT);
+      signals_.async_wait([this](const boost::system::error_code& ec, int sig) {
+        if (ec) return;
+        LX_LOG(kInfo) << "signal " << sig << ": shutting down";
+        StopOnIo();
+      });
+    }
+    Accept();
+    io_.run();
+    return Status::OK();
+  }
+
+  void Stop() {
+    asio::post(io_, [this] { StopOnIo(); });
+  }
+
+  void StopOnIo();
+  void Accept();
+  void Finish(uint64_t id);  // io thread: a connection is fully torn down
+
+  StatsReplyMsg Stats(uint32_t uid) const {
+    StatsReplyMsg r;
+    std::lock_guard<std::mutex> lock(acct_mu_);
+    auto it = uids_.find(uid);
+    UidAccount mine = it == uids_.end() ? UidAccount{} : it->second;
+    r.counters = {
+        {"sessions", sessions_},
+        {"loaders", loaders_},
+        {"ring_bytes", ring_bytes_},
+        {"slots_held", slots_held_.load(std::memory_order_relaxed)},
+        {"stores", registry_.size()},
+        {"batches_served", batches_served_.load(std::memory_order_relaxed)},
+        {"releases", releases_.load(std::memory_order_relaxed)},
+        {"stale_releases", stale_releases_.load(std::memory_order_relaxed)},
+        {"protocol_errors", protocol_errors_.load(std::memory_order_relaxed)},
+        {"refused", refused_.load(std::memory_order_relaxed)},
+        {"uid_sessions", mine.sessions},
+        {"uid_ring_bytes", mine.ring_bytes},
+        {"memory_limit", config_.memory_limit},
+        {"memory_per_uid", config_.memory_per_uid},
+        {"sessions_per_uid", config_.sessions_per_uid},
+        {"max_leases", config_.max_leases},
+    };
+    return r;
+  }
+
+  // Session and ring accounting (any thread).
+  Status AddSession(uint32_t uid) {
+    std::lock_guard<std::mutex> lock(acct_mu_);
+    UidAccount& a = uids_[uid];
+    if (a.sessions >= config_.sessions_per_uid) {
+      return Status::ResourceExhausted("uid " + std::to_string(uid) + " already has " +
+                                       std::to_string(a.sessions) +
+                                       " loaderxd sessions (cap --sessions-per-uid=" +
+                                       std::to_string(config_.sessions_per_uid) + ")");
+    }
+    ++a.sessions;
+    ++sessions_;
+    return Status::OK();
+  }
+  void RemoveSession(uint32_t uid) {
+    std::lock_guard<std::mutex> lock(acct_mu_);
+    --uids_[uid].sessions;
+    --sessions_;
+  }
+  Status ReserveRing(uint32_t uid, uint64_t bytes) {
+    std::lock_guard<std::mutex> lock(acct_mu_);
+    UidAccount& a = uids_[uid];
+    if (a.ring_bytes + bytes > config_.memory_per_uid) {
+      return Status::ResourceExhausted(
+          "a ring of " + std::to_string(bytes) + " bytes would exceed the per-uid ring memory cap (uid " +
+          std::to_string(uid) + " holds " + std::to_string(a.ring_bytes) + " of " +
+          std::to_string(config_.memory_per_uid) + " bytes, --memory-per-uid)");
+    }
+    if (ring_bytes_ + bytes > config_.memory_limit) {
+      return Status::ResourceExhausted("a ring of " + std::to_string(bytes) +
+                                       " bytes would exceed loaderxd's memory limit (" +
+                                       std::to_string(ring_bytes_) + " of " +
+                                       std::to_string(config_.memory_limit) +
+                                       " bytes in use, --memory-limit)");
+    }
+    a.ring_bytes += bytes;
+    ring_bytes_ += bytes;
+    ++loaders_;
+    return Status::OK();
+  }
+  void ReleaseRing(uint32_t uid, uint64_t bytes) {
+    std::lock_guard<std::mutex> lock(acct_mu_);
+    uids_[uid].ring_bytes -= bytes;
+    ring_bytes_ -= bytes;
+    --loaders_;
+  }
+
+  const Config config_;
+  asio::io_context io_;
+  asio::basic_socket_acceptor<SeqPacket> acceptor_;
+  asio::signal_set signals_;
+  StoreRegistry registry_;
+  const uint64_t incarnation_;
+  bool stopping_ = false;                                     // io thread only
+  uint64_t next_id_ = 1;                                      // io thread only
+  std::map<uint64_t, std::shared_ptr<Connection>> conns_;     // io thread only
+
+  struct UidAccount {
+    uint64_t sessions = 0;
+    uint64_t ring_bytes = 0;
+  };
+  mutable std::mutex acct_mu_;
+  std::map<uint32_t, UidAccount> uids_;  // guarded by acct_mu_
+  uint64_t sessions_ = 0;                // guarded by acct_mu_
+  uint64_t loaders_ = 0;                 // guarded by acct_mu_
+  uint64_t ring_bytes_ = 0;              // guarded by acct_mu_
+  // Statistics only: relaxed, they order nothing.
+  std::atomic<uint64_t> slots_held_{0}, batches_served_{0}, releases_{0}, stale_releases_{0},
+      protocol_errors_{0}, refused_{0};
+};
+
+class Server::Impl::Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(Impl& server, SeqPacket::socket socket, uint64_t id, PeerCred cred)
+      : server_(server), socket_(std::move(socket)), fd_(socket_.native_handle()), id_(id),
+        cred_(cred) {}
+
+  ~Connection() {
+    if (worker_.joinable()) worker_.join();
+  }
+
+  void Start() { ArmRead(); }
+
+  // io thread. Idempotent.
+  void Shutdown(const std::string& why) {
+    if (shut_) return;
+    shut_ = true;
+    LX_LOG(kInfo) << "session " << id_ << " (pid " << cred_.pid << ", uid " << cred_.uid
+                  << ") closing: " << why;
+    boost::system::error_code ec;
+    socket_.cancel(ec);
+    if (!worker_.joinable()) {
+      asio::post(server_.io_, [&s = server_, id = id_] { s.Finish(id); });
+      return;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      closing_ = true;
+    }
+    cv_.notify_all();
+  }
+
+  // io thread, from Finish: the worker has exited (or never ran).
+  void Close() {
+    if (worker_.joinable()) worker_.join();
+    boost::system::error_code ec;
+    socket_.close(ec);
+    if (counted_) server_.RemoveSession(cred_.uid);
+    counted_ = false;
+  }
+
+ private:
+  struct Request {
+    Message msg;
+    std::vector<UniqueFd> fds;
+  };
+  struct Lease {
+    uint64_t seq = 0;
+    std::shared_ptr<BatchMemory> memory;
+  };
+
+  void ArmRead() {
+    socket_.async_wait(SeqPacket::socket::wait_read,
+                       [self = shared_from_this()](const boost::system::error_code& ec) {
+                         if (ec || self->shut_) return;
+                         self->OnReadable();
+                       });
+  }
+
+  void OnReadable() {
+    for (int i = 0; i < kFramesPerWakeup && !shut_; ++i) {
+      Result<Frame> frame = RecvFrame(fd_, kMaxFrameBytes, kMaxFrameFds, /*nonblocking=*/true);
+      if (!frame.ok()) return ProtocolViolation(frame.status());
+      if (frame->would_block) break;
+      if (frame->eof) return Shutdown("client hung up");
+      HandleFrame(std::move(frame).value());
+    }
+    if (!shut_) ArmRead();
+  }
+
+  void ProtocolViolation(const Status& st) {
+    server_.protocol_errors_.fetch_add(1, std::memory_order_relaxed);
+    LX_LOG(kWarning) << "session " << id_ << " (pid " << cred_.pid << "): " << st.ToString();
+    Shutdown("protocol violation");
+  }
+
+  void HandleFrame(Frame frame) {
+    Result<Message> decoded = DecodeMessage(frame.bytes);
+    if (!decoded.ok()) return ProtocolViolation(decoded.status());
+    Message& msg = decoded.value();
+    const bool is_open = std::holds_alternative<OpenMsg>(msg);
+    if (!frame.fds.empty() && !is_open) {
+      return ProtocolViolation(Status::Protocol(std::string("'") + MessageName(msg) +
+                                                "' must not carry fds"));
+    }
+    if (!hello_done_) {
+      auto* hello = std::get_if<HelloMsg>(&msg);
+      if (hello == nullptr) {
+        return ProtocolViolation(Status::Protocol(std::string("expected hello, got '") +
+                                                  MessageName(msg) + "'"));
+      }
+      return HandleHello(*hello);
+    }
+    if (auto* rel = std::get_if<ReleaseMsg>(&msg)) return HandleRelease(*rel);
+    if (is_open || std::holds_alternative<NextMsg>(msg) || std::holds_alternative<SeekMsg>(msg) ||
+        std::holds_alternative<StatsMsg>(msg) || std::holds_alternative<CloseMsg>(msg)) {
+      if (is_open && frame.fds.size() != std::get<OpenMsg>(msg).TotalFds()) {
+        return ProtocolViolation(Status::Protocol(
+            "open announced " + std::to_string(std::get<OpenMsg>(msg).TotalFds()) +
+            " fds but carried " + std::to_string(frame.fds.size())));
+      }
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (queue_.size() >= kMaxQueuedRequests) {
+          return ProtocolViolation(Status::Protocol("too many outstanding requests"));
+        }
+        queue_.push_back(Request{std::move(msg), std::move(frame.fds)});
+      }
+      cv_.notify_all();
+      return;
+    }
+    ProtocolViolation(Status::Protocol(std::string("unexpected message '") + MessageName(msg) +
+                                       "' from a client"));
+  }
+
+  void HandleHello(const HelloMsg& hello) {
+    if (hello.major != kProtocolMajor) {
+      server_.refused_.fetch_add(1, std::memory_order_relaxed);
+      Status st = Status::Protocol(
+          "protocol version mismatch: client speaks " + std::to_string(hello.major) + "." +
+          std::to_string(hello.minor) + ", loaderxd " LOADERX_DAEMON_VERSION " speaks " +
+          std::to_string(kProtocolMajor) + "." + std::to_string(kProtocolMinor) +
+          " (major versions must match)");
+      (void)Send(ErrorMsg::From(st));
+      return Shutdown(st.message());
+    }
+    Status cap = server_.AddSession(cred_.uid);
+    if (!cap.ok()) {
+      server_.refused_.fetch_add(1, std::memory_order_relaxed);
+      (void)Send(ErrorMsg::From(cap));
+      return Shutdown(cap.message());
+    }
+    counted_ = true;
+    hello_done_ = true;
+    LX_LOG(kDebug) << "session " << id_ << ": hello from pid " << cred_.pid << " uid " << cred_.uid
+                   << " client " << hello.client_version;
+    if (!Send(HelloOkMsg{kProtocolMajor, kProtocolMinor, LOADERX_DAEMON_VERSION,
+                         server_.incarnation_, id_})
+             .ok()) {
+      return Shutdown("cannot reply to hello");
+    }
+    worker_ = std::thread([self = shared_from_this()] { self->WorkerLoop(); });
+  }
+
+  void HandleRelease(const ReleaseMsg& rel) {
+    std::shared_ptr<BatchMemory> drop;  // freed outside lease_mu_
+    {
+      std::lock_guard<std::mutex> lock(lease_mu_);
+      auto it = leases_.find(rel.slot);
+      if (it == leases_.end() || it->second.seq != rel.seq) {
+        // Stale, duplicated or forged: the epoch does not match what this
+        // session holds, so the slot (maybe already reused) is left alone.
+        server_.stale_releases_.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
+      drop = std::move(it->second.memory);
+      leases_.erase(it);
+    }
+    server_.slots_held_.fetch_sub(1, std::memory_order_relaxed);
+    server_.releases_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  Status Send(const Message& m, std::span<const int> fds = {}) {
+    std::vector<uint8_t> bytes = EncodeMessage(m);
+    // Never block on a client that does not read: that is its problem, and
+    // the worker/io thread must stay free.
+    return SendFrame(fd_, bytes, fds, /*nonblocking=*/true);
+  }
+
+  // ---- worker thread ----------------------------------------------------
+
+  void WorkerLoop() {
+    while (true) {
+      Request req;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return closing_ || !queue_.empty(); });
+        if (closing_) break;
+        req = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      Status sent = std::visit(
+          [&](auto& m) -> Status {
+            using T = std::decay_t<decltype(m)>;
+            if constexpr (std::is_same_v<T, OpenMsg>) return DoOpen(m, std::move(req.fds));
+            if constexpr (std::is_same_v<T, NextMsg>) return DoNext();
+            if constexpr (std::is_same_v<T, SeekMsg>) return DoSeek(m);
+            if constexpr (std::is_same_v<T, StatsMsg>) return Send(server_.Stats(cred_.uid));
+            if constexpr (std::is_same_v<T, CloseMsg>) {
+              CloseLoader();
+              return Send(OkMsg{0});
+            }
+            return Status::Internal("unreachable");
+          },
+          req.msg);
+      if (!sent.ok()) {
+        if (sent.code() != Status::Code::kCancelled) {
+          LX_LOG(kInfo) << "session " << id_ << ": " << sent.ToString();
+        }
+        asio::post(server_.io_, [self = shared_from_this()] { self->Shutdown("reply failed"); });
+        break;
+      }
+    }
+    CloseLoader();
+    asio::post(server_.io_, [&s = server_, id = id_] { s.Finish(id); });
+  }
+
+  bool Closing() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return closing_;
+  }
+
+  void CloseLoader() {
+    if (pipeline_) pipeline_->Close();
+    pipeline_.reset();
+    size_t held;
+    {
+      std::lock_guard<std::mutex> lock(lease_mu_);
+      held = leases_.size();
+      leases_.clear();
+    }
+    server_.slots_held_.fetch_sub(held, std::memory_order_relaxed);
+    if (ring_) {
+      server_.ReleaseRing(cred_.uid, ring_->geometry().total_bytes);
+      ring_.reset();
+    }
+  }
+
+  Status Error(const Status& st) {
+    return Send(ErrorMsg::From(st, pipeline_ ? pipeline_->step() : 0));
+  }
+
+  Status DoOpen(const OpenMsg& m, std::vector<UniqueFd> fds) {
+    if (pipeline_) return Error(Status::State("a loader is already open on this connection"));
+    std::vector<std::shared_ptr<const Store>> streams;
+    size_t next_fd = 0;
+    auto take = [&] { return std::move(fds[next_fd++]); };
+    for (const StreamFilesMsg& s : m.streams) {
+      StoreFiles files;
+      files.label = s.label;
+      files.meta = take();
+      files.index = take();
+      if (s.has_shapes) files.shapes = take();
+      if (s.has_dict) files.dict = take();
+      for (uint32_t i = 0; i < s.data_files; ++i) files.data.push_back(take());
+      Result<std::shared_ptr<const Store>> store = server_.registry_.Get(std::move(files));
+      if (!store.ok()) return Error(store.status());
+      if (!streams.empty() && store.value()->size() != streams[0]->size()) {
+        return Error(Status::InvalidArgument(
+            "streams differ in length: " + streams[0]->label() + " has " +
+            std::to_string(streams[0]->size()) + " records, " + store.value()->label() + " has " +
+            std::to_string(store.value()->size())));
+      }
+      streams.push_back(std::move(store).value());
+    }
+    SamplerSpec spec;
+    spec.n = streams[0]->size();
+    spec.batch_size = m.batch_size;
+    spec.mode = static_cast<SamplerMode>(m.mode);
+    spec.seed = m.seed;
+    spec.rank = m.rank;
+    spec.world_size = m.world_size;
+    Status valid = spec.Validate();
+    if (!valid.ok()) return Error(valid);
+    if (m.batch_size > (uint64_t{1} << 32)) {
+      return Error(Status::InvalidArgument("batch_size " + std::to_string(m.batch_size) + " is too large"));
+    }
+    const uint32_t leases = std::clamp<uint32_t>(m.leases, 1, server_.config_.max_leases);
+    const uint32_t prefetch = std::clamp<uint32_t>(m.prefetch, 1, server_.config_.max_prefetch);
+    // In flight at once: `prefetch` in the pipeline, `leases` at the client,
+    // one between the pipeline and the client.
+    const uint32_t slots = prefetch + leases + 1;
+    uint64_t payload = m.ring_bytes;
+    if (payload == 0) {
+      const uint64_t batch = EstimateBatchBytes(streams, m.batch_size);
+      if (batch > (uint64_t{1} << 46) / slots) {
+        return Error(Status::ResourceExhausted("batch of ~" + std::to_string(batch) +
+                                               " bytes is too large for a ring"));
+      }
+      payload = batch * slots;
+    }
+    Result<RingGeometry> geometry = RingGeometry::Compute(slots, payload);
+    if (!geometry.ok()) return Error(geometry.status());
+    Status reserved = server_.ReserveRing(cred_.uid, geometry->total_bytes);
+    if (!reserved.ok()) {
+      server_.refused_.fetch_add(1, std::memory_order_relaxed);
+      return Error(reserved);
+    }
+    Result<std::shared_ptr<RingAllocator>> ring =
+        RingAllocator::Create(slots, payload, server_.incarnation_, id_);
+    if (!ring.ok()) {
+      server_.ReleaseRing(cred_.uid, geometry->total_bytes);
+      return Error(ring.status());
+    }
+    ring_ = std::move(ring).value();
+    PipelineOptions options;
+    options.start_step = m.start_step;
+    options.prefetch = prefetch;
+    options.num_threads = server_.config_.threads;
+    Result<std::unique_ptr<Pipeline>> pipeline = Pipeline::Create(streams, spec, options, ring_);
+    if (!pipeline.ok()) {
+      CloseLoader();
+      return Error(pipeline.status());
+    }
+    pipeline_ = std::move(pipeline).value();
+    lease_cap_ = leases;
+    OpenedMsg reply;
+    reply.n = spec.n;
+    reply.slot_count = slots;
+    reply.ring_bytes = ring_->geometry().total_bytes;
+    reply.leases = leases;
+    for (const auto& s : streams) {
+      const Schema& sc = s->schema();
+      reply.streams.push_back(StreamSchemaMsg{static_cast<uint32_t>(sc.kind), sc.dtype.str,
+                                              sc.item_shape, sc.ndim, s->size()});
+    }
+    LX_LOG(kInfo) << "session " << id_ << " (pid " << cred_.pid << "): opened loader over "
+                  << streams.size() << " stream(s), n=" << spec.n << " batch=" << spec.batch_size
+                  << " ring=" << reply.ring_bytes << "B slots=" << slots;
+    int ring_fd = ring_->fd();
+    return Send(reply, std::span<const int>(&ring_fd, 1));
+  }
+
+  Status DoNext() {
+    if (!pipeline_) return Error(Status::State("no loader is open on this connection"));
+    {
+      std::lock_guard<std::mutex> lock(lease_mu_);
+      if (leases_.size() >= lease_cap_) {
+        return Error(Status::ResourceExhausted(
+            "the client holds " + std::to_string(leases_.size()) +
+            " batches, its lease cap; drop references to old batches before drawing more"));
+      }
+    }
+    Result<std::optional<Batch>> got = std::optional<Batch>();
+    while (true) {
+      if (Closing()) return Status::Cancelled("session closing");
+      got = pipeline_->NextFor(kWorkerPoll);
+      if (!got.ok() || got->has_value()) break;
+    }
+    if (!got.ok()) return Error(got.status());
+    Batch batch = std::move(**got);
+    auto* memory = dynamic_cast<RingMemory*>(batch.memory.get());
+    if (memory == nullptr) return Status::Internal("batch memory is not from the ring");
+    const uint64_t seq = ring_->Publish(*memory, batch.step, batch.layout.total_bytes);
+    BatchMsg reply;
+    reply.step = batch.step;
+    reply.slot = memory->slot();
+    reply.seq = seq;
+    reply.offset = memory->ring_offset();
+    reply.batch_size = batch.layout.batch_size;
+    reply.total_bytes = batch.layout.total_bytes;
+    for (const StreamLayout& l : batch.layout.streams) {
+      reply.streams.push_back(StreamLayoutMsg{static_cast<uint32_t>(l.kind), l.values_offset,
+                                              l.values_bytes, l.shapes_offset, l.offsets_offset});
+    }
+    {
+      // Registered before the reply leaves, so its release cannot be early.
+      std::lock_guard<std::mutex> lock(lease_mu_);
+      leases_[reply.slot] = Lease{seq, std::move(batch.memory)};
+    }
+    server_.slots_held_.fetch_add(1, std::memory_order_relaxed);
+    server_.batches_served_.fetch_add(1, std::memory_order_relaxed);
+    return Send(reply);
+  }
+
+  Status DoSeek(const SeekMsg& m) {
+    if (!pipeline_) return Error(Status::State("no loader is open on this connection"));
+    Status st = pipeline_->Seek(m.step);
+    if (!st.ok()) return Error(st);
+    return Send(OkMsg{m.step});
+  }
+
+  Impl& server_;
+  SeqPacket::socket socket_;
+  const int fd_;
+  const uint64_t id_;
+  const PeerCred cred_;
+  // io thread only.
+  bool shut_ = false;
+  bool hello_done_ = false;
+  bool counted_ = false;
+  std::thread worker_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;   // queue_ gained a request, or closing_
+  std::deque<Request> queue_;    // guarded by mu_
+  bool closing_ = false;         // guarded by mu_
+
+  // Worker thread only.
+  std::shared_ptr<RingAllocator> ring_;
+  std::unique_ptr<Pipeline> pipeline_;
+  uint32_t lease_cap_ = 0;
+
+  std::mutex lease_mu_;
+  std::map<uint32_t, Lease> leases_;  // slot -> lease; guarded by lease_mu_
+};
+
+void Server::Impl::Accept() {
+  acceptor_.async_accept([this](const boost::system::error_code& ec, SeqPacket::socket socket) {
+    if (stopping_) return;
+    if (ec) {
+      if (ec != asio::error::operation_aborted) {
+        LX_LOG(kWarning) << "accept: " << ec.message();
+        // EMFILE and friends: back off briefly instead of spinning.
+        auto timer = std::make_shared<asio::steady_timer>(io_, std::chrono::milliseconds(100));
+        timer->async_wait([this, timer](const boost::system::error_code&) { Accept(); });
+      }
+      return;
+    }
+    Result<PeerCred> cred = GetPeerCred(socket.native_handle());
+    if (!cred.ok()) {
+      LX_LOG(kWarning) << "rejecting connection: " << cred.status().ToString();
+    } else {
+      uint64_t id = next_id_++;
+      auto conn = std::make_shared<Connection>(*this, std::move(socket), id, *cred);
+      conns_.emplace(id, conn);
+      conn->Start();
+    }
+    Accept();
+  });
+}
+
+void Server::Impl::Finish(uint64_t id) {
+  auto it = conns_.find(id);
+  if (it == conns_.end()) return;
+  std::shared_ptr<Connection> conn = std::move(it->second);
+  conns_.erase(it);
+  conn->Close();
+  if (stopping_ && conns_.empty()) io_.stop();
+}
+
+void Server::Impl::StopOnIo() {
+  if (stopping_) return;
+  stopping_ = true;
+  boost::system::error_code ec;
+  acceptor_.close(ec);
+  signals_.cancel(ec);
+  if (conns_.empty()) {
+    io_.stop();
+    return;
+  }
+  // Copy: Shutdown may post Finish, which edits conns_ later on this thread.
+  std::vector<std::shared_ptr<Connection>> all;
+  for (auto& [id, c] : conns_) all.push_back(c);
+  for (auto& c : all) c->Shutdown("loaderxd is shutting down");
+}
+
+Server::Server(const Config& config, UniqueFd listener)
+    : impl_(std::make_unique<Impl>(config, std::move(listener))) {}
+
+Server::~Server() = default;
+
+Status Server::Run(bool handle_signals) { return impl_->Run(handle_signals); }
+void Server::Stop() { impl_->Stop(); }
+StatsReplyMsg Server::Stats(uint32_t uid) const { return impl_->Stats(uid); }
+uint64_t Server::incarnation() const { return impl_->incarnation_; }
+
+}  // namespace loaderx::daemon
