@@ -106,12 +106,18 @@ class PipelineImpl final : public Pipeline {
   }
 
   Status Seek(uint64_t step) override {
-    std::map<uint64_t, Result<Batch>> dropped;  // freed after unlocking
+    std::map<uint64_t, Result<Batch>> dropped;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (closed_) return Status::Cancelled("loader closed");
+      ++generation_;
+      dropped.swap(ready_);
+      next_step_ = schedule_step_ = step;
+    }
+    // Free the discarded batches before producing new ones, so memory never
+    // exceeds prefetch batches, not even for a moment.
+    dropped.clear();
     std::lock_guard<std::mutex> lock(mu_);
-    if (closed_) return Status::Cancelled("loader closed");
-    ++generation_;
-    dropped.swap(ready_);
-    next_step_ = schedule_step_ = step;
     PumpLocked();
     return Status::OK();
   }
@@ -181,19 +187,19 @@ class PipelineImpl final : public Pipeline {
     }
     std::optional<Result<Batch>> result;
     if (!stale) result.emplace(MakeBatch(step));
-    std::optional<Result<Batch>> dropped;  // a stale result, freed unlocked
-    bool idle;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      --in_flight_;
-      if (result && !closed_ && generation == generation_) {
-        ready_.emplace(step, std::move(*result));
-      } else {
-        dropped = std::move(result);
-      }
-      PumpLocked();
-      idle = in_flight_ == 0;
+    std::unique_lock<std::mutex> lock(mu_);
+    if (result && !closed_ && generation == generation_) {
+      ready_.emplace(step, std::move(*result));
+    } else if (result) {
+      // Stale: free it before this producer stops counting against prefetch.
+      lock.unlock();
+      result.reset();
+      lock.lock();
     }
+    --in_flight_;
+    PumpLocked();
+    const bool idle = in_flight_ == 0;
+    lock.unlock();
     ready_cv_.notify_all();
     if (idle) idle_cv_.notify_all();
   }

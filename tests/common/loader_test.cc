@@ -15,6 +15,7 @@
 
 #include "loaderx/loader.h"
 #include "loaderx/thread_pool.h"
+#include "store_test_util.h"
 
 namespace loaderx {
 namespace {
@@ -610,6 +611,66 @@ TEST(PipelineTest, ShardedRanksConcatenateToTheGlobalBatch) {
     joined.insert(joined.end(), b->indices.begin(), b->indices.end());
   }
   EXPECT_EQ(joined, g->indices);
+}
+
+// End to end over real zstd stores written by StoreWriter: every delivered
+// batch equals ReadRecord of the sampler's indices, for several thread counts.
+TEST(PipelineTest, RealZstdStoresMatchReadRecordOfTheSamplerIndices) {
+  testing::TempDir dir;
+  const uint64_t n = 300;
+  WriteOptions wopt;
+  wopt.codec = Codec::kZstd;
+  wopt.data_shards = 3;
+  auto dense_w = StoreWriter::Create(dir.Sub("dense"), testing::DenseSchema("<u2", {4, 8}), wopt);
+  ASSERT_TRUE(dense_w.ok()) << dense_w.status().ToString();
+  std::vector<uint8_t> dense_bytes;
+  for (uint64_t i = 0; i < n; ++i) {
+    auto rec = testing::MakeBytes(64, i);
+    dense_bytes.insert(dense_bytes.end(), rec.begin(), rec.end());
+  }
+  ASSERT_TRUE((*dense_w)->AppendDense(dense_bytes.data(), n).ok());
+  ASSERT_TRUE((*dense_w)->Publish().ok());
+  auto ragged_w = StoreWriter::Create(dir.Sub("ragged"), testing::RaggedSchema("|u1", 1), wopt);
+  ASSERT_TRUE(ragged_w.ok());
+  std::vector<uint8_t> ragged_bytes;
+  std::vector<uint64_t> shapes;
+  for (uint64_t i = 0; i < n; ++i) {
+    auto rec = testing::MakeBytes(i % 41, i + 1000);  // includes empty records
+    ragged_bytes.insert(ragged_bytes.end(), rec.begin(), rec.end());
+    shapes.push_back(rec.size());
+  }
+  ASSERT_TRUE((*ragged_w)->AppendRagged(ragged_bytes.data(), shapes.data(), n).ok());
+  ASSERT_TRUE((*ragged_w)->Publish().ok());
+  auto dense = Store::Open(dir.Sub("dense"));
+  auto ragged = Store::Open(dir.Sub("ragged"));
+  ASSERT_TRUE(dense.ok() && ragged.ok());
+  const Streams streams = {*dense, *ragged};
+  const auto spec = Spec(n, 32, SamplerMode::kCyclic, 5);
+  for (uint32_t threads : {1u, 2u, 8u}) {
+    auto p = MakePipeline(streams, spec, {.start_step = 3, .prefetch = 3, .num_threads = threads});
+    for (uint64_t k = 0; k < 8; ++k) {
+      auto b = p->Next();
+      ASSERT_TRUE(b.ok()) << b.status().ToString();
+      ASSERT_EQ(b->step, 3 + k);
+      ASSERT_EQ(b->indices, IndicesOf(spec, 3 + k));
+      const uint8_t* base = b->memory->data();
+      const StreamLayout& d = b->layout.streams[0];
+      const StreamLayout& r = b->layout.streams[1];
+      for (size_t j = 0; j < b->indices.size(); ++j) {
+        const uint64_t i = b->indices[j];
+        ASSERT_EQ(std::memcmp(base + d.values_offset + 64 * j, dense_bytes.data() + 64 * i, 64), 0);
+        uint64_t off, next_off, len;
+        std::memcpy(&off, base + r.offsets_offset + 8 * j, 8);
+        std::memcpy(&next_off, base + r.offsets_offset + 8 * (j + 1), 8);
+        std::memcpy(&len, base + r.shapes_offset + 8 * j, 8);
+        ASSERT_EQ(len, i % 41);
+        ASSERT_EQ(next_off - off, len);
+        std::vector<uint8_t> want(len);
+        ASSERT_TRUE((*ragged)->ReadRecord(i, want.data(), len).ok());
+        ASSERT_EQ(std::memcmp(base + r.values_offset + off, want.data(), len), 0);
+      }
+    }
+  }
 }
 
 }  // namespace
