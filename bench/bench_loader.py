@@ -1,0 +1,374 @@
+#!/usr/bin/env python3
+# Owner: benchmark engineer (end-to-end loader benchmark, issue #4). The loader
+# engineer owns python/loaderx/dataloader.py, not this file.
+"""End-to-end loader benchmark on real photos (issue #4).
+
+Workload: the 2,500 ``uint8[3,224,224]`` real-photo records of
+bench/prepare_vision.py, batch 256 (36.8 MiB), IID (torch: random with
+replacement; grain: its shuffled endless sampler). Every loader carries a
+second stream with each record's index so its batches can be checked against
+the source array; the first ``CHECK`` batches of every loader are compared
+exactly (dtype, shape, bytes) before anything is timed, then ``WARMUP``
+batches are discarded and ``BATCHES`` (200) are timed.
+
+Loaders (each run in its own fresh process; its whole process tree's PSS,
+the sum of Pss in /proc/<pid>/smaps_rollup over the process and all its
+descendants, is sampled every 50 ms by this parent):
+
+* ``loaderx``: this project's DataLoader over Zrecord Dense stores (raw, zstd);
+* ``reference``: the PyPI ``loaderx==2.5.4`` wheel in bench/.venv-ref (made by
+  bench/refvenv.py), over its own stores (raw, zstd);
+* ``torch``: torch.utils.data.DataLoader, fork and spawn, 2 and 4 workers,
+  over a NumPy memmap dataset with ``__getitems__`` (one fancy-index read per
+  batch);
+* ``grain``: grain.python.DataLoader over ArrayRecord (raw, zstd), 2 workers.
+
+Usage: bench/bench_loader.py [--only loaderx,torch,...] [--batches 200] [--no-doc]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+from benchlib import DATA, DOCS, MiB, REPO, PssSampler, bar_plot, machine_line, markdown_table  # noqa: E402
+from benchlib import update_doc_section  # noqa: E402
+
+BATCH = 256
+CHECK = 3
+WARMUP = 10
+SOURCE = DATA / "vision_dense.npy"
+STORES = DATA / "loader"
+REF_PY = BENCH / ".venv-ref" / "bin" / "python"
+
+
+# ==========================================================================
+# Child side: build one loader, check, warm up, time. Prints one JSON line.
+# ==========================================================================
+
+def _loaderx_iter(codec: str, threads: int | None) -> tuple[Iterator[tuple[Any, Any]], Any]:
+    from loaderx.dataloader import DataLoader
+    from loaderx.zrecord import Dense
+    root = STORES / ("ref" if _is_reference() else "loaderx") / codec
+    img, idx = _loaderx_stores(root, codec)
+    streams = {"image": Dense.open(str(img)), "index": Dense.open(str(idx))}
+    kw = {} if threads is None else {"num_threads": threads}
+    loader = DataLoader(streams, batch_size=BATCH, **kw)
+
+    def gen():
+        while True:
+            b = next(loader)
+            yield b["image"], b["index"]
+
+    def close():
+        loader.close()
+        for s in streams.values():
+            s.close()
+    return gen(), close
+
+
+def _is_reference() -> bool:
+    import loaderx
+    return not str(Path(loaderx.__file__).resolve()).startswith(str(REPO / "python"))
+
+
+def _loaderx_stores(root: Path, codec: str) -> tuple[Path, Path]:
+    """Writes (once) the image and index stores with whichever loaderx is imported."""
+    from loaderx.zrecord import Dense
+    img, idx = root / "image", root / "index"
+    if not (img.exists() and idx.exists()):
+        import shutil
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+        src = np.load(SOURCE, mmap_mode="r")
+        with Dense.create(str(img), src.dtype, src.shape[1:], codec=codec) as ds:
+            ds.append(src)
+        with Dense.create(str(idx), np.dtype(np.int64), (), codec=codec) as ds:
+            ds.append(np.arange(src.shape[0], dtype=np.int64))
+    return img, idx
+
+
+class MemmapDataset:
+    """Map-style dataset over the .npy memmap; ``__getitems__`` reads a whole batch."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.n = int(np.load(path, mmap_mode="r").shape[0])
+        self.mm: np.ndarray | None = None  # opened lazily in each worker
+
+    def __len__(self) -> int:
+        return self.n
+
+    def _arr(self) -> np.ndarray:
+        if self.mm is None:
+            self.mm = np.load(self.path, mmap_mode="r")
+        return self.mm
+
+    def __getitem__(self, i: int):
+        import torch
+        return torch.from_numpy(np.array(self._arr()[i])), i
+
+    def __getitems__(self, indices: list[int]):
+        import torch
+        ix = np.asarray(indices, dtype=np.int64)
+        return torch.from_numpy(self._arr()[ix]), torch.from_numpy(ix)
+
+
+def identity_collate(batch: Any) -> Any:
+    return batch
+
+
+def _torch_iter(ctx: str, workers: int) -> tuple[Iterator[tuple[Any, Any]], Any]:
+    import torch
+    from torch.utils.data import DataLoader, RandomSampler
+    ds = MemmapDataset(str(SOURCE))
+    g = torch.Generator()
+    g.manual_seed(42)
+    sampler = RandomSampler(ds, replacement=True, num_samples=10**9, generator=g)
+    dl = DataLoader(ds, batch_size=BATCH, sampler=sampler, num_workers=workers, collate_fn=identity_collate,
+                    multiprocessing_context=ctx if workers else None, persistent_workers=bool(workers),
+                    drop_last=True)
+    it = iter(dl)
+
+    def gen():
+        while True:
+            x, ix = next(it)
+            yield x.numpy(), ix.numpy()
+
+    # No explicit shutdown: torch's private _shutdown_workers() aborts spawn
+    # workers (SIGABRT at exit); the workers end with this child process.
+    return gen(), lambda: None
+
+
+def _grain_records(codec: str) -> Path:
+    """Writes (once) an ArrayRecord file of ``int64 index | image bytes`` records."""
+    from array_record.python.array_record_module import ArrayRecordWriter
+    path = STORES / "grain" / f"{codec}.array_record"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        src = np.load(SOURCE, mmap_mode="r")
+        tmp = path.with_suffix(".tmp")
+        wr = ArrayRecordWriter(str(tmp), "group_size:1," + ("uncompressed" if codec == "raw" else "zstd:3"))
+        for i in range(src.shape[0]):
+            wr.write(np.int64(i).tobytes() + np.ascontiguousarray(src[i]).tobytes())
+        wr.close()
+        tmp.rename(path)
+    return path
+
+
+def _grain_iter(codec: str, workers: int) -> tuple[Iterator[tuple[Any, Any]], Any]:
+    import grain.python as gp
+
+    shape = np.load(SOURCE, mmap_mode="r").shape[1:]
+
+    class Parse(gp.MapTransform):
+        def map(self, rec: bytes) -> dict[str, np.ndarray]:
+            return {"index": np.frombuffer(rec, dtype=np.int64, count=1)[0],
+                    "image": np.frombuffer(rec, dtype=np.uint8, offset=8).reshape(shape)}
+
+    src = gp.ArrayRecordDataSource(str(_grain_records(codec)))
+    dl = gp.DataLoader(data_source=src,
+                       sampler=gp.IndexSampler(len(src), shuffle=True, seed=42, num_epochs=None),
+                       operations=[Parse(), gp.Batch(BATCH, drop_remainder=True)], worker_count=workers)
+    it = iter(dl)
+
+    def gen():
+        while True:
+            b = next(it)
+            yield b["image"], b["index"]
+
+    return gen(), lambda: None
+
+
+def child(cfg: dict[str, Any]) -> dict[str, Any]:
+    kind = cfg["kind"]
+    t_open = time.perf_counter()
+    if kind in ("loaderx", "reference"):
+        it, close = _loaderx_iter(cfg["codec"], cfg.get("threads"))
+    elif kind == "torch":
+        it, close = _torch_iter(cfg["ctx"], cfg["workers"])
+    elif kind == "grain":
+        it, close = _grain_iter(cfg["codec"], cfg["workers"])
+    else:
+        raise SystemExit(f"unknown loader kind {kind}")
+    truth = np.load(SOURCE, mmap_mode="r")
+    for k in range(CHECK):
+        img, ix = next(it)
+        img, ix = np.asarray(img), np.asarray(ix).astype(np.int64)
+        want = truth[ix]
+        if img.dtype != want.dtype or img.shape != (BATCH, *truth.shape[1:]) or not np.array_equal(img, want):
+            raise SystemExit(f"{cfg['label']}: batch {k} differs from the source records "
+                             f"(got {img.dtype}{img.shape})")
+    first = time.perf_counter() - t_open
+    for _ in range(WARMUP):
+        next(it)
+    lat = []
+    t0 = time.perf_counter()
+    for _ in range(cfg["batches"]):
+        t = time.perf_counter()
+        next(it)
+        lat.append(time.perf_counter() - t)
+    total = time.perf_counter() - t0
+    close()
+    return {"batches_s": cfg["batches"] / total, "p95_ms": float(np.percentile(lat, 95) * 1e3),
+            "mean_ms": float(np.mean(lat) * 1e3), "startup_s": first}
+
+
+# ==========================================================================
+# Parent side
+# ==========================================================================
+
+def configs(only: set[str] | None, batches: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for codec in ("raw", "zstd"):
+        out.append({"kind": "loaderx", "codec": codec, "label": f"loaderx {codec}", "model": "threads",
+                    "storage": f"zrecord {codec}"})
+    for codec in ("raw", "zstd"):
+        out.append({"kind": "reference", "codec": codec, "label": f"reference 2.5.4 {codec}",
+                    "model": "threads", "storage": f"zrecord {codec} (2.5.4)"})
+    for ctx in ("fork", "spawn"):
+        for w in (2, 4):
+            out.append({"kind": "torch", "ctx": ctx, "workers": w, "label": f"torch {ctx} {w}w",
+                        "model": f"{w} processes ({ctx})", "storage": "npy memmap"})
+    for codec in ("raw", "zstd"):
+        out.append({"kind": "grain", "codec": codec, "workers": 2, "label": f"grain {codec} 2w",
+                    "model": "2 processes", "storage": f"ArrayRecord {codec}"})
+    for c in out:
+        c["batches"] = batches
+    return [c for c in out if only is None or c["kind"] in only]
+
+
+def run_one(cfg: dict[str, Any], timeout: float) -> dict[str, Any]:
+    env = dict(os.environ)
+    env.pop("OPENBLAS_CORETYPE", None)
+    if cfg["kind"] == "reference":
+        if not REF_PY.exists():
+            return {"error": "bench/.venv-ref missing (run bench/refvenv.py)"}
+        py = str(REF_PY)
+        env.pop("PYTHONPATH", None)  # the reference package has the same import name
+    else:
+        py = sys.executable
+        env["PYTHONPATH"] = str(REPO / "python") + os.pathsep + env.get("PYTHONPATH", "")
+    proc = subprocess.Popen([py, str(Path(__file__).resolve()), "--child", json.dumps(cfg)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO))
+    with PssSampler(proc.pid, interval=0.05) as pss:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            return {"error": f"timed out after {timeout:.0f} s"}
+    if proc.returncode != 0:
+        tail = (err.strip().splitlines() or ["?"])[-1]
+        return {"error": f"exit {proc.returncode}: {tail}"}
+    res = json.loads(out.strip().splitlines()[-1])
+    res["peak_pss"] = pss.peak
+    return res
+
+
+def render(rows: list[tuple[dict, dict]], batches: int) -> tuple[str, list[str]]:
+    ref = {c["label"]: r for c, r in rows if "error" not in r}
+    base = ref.get("torch fork 4w")
+    headers = ["loader", "model", "storage", "batches/s", "p95 batch", "peak PSS (tree)",
+               "speed vs torch fork 4w", "PSS vs torch fork 4w"]
+    table = []
+    for c, r in rows:
+        if "error" in r:
+            continue
+        name = f"**{c['label']}**" if c["kind"] == "loaderx" else c["label"]
+        table.append([name, c["model"], c["storage"], f"{r['batches_s']:.1f}", f"{r['p95_ms']:.1f} ms",
+                      f"{r['peak_pss'] / MiB:,.0f} MiB",
+                      f"{r['batches_s'] / base['batches_s']:.2f}x" if base else "n/a",
+                      f"{r['peak_pss'] / base['peak_pss']:.2f}x" if base else "n/a"])
+    notes = []
+    for codec in ("raw", "zstd"):
+        a, b = ref.get(f"loaderx {codec}"), ref.get(f"reference 2.5.4 {codec}")
+        if a and b:
+            notes.append(f"loaderx {codec} / reference 2.5.4 {codec}: {a['batches_s'] / b['batches_s']:.2f}x "
+                         f"batches/s, {a['peak_pss'] / b['peak_pss']:.2f}x peak PSS")
+        if a and base:
+            notes.append(f"loaderx {codec} / torch fork 4w: {a['batches_s'] / base['batches_s']:.2f}x batches/s, "
+                         f"{a['peak_pss'] / base['peak_pss']:.2f}x peak PSS")
+    skipped = [f"{c['label']} ({r['error']})" for c, r in rows if "error" in r]
+    if skipped:
+        notes.append("Not measured: " + "; ".join(skipped))
+    return markdown_table(headers, table, "lllrrrrr"), notes
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--only", default="", help="comma list of loader kinds: loaderx,reference,torch,grain")
+    ap.add_argument("--batches", type=int, default=200)
+    ap.add_argument("--repeat-key", type=int, default=2,
+                    help="run loaderx raw and torch fork 4w this many times (key ratio)")
+    ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--no-doc", action="store_true")
+    args = ap.parse_args()
+    if args.child:
+        print(json.dumps(child(json.loads(args.child))))
+        return 0
+
+    if not SOURCE.exists():
+        raise SystemExit(f"{SOURCE} missing: run bench/prepare_vision.py first")
+    only = set(args.only.split(",")) if args.only else None
+    cfgs = configs(only, args.batches)
+    machine = machine_line()
+    print(f"# loader benchmark - {machine}")
+    print(f"# batch {BATCH} x uint8[3,224,224] = {BATCH * 3 * 224 * 224 / MiB:.1f} MiB, "
+          f"{CHECK} checked + {WARMUP} warm-up + {args.batches} timed batches")
+    rows: list[tuple[dict, dict]] = []
+    for c in cfgs:
+        r = run_one(c, args.timeout)
+        rows.append((c, r))
+        if "error" in r:
+            print(f"{c['label']:<24} ERROR {r['error']}", flush=True)
+        else:
+            print(f"{c['label']:<24} {r['batches_s']:7.1f} batches/s  p95 {r['p95_ms']:6.1f} ms  "
+                  f"peak PSS {r['peak_pss'] / MiB:7.0f} MiB", flush=True)
+    repeats = []
+    for k in range(1, args.repeat_key):
+        for c in cfgs:
+            if c["label"] in ("loaderx raw", "torch fork 4w"):
+                r = run_one(c, args.timeout)
+                repeats.append((c, r))
+                if "error" not in r:
+                    print(f"{c['label']:<24} {r['batches_s']:7.1f} batches/s  (repeat {k})", flush=True)
+    md, notes = render(rows, args.batches)
+    rep = {c["label"]: r for c, r in repeats if "error" not in r}
+    if "loaderx raw" in rep and "torch fork 4w" in rep:
+        notes.append(f"repeat run: loaderx raw / torch fork 4w = "
+                     f"{rep['loaderx raw']['batches_s'] / rep['torch fork 4w']['batches_s']:.2f}x batches/s")
+    print()
+    print(md)
+    print("\n".join("- " + n for n in notes))
+    results = REPO / "bench" / "results"
+    results.mkdir(parents=True, exist_ok=True)
+    (results / "loader.json").write_text(json.dumps(
+        {"machine": machine, "rows": [{"cfg": c, "res": r} for c, r in rows + repeats]}, indent=1))
+    if not args.no_doc and not only:
+        ok = [(c, r) for c, r in rows if "error" not in r]
+        png = DOCS / "bench_loader.png"
+        bar_plot(png, f"End-to-end loader, batch {BATCH} x uint8[3,224,224] (batches/s, higher is better)",
+                 [c["label"] for c, _ in ok], [r["batches_s"] for _, r in ok], "batches/s")
+        body = (f"### End-to-end loader\n\nRun: {machine}.\nBatch {BATCH} of `uint8[3,224,224]` real-photo "
+                f"records ({BATCH * 3 * 224 * 224 / MiB:.1f} MiB), {args.batches} timed batches after "
+                f"{CHECK} checked and {WARMUP} warm-up batches; each loader in a fresh process; peak PSS is "
+                f"the sum over the process tree, sampled every 50 ms.\n\n{md}\n\n"
+                + "\n".join("- " + n for n in notes) + f"\n\n![loader batches/s]({png.name})\n")
+        update_doc_section("loader", body)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
