@@ -63,10 +63,8 @@ Result<std::shared_ptr<Connection>> Connection::Open(const std::string& path) {
   Result<Reply> r = c->Call(hello, {}, nullptr, false);
   if (!r.ok()) return r.status().WithContext(path);
   if (auto* err = std::get_if<ErrorMsg>(&r->msg)) {
-    Status st = err->ToStatus();
-    // A version or cap refusal: keep the daemon's words, say who said them.
-    return Status(st.code() == Status::Code::kProtocol ? st.code() : Status::Code::kDaemon,
-                  path + ": loaderxd refused the connection: " + st.message());
+    // A version or cap refusal: keep the daemon's code and words.
+    return err->ToStatus().WithContext(path + ": loaderxd refused the connection");
   }
   auto* ok = std::get_if<HelloOkMsg>(&r->msg);
   if (ok == nullptr) return Status::Protocol(path + ": expected hello_ok");

@@ -88,6 +88,10 @@ class Server::Impl {
       });
     }
     Accept();
+    // Workers post their Finish from their own threads: without this guard
+    // run() could return in the gap between a Shutdown and that post, and a
+    // worker would post into a destroyed io_context. Only stop() ends run().
+    auto guard = asio::make_work_guard(io_);
     io_.run();
     return Status::OK();
   }

@@ -1,0 +1,108 @@
+#include "config.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "common/store_test_util.h"
+
+namespace loaderx::daemon {
+namespace {
+
+Result<Config> Parse(std::vector<std::string> args) {
+  std::string help;
+  return ParseArgs(args, &help);
+}
+
+TEST(ConfigTest, FlagsSetEveryField) {
+  auto c = Parse({"--socket", "/tmp/x.sock", "--threads", "3", "--memory-limit", "2G",
+                  "--memory-per-uid=512M", "--sessions-per-uid", "5", "--max-leases", "9",
+                  "--max-prefetch", "7", "--socket-mode", "0600", "--log-level", "debug",
+                  "--foreground"});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->socket_path, "/tmp/x.sock");
+  EXPECT_EQ(c->threads, 3u);
+  EXPECT_EQ(c->memory_limit, uint64_t{2} << 30);
+  EXPECT_EQ(c->memory_per_uid, uint64_t{512} << 20);
+  EXPECT_EQ(c->sessions_per_uid, 5u);
+  EXPECT_EQ(c->max_leases, 9u);
+  EXPECT_EQ(c->max_prefetch, 7u);
+  EXPECT_EQ(c->socket_mode, 0600u);
+  EXPECT_EQ(c->log_level, LogLevel::kDebug);
+  EXPECT_TRUE(c->foreground);
+  EXPECT_FALSE(c->check_config);
+}
+
+TEST(ConfigTest, PerUidMemoryDefaultsToAndIsCappedByTheLimit) {
+  auto c = Parse({"--socket", "/s", "--memory-limit", "1G"});
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->memory_per_uid, uint64_t{1} << 30);
+  c = Parse({"--socket", "/s", "--memory-limit", "1G", "--memory-per-uid", "4G"});
+  EXPECT_EQ(c->memory_per_uid, uint64_t{1} << 30);
+}
+
+TEST(ConfigTest, BadValuesNameTheSetting) {
+  auto bad = [](std::vector<std::string> args, const std::string& needle) {
+    auto c = Parse(args);
+    ASSERT_FALSE(c.ok());
+    EXPECT_EQ(c.status().code(), Status::Code::kInvalidArgument);
+    EXPECT_NE(c.status().message().find(needle), std::string::npos) << c.status().message();
+  };
+  bad({"--threads", "-1"}, "threads");
+  bad({"--threads", "x"}, "threads");
+  bad({"--memory-limit", "12Q"}, "size");
+  bad({"--memory-limit", "10"}, "memory-limit");
+  bad({"--log-level", "loud"}, "log-level");
+  bad({"--socket-mode", "999"}, "socket-mode");
+  bad({"--max-leases", "0"}, "max-leases");
+  bad({"--bogus", "1"}, "unknown option --bogus");
+  bad({"--socket"}, "missing value");
+  bad({"stray"}, "unexpected argument");
+}
+
+TEST(ConfigTest, FileSettingsApplyAndCommandLineWins) {
+  testing::TempDir dir;
+  std::string path = dir.Sub("loaderxd.conf");
+  std::ofstream(path) << "# comment\nsocket = /from/file.sock\nthreads = 6  # trailing\n\n"
+                         "max-leases=12\n";
+  auto c = Parse({"--config", path, "--threads", "2"});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->socket_path, "/from/file.sock");
+  EXPECT_EQ(c->threads, 2u);
+  EXPECT_EQ(c->max_leases, 12u);
+}
+
+TEST(ConfigTest, FileErrorsNameFileAndLine) {
+  testing::TempDir dir;
+  std::string path = dir.Sub("bad.conf");
+  std::ofstream(path) << "socket = /s\nthreads = many\n";
+  auto c = Parse({"--config", path});
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("bad.conf:2"), std::string::npos) << c.status().message();
+  std::ofstream(path) << "no equals sign\n";
+  EXPECT_FALSE(Parse({"--config", path}).ok());
+  EXPECT_EQ(Parse({"--config", dir.Sub("missing.conf")}).status().code(), Status::Code::kNotFound);
+}
+
+TEST(ConfigTest, DefaultSocketFollowsXdgRuntimeDirForUsers) {
+  if (::geteuid() == 0) {
+    EXPECT_EQ(DefaultSocketPath().value(), "/run/loaderx/loaderxd.sock");
+    return;
+  }
+  ::setenv("XDG_RUNTIME_DIR", "/run/user/1234", 1);
+  EXPECT_EQ(DefaultSocketPath().value(), "/run/user/1234/loaderx/loaderxd.sock");
+}
+
+TEST(ConfigTest, HelpAndSizes) {
+  std::string help;
+  ASSERT_TRUE(ParseArgs({"--help"}, &help).ok());
+  EXPECT_NE(help.find("--memory-limit"), std::string::npos);
+  EXPECT_EQ(ParseSize("3K").value(), 3072u);
+  EXPECT_EQ(ParseSize("1t").value(), uint64_t{1} << 40);
+  EXPECT_FALSE(ParseSize("99999999999999999999").ok());
+  EXPECT_FALSE(ParseSize("20000000T").ok());
+}
+
+}  // namespace
+}  // namespace loaderx::daemon

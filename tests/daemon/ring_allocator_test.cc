@@ -1,0 +1,86 @@
+#include "ring_allocator.h"
+
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+
+#include <chrono>
+#include <future>
+
+#include "loaderx/memfd.h"
+
+namespace loaderx::daemon {
+namespace {
+
+TEST(RingAllocatorTest, RingFdIsSealedAndHeaderValidates) {
+  auto ring = RingAllocator::Create(3, 4096, 11, 22);
+  ASSERT_TRUE(ring.ok()) << ring.status().ToString();
+  const RingGeometry& g = (*ring)->geometry();
+  EXPECT_TRUE(CheckSealedMemfd((*ring)->fd(), kRingSeals, g.total_bytes).ok());
+  auto ro = MappedRegion::Map((*ring)->fd(), g.total_bytes);
+  ASSERT_TRUE(ro.ok());
+  auto v = ValidateRing(ro->data(), g.total_bytes);
+  ASSERT_TRUE(v.ok()) << v.status().ToString();
+  EXPECT_EQ(v->slot_count, 3u);
+  // Nobody else can map it writable.
+  EXPECT_EQ(::mmap(nullptr, g.total_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, (*ring)->fd(), 0),
+            MAP_FAILED);
+}
+
+TEST(RingAllocatorTest, AllocationWritesLandInTheClientsReadOnlyView) {
+  auto ring = RingAllocator::Create(2, 4096, 1, 1).value();
+  auto ro = MappedRegion::Map(ring->fd(), ring->geometry().total_bytes).value();
+  auto mem = ring->Allocate(0, 100).value();
+  auto* rm = static_cast<RingMemory*>(mem.get());
+  mem->data()[5] = 0x5a;
+  EXPECT_EQ(ro.data()[rm->ring_offset() + 5], 0x5a);
+  uint64_t seq = ring->Publish(*rm, 7, 100);
+  EXPECT_TRUE(CheckSlot(ro.data(), ring->geometry(), rm->slot(), seq, 7, rm->ring_offset(), 100).ok());
+  auto mem2 = ring->Allocate(1, 100).value();
+  uint64_t seq2 = ring->Publish(*static_cast<RingMemory*>(mem2.get()), 8, 100);
+  EXPECT_GT(seq2, seq);  // epochs are never reused
+}
+
+TEST(RingAllocatorTest, FullRingBlocksUntilABatchIsFreed) {
+  auto ring = RingAllocator::Create(2, 4096, 1, 1).value();
+  auto a = ring->Allocate(0, 4096).value();
+  auto pending = std::async(std::launch::async, [&] { return ring->Allocate(1, 4096); });
+  EXPECT_EQ(pending.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
+  EXPECT_EQ(ring->slots_in_use(), 1u);
+  a.reset();
+  ASSERT_EQ(pending.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  auto b = pending.get();
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(ring->bytes_in_use(), 4096u);
+}
+
+TEST(RingAllocatorTest, SlotsRunOutBeforePayload) {
+  auto ring = RingAllocator::Create(1, 8192, 1, 1).value();
+  auto a = ring->Allocate(0, 64).value();
+  auto pending = std::async(std::launch::async, [&] { return ring->Allocate(1, 64); });
+  EXPECT_EQ(pending.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
+  ring->Cancel();
+  ASSERT_EQ(pending.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_EQ(pending.get().status().code(), Status::Code::kCancelled);
+}
+
+TEST(RingAllocatorTest, CancelUnblocksAWaiterAndLaterCallsAreCancelled) {
+  auto ring = RingAllocator::Create(2, 4096, 1, 1).value();
+  auto a = ring->Allocate(0, 4096).value();
+  auto pending = std::async(std::launch::async, [&] { return ring->Allocate(1, 4096); });
+  ring->Cancel();
+  ASSERT_EQ(pending.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_EQ(pending.get().status().code(), Status::Code::kCancelled);
+  a.reset();
+  EXPECT_EQ(ring->Allocate(2, 64).status().code(), Status::Code::kCancelled);
+  EXPECT_EQ(ring->bytes_in_use(), 0u);
+}
+
+TEST(RingAllocatorTest, BatchLargerThanThePayloadIsResourceExhaustedNotAHang) {
+  auto ring = RingAllocator::Create(2, 4096, 1, 1).value();
+  Status st = ring->Allocate(3, 4097).status();
+  EXPECT_EQ(st.code(), Status::Code::kResourceExhausted);
+  EXPECT_NE(st.message().find("ring_bytes"), std::string::npos) << st.message();
+}
+
+}  // namespace
+}  // namespace loaderx::daemon

@@ -1,0 +1,374 @@
+// End-to-end: the C++ client against an in-process loaderxd.
+#include <sys/wait.h>
+
+#include <cstring>
+#include <random>
+
+#include "daemon_fixture.h"
+#include "loaderx/loader.h"
+
+namespace loaderx::testing {
+namespace {
+
+using client::LoaderSpec;
+
+class ServerTest : public DaemonFixture {
+ protected:
+  LoaderSpec DenseSpec(uint64_t batch = 8, SamplerMode mode = SamplerMode::kIID) {
+    if (dense_.empty()) dense_ = MakeDenseStore(dir_.Sub("dense"), 100, Codec::kZstd);
+    LoaderSpec s;
+    s.stores = {dense_};
+    s.batch_size = batch;
+    s.mode = mode;
+    s.seed = 5;
+    return s;
+  }
+  // The embedded pipeline's bytes for `step`, the reference for every check.
+  std::vector<uint8_t> EmbeddedBytes(const LoaderSpec& spec, uint64_t step, BatchLayout* layout) {
+    std::vector<std::shared_ptr<const Store>> streams;
+    for (auto& p : spec.stores) streams.push_back(Store::Open(p).value());
+    SamplerSpec ss{streams[0]->size(), spec.batch_size, spec.mode, spec.seed, spec.rank,
+                   spec.world_size};
+    PipelineOptions opt;
+    opt.start_step = step;
+    opt.prefetch = 1;
+    opt.num_threads = 1;
+    auto p = Pipeline::Create(streams, ss, opt).value();
+    Batch b = p->Next().value();
+    *layout = b.layout;
+    return std::vector<uint8_t>(b.memory->data(), b.memory->data() + b.layout.total_bytes);
+  }
+  std::vector<uint8_t> BytesOf(const client::Batch& b, uint64_t total) {
+    const uint8_t* p = b.lease()->base();
+    return std::vector<uint8_t>(p, p + total);
+  }
+  std::string dense_;
+};
+
+TEST_F(ServerTest, HelloReturnsIncarnationAndSessionIds) {
+  auto a = Connect();
+  auto b = Connect();
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->hello().incarnation, server_->incarnation());
+  EXPECT_NE(a->hello().session, b->hello().session);
+  EXPECT_EQ(a->hello().major, kProtocolMajor);
+}
+
+TEST_F(ServerTest, DenseBatchesAreByteIdenticalToTheEmbeddedPipeline) {
+  auto c = Connect();
+  LoaderSpec spec = DenseSpec(8, SamplerMode::kCyclic);
+  auto loader = c->OpenLoader(spec);
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  EXPECT_EQ((*loader)->size(), 100u);
+  ASSERT_EQ((*loader)->streams().size(), 1u);
+  EXPECT_EQ((*loader)->streams()[0].dtype, "<u4");
+  for (uint64_t step = 0; step < 30; ++step) {
+    auto b = (*loader)->Next();
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    EXPECT_EQ(b->step(), step);
+    BatchLayout layout;
+    auto want = EmbeddedBytes(spec, step, &layout);
+    EXPECT_EQ(BytesOf(*b, layout.total_bytes), want) << "step " << step;
+    client::ArrayView v = b->Dense(0);
+    EXPECT_EQ(v.shape, (std::vector<uint64_t>{8, 4}));
+    EXPECT_EQ(v.dtype, "<u4");
+    // Values are the records the sampler chose: record i = (i + k) * 7.
+    const uint32_t* x = static_cast<const uint32_t*>(v.data);
+    EXPECT_EQ(x[1] - x[0], 7u);
+  }
+  EXPECT_EQ((*loader)->Step(), 30u);
+}
+
+TEST_F(ServerTest, RaggedAndDenseStreamsTogetherMatchEmbedded) {
+  LoaderSpec spec = DenseSpec(6);
+  spec.stores.push_back(MakeRaggedStore(dir_.Sub("ragged"), 100));
+  auto c = Connect();
+  auto loader = c->OpenLoader(spec);
+  ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+  for (uint64_t step = 0; step < 10; ++step) {
+    auto b = (*loader)->Next();
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    BatchLayout layout;
+    auto want = EmbeddedBytes(spec, step, &layout);
+    EXPECT_EQ(BytesOf(*b, layout.total_bytes), want);
+    for (uint64_t k = 0; k < 6; ++k) {
+      client::ArrayView r = b->Record(1, k);
+      ASSERT_EQ(r.shape.size(), 1u);
+      const int16_t* v = static_cast<const int16_t*>(r.data);
+      const uint32_t* d = static_cast<const uint32_t*>(b->Dense(0).data);
+      uint64_t index = d[k * 4] / 7;  // the dense record tells which index this row is
+      EXPECT_EQ(r.shape[0], index % 5 + 1);
+      EXPECT_EQ(v[0], static_cast<int16_t>(index));
+    }
+  }
+}
+
+TEST_F(ServerTest, SeekAndStartStepGiveTheSameBatchesAsEmbedded) {
+  auto c = Connect();
+  LoaderSpec spec = DenseSpec(4);
+  spec.start_step = 17;
+  auto loader = c->OpenLoader(spec).value();
+  EXPECT_EQ(loader->Step(), 17u);
+  BatchLayout layout;
+  auto b = loader->Next().value();
+  EXPECT_EQ(b.step(), 17u);
+  EXPECT_EQ(BytesOf(b, 64), EmbeddedBytes(spec, 17, &layout));
+  ASSERT_TRUE(loader->Seek(1000).ok());
+  EXPECT_EQ(loader->Step(), 1000u);
+  auto s = loader->Next().value();
+  EXPECT_EQ(s.step(), 1000u);
+  EXPECT_EQ(BytesOf(s, 64), EmbeddedBytes(spec, 1000, &layout));
+  ASSERT_TRUE(loader->Seek(3).ok());
+  EXPECT_EQ(loader->Next().value().step(), 3u);
+}
+
+TEST_F(ServerTest, LeaseCapRefusesWithResourceExhaustedAndFreeingRestores) {
+  auto c = Connect();
+  LoaderSpec spec = DenseSpec();
+  spec.leases = 3;
+  auto loader = c->OpenLoader(spec).value();
+  EXPECT_EQ(loader->lease_cap(), 3u);
+  std::vector<client::Batch> held;
+  for (int i = 0; i < 3; ++i) held.push_back(loader->Next().value());
+  EXPECT_EQ(loader->leases_held(), 3u);
+  auto refused = loader->Next();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), Status::Code::kResourceExhausted);
+  EXPECT_EQ(loader->Step(), 3u);  // a refusal does not consume a step
+  EXPECT_TRUE(WaitStat("slots_held", 3));
+  held.erase(held.begin());
+  auto b = loader->Next();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->step(), 3u);
+}
+
+TEST_F(ServerTest, HeldBatchesStayIntactWhileTheLoaderRunsOn) {
+  auto c = Connect();
+  LoaderSpec spec = DenseSpec();
+  spec.leases = 4;
+  spec.prefetch = 2;
+  auto loader = c->OpenLoader(spec).value();
+  auto first = loader->Next().value();
+  auto copy = BytesOf(first, 128);
+  for (int i = 0; i < 50; ++i) {
+    auto b = loader->Next();  // dropped at once: its slot is recycled
+    ASSERT_TRUE(b.ok());
+  }
+  EXPECT_EQ(BytesOf(first, 128), copy);  // never overwritten while leased
+}
+
+TEST_F(ServerTest, ClosingTheLoaderReclaimsItsSlotsAndRing) {
+  auto c = Connect();
+  {
+    LoaderSpec spec = DenseSpec();
+    auto loader = c->OpenLoader(spec).value();
+    auto b1 = loader->Next().value();
+    auto b2 = loader->Next().value();
+    EXPECT_TRUE(WaitStat("slots_held", 2));
+    EXPECT_EQ(Stat("loaders"), 1u);
+    EXPECT_GT(Stat("ring_bytes"), 0u);
+    loader->Close();
+    // Closed, yet the mapped batches remain readable here.
+    EXPECT_EQ(static_cast<const uint32_t*>(b1.Dense(0).data)[1] -
+                  static_cast<const uint32_t*>(b1.Dense(0).data)[0],
+              7u);
+    EXPECT_EQ(loader->Next().status().code(), Status::Code::kCancelled);
+  }
+  EXPECT_TRUE(WaitStat("slots_held", 0));
+  EXPECT_TRUE(WaitStat("loaders", 0));
+  EXPECT_TRUE(WaitStat("ring_bytes", 0));
+}
+
+TEST_F(ServerTest, StoreOpenedByTwoClientsIsMappedOnce) {
+  auto c = Connect();
+  LoaderSpec spec = DenseSpec();
+  auto a = c->OpenLoader(spec).value();
+  auto b = c->OpenLoader(spec).value();
+  EXPECT_EQ(Stat("stores"), 1u);
+  EXPECT_EQ(Stat("loaders"), 2u);
+}
+
+TEST_F(ServerTest, StoreErrorsComeBackWithTheirCodes) {
+  auto c = Connect();
+  LoaderSpec spec = DenseSpec();
+  spec.stores = {dir_.Sub("nope")};
+  EXPECT_EQ(c->OpenLoader(spec).status().code(), Status::Code::kNotFound);
+  spec = DenseSpec();
+  spec.stores.push_back(MakeDenseStore(dir_.Sub("short"), 50));
+  auto st = c->OpenLoader(spec).status();
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("differ in length"), std::string::npos) << st.message();
+  spec = DenseSpec();
+  spec.batch_size = 0;
+  EXPECT_EQ(c->OpenLoader(spec).status().code(), Status::Code::kInvalidArgument);
+  // The connection is still good after refused opens.
+  EXPECT_TRUE(c->OpenLoader(DenseSpec()).ok());
+}
+
+TEST_F(ServerTest, ProtocolMajorMismatchIsRefusedNamingBothVersions) {
+  auto fd = ConnectSeqpacket(socket_).value();
+  ASSERT_TRUE(SendFrame(fd.get(), EncodeMessage(HelloMsg{kProtocolMajor + 1, 0, "future"})).ok());
+  auto reply = RecvFrame(fd.get()).value();
+  auto m = DecodeMessage(reply.bytes).value();
+  auto* err = std::get_if<ErrorMsg>(&m);
+  ASSERT_NE(err, nullptr);
+  EXPECT_EQ(err->code, static_cast<uint32_t>(Status::Code::kProtocol));
+  EXPECT_NE(err->message.find(std::to_string(kProtocolMajor + 1) + ".0"), std::string::npos);
+  EXPECT_NE(err->message.find(std::to_string(kProtocolMajor) + "." + std::to_string(kProtocolMinor)),
+            std::string::npos);
+  EXPECT_TRUE(HungUp(fd.get()));
+}
+
+TEST_F(ServerTest, MalformedFramesDropOnlyTheirConnection) {
+  auto good = Connect();
+  auto loader = good->OpenLoader(DenseSpec()).value();
+  std::mt19937_64 rng(99);
+  int dropped = 0;
+  for (int i = 0; i < 300; ++i) {
+    UniqueFd fd = (i % 3 == 0) ? ConnectSeqpacket(socket_).value() : RawHello();
+    std::vector<uint8_t> junk(1 + rng() % 40);
+    for (auto& b : junk) b = static_cast<uint8_t>(rng());
+    if (i % 5 == 0) junk = EncodeMessage(BatchMsg{});  // daemon->client type from a client
+    if (i % 7 == 0 && i % 3 != 0) junk = EncodeMessage(HelloMsg{});  // a second hello
+    ASSERT_TRUE(SendFrame(fd.get(), junk).ok());
+    dropped += HungUp(fd.get());
+  }
+  EXPECT_EQ(dropped, 300);
+  EXPECT_GE(Stat("protocol_errors"), 300u);
+  auto b = loader->Next();  // the good client never noticed
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->step(), 0u);
+}
+
+TEST_F(ServerTest, FdsWhereNoneAreExpectedOrMissingWhereRequiredDropTheConnection) {
+  auto fd = RawHello();
+  auto mem = CreateMemfd("junk", 4096).value();
+  int fds[] = {mem.get()};
+  ASSERT_TRUE(SendFrame(fd.get(), EncodeMessage(NextMsg{}), fds).ok());
+  EXPECT_TRUE(HungUp(fd.get()));
+
+  auto fd2 = RawHello();
+  OpenMsg open;
+  open.streams = {{"x", false, false, 1}};
+  open.batch_size = 1;
+  ASSERT_TRUE(SendFrame(fd2.get(), EncodeMessage(open)).ok());  // announces 3 fds, sends none
+  EXPECT_TRUE(HungUp(fd2.get()));
+
+  // Non-file fds (a memfd is fine as a file, a socket is not) are refused, not mapped.
+  auto fd3 = RawHello();
+  auto [s1, s2] = std::pair(ConnectSeqpacket(socket_).value(), ConnectSeqpacket(socket_).value());
+  int sockets[] = {s1.get(), s2.get(), s1.get()};
+  ASSERT_TRUE(SendFrame(fd3.get(), EncodeMessage(open), sockets).ok());
+  auto reply = RecvFrame(fd3.get()).value();
+  auto m = DecodeMessage(reply.bytes).value();
+  ASSERT_TRUE(std::holds_alternative<ErrorMsg>(m));
+  EXPECT_EQ(std::get<ErrorMsg>(m).code, static_cast<uint32_t>(Status::Code::kInvalidArgument));
+}
+
+TEST_F(ServerTest, StaleAndForgedReleasesAreIgnored) {
+  auto c = Connect();
+  auto loader = c->OpenLoader(DenseSpec()).value();
+  auto b = loader->Next().value();
+  EXPECT_TRUE(WaitStat("slots_held", 1));
+  auto raw = RawHello();  // another session cannot release our slot
+  ASSERT_TRUE(SendFrame(raw.get(), EncodeMessage(ReleaseMsg{0, 1})).ok());
+  ASSERT_TRUE(SendFrame(raw.get(), EncodeMessage(ReleaseMsg{12345, 999})).ok());
+  EXPECT_TRUE(WaitStat("stale_releases", 2));
+  EXPECT_EQ(Stat("slots_held"), 1u);
+  b.Reset();
+  EXPECT_TRUE(WaitStat("slots_held", 0));
+}
+
+TEST_F(ServerTest, StopUnblocksClientsWithDaemonErrorAndMappedBatchesSurvive) {
+  auto c = Connect();
+  auto loader = c->OpenLoader(DenseSpec()).value();
+  auto b = loader->Next().value();
+  auto before = BytesOf(b, 128);
+  StopDaemon();
+  auto next = loader->Next();
+  ASSERT_FALSE(next.ok());
+  EXPECT_EQ(next.status().code(), Status::Code::kDaemon) << next.status().ToString();
+  EXPECT_EQ(BytesOf(b, 128), before);
+  EXPECT_EQ(c->Stats().status().code(), Status::Code::kDaemon);
+}
+
+TEST_F(ServerTest, WaitHookAbortKeepsTheReplyForTheNextCall) {
+  auto c = Connect();
+  LoaderSpec spec = DenseSpec();
+  auto loader = c->OpenLoader(spec).value();
+  auto b0 = loader->Next(); // warm
+  ASSERT_TRUE(b0.ok());
+  // A hook that aborts at once: whether or not the reply was already there,
+  // no step is lost or repeated.
+  int calls = 0;
+  auto aborted = loader->Next([&] { ++calls; return Status::Cancelled("interrupted"); });
+  uint64_t expect = aborted.ok() ? 2 : 1;
+  auto b = loader->Next();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->step(), expect);
+}
+
+TEST_F(ServerTest, ForkedChildCannotUseOrHoldTheSession) {
+  auto c = Connect();
+  auto loader = c->OpenLoader(DenseSpec()).value();
+  auto b = loader->Next().value();
+  uint32_t first = static_cast<const uint32_t*>(b.Dense(0).data)[0];
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    auto r = loader->Next();
+    bool refused = !r.ok() && r.status().code() == Status::Code::kDaemon;
+    bool readable = static_cast<const uint32_t*>(b.Dense(0).data)[0] == first;
+    b.Reset();  // must not release the parent's slot
+    ::_exit(refused && readable ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_EQ(Stat("slots_held"), 1u);
+  EXPECT_EQ(Stat("stale_releases"), 0u);
+  auto next = loader->Next();
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_EQ(next->step(), 1u);
+}
+
+class CappedServerTest : public ServerTest {
+ protected:
+  void SetUp() override {
+    daemon::Config config;
+    config.sessions_per_uid = 3;
+    config.memory_limit = 1 << 20;
+    config.memory_per_uid = 1 << 20;
+    StartDaemon(config);
+  }
+};
+
+TEST_F(CappedServerTest, SessionsPerUidCapRefusesWithAClearError) {
+  auto a = Connect();
+  auto b = Connect();
+  auto c = Connect();
+  auto d = Client::Connect(socket_);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), Status::Code::kResourceExhausted) << d.status().ToString();
+  EXPECT_NE(d.status().message().find("sessions-per-uid"), std::string::npos);
+  c.reset();  // a freed session makes room (teardown is asynchronous)
+  Result<std::unique_ptr<Client>> again = Status::Daemon("not tried");
+  for (int i = 0; i < 200 && !again.ok(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    again = Client::Connect(socket_);
+  }
+  EXPECT_TRUE(again.ok()) << again.status().ToString();
+}
+
+TEST_F(CappedServerTest, RingMemoryCapRefusesAnOversizedOpen) {
+  auto c = Connect();
+  LoaderSpec spec = DenseSpec();
+  spec.ring_bytes = 4 << 20;
+  Status st = c->OpenLoader(spec).status();
+  EXPECT_EQ(st.code(), Status::Code::kResourceExhausted);
+  EXPECT_NE(st.message().find("memory-per-uid"), std::string::npos) << st.message();
+  spec.ring_bytes = 0;
+  EXPECT_TRUE(c->OpenLoader(spec).ok());
+}
+
+}  // namespace
+}  // namespace loaderx::testing
