@@ -49,7 +49,6 @@ CHECK = 3
 WARMUP = 10
 SOURCE = DATA / "vision_dense.npy"
 STORES = DATA / "loader"
-REF_PY = BENCH / ".venv-ref" / "bin" / "python"
 
 
 # ==========================================================================
@@ -252,9 +251,14 @@ def run_one(cfg: dict[str, Any], timeout: float) -> dict[str, Any]:
     env = dict(os.environ)
     env.pop("OPENBLAS_CORETYPE", None)
     if cfg["kind"] == "reference":
-        if not REF_PY.exists():
-            return {"error": "bench/.venv-ref missing (run bench/refvenv.py)"}
-        py = str(REF_PY)
+        try:
+            from refvenv import ensure
+            info = ensure()
+        except Exception as e:  # no reference wheel installable here: report, don't fail the table
+            return {"error": f"reference venv unavailable ({e})"}
+        if info["version"] != "2.5.4":
+            cfg["label"] = cfg["label"].replace("2.5.4", info["version"])
+        py = info["python"]
         env.pop("PYTHONPATH", None)  # the reference package has the same import name
     else:
         py = sys.executable

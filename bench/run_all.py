@@ -1,0 +1,69 @@
+#!/usr/bin/env python3
+"""Run the benchmark suite (``make bench``) - benchmark engineer.
+
+Prepares the real data (idempotent), then runs, each in its own interpreter so
+one failing benchmark does not hide the others:
+
+* bench/bench_store.py   - store gather/write vs NumPy, lmdb, h5py, Arrow, ArrayRecord
+* bench/bench_loader.py  - end-to-end loader vs reference wheel, torch, grain
+* bench/bench_sampler.py, bench/bench_daemon.py - owned by the sampler and
+  daemon engineers; run with no arguments when present.
+
+Each writes its tables into docs/benchmarks.md (its own marked section) and
+its PNG plots into docs/. Exit status is non-zero if any benchmark failed.
+
+Usage: bench/run_all.py [--only store,loader,sampler,daemon] [--skip-setup]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+
+SUITE = {
+    "store": ["bench_store.py"],
+    "loader": ["bench_loader.py"],
+    "sampler": ["bench_sampler.py"],
+    "daemon": ["bench_daemon.py"],
+}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", default=",".join(SUITE), help="comma list of " + ",".join(SUITE))
+    ap.add_argument("--skip-setup", action="store_true", help="do not run bench/setup.sh")
+    args = ap.parse_args()
+
+    if not args.skip_setup:
+        subprocess.run(["bash", str(BENCH / "setup.sh")], check=True, cwd=REPO)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO / "python") + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    failed = []
+    for name in args.only.split(","):
+        if name not in SUITE:
+            raise SystemExit(f"unknown benchmark {name!r}; choose from {', '.join(SUITE)}")
+        script = BENCH / SUITE[name][0]
+        if not script.exists():
+            print(f"== {name}: {script.name} not present, skipped")
+            continue
+        print(f"\n== {name}: {script.name}", flush=True)
+        t0 = time.perf_counter()
+        rc = subprocess.run([sys.executable, str(script), *SUITE[name][1:]], cwd=REPO, env=env).returncode
+        print(f"== {name}: exit {rc} after {time.perf_counter() - t0:.0f} s", flush=True)
+        if rc:
+            failed.append(name)
+    if failed:
+        print("failed: " + ", ".join(failed))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
