@@ -138,8 +138,10 @@ struct Buffer {
 
 class StoreWriterImpl final : public StoreWriter {
  public:
-  StoreWriterImpl(std::string path, std::string tmp, Schema schema, WriteOptions opt)
+  StoreWriterImpl(std::string path, std::string parent, std::string tmp, Schema schema,
+                  WriteOptions opt)
       : path_(std::move(path)),
+        parent_(std::move(parent)),
         tmp_(std::move(tmp)),
         schema_(std::move(schema)),
         opt_(std::move(opt)),
@@ -202,7 +204,7 @@ class StoreWriterImpl final : public StoreWriter {
     LX_RETURN_IF_ERROR(CheckWritable());
     Status st = DoPublish();
     if (!st.ok()) {
-      Abort();
+      Abort();  // no-op once the rename happened
       return st;
     }
     published_ = true;
@@ -461,11 +463,13 @@ class StoreWriterImpl final : public StoreWriter {
       }
       return Status::FromErrno(path_ + ": rename", errno);
     }
+    // Visible now: from here on the store must not be removed, whatever happens.
+    published_ = true;
     shards_.clear();
-    return SyncDir(fs::path(path_).parent_path().string());
+    return SyncDir(parent_);
   }
 
-  const std::string path_, tmp_;
+  const std::string path_, parent_, tmp_;
   const Schema schema_;
   const WriteOptions opt_;
   ThreadPool* const pool_;
@@ -552,7 +556,8 @@ Result<std::unique_ptr<StoreWriter>> StoreWriter::Create(const std::string& path
 
   const std::string tmp = (parent / ("." + name + ".zrecord-tmp-" + RandomSuffix())).string();
   if (::mkdir(tmp.c_str(), 0755) != 0) return Status::FromErrno(tmp + ": mkdir", errno);
-  auto w = std::make_unique<StoreWriterImpl>(p.string(), tmp, std::move(s), options);
+  auto w = std::make_unique<StoreWriterImpl>(p.string(), parent.string(), tmp, std::move(s),
+                                             options);
   Status init = w->Init();
   if (!init.ok()) return init;  // the destructor removes tmp
   return std::unique_ptr<StoreWriter>(std::move(w));

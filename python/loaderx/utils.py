@@ -1,0 +1,128 @@
+"""Utilities around Zrecord stores: zstd dictionary training.
+
+A ``zstd_dict`` store compresses every record with one shared dictionary,
+which pays off for many small, similar records (token sequences, image tiles).
+Train it once on settled data, then pass the bytes as ``dict_bytes``::
+
+    d = train_dict(tokens_store)             # or an ndarray, or any iterable of arrays
+    with Ragged.create("t2", np.int32, 1, codec="zstd_dict", dict_bytes=d) as rs:
+        rs.append(records)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any, Union
+
+import numpy as np
+
+from . import _loaderx
+from .errors import InvalidArgumentError, SchemaError
+from .zrecord import Dense, Ragged, _check_dtype
+
+__all__ = ["train_dict", "DEFAULT_DICT_SIZE"]
+
+#: Default dictionary capacity: 110 KiB, as zstd's own command line.
+DEFAULT_DICT_SIZE = 110 * 1024
+# Samples fed to the trainer: about 100x the dictionary (zstd's advice).
+_SAMPLE_FACTOR = 100
+# Rows smaller than this are grouped so each sample has ~_GROUP_BYTES.
+_SMALL_ROW = 256
+_GROUP_BYTES = 1024
+_MIN_SAMPLES = 8
+
+Source = Union[np.ndarray, Dense, Ragged, Iterable[np.ndarray]]
+
+
+def _as_bytes(a: np.ndarray) -> np.ndarray:
+    """A C-contiguous uint8 view (or copy) of an array's data."""
+    return np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+
+
+def _from_array(a: np.ndarray, budget: int) -> Iterator[np.ndarray]:
+    _check_dtype(a.dtype)
+    if a.ndim == 0 or a.shape[0] == 0:
+        if a.size:
+            yield _as_bytes(a)
+        return
+    row = a.dtype.itemsize * int(np.prod(a.shape[1:], dtype=np.int64))
+    group = -(-_GROUP_BYTES // row) if 0 < row < _SMALL_ROW else 1
+    n_groups = -(-a.shape[0] // group)
+    take = min(n_groups, max(1, budget // max(1, row * group)))
+    # Evenly spaced samples describe the whole array, not just its start.
+    for g in np.unique(np.linspace(0, n_groups - 1, take).astype(np.int64)):
+        chunk = a[int(g) * group:(int(g) + 1) * group]
+        if chunk.size:
+            yield _as_bytes(chunk)
+
+
+def _from_store(s: Dense | Ragged, budget: int) -> Iterator[np.ndarray]:
+    n = len(s)
+    if n == 0:
+        return
+    avg = max(1, s.nbytes // n)
+    take = min(n, max(1, budget // avg))
+    idx = np.unique(np.linspace(0, n - 1, take).astype(np.uint64))
+    for a in range(0, len(idx), 1024):
+        batch = s[idx[a:a + 1024]]
+        for r in batch:
+            if r.size:
+                yield _as_bytes(r)
+
+
+def _from_iterable(it: Iterable[Any], budget: int) -> Iterator[np.ndarray]:
+    used = 0
+    for k, r in enumerate(it):
+        if not isinstance(r, np.ndarray):
+            raise SchemaError(f"train_dict: item {k} is a {type(r).__name__}, not a numpy.ndarray")
+        _check_dtype(r.dtype)
+        if r.size:
+            b = _as_bytes(r)
+            yield b
+            used += b.nbytes
+            if used >= budget:
+                return
+
+
+def train_dict(source: Source, size: int = DEFAULT_DICT_SIZE) -> bytes:
+    """Trains a zstd dictionary for ``codec="zstd_dict"``.
+
+    Args:
+        source: an ndarray (its rows along axis 0 are the samples; tiny rows are
+            grouped), an open :class:`Dense` / :class:`Ragged` store (its records,
+            evenly spaced), or a finite iterable of ndarrays (one sample each).
+            At most about ``100 * size`` bytes are sampled.
+        size: dictionary capacity in bytes (>= 256); default 110 KiB.
+
+    Returns:
+        The dictionary bytes (zstd ``ZDICT`` format, with a non-zero id).
+
+    Raises:
+        InvalidArgumentError: ``size`` is out of range or the source is too
+            small (or too uniform) to train a dictionary from.
+        SchemaError: ``source`` holds something other than fixed-size NumPy data.
+    """
+    if isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)):
+        raise TypeError(f"size must be an int, not {type(size).__name__}")
+    size = int(size)
+    if size < 256:
+        raise InvalidArgumentError(f"dictionary size must be >= 256 bytes, got {size}")
+    budget = size * _SAMPLE_FACTOR
+    if isinstance(source, (Dense, Ragged)):
+        samples = list(_from_store(source, budget))
+    elif isinstance(source, np.ndarray):
+        samples = list(_from_array(source, budget))
+    elif isinstance(source, (bytes, bytearray, memoryview, str)):
+        raise SchemaError(f"train_dict takes arrays or a store, not {type(source).__name__}; "
+                          "convert with np.frombuffer first")
+    elif isinstance(source, Iterable):
+        samples = list(_from_iterable(source, budget))
+    else:
+        raise SchemaError(f"train_dict takes an ndarray, a Dense/Ragged store or an iterable of "
+                          f"ndarrays, not {type(source).__name__}")
+    total = sum(s.nbytes for s in samples)
+    if len(samples) < _MIN_SAMPLES:
+        raise InvalidArgumentError(
+            f"too little data to train a dictionary: {len(samples)} non-empty samples "
+            f"({total} bytes); give at least {_MIN_SAMPLES} records, ideally ~{budget} bytes")
+    return _loaderx.train_dictionary(samples, size)

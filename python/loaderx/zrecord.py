@@ -1,0 +1,537 @@
+"""Zrecord stores: typed, immutable, ordered record sequences on disk.
+
+:class:`Dense` stores one fixed-shape array per record; :class:`Ragged` stores
+arrays of one dtype and rank whose every axis may vary. Both are built with
+``create`` (an append-only builder that ``close`` publishes atomically) and read
+with ``open``::
+
+    with Dense.create("data", np.float32, (2, 4), codec="zstd") as ds:
+        ds.append(np.zeros((8, 2, 4), np.float32))
+    with Dense.open("data") as ds:
+        ds[0]           # ndarray (2, 4): the record itself
+        ds[0, 5, 2]     # ndarray (3, 2, 4), requested order kept
+        ds[1:3]         # ndarray (2, 2, 4)
+
+Indices are sequence positions ``0..len-1``: a negative or too large index
+raises :class:`~loaderx.errors.RecordIndexError` (an ``IndexError``); float and
+bool indices raise ``TypeError``. The on-disk format is docs/format.md.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Literal, NoReturn, Union
+
+import numpy as np
+
+from . import _loaderx
+from .errors import (
+    InvalidArgumentError,
+    RecordIndexError,
+    SchemaError,
+    StateError,
+)
+
+__all__ = ["Dense", "Ragged", "Codec"]
+
+Codec = Literal["raw", "zstd", "zstd_dict"]
+_CODECS = ("raw", "zstd", "zstd_dict")
+# Input handed to the native writer per call: bounds the memory append uses
+# (a 20 GB memmap is streamed through in slices of this size).
+_APPEND_CHUNK_BYTES = 64 << 20
+_RAGGED_BATCH_RECORDS = 65536
+# Records gathered per step of iteration.
+_ITER_BATCH = 1024
+_ALLOWED_KINDS = "biufcmM"
+_TOKEN = object()  # guards the private constructor
+
+PathLike = Union[str, "os.PathLike[str]"]
+Index = Union[int, np.integer, slice, Sequence[int], np.ndarray]
+
+
+def _check_dtype(dtype: Any) -> np.dtype:
+    """Returns ``dtype`` as a NumPy dtype if Zrecord can store it, else raises SchemaError."""
+    if dtype is None:
+        raise SchemaError("dtype is required (None is not a dtype)")
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as e:
+        raise SchemaError(f"not a NumPy dtype: {dtype!r}") from e
+    if dt.fields is not None:
+        raise SchemaError(f"structured dtype {dt} is not supported; store each field as its own stream")
+    if dt.subdtype is not None:
+        raise SchemaError(f"subarray dtype {dt} is not supported; put the subarray in item_shape")
+    if dt.hasobject:
+        raise SchemaError(f"object dtype {dt} is not supported (it holds pointers, not data)")
+    if dt.metadata:
+        raise SchemaError(f"metadata-bearing dtype {dt!r} is not supported")
+    if dt.itemsize == 0:
+        raise SchemaError(f"zero-itemsize dtype {dt!r} is not supported")
+    if dt.byteorder == ">":
+        raise SchemaError(f"big-endian dtype {dt.str} is not supported; convert with .astype('{dt.newbyteorder('<').str}')")
+    if dt.kind not in _ALLOWED_KINDS:
+        raise SchemaError(
+            f"dtype {dt.str} (kind {dt.kind!r}) is not supported; store bytes or text as uint8 "
+            "records")
+    return dt
+
+
+def _check_codec(codec: Any, dict_bytes: Any) -> bytes | None:
+    if not isinstance(codec, str) or codec not in _CODECS:
+        raise InvalidArgumentError(f"unknown codec {codec!r} (expected 'raw', 'zstd' or 'zstd_dict')")
+    if dict_bytes is None:
+        if codec == "zstd_dict":
+            raise InvalidArgumentError(
+                "codec 'zstd_dict' needs dict_bytes; train one with loaderx.utils.train_dict")
+        return None
+    if not isinstance(dict_bytes, (bytes, bytearray, memoryview)):
+        raise TypeError(f"dict_bytes must be bytes, not {type(dict_bytes).__name__}")
+    if codec != "zstd_dict":
+        raise InvalidArgumentError(f"dict_bytes is only used with codec 'zstd_dict', not {codec!r}")
+    data = bytes(dict_bytes)
+    if not data:
+        raise InvalidArgumentError("dict_bytes is empty")
+    return data
+
+
+def _check_shards(data_shards: Any) -> int:
+    if isinstance(data_shards, (bool, np.bool_)) or not isinstance(data_shards, (int, np.integer)):
+        raise TypeError(f"data_shards must be an int, not {type(data_shards).__name__}")
+    if not 1 <= int(data_shards) <= 255:
+        raise InvalidArgumentError(f"data_shards must be in 1..255, got {int(data_shards)}")
+    return int(data_shards)
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
+
+
+def _index_type_error(key: Any) -> NoReturn:
+    raise TypeError(
+        "record indices must be integers, slices, or sequences / 1-D arrays of integers, "
+        f"not {type(key).__name__}"
+        + (f" ({key!r})" if isinstance(key, (float, bool, np.floating, np.bool_)) else ""))
+
+
+class _Stream:
+    """What Dense and Ragged share: the builder/reader lifecycle and indexing."""
+
+    _KIND: str = ""
+
+    def __init__(self, token: object, path: str, writer: Any = None, store: Any = None,
+                 dtype: np.dtype | None = None, codec: str = "", data_shards: int = 0,
+                 item_shape: tuple[int, ...] = (), ndim: int = 0) -> None:
+        if token is not _TOKEN:
+            raise TypeError(f"use {type(self).__name__}.create(...) or {type(self).__name__}.open(...)")
+        self._path = path
+        self._writer = writer
+        self._native = store          # the _loaderx.Store; None once closed or for builders
+        self._is_reader = store is not None
+        self._failed = False
+        if store is not None:
+            dtype = np.dtype(store.dtype)
+            codec = store.codec
+            data_shards = store.data_shards
+            item_shape = tuple(int(d) for d in store.item_shape)
+            ndim = int(store.ndim)
+            self._len = len(store)
+            self._nbytes = int(store.nbytes)
+            self._stored_bytes = int(store.stored_bytes)
+        assert dtype is not None
+        self._dtype = dtype
+        self._codec = codec
+        self._data_shards = data_shards
+        self._item_shape = item_shape
+        self._ndim = ndim
+
+    # -- schema -----------------------------------------------------------
+    @property
+    def path(self) -> str:
+        """The store directory."""
+        return self._path
+
+    @property
+    def dtype(self) -> np.dtype:
+        """The dtype of every record (little-endian)."""
+        return self._dtype
+
+    @property
+    def ndim(self) -> int:
+        """The rank of every record."""
+        return self._ndim
+
+    @property
+    def codec(self) -> str:
+        """``"raw"``, ``"zstd"`` or ``"zstd_dict"``."""
+        return self._codec
+
+    @property
+    def data_shards(self) -> int:
+        """Number of data files (1..255)."""
+        return self._data_shards
+
+    @property
+    def nbytes(self) -> int:
+        """Logical (decoded) bytes of all records."""
+        if self._is_reader:
+            return self._nbytes
+        raise StateError(f"{self._path}: nbytes is known once the store is published and opened")
+
+    @property
+    def stored_bytes(self) -> int:
+        """Bytes of every file of the store on disk (reader only)."""
+        if self._is_reader:
+            return self._stored_bytes
+        raise StateError(f"{self._path}: stored_bytes is known once the store is opened")
+
+    def __len__(self) -> int:
+        if self._is_reader:
+            return self._len
+        return len(self._writer) if self._writer is not None else 0
+
+    def __repr__(self) -> str:
+        mode = "reader" if self._is_reader else "builder"
+        state = " closed" if (self._native is None and self._writer is None) else ""
+        return (f"<{type(self).__name__} {mode}{state} {self._path!r} n={len(self)} "
+                f"dtype={self._dtype.str} {self._shape_repr()} codec={self._codec}>")
+
+    def _shape_repr(self) -> str:
+        raise NotImplementedError
+
+    # -- lifecycle --------------------------------------------------------
+    def close(self) -> None:
+        """Builder: publish the store atomically. Reader: release it. Idempotent."""
+        if self._is_reader:
+            self._native = None
+            return
+        w, self._writer = self._writer, None
+        if w is None:
+            return
+        if self._failed:
+            w.abort()
+            raise StateError(f"{self._path}: an append failed part-way; the store was discarded")
+        try:
+            w.publish()
+        except BaseException:
+            w.abort()
+            raise
+
+    def _discard(self) -> None:
+        w, self._writer = self._writer, None
+        if w is not None:
+            w.abort()
+
+    def __enter__(self) -> "_Stream":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is not None and not self._is_reader:
+            self._discard()  # nothing appears at path
+            return
+        self.close()
+
+    def _live_writer(self) -> Any:
+        if self._is_reader:
+            raise StateError(f"{self._path}: opened for reading; a reader cannot be appended to")
+        if self._writer is None:
+            raise StateError(f"{self._path}: builder is closed; nothing can be appended")
+        if self._failed:
+            raise StateError(f"{self._path}: an append failed part-way; the builder is unusable")
+        return self._writer
+
+    def _live_store(self) -> Any:
+        if not self._is_reader:
+            raise StateError(f"{self._path}: a builder cannot be read; close() it and open() the store")
+        if self._native is None:
+            raise StateError(f"{self._path}: store is closed")
+        return self._native
+
+    # -- reading ----------------------------------------------------------
+    def _resolve(self, key: Any) -> int | np.ndarray:
+        """A scalar index as int, any other selection as a uint64 index array."""
+        n = len(self)
+        if _is_int(key):
+            i = int(key)
+            if not 0 <= i < n:
+                raise RecordIndexError(f"record index {i} out of range 0..{n - 1} ({self._path})"
+                                       if n else f"record index {i}: store {self._path} is empty")
+            return i
+        if isinstance(key, slice):
+            return np.arange(*key.indices(n), dtype=np.uint64)
+        if isinstance(key, (tuple, list)):
+            for x in key:
+                if not _is_int(x):
+                    _index_type_error(x)
+            arr = np.array([int(x) for x in key], dtype=object if not key else None)
+            if not key:
+                return np.empty(0, dtype=np.uint64)
+            if arr.dtype.kind not in "iu":  # ints beyond int64/uint64
+                raise RecordIndexError(f"record index out of range 0..{n - 1} ({self._path})")
+            return self._check_array(arr)
+        if isinstance(key, np.ndarray):
+            if key.dtype.kind not in "iu":
+                _index_type_error(key.dtype.type(0) if key.dtype.kind in "fb" else key)
+            if key.ndim == 0:
+                return self._resolve(int(key))
+            if key.ndim != 1:
+                raise InvalidArgumentError(f"index arrays must be 1-D, got shape {key.shape}")
+            return self._check_array(key)
+        _index_type_error(key)
+
+    def _check_array(self, arr: np.ndarray) -> np.ndarray:
+        n = len(self)
+        if arr.size == 0:
+            return arr.astype(np.uint64)
+        if arr.dtype.kind == "i":
+            lo = int(arr.min())
+            if lo < 0:
+                raise RecordIndexError(f"record index {lo} is negative; indices must be in "
+                                       f"0..{n - 1} ({self._path})")
+        hi = int(arr.max())
+        if hi >= n:
+            raise RecordIndexError(f"record index {hi} out of range 0..{n - 1} ({self._path})")
+        return arr.astype(np.uint64, copy=False)
+
+    def verify(self, progress: Any = None) -> None:
+        """Checks every checksum of the store (metadata, index, shapes, dictionary, each record).
+
+        Args:
+            progress: optional ``callable(done, total)`` called now and then.
+
+        Raises:
+            CorruptStoreError: naming the file, or the first bad record.
+        """
+        self._live_store().verify(progress)
+
+
+class Dense(_Stream):
+    """A store of fixed-shape records: every record is an ndarray of ``item_shape``.
+
+    Reads: ``ds[i]`` -> ndarray ``item_shape``; ``ds[i, j]``, ``ds[[...]]``,
+    ``ds[np.array(...)]``, ``ds[a:b]`` -> one ndarray ``(B, *item_shape)``.
+    """
+
+    _KIND = "dense"
+
+    @classmethod
+    def create(cls, path: PathLike, dtype: Any, item_shape: Any, *, codec: Codec,
+               data_shards: int = 4, dict_bytes: bytes | None = None) -> "Dense":
+        """Starts building a new store at ``path`` (which must not exist).
+
+        Args:
+            path: the new store directory; missing parents are created.
+            dtype: record dtype (fixed itemsize, little-endian; no structured,
+                subarray, object or metadata-bearing dtypes).
+            item_shape: shape of each record, e.g. ``(28, 28)``; ``()`` for scalars.
+            codec: ``"raw"``, ``"zstd"`` (level 3) or ``"zstd_dict"``.
+            data_shards: number of data files written in parallel, 1..255.
+            dict_bytes: the zstd dictionary for ``"zstd_dict"`` (see
+                :func:`loaderx.utils.train_dict`).
+
+        Returns:
+            An append-only builder; ``close()`` (or leaving ``with``) publishes.
+        """
+        dt = _check_dtype(dtype)
+        shape = _check_item_shape(item_shape)
+        d = _check_codec(codec, dict_bytes)
+        shards = _check_shards(data_shards)
+        p = os.fspath(path)
+        w = _loaderx.StoreWriter(p, "dense", dt.str, list(shape), len(shape), codec, shards, d)
+        return cls(_TOKEN, p, writer=w, dtype=dt, codec=codec, data_shards=shards,
+                   item_shape=shape, ndim=len(shape))
+
+    @classmethod
+    def open(cls, path: PathLike) -> "Dense":
+        """Opens a published dense store read-only (O(1): nothing is scanned)."""
+        p = os.fspath(path)
+        s = _loaderx.Store.open(p)
+        if s.kind != "dense":
+            raise SchemaError(f"{p} is a {s.kind} store; open it with Ragged.open")
+        return cls(_TOKEN, p, store=s)
+
+    @property
+    def item_shape(self) -> tuple[int, ...]:
+        """Shape of every record."""
+        return self._item_shape
+
+    def _shape_repr(self) -> str:
+        return f"item_shape={self._item_shape}"
+
+    def append(self, data: np.ndarray) -> None:
+        """Appends ``data.shape[0]`` records from an ndarray (or np.memmap).
+
+        Args:
+            data: ndarray of shape ``(n, *item_shape)`` and exactly the store's
+                dtype (no casting). It is streamed in bounded slices, so a memmap
+                larger than RAM is never loaded whole.
+        """
+        w = self._live_writer()
+        if not isinstance(data, np.ndarray):
+            raise SchemaError(
+                f"Dense.append takes a numpy.ndarray of shape (n, *{self._item_shape}), not "
+                f"{type(data).__name__}; convert with np.asarray / np.frombuffer first")
+        if data.dtype != self._dtype or data.dtype.str != self._dtype.str:
+            raise SchemaError(f"{self._path}: data dtype {data.dtype.str} does not match the "
+                              f"store dtype {self._dtype.str} (no implicit casting)")
+        if data.ndim != 1 + len(self._item_shape) or tuple(data.shape[1:]) != self._item_shape:
+            raise SchemaError(f"{self._path}: data shape {data.shape} is not (n, *item_shape) "
+                              f"with item_shape {self._item_shape}")
+        n = int(data.shape[0])
+        item = max(1, self._dtype.itemsize * int(np.prod(self._item_shape, dtype=np.int64)))
+        rows = max(1, _APPEND_CHUNK_BYTES // item)
+        try:
+            for a in range(0, n, rows):
+                chunk = np.ascontiguousarray(data[a:a + rows])
+                w.append_dense(chunk, chunk.shape[0])
+        except BaseException:
+            self._failed = True
+            raise
+
+    def __getitem__(self, key: Index) -> np.ndarray:
+        s = self._live_store()
+        sel = self._resolve(key)
+        if isinstance(sel, int):
+            return s.read(sel)
+        return s.gather_dense(sel)
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        s = self._live_store()
+        n = len(self)
+        for a in range(0, n, _ITER_BATCH):
+            batch = s.gather_dense(np.arange(a, min(n, a + _ITER_BATCH), dtype=np.uint64))
+            yield from batch
+
+
+class Ragged(_Stream):
+    """A store of variable-shape records of one dtype and rank ``ndim``.
+
+    Reads: ``rs[i]`` -> ndarray of the record's own shape; any multi-record
+    selection -> ``list`` of such ndarrays, in the requested order.
+    """
+
+    _KIND = "ragged"
+
+    @classmethod
+    def create(cls, path: PathLike, dtype: Any, ndim: int, *, codec: Codec,
+               data_shards: int = 4, dict_bytes: bytes | None = None) -> "Ragged":
+        """Starts building a new ragged store at ``path`` (which must not exist).
+
+        Args:
+            path: the new store directory; missing parents are created.
+            dtype: dtype of every record (see :meth:`Dense.create`).
+            ndim: rank of every record, >= 1 (scalars: use Dense with ``item_shape=()``).
+            codec, data_shards, dict_bytes: as for :meth:`Dense.create`.
+        """
+        dt = _check_dtype(dtype)
+        if not _is_int(ndim):
+            raise TypeError(f"ndim must be an int, not {type(ndim).__name__}")
+        if not 1 <= int(ndim) <= 32:
+            raise InvalidArgumentError(
+                f"ndim must be in 1..32, got {int(ndim)} (scalar records: use Dense with item_shape=())")
+        d = _check_codec(codec, dict_bytes)
+        shards = _check_shards(data_shards)
+        p = os.fspath(path)
+        w = _loaderx.StoreWriter(p, "ragged", dt.str, [], int(ndim), codec, shards, d)
+        return cls(_TOKEN, p, writer=w, dtype=dt, codec=codec, data_shards=shards, ndim=int(ndim))
+
+    @classmethod
+    def open(cls, path: PathLike) -> "Ragged":
+        """Opens a published ragged store read-only (O(1): nothing is scanned)."""
+        p = os.fspath(path)
+        s = _loaderx.Store.open(p)
+        if s.kind != "ragged":
+            raise SchemaError(f"{p} is a {s.kind} store; open it with Dense.open")
+        return cls(_TOKEN, p, store=s)
+
+    def _shape_repr(self) -> str:
+        return f"ndim={self._ndim}"
+
+    def append(self, records: Iterable[np.ndarray]) -> None:
+        """Appends every array of a finite iterable, in order.
+
+        Args:
+            records: iterable of ndarrays, each of exactly the store's dtype and
+                ``ndim`` (any shape, zero-length axes included). Consumed in
+                bounded batches.
+
+        If a record is rejected after earlier batches of the same call were
+        written, the builder becomes unusable and the store is discarded.
+        """
+        w = self._live_writer()
+        if isinstance(records, (bytes, bytearray, memoryview, str)) or not isinstance(records, Iterable):
+            raise SchemaError(f"Ragged.append takes an iterable of numpy.ndarray records, not "
+                              f"{type(records).__name__}; convert with np.asarray / np.frombuffer first")
+        ndim = self._ndim
+        values: list[np.ndarray] = []
+        shapes: list[tuple[int, ...]] = []
+        pending = 0
+        wrote = False
+
+        def flush() -> None:
+            nonlocal values, shapes, pending, wrote
+            if not shapes:
+                return
+            flat = (values[0] if len(values) == 1
+                    else np.concatenate(values) if values else np.empty(0, np.uint8))
+            w.append_ragged(flat, np.asarray(shapes, dtype=np.uint64).reshape(-1, ndim), len(shapes))
+            wrote = True
+            values, shapes, pending = [], [], 0
+
+        try:
+            for k, r in enumerate(records):
+                if not isinstance(r, np.ndarray):
+                    raise SchemaError(f"record {k} is a {type(r).__name__}, not a numpy.ndarray; "
+                                      "convert with np.asarray / np.frombuffer first")
+                if r.dtype != self._dtype or r.dtype.str != self._dtype.str:
+                    raise SchemaError(f"record {k}: dtype {r.dtype.str} does not match the store "
+                                      f"dtype {self._dtype.str} (no implicit casting)")
+                if r.ndim != ndim:
+                    raise SchemaError(f"record {k}: ndim {r.ndim} (shape {r.shape}) does not match "
+                                      f"the store ndim {ndim}")
+                flat = np.ascontiguousarray(r).reshape(-1).view(np.uint8)
+                if flat.nbytes >= _APPEND_CHUNK_BYTES:
+                    flush()  # a big record goes alone, without a concatenation copy
+                    w.append_ragged(flat, np.asarray([r.shape], dtype=np.uint64), 1)
+                    wrote = True
+                    continue
+                values.append(flat)
+                shapes.append(r.shape)
+                pending += flat.nbytes
+                if pending >= _APPEND_CHUNK_BYTES or len(shapes) >= _RAGGED_BATCH_RECORDS:
+                    flush()
+            flush()
+        except BaseException:
+            if wrote:
+                self._failed = True
+            raise
+
+    def __getitem__(self, key: Index) -> np.ndarray | list[np.ndarray]:
+        s = self._live_store()
+        sel = self._resolve(key)
+        if isinstance(sel, int):
+            return s.read(sel)
+        return s.gather_ragged(sel)
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        s = self._live_store()
+        n = len(self)
+        for a in range(0, n, _ITER_BATCH):
+            yield from s.gather_ragged(np.arange(a, min(n, a + _ITER_BATCH), dtype=np.uint64))
+
+
+def _check_item_shape(item_shape: Any) -> tuple[int, ...]:
+    if _is_int(item_shape):
+        item_shape = (item_shape,)
+    try:
+        dims = tuple(item_shape)
+    except TypeError:
+        raise TypeError(f"item_shape must be a tuple of ints, not {type(item_shape).__name__}") from None
+    for d in dims:
+        if not _is_int(d):
+            raise TypeError(f"item_shape must be a tuple of ints, got {item_shape!r}")
+        if int(d) < 0:
+            raise InvalidArgumentError(f"item_shape dimensions must be >= 0, got {item_shape!r}")
+    if len(dims) > 32:
+        raise InvalidArgumentError(f"item_shape has {len(dims)} dimensions (at most 32)")
+    return tuple(int(d) for d in dims)
