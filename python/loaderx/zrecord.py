@@ -119,7 +119,7 @@ class _Stream:
 
     _KIND: str = ""
 
-    def __init__(self, token: object, path: str, writer: Any = None, store: Any = None,
+    def __init__(self, token: object = None, path: str = "", writer: Any = None, store: Any = None,
                  dtype: np.dtype | None = None, codec: str = "", data_shards: int = 0,
                  item_shape: tuple[int, ...] = (), ndim: int = 0) -> None:
         if token is not _TOKEN:

@@ -1,0 +1,440 @@
+"""loaderx.zrecord: Dense and Ragged builders and readers, indexing, errors."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from loaderx import errors
+from loaderx.zrecord import Dense, Ragged
+
+CODECS = ["raw", "zstd", "zstd_dict"]
+
+
+@pytest.fixture(scope="module")
+def dict_bytes() -> bytes:
+    from loaderx.utils import train_dict
+
+    rng = np.random.default_rng(1)
+    return train_dict(rng.integers(0, 30, (3000, 48), dtype=np.int32), size=4096)
+
+
+def _kw(codec: str, d: bytes) -> dict:
+    return {"codec": codec, "dict_bytes": d if codec == "zstd_dict" else None}
+
+
+def _dense(path: Path, data: np.ndarray, codec: str = "zstd", **kw) -> Dense:
+    with Dense.create(path, data.dtype, data.shape[1:], codec=codec, **kw) as ds:
+        ds.append(data)
+    return Dense.open(path)
+
+
+def _no_store_left(parent: Path) -> bool:
+    return list(parent.iterdir()) == []
+
+
+# -- round trips -----------------------------------------------------------------
+
+DTYPES = ["?", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f2", "f4", "f8", "c8", "c16",
+          "M8[ns]", "M8[D]", "m8[us]", "m8[s]"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("codec", CODECS)
+def test_dense_round_trips_every_dtype(tmp_path: Path, dtype: str, codec: str, dict_bytes: bytes) -> None:
+    rng = np.random.default_rng(0)
+    data = rng.integers(0, 100, (50, 3, 2)).astype(dtype)
+    with Dense.create(tmp_path / "s", dtype, (3, 2), **_kw(codec, dict_bytes)) as ds:
+        ds.append(data)
+        assert len(ds) == 50
+    with Dense.open(tmp_path / "s") as ds:
+        assert ds.dtype == np.dtype(dtype) and ds.item_shape == (3, 2) and ds.codec == codec
+        assert len(ds) == 50 and ds.nbytes == data.nbytes and ds.data_shards == 4
+        out = ds[:]
+        assert out.dtype == data.dtype and out.shape == data.shape
+        np.testing.assert_array_equal(out, data)
+        ds.verify()
+
+
+@pytest.mark.parametrize("shape", [(), (5,), (2, 3), (2, 1, 3), (1, 2, 1, 2)])
+def test_dense_ranks_zero_to_four(tmp_path: Path, shape: tuple) -> None:
+    data = np.arange(7 * int(np.prod(shape)), dtype=np.float64).reshape((7, *shape))
+    ds = _dense(tmp_path / "s", data)
+    assert ds[3].shape == shape
+    np.testing.assert_array_equal(ds[3], data[3])
+    np.testing.assert_array_equal(ds[[6, 0]], data[[6, 0]])
+
+
+@pytest.mark.parametrize("shards", [1, 2, 255])
+def test_data_shards_edges(tmp_path: Path, shards: int) -> None:
+    data = np.arange(10 * 64, dtype=np.uint16).reshape(10, 64)
+    ds = _dense(tmp_path / "s", data, data_shards=shards)
+    assert ds.data_shards == shards
+    assert len([p for p in os.listdir(tmp_path / "s") if p.startswith("data-")]) == shards
+    np.testing.assert_array_equal(ds[:], data)
+
+
+def test_empty_and_single_record_stores(tmp_path: Path) -> None:
+    e = _dense(tmp_path / "e", np.zeros((0, 3), np.int8))
+    assert len(e) == 0 and e[:].shape == (0, 3) and list(e) == []
+    one = _dense(tmp_path / "one", np.array([[1, 2, 3]], np.int8))
+    np.testing.assert_array_equal(one[0], [1, 2, 3])
+    with pytest.raises(errors.RecordIndexError):
+        e[0]
+
+
+def test_dense_append_continues_the_sequence(tmp_path: Path) -> None:
+    a = np.arange(12, dtype=np.int32).reshape(4, 3)
+    with Dense.create(tmp_path / "s", np.int32, (3,), codec="raw") as ds:
+        ds.append(a[:1])
+        ds.append(a[1:])
+        ds.append(a[:0])
+        assert len(ds) == 4
+    np.testing.assert_array_equal(Dense.open(tmp_path / "s")[:], a)
+
+
+def test_dense_append_accepts_memmap_and_non_contiguous(tmp_path: Path) -> None:
+    src = np.lib.format.open_memmap(tmp_path / "x.npy", mode="w+", dtype=np.uint8, shape=(100, 8, 8))
+    src[:] = np.arange(100, dtype=np.uint8)[:, None, None]
+    src.flush()
+    mm = np.load(tmp_path / "x.npy", mmap_mode="r")
+    np.testing.assert_array_equal(_dense(tmp_path / "a", mm)[:], mm)
+    strided = np.arange(200 * 8 * 8, dtype=np.uint8).reshape(200, 8, 8)[::2]
+    np.testing.assert_array_equal(_dense(tmp_path / "b", strided)[:], strided)
+
+
+def test_ragged_round_trip_exact_shapes(tmp_path: Path) -> None:
+    rng = np.random.default_rng(2)
+    recs = [rng.standard_normal((int(a), int(b))).astype(np.float32)
+            for a, b in rng.integers(0, 6, (100, 2))]
+    recs[5] = np.zeros((0, 4), np.float32)  # a zero-length axis
+    with Ragged.create(tmp_path / "r", np.float32, ndim=2, codec="zstd") as rs:
+        rs.append(iter(recs))   # any iterable
+        assert len(rs) == 100
+    with Ragged.open(tmp_path / "r") as rs:
+        assert rs.ndim == 2 and rs.dtype == np.float32 and len(rs) == 100
+        assert rs[5].shape == (0, 4)
+        got = rs[[9, 5, 9]]
+        assert isinstance(got, list) and [g.shape for g in got] == [recs[9].shape, (0, 4), recs[9].shape]
+        for g, r in zip(rs, recs):
+            assert g.dtype == np.float32 and g.shape == r.shape
+            np.testing.assert_array_equal(g, r)
+        assert rs[:] == [] or len(rs[:]) == 100
+        assert rs.nbytes == sum(r.nbytes for r in recs)
+        rs.verify()
+
+
+def test_ragged_views_outlive_the_store(tmp_path: Path) -> None:
+    recs = [np.arange(n, dtype=np.int64) for n in (3, 4)]
+    with Ragged.create(tmp_path / "r", np.int64, 1, codec="raw") as rs:
+        rs.append(recs)
+    rs = Ragged.open(tmp_path / "r")
+    got = rs[[1, 0]]
+    rs.close()
+    del rs
+    assert [g.tolist() for g in got] == [[0, 1, 2, 3], [0, 1, 2]]
+
+
+# -- indexing ---------------------------------------------------------------------
+
+@pytest.fixture()
+def ds(tmp_path: Path) -> Dense:
+    data = np.arange(10 * 2, dtype=np.int16).reshape(10, 2)
+    return _dense(tmp_path / "s", data)
+
+
+def test_scalar_reads_return_the_record_itself(ds: Dense) -> None:
+    assert ds[3].shape == (2,) and ds[3].tolist() == [6, 7]
+    assert ds[np.int64(3)].tolist() == [6, 7]
+    assert ds[np.uint8(3)].tolist() == [6, 7]
+    assert ds[np.array(3)].tolist() == [6, 7]
+
+
+@pytest.mark.parametrize("idt", [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
+                                 np.uint32, np.uint64])
+def test_gather_any_integer_array_keeps_order_and_duplicates(ds: Dense, idt: type) -> None:
+    out = ds[np.array([9, 0, 9, 4], dtype=idt)]
+    assert out.shape == (4, 2) and out[:, 0].tolist() == [18, 0, 18, 8]
+
+
+def test_gather_tuple_and_list(ds: Dense) -> None:
+    assert ds[0, 5, 2][:, 0].tolist() == [0, 10, 4]
+    assert ds[[5]].shape == (1, 2)
+    assert ds[[]].shape == (0, 2)
+    assert ds[(3,)].shape == (1, 2)
+
+
+@pytest.mark.parametrize("key,expect", [(slice(2, 5), [2, 3, 4]), (slice(None, None, -1), list(range(9, -1, -1))),
+                                        (slice(None), list(range(10))), (slice(-3, None), [7, 8, 9]),
+                                        (slice(8, 100), [8, 9]), (slice(5, 2), []), (slice(1, 8, 3), [1, 4, 7])])
+def test_slices_follow_python_rules(ds: Dense, key: slice, expect: list) -> None:
+    out = ds[key]
+    assert out.shape == (len(expect), 2)
+    assert (out[:, 0] // 2).tolist() == expect
+
+
+@pytest.mark.parametrize("key", [-1, 10, 2**70, [0, -1], [10], np.array([3, 10]), np.array([-2]),
+                                 (1, 10)])
+def test_out_of_range_indices_raise_index_error(ds: Dense, key: object) -> None:
+    with pytest.raises(IndexError) as ei:
+        ds[key]
+    assert isinstance(ei.value, errors.RecordIndexError)
+    assert "index" in str(ei.value)
+
+
+@pytest.mark.parametrize("key", [1.0, True, np.float32(1), np.bool_(False), [1.0], [True, 1],
+                                 np.array([1.0]), np.array([True, False]), "1", None, {1: 2}])
+def test_float_bool_and_other_indices_raise_type_error(ds: Dense, key: object) -> None:
+    with pytest.raises(TypeError):
+        ds[key]
+
+
+def test_two_dimensional_index_array_is_rejected(ds: Dense) -> None:
+    with pytest.raises(errors.InvalidArgumentError, match="1-D"):
+        ds[np.array([[0, 1]])]
+
+
+def test_iteration_yields_each_record(ds: Dense) -> None:
+    recs = list(ds)
+    assert len(recs) == 10 and all(r.shape == (2,) for r in recs)
+    assert recs[9].tolist() == [18, 19]
+
+
+def test_concurrent_gathers_from_threads(tmp_path: Path) -> None:
+    data = np.random.default_rng(3).integers(0, 255, (500, 32), dtype=np.uint8)
+    ds = _dense(tmp_path / "s", data)
+    bad: list[int] = []
+
+    def work(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        for _ in range(50):
+            idx = rng.integers(0, 500, 64)
+            if not np.array_equal(ds[idx], data[idx]):
+                bad.append(seed)
+
+    threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads) and bad == []
+
+
+# -- lifecycle ----------------------------------------------------------------------
+
+def test_exception_inside_with_leaves_nothing(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError):
+        with Dense.create(tmp_path / "s", np.uint8, (4,), codec="zstd") as ds:
+            ds.append(np.zeros((10, 4), np.uint8))
+            raise RuntimeError("boom")
+    assert _no_store_left(tmp_path)
+
+
+def test_unclosed_builder_is_discarded_when_collected(tmp_path: Path) -> None:
+    ds = Dense.create(tmp_path / "s", np.uint8, (4,), codec="raw")
+    ds.append(np.zeros((3, 4), np.uint8))
+    del ds
+    import gc
+
+    gc.collect()
+    assert _no_store_left(tmp_path)
+
+
+def test_parent_directories_are_created(tmp_path: Path) -> None:
+    with Dense.create(tmp_path / "a" / "b" / "x", np.uint8, (), codec="raw") as ds:
+        ds.append(np.arange(3, dtype=np.uint8))
+    assert Dense.open(tmp_path / "a" / "b" / "x")[:].tolist() == [0, 1, 2]
+
+
+def test_existing_path_raises_and_is_untouched(tmp_path: Path) -> None:
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "keep").write_text("x")
+    with pytest.raises(errors.StoreExistsError):
+        Dense.create(tmp_path / "s", np.uint8, (), codec="raw")
+    with pytest.raises(FileExistsError):
+        Ragged.create(tmp_path / "s", np.uint8, 1, codec="raw")
+    assert os.listdir(tmp_path / "s") == ["keep"]
+    assert sorted(os.listdir(tmp_path)) == ["s"]
+
+
+def test_reading_a_builder_and_appending_to_a_reader(tmp_path: Path) -> None:
+    ds = Dense.create(tmp_path / "s", np.uint8, (2,), codec="raw")
+    ds.append(np.zeros((2, 2), np.uint8))
+    with pytest.raises(errors.StateError, match="builder cannot be read"):
+        ds[0]
+    with pytest.raises(errors.StateError):
+        list(ds)
+    ds.close()
+    with pytest.raises(errors.StateError, match="closed"):
+        ds.append(np.zeros((2, 2), np.uint8))
+    r = Dense.open(tmp_path / "s")
+    with pytest.raises(errors.StateError, match="reader cannot be appended"):
+        r.append(np.zeros((2, 2), np.uint8))
+    r.close()
+    with pytest.raises(errors.StateError, match="closed"):
+        r[0]
+    r.close()  # idempotent
+
+
+def test_open_missing_path(tmp_path: Path) -> None:
+    with pytest.raises(errors.StoreNotFoundError):
+        Dense.open(tmp_path / "nope")
+
+
+def test_open_wrong_kind_raises_schema_error(tmp_path: Path) -> None:
+    _dense(tmp_path / "d", np.zeros((2, 2), np.uint8))
+    with Ragged.create(tmp_path / "r", np.uint8, 1, codec="raw") as rs:
+        rs.append([np.zeros(3, np.uint8)])
+    with pytest.raises(errors.SchemaError, match="Dense.open"):
+        Ragged.open(tmp_path / "d")
+    with pytest.raises(errors.SchemaError, match="Ragged.open"):
+        Dense.open(tmp_path / "r")
+
+
+def test_constructor_is_private() -> None:
+    with pytest.raises(TypeError, match="create"):
+        Dense("x")  # type: ignore[arg-type]
+
+
+# -- bad input: clear error, no store left --------------------------------------------
+
+BAD_DTYPES = [
+    (np.dtype([("a", "i4"), ("b", "f4")]), "structured"),
+    (np.dtype(("i4", (2,))), "subarray"),
+    (np.dtype(object), "object"),
+    (np.dtype("i4", metadata={"k": 1}), "metadata"),
+    (np.dtype("V0"), "zero-itemsize"),
+    (np.dtype(">i4"), "big-endian"),
+    (np.dtype(">f8"), "big-endian"),
+    (np.dtype("U3"), "not supported"),
+    (np.dtype("S3"), "not supported"),
+]
+
+
+@pytest.mark.parametrize("dtype,what", BAD_DTYPES, ids=[w + str(i) for i, (_, w) in enumerate(BAD_DTYPES)])
+def test_unsupported_dtypes(tmp_path: Path, dtype: np.dtype, what: str) -> None:
+    with pytest.raises(errors.SchemaError, match=what):
+        Dense.create(tmp_path / "s", dtype, (2,), codec="raw")
+    with pytest.raises(errors.SchemaError, match=what):
+        Ragged.create(tmp_path / "r", dtype, 1, codec="raw")
+    assert _no_store_left(tmp_path)
+
+
+@pytest.mark.parametrize("data,exc,match", [
+    ([[1, 2], [3, 4]], errors.SchemaError, "numpy.ndarray"),
+    (b"\x00\x01\x02\x03", errors.SchemaError, "numpy.ndarray"),
+    (np.zeros((3, 3), np.int32), errors.SchemaError, "shape"),
+    (np.zeros((3,), np.int32), errors.SchemaError, "shape"),
+    (np.zeros((3, 2), np.int64), errors.SchemaError, "dtype"),
+    (np.zeros((3, 2), ">i4"), errors.SchemaError, "dtype"),
+])
+def test_dense_append_rejects_bad_data(tmp_path: Path, data: object, exc: type, match: str) -> None:
+    with pytest.raises(exc, match=match):
+        with Dense.create(tmp_path / "s", np.int32, (2,), codec="zstd") as ds:
+            ds.append(data)  # type: ignore[arg-type]
+    assert _no_store_left(tmp_path)
+
+
+def test_dense_append_error_keeps_builder_usable(tmp_path: Path) -> None:
+    with Dense.create(tmp_path / "s", np.int32, (2,), codec="zstd") as ds:
+        with pytest.raises(errors.SchemaError):
+            ds.append(np.zeros((3, 2), np.float32))
+        ds.append(np.ones((3, 2), np.int32))
+    assert Dense.open(tmp_path / "s")[:].sum() == 6
+
+
+@pytest.mark.parametrize("records,match", [
+    ([[1, 2, 3]], "numpy.ndarray"),
+    (b"abc", "iterable of numpy.ndarray"),
+    ([np.zeros(3, np.int64)], "dtype"),
+    ([np.zeros((2, 2), np.int32)], "ndim"),
+    ([np.zeros(2, np.int32), np.zeros(2, np.float32)], "record 1"),
+    (5, "iterable"),
+])
+def test_ragged_append_rejects_bad_records(tmp_path: Path, records: object, match: str) -> None:
+    with pytest.raises(errors.SchemaError, match=match):
+        with Ragged.create(tmp_path / "r", np.int32, 1, codec="zstd") as rs:
+            rs.append(records)  # type: ignore[arg-type]
+    assert _no_store_left(tmp_path)
+
+
+def test_ragged_failure_after_a_written_batch_poisons_the_builder(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    import loaderx.zrecord as z
+
+    monkeypatch.setattr(z, "_RAGGED_BATCH_RECORDS", 2)
+    rs = Ragged.create(tmp_path / "r", np.int32, 1, codec="raw")
+    with pytest.raises(errors.SchemaError, match="record 3"):
+        rs.append([np.zeros(1, np.int32)] * 3 + ["bad"])  # type: ignore[list-item]
+    with pytest.raises(errors.StateError):
+        rs.append([np.zeros(1, np.int32)])
+    with pytest.raises(errors.StateError, match="discarded"):
+        rs.close()
+    assert _no_store_left(tmp_path)
+
+
+@pytest.mark.parametrize("kwargs,exc,match", [
+    ({"codec": "zstdd"}, errors.InvalidArgumentError, "unknown codec"),
+    ({"codec": None}, errors.InvalidArgumentError, "unknown codec"),
+    ({"codec": "zstd_dict"}, errors.InvalidArgumentError, "needs dict_bytes"),
+    ({"codec": "zstd_dict", "dict_bytes": b""}, errors.InvalidArgumentError, "empty"),
+    ({"codec": "zstd_dict", "dict_bytes": b"not a dictionary at all" * 10}, errors.InvalidArgumentError,
+     "not a zstd dictionary"),
+    ({"codec": "zstd", "dict_bytes": b"x"}, errors.InvalidArgumentError, "only used with"),
+    ({"codec": "zstd", "data_shards": 0}, errors.InvalidArgumentError, "1..255"),
+    ({"codec": "zstd", "data_shards": 256}, errors.InvalidArgumentError, "1..255"),
+    ({"codec": "zstd", "data_shards": 2.0}, TypeError, "int"),
+])
+def test_bad_create_arguments(tmp_path: Path, kwargs: dict, exc: type, match: str) -> None:
+    with pytest.raises(exc, match=match):
+        Dense.create(tmp_path / "s", np.uint8, (2,), **kwargs)
+    with pytest.raises(exc, match=match):
+        Ragged.create(tmp_path / "r", np.uint8, 1, **kwargs)
+    assert _no_store_left(tmp_path)
+
+
+def test_codec_is_required(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match="codec"):
+        Dense.create(tmp_path / "s", np.uint8, (2,))  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize("item_shape,exc", [((-1,), errors.InvalidArgumentError), ((2.0,), TypeError),
+                                            ("ab", TypeError), ((1,) * 33, errors.InvalidArgumentError)])
+def test_bad_item_shape(tmp_path: Path, item_shape: object, exc: type) -> None:
+    with pytest.raises(exc):
+        Dense.create(tmp_path / "s", np.uint8, item_shape, codec="raw")
+    assert _no_store_left(tmp_path)
+
+
+@pytest.mark.parametrize("ndim,exc", [(0, errors.InvalidArgumentError), (33, errors.InvalidArgumentError),
+                                      (1.0, TypeError), (None, TypeError)])
+def test_bad_ragged_ndim(tmp_path: Path, ndim: object, exc: type) -> None:
+    with pytest.raises(exc):
+        Ragged.create(tmp_path / "r", np.uint8, ndim, codec="raw")  # type: ignore[arg-type]
+    assert _no_store_left(tmp_path)
+
+
+# -- properties ---------------------------------------------------------------------------
+
+@settings(max_examples=25, deadline=None)
+@given(lengths=st.lists(st.integers(0, 40), max_size=30),
+       codec=st.sampled_from(["raw", "zstd"]), shards=st.integers(1, 5))
+def test_ragged_round_trip_property(tmp_path_factory: pytest.TempPathFactory, lengths: list[int],
+                                    codec: str, shards: int) -> None:
+    path = tmp_path_factory.mktemp("h") / "r"
+    recs = [np.arange(n, dtype=np.int16) * (i + 1) for i, n in enumerate(lengths)]
+    with Ragged.create(path, np.int16, 1, codec=codec, data_shards=shards) as rs:
+        rs.append(recs)
+    with Ragged.open(path) as rs:
+        assert len(rs) == len(recs)
+        got = rs[:]
+        assert [g.tolist() for g in got] == [r.tolist() for r in recs]
+        if recs:
+            idx = list(range(len(recs)))[::-1] * 2
+            assert [g.tolist() for g in rs[idx]] == [recs[i].tolist() for i in idx]
