@@ -109,6 +109,7 @@ def train_dict(source: Source, size: int = DEFAULT_DICT_SIZE) -> bytes:
         raise InvalidArgumentError(f"dictionary size must be >= 256 bytes, got {size}")
     budget = size * _SAMPLE_FACTOR
     if isinstance(source, (Dense, Ragged)):
+        source._live_store()  # a builder or a closed store is no source
         samples = list(_from_store(source, budget))
     elif isinstance(source, np.ndarray):
         samples = list(_from_array(source, budget))
