@@ -93,7 +93,7 @@ def _records(ds: Any, column: str, dtype: np.dtype) -> Iterator[np.ndarray]:
             arr = np.asarray(value)
             if arr.dtype == object:
                 raise SchemaError(f"column {column!r}: record is not a regular array")
-            yield np.ascontiguousarray(arr.astype(dtype, copy=False))
+            yield arr.astype(dtype, order="C", copy=False)  # keeps 0-d records 0-d
 
 
 def _image_shapes(ds: Any, column: str) -> Iterator[tuple[int, ...]]:
