@@ -108,6 +108,17 @@ uint32_t Loader::leases_held() const { return conn_->leases_held.load(std::memor
 uint64_t Loader::Step() const { return step_.load(std::memory_order_relaxed); }
 
 Result<Batch> Loader::Next(const WaitHook& hook) {
+  LX_ASSIGN_OR_RETURN(std::optional<Batch> b, NextImpl(std::nullopt, hook));
+  return std::move(*b);
+}
+
+Result<std::optional<Batch>> Loader::NextFor(std::chrono::milliseconds timeout,
+                                             const WaitHook& hook) {
+  return NextImpl(std::chrono::steady_clock::now() + timeout, hook);
+}
+
+Result<std::optional<Batch>> Loader::NextImpl(
+    std::optional<std::chrono::steady_clock::time_point> deadline, const WaitHook& hook) {
   LX_RETURN_IF_ERROR(conn_->CheckProcess());
   if (conn_->shut_down()) return Status::Cancelled("loader closed");
   const uint32_t held = leases_held();
@@ -117,7 +128,11 @@ Result<Batch> Loader::Next(const WaitHook& hook) {
         std::to_string(lease_cap_) +
         "): drop references to earlier batches (and arrays viewing them) before drawing more");
   }
-  LX_ASSIGN_OR_RETURN(Reply r, conn_->Call(NextMsg{}, {}, hook, /*reuse_owed=*/true));
+  bool timed_out = false;
+  Result<Reply> got = conn_->Call(NextMsg{}, {}, hook, /*reuse_owed=*/true, deadline, &timed_out);
+  if (timed_out) return std::optional<Batch>();
+  if (!got.ok()) return got.status();
+  Reply& r = got.value();
   if (auto* err = std::get_if<ErrorMsg>(&r.msg)) {
     step_.store(err->step, std::memory_order_relaxed);
     return err->ToStatus();
@@ -136,7 +151,7 @@ Result<Batch> Loader::Next(const WaitHook& hook) {
   b.streams_ = streams_;
   b.lease_ = std::move(lease);
   step_.store(m->step + 1, std::memory_order_relaxed);
-  return b;
+  return std::optional<Batch>(std::move(b));
 }
 
 Status Loader::Seek(uint64_t step, const WaitHook& hook) {

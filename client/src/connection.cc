@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "loaderx/memfd.h"
@@ -95,19 +96,32 @@ Status Connection::SendMessage(const Message& m, std::span<const int> fds) {
   return st;
 }
 
-Result<Reply> Connection::AwaitReply(const WaitHook& hook, bool* hook_aborted) {
-  *hook_aborted = false;
-  const int poll_ms = static_cast<int>(kPollInterval.count());
+Result<Reply> Connection::AwaitReply(
+    const WaitHook& hook, std::optional<std::chrono::steady_clock::time_point> deadline,
+    bool* owed, bool* timed_out) {
+  using Clock = std::chrono::steady_clock;
+  *owed = false;
+  if (timed_out) *timed_out = false;
   while (true) {
     if (shut_down()) return Status::Cancelled("loader closed");
-    LX_ASSIGN_OR_RETURN(bool ready, WaitReadable(fd_.get(), poll_ms));
+    auto wait = kPollInterval;
+    if (deadline) {
+      auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - Clock::now());
+      wait = std::clamp(left, std::chrono::milliseconds(0), kPollInterval);
+    }
+    LX_ASSIGN_OR_RETURN(bool ready, WaitReadable(fd_.get(), static_cast<int>(wait.count())));
     if (!ready) {
       if (hook) {
         Status st = hook();
         if (!st.ok()) {
-          *hook_aborted = true;
+          *owed = true;
           return st;
         }
+      }
+      if (deadline && Clock::now() >= *deadline) {
+        *owed = true;
+        if (timed_out) *timed_out = true;
+        return Status::Cancelled("timed out waiting for loaderxd");
       }
       continue;
     }
@@ -126,32 +140,34 @@ Result<Reply> Connection::AwaitReply(const WaitHook& hook, bool* hook_aborted) {
 }
 
 Result<Reply> Connection::Call(const Message& req, std::span<const int> fds,
-                               const WaitHook& hook, bool reuse_owed) {
+                               const WaitHook& hook, bool reuse_owed,
+                               std::optional<std::chrono::steady_clock::time_point> deadline,
+                               bool* timed_out) {
   LX_RETURN_IF_ERROR(CheckProcess());
   std::lock_guard<std::mutex> lock(call_mu_);
+  if (timed_out) *timed_out = false;
   if (owed_) {
-    bool aborted = false;
+    bool owed = false;
     if (reuse_owed && owed_index_ == req.index()) {
-      Result<Reply> r = AwaitReply(hook, &aborted);
-      owed_ = aborted;
+      Result<Reply> r = AwaitReply(hook, deadline, &owed, timed_out);
+      owed_ = owed;
       return r;
     }
     // Collect and drop the owed reply; an owed batch goes straight back.
-    Result<Reply> stale = AwaitReply(hook, &aborted);
+    Result<Reply> stale = AwaitReply(hook, deadline, &owed, timed_out);
     if (!stale.ok()) {
-      owed_ = aborted;
+      owed_ = owed;
       return stale.status();
     }
     owed_ = false;
     if (auto* b = std::get_if<BatchMsg>(&stale->msg)) Release(b->slot, b->seq);
   }
   LX_RETURN_IF_ERROR(SendMessage(req, fds));
-  owed_ = true;
   owed_index_ = req.index();
-  bool aborted = false;
-  Result<Reply> r = AwaitReply(hook, &aborted);
-  // Only a hook abort leaves the reply owed; anything else ends the exchange.
-  owed_ = aborted;
+  bool owed = false;
+  Result<Reply> r = AwaitReply(hook, deadline, &owed, timed_out);
+  // Only an early end (hook abort, deadline) leaves the reply owed.
+  owed_ = owed;
   return r;
 }
 

@@ -18,6 +18,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -48,8 +49,12 @@ class Connection {
   // owed it is collected and handed to `discard` first (or, when
   // `reuse_owed` is set and the owed request was the same kind, returned as
   // this call's reply without sending again).
+  // `deadline` (optional) bounds the wait: when it passes the reply stays
+  // owed and *timed_out is set (the status is then Cancelled("timed out")).
   Result<Reply> Call(const Message& req, std::span<const int> fds, const WaitHook& hook,
-                     bool reuse_owed);
+                     bool reuse_owed,
+                     std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt,
+                     bool* timed_out = nullptr);
   // Fire-and-forget release of a slot lease (no reply).
   void Release(uint32_t slot, uint64_t seq);
   // Ends the session from any thread; wakes a blocked Call with Cancelled.
@@ -72,7 +77,11 @@ class Connection {
 
  private:
   Connection(UniqueFd fd, std::string path);
-  Result<Reply> AwaitReply(const WaitHook& hook, bool* hook_aborted);
+  // *owed is set when the wait ended early (hook abort or deadline) so the
+  // reply is still to come.
+  Result<Reply> AwaitReply(const WaitHook& hook,
+                           std::optional<std::chrono::steady_clock::time_point> deadline,
+                           bool* owed, bool* timed_out);
   Status SendMessage(const Message& m, std::span<const int> fds);
 
   UniqueFd fd_;

@@ -42,7 +42,7 @@ Result<UniqueFd> ConnectSeqpacket(const std::string& path) {
   } while (rc != 0 && errno == EINTR);
   if (rc != 0) {
     int err = errno;
-    if (err == ENOENT) return Status::NotFound(path + ": no loaderxd socket here");
+    if (err == ENOENT) return Status::Daemon(path + ": no socket here (is loaderxd running?)");
     if (err == ECONNREFUSED) {
       return Status::Daemon(path + ": connection refused (no loaderxd is accepting)");
     }

@@ -135,9 +135,9 @@ TEST(UnixSocketTest, ListenConnectAndPeerCredName) {
   EXPECT_EQ(ListenSeqpacket(path, 0660).status().code(), Status::Code::kAlreadyExists);
 }
 
-TEST(UnixSocketTest, StaleSocketIsReplacedAndMissingSocketIsNotFound) {
+TEST(UnixSocketTest, StaleSocketIsReplacedAndMissingSocketIsDaemonError) {
   std::string path = TempSocketPath("stale.sock");
-  EXPECT_EQ(ConnectSeqpacket(path).status().code(), Status::Code::kNotFound);
+  EXPECT_EQ(ConnectSeqpacket(path).status().code(), Status::Code::kDaemon);
   { auto l = ListenSeqpacket(path, 0600); ASSERT_TRUE(l.ok()); }
   // The listener is closed; the file remains: connecting is refused...
   EXPECT_EQ(ConnectSeqpacket(path).status().code(), Status::Code::kDaemon);

@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -150,6 +151,11 @@ class Loader {
   // The batch of Step(); advances. A gather error of that step is returned
   // (and the loader still advances, as embedded).
   Result<Batch> Next(const WaitHook& hook = nullptr);
+  // Like Next() but returns std::nullopt if the batch has not arrived within
+  // `timeout`; the request stays outstanding and the next call picks the
+  // batch up, so nothing is skipped or duplicated.
+  Result<std::optional<Batch>> NextFor(std::chrono::milliseconds timeout,
+                                       const WaitHook& hook = nullptr);
   // The next batch is `step`.
   Status Seek(uint64_t step, const WaitHook& hook = nullptr);
   uint64_t Step() const;
@@ -171,6 +177,8 @@ class Loader {
   uint64_t n_ = 0;
   uint32_t lease_cap_ = 0;
   uint64_t ring_bytes_ = 0;
+  Result<std::optional<Batch>> NextImpl(
+      std::optional<std::chrono::steady_clock::time_point> deadline, const WaitHook& hook);
   // The step the next batch will have. Relaxed: read by Step() from any
   // thread for display; Next/Seek are serialised by the caller.
   std::atomic<uint64_t> step_{0};
@@ -180,7 +188,7 @@ class Loader {
 
 class Client {
  public:
-  // Connects and says hello. NotFound / Daemon if nobody answers at `path`;
+  // Connects and says hello. Daemon error if nobody answers at `path`;
   // Protocol if the daemon speaks another protocol major (message names both).
   static Result<std::unique_ptr<Client>> Connect(const std::string& path);
   ~Client();

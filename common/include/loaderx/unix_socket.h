@@ -41,8 +41,8 @@ struct Frame {
   bool would_block = false;  // non-blocking receive found nothing
 };
 
-// Connects to a listening SEQPACKET socket at `path`. NotFound if nothing is
-// there, Daemon("connection refused") if a stale socket file is.
+// Connects to a listening SEQPACKET socket at `path`. Daemon errors when
+// nothing is there or a stale socket file refuses ("is loaderxd running?").
 Result<UniqueFd> ConnectSeqpacket(const std::string& path);
 
 // Binds and listens at `path`, then chmods it to `mode`. A stale socket file
