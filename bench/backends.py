@@ -320,11 +320,18 @@ class _H5Reader(Reader):
             self.shapes = self.f["shapes"][...]
 
     def gather(self, idx: np.ndarray) -> Batch:
-        # h5py fancy indexing needs increasing, unique indices: read those, then reorder.
-        uniq, inv = np.unique(idx, return_inverse=True)
-        got = self.d[uniq]
+        # Dense: one read per record; h5py's fancy indexing (increasing unique
+        # indices, a selection over 256 chunks) measured ~10 s per batch here.
+        # Ragged (vlen): fancy indexing over sorted unique indices is the faster
+        # of the two (about 4x over per-record reads), then reorder.
+        d = self.d
         if isinstance(self.w, DenseWorkload):
-            return got[inv]
+            out = np.empty((len(idx), *self.w.array.shape[1:]), dtype=self.w.array.dtype)
+            for k, i in enumerate(idx):
+                d.read_direct(out, source_sel=np.s_[int(i)], dest_sel=np.s_[k])
+            return out
+        uniq, inv = np.unique(idx, return_inverse=True)
+        got = d[uniq]
         recs = [np.frombuffer(got[k], dtype=self.w.dtype).reshape(self.shapes[uniq[k]]) for k in range(len(uniq))]
         return [recs[k].copy() for k in inv]
 

@@ -42,7 +42,7 @@ import numpy as np
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 from benchlib import DATA, DOCS, MiB, REPO, PssSampler, bar_plot, machine_line, markdown_table  # noqa: E402
-from benchlib import update_doc_section  # noqa: E402
+from benchlib import snapshot_loaderx, update_doc_section  # noqa: E402
 
 BATCH = 256
 CHECK = 3
@@ -78,7 +78,7 @@ def _loaderx_iter(codec: str, threads: int | None) -> tuple[Iterator[tuple[Any, 
 
 def _is_reference() -> bool:
     import loaderx
-    return not str(Path(loaderx.__file__).resolve()).startswith(str(REPO / "python"))
+    return ".venv-ref" in Path(loaderx.__file__).resolve().parts
 
 
 def _loaderx_stores(root: Path, codec: str) -> tuple[Path, Path]:
@@ -262,7 +262,7 @@ def run_one(cfg: dict[str, Any], timeout: float) -> dict[str, Any]:
         env.pop("PYTHONPATH", None)  # the reference package has the same import name
     else:
         py = sys.executable
-        env["PYTHONPATH"] = str(REPO / "python") + os.pathsep + env.get("PYTHONPATH", "")
+        env["PYTHONPATH"] = str(snapshot_loaderx()) + os.pathsep + env.get("PYTHONPATH", "")
     proc = subprocess.Popen([py, str(Path(__file__).resolve()), "--child", json.dumps(cfg)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO))
     with PssSampler(proc.pid, interval=0.05) as pss:

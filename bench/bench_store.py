@@ -32,7 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from backends import Backend, LoaderxBackend, Workload, all_backends  # noqa: E402
 from benchlib import (DATA, DOCS, MiB, REPO, DenseWorkload, RaggedWorkload, Timer, bar_plot,  # noqa: E402
                       batch_plan, du_bytes, load_dense, load_ragged, machine_line, markdown_table,
-                      update_doc_section)
+                      snapshot_loaderx, update_doc_section)
+
+sys.path.insert(0, str(snapshot_loaderx()))  # a private copy: rebuilds of the shared .so can't SIGBUS us
 
 BATCH = 256
 BASELINE = "numpy-memmap"
@@ -41,7 +43,6 @@ BASELINE = "numpy-memmap"
 def fmnist_workload() -> DenseWorkload:
     path = DATA / "fmnist_images.npy"
     if not path.exists():
-        sys.path.insert(0, str(REPO / "python"))
         from loaderx.datasets import fashion_mnist
         x, _ = fashion_mnist("all")
         tmp = path.with_name(".fmnist.tmp.npy")

@@ -29,6 +29,35 @@ BENCH_DOC = DOCS / "benchmarks.md"
 MiB = 1024.0 * 1024.0
 
 
+def snapshot_loaderx() -> Path:
+    """Copies python/loaderx (with its built extension) to bench/data/pkg/<stamp>/ and
+    returns the directory to put first on sys.path / PYTHONPATH.
+
+    Why: the shared work tree's extension module is overwritten in place by every
+    rebuild, and a process that has it mapped then dies with SIGBUS. Benchmarks
+    import a private, immutable copy instead.
+    """
+    import hashlib
+    import shutil
+
+    src = REPO / "python" / "loaderx"
+    files = sorted(p for p in src.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    h = hashlib.blake2b(digest_size=8)
+    for p in files:
+        st = p.stat()
+        h.update(f"{p.relative_to(src)}:{st.st_size}:{st.st_mtime_ns};".encode())
+    dest = DATA / "pkg" / h.hexdigest()
+    if not (dest / "loaderx").exists():
+        tmp = DATA / "pkg" / f".{h.hexdigest()}.{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(src, tmp / "loaderx", ignore=shutil.ignore_patterns("__pycache__"))
+        try:
+            tmp.rename(dest)
+        except OSError:  # another benchmark made the same snapshot first
+            shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
 # --------------------------------------------------------------------------
 # Prepared workloads
 # --------------------------------------------------------------------------
