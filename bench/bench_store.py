@@ -34,8 +34,6 @@ from benchlib import (DATA, DOCS, MiB, REPO, DenseWorkload, RaggedWorkload, Time
                       batch_plan, du_bytes, load_dense, load_ragged, machine_line, markdown_table,
                       snapshot_loaderx, update_doc_section)
 
-sys.path.insert(0, str(snapshot_loaderx()))  # a private copy: rebuilds of the shared .so can't SIGBUS us
-
 BATCH = 256
 BASELINE = "numpy-memmap"
 
@@ -238,6 +236,7 @@ def main() -> int:
     ap.add_argument("--no-doc", action="store_true", help="do not update docs/benchmarks.md")
     args = ap.parse_args()
 
+    sys.path.insert(0, str(snapshot_loaderx()))  # a private copy: rebuilds of the shared .so can't SIGBUS us
     backends = all_backends()
     if args.backends:
         want = set(args.backends.split(","))

@@ -1,0 +1,150 @@
+"""Tests of the benchmark suite's own logic (bench/), not of loaderx speed.
+
+They need no prepared data and no bench-only packages: they pin down the
+pieces whose bugs would silently corrupt a published table - the exactness
+check every backend passes before it is timed, the ragged record layout, the
+token record splitter, the doc-section rewriter and the process-tree PSS sum.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+sys.path.insert(0, str(BENCH))
+
+import benchlib  # noqa: E402
+from benchlib import DenseWorkload, RaggedWorkload  # noqa: E402
+
+
+def _ragged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, recs: list[np.ndarray]) -> RaggedWorkload:
+    monkeypatch.setattr(benchlib, "DATA", tmp_path)
+    benchlib.save_ragged("r", recs, recs[0].dtype)
+    return benchlib.load_ragged("r", "r", "test")
+
+
+def test_save_ragged_round_trips_shapes_dtype_and_values(tmp_path, monkeypatch):
+    recs = [np.arange(6, dtype=np.uint8).reshape(1, 2, 3), np.zeros((1, 0, 3), np.uint8),
+            np.full((1, 3, 1), 7, np.uint8)]
+    w = _ragged(tmp_path, monkeypatch, recs)
+    assert w.n == 3 and w.ndim == 3 and w.dtype == np.uint8
+    assert list(w.offsets) == [0, 6, 6, 9]
+    for i, r in enumerate(recs):
+        got = w.record(i)
+        assert got.shape == r.shape and got.dtype == r.dtype
+        np.testing.assert_array_equal(got, r)
+    assert w.nbytes == 9
+
+
+def test_load_ragged_rejects_inconsistent_offsets(tmp_path, monkeypatch):
+    w = _ragged(tmp_path, monkeypatch, [np.arange(4, dtype=np.int32), np.arange(2, dtype=np.int32)])
+    np.save(tmp_path / "r" / "offsets.npy", np.array([0, 4, 5], dtype=np.int64))
+    with pytest.raises(ValueError, match="disagree"):
+        benchlib.load_ragged("r", "r", "test")
+    assert w.n == 2
+
+
+def test_load_dense_missing_file_names_prepare_script(tmp_path, monkeypatch):
+    monkeypatch.setattr(benchlib, "DATA", tmp_path)
+    with pytest.raises(FileNotFoundError, match="prepare_"):
+        benchlib.load_dense("x", "nothing.npy", "")
+
+
+def test_check_exact_accepts_identical_dense_and_names_first_bad_record():
+    import bench_store
+    arr = np.arange(5 * 4, dtype=np.int32).reshape(5, 4)
+    w = DenseWorkload("d", arr, "")
+    idx = np.array([4, 0, 4, 2], dtype=np.uint64)
+    bench_store.check_exact(w, "ok", arr[idx].copy(), idx)
+    bad = arr[idx].copy()
+    bad[2, 3] += 1
+    with pytest.raises(AssertionError, match=r"record 4 \(position 2\)"):
+        bench_store.check_exact(w, "be", bad, idx)
+    with pytest.raises(AssertionError, match="int64"):
+        bench_store.check_exact(w, "be", arr[idx].astype(np.int64), idx)
+    with pytest.raises(AssertionError, match="not ndarray"):
+        bench_store.check_exact(w, "be", list(arr[idx]), idx)
+
+
+def test_check_exact_ragged_catches_wrong_shape_and_order(tmp_path, monkeypatch):
+    import bench_store
+    recs = [np.arange(6, dtype=np.int32).reshape(2, 3), np.arange(3, dtype=np.int32).reshape(3, 1)]
+    w = _ragged(tmp_path, monkeypatch, recs)
+    idx = np.array([1, 0], dtype=np.uint64)
+    bench_store.check_exact(w, "ok", [recs[1].copy(), recs[0].copy()], idx)
+    with pytest.raises(AssertionError, match=r"record 1 \(position 0\)"):
+        bench_store.check_exact(w, "be", [recs[0], recs[1]], idx)
+    with pytest.raises(AssertionError, match=r"record 0 \(position 1\)"):
+        bench_store.check_exact(w, "be", [recs[1], recs[0].reshape(3, 2)], idx)
+    with pytest.raises(AssertionError, match="wrong length"):
+        bench_store.check_exact(w, "be", [recs[1]], idx)
+
+
+def test_batch_bytes_counts_logical_bytes_of_requested_records(tmp_path, monkeypatch):
+    import bench_store
+    recs = [np.zeros(3, np.int32), np.zeros(5, np.int32)]
+    w = _ragged(tmp_path, monkeypatch, recs)
+    assert bench_store.batch_bytes(w, np.array([1, 1, 0], dtype=np.uint64)) == (5 + 5 + 3) * 4
+    d = DenseWorkload("d", np.zeros((4, 2, 2), np.float64), "")
+    assert bench_store.batch_bytes(d, np.array([0, 3, 3], dtype=np.uint64)) == 3 * 32
+
+
+def test_ragged_pieces_respect_bounds_and_keep_every_token_in_order():
+    prepare_tokens = pytest.importorskip("prepare_tokens")
+    paras = [list(range(0, 5)), list(range(5, 9)), list(range(9, 1300)), list(range(1300, 1310))]
+    pieces = prepare_tokens.ragged_pieces(paras)
+    assert all(16 <= len(p) <= 512 for p in pieces)
+    assert [t for p in pieces for t in p] == list(range(1310))
+    # short leading paragraphs are joined, long ones split at 512
+    assert pieces[0][:9] == list(range(9)) and len(pieces[0]) == 512
+
+
+def test_ragged_pieces_drop_a_lone_too_short_file():
+    prepare_tokens = pytest.importorskip("prepare_tokens")
+    assert prepare_tokens.ragged_pieces([[1, 2, 3]]) == []
+
+
+def test_update_doc_section_replaces_only_its_block(tmp_path):
+    doc = tmp_path / "b.md"
+    doc.write_text("# B\n\n## Sampler\nkept by someone else\n\n<!-- BEGIN x -->\nold\n<!-- END x -->\ntail\n")
+    benchlib.update_doc_section("x", "new table", doc)
+    benchlib.update_doc_section("y", "appended", doc)
+    text = doc.read_text()
+    assert "## Sampler\nkept by someone else\n" in text
+    assert "<!-- BEGIN x -->\nnew table\n<!-- END x -->\ntail\n" in text
+    assert "old" not in text
+    assert text.endswith("<!-- BEGIN y -->\nappended\n<!-- END y -->\n")
+
+
+def test_markdown_table_aligns_columns():
+    md = benchlib.markdown_table(["a", "b"], [["x", 1]])
+    assert md.splitlines() == ["| a | b |", "|---|---:|", "| x | 1 |"]
+
+
+def test_tree_pss_includes_children():
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: hold memory until the parent has measured
+        os.close(w)
+        buf = bytearray(64 * 1024 * 1024)
+        buf[::4096] = b"x" * len(buf[::4096])
+        os.read(r, 1)
+        os._exit(0)
+    try:
+        os.close(r)
+        assert pid in benchlib.tree_pids(os.getpid())
+        alone = benchlib.pss_bytes(os.getpid())
+        import time
+        deadline = time.monotonic() + 10
+        while benchlib.tree_pss() - alone < 32 * 1024 * 1024 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert benchlib.tree_pss() - alone >= 32 * 1024 * 1024
+    finally:
+        os.write(w, b"x")
+        os.close(w)
+        os.waitpid(pid, 0)
