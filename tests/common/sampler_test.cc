@@ -251,7 +251,8 @@ TEST(ShardingTest, RanksConcatenateToTheSingleRankGlobalBatch) {
 // ---------------------------------------------------------------- IID
 
 TEST(IIDTest, IndicesAreInRange) {
-  for (uint64_t n : {1ull, 2ull, 3ull, 7ull, 1000ull, (1ull << 63) + 1, ~0ull}) {
+  for (uint64_t n : {1ull, 2ull, 3ull, 7ull, 1000ull, (1ull << 32) - 1, 1ull << 32, (1ull << 32) + 1,
+                     (1ull << 63) + 1, ~0ull}) {
     Sampler s = MakeOrDie(Spec(n, 512, SamplerMode::kIID, 5));
     for (int k = 0; k < 20; ++k) {
       for (uint64_t v : s.Next()) ASSERT_LT(v, n) << "n=" << n;
@@ -271,7 +272,7 @@ TEST(IIDTest, OutputIsPinnedForSeed42) {
   std::vector<uint64_t> got = Draw(s, 0);
   std::vector<uint64_t> again = Draw(s, 0);
   EXPECT_EQ(got, again);
-  EXPECT_EQ(got, (std::vector<uint64_t>{568461, 889763, 196319, 90041}));
+  EXPECT_EQ(got, (std::vector<uint64_t>{879284, 568461, 29877, 889763}));
 }
 
 TEST(IIDTest, NoModuloBiasAtThreeTimesTwoToThe62) {
@@ -290,6 +291,24 @@ TEST(IIDTest, NoModuloBiasAtThreeTimesTwoToThe62) {
     }
   }
   // 200k draws: sd of a 1/3 proportion is ~0.0011; 0.01 is ~9 sd.
+  EXPECT_NEAR(static_cast<double>(lower_third) / total, 1.0 / 3, 0.01);
+  EXPECT_NEAR(static_cast<double>(residue0) / total, 1.0 / 3, 0.01);
+}
+
+TEST(IIDTest, NoModuloBiasAtThreeTimesTwoToThe30) {
+  // The same trap for the 32-bit draw path (n <= 2^32): x % n over 32-bit x
+  // puts half of the draws below 2^30.
+  const uint64_t n = 3ull << 30;
+  Sampler s = MakeOrDie(Spec(n, 1000, SamplerMode::kIID, 1));
+  uint64_t lower_third = 0, residue0 = 0, total = 0;
+  for (int k = 0; k < 200; ++k) {
+    for (uint64_t v : s.Next()) {
+      ASSERT_LT(v, n);
+      lower_third += v < (1ull << 30);
+      residue0 += v % 3 == 0;
+      ++total;
+    }
+  }
   EXPECT_NEAR(static_cast<double>(lower_third) / total, 1.0 / 3, 0.01);
   EXPECT_NEAR(static_cast<double>(residue0) / total, 1.0 / 3, 0.01);
 }
@@ -353,6 +372,13 @@ void ExpectPermutationPerCycle(uint64_t n, uint64_t b, uint64_t world, uint64_t 
       EXPECT_EQ(covered, n);
     }
   }
+}
+
+TEST(CyclicTest, OutputIsPinnedForSeed42) {
+  // n = 1000, batch 4: 250 steps per cycle; step 250 opens cycle 1.
+  Sampler s = MakeOrDie(Spec(1000, 4, SamplerMode::kCyclic, 42));
+  EXPECT_EQ(Draw(s, 0), (std::vector<uint64_t>{57, 487, 966, 90}));
+  EXPECT_EQ(Draw(s, 250), (std::vector<uint64_t>{103, 381, 448, 470}));
 }
 
 TEST(CyclicTest, EachCycleIsAPermutationForManyN) {

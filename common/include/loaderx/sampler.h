@@ -106,7 +106,8 @@ class Sampler {
   std::vector<uint64_t> buf_;
   // Mode-independent stream key derived from the seed once.
   uint64_t seed_key_ = 0;
-  // IID: Lemire rejection threshold, 2^64 mod n.
+  // IID: Lemire rejection threshold, 2^w mod n for w-bit draws (w = 32 when
+  // n <= 2^32, else 64).
   uint64_t reject_below_ = 0;
   // Cyclic: steps per cycle and the Feistel geometry (left half is the high
   // bits; left_bits_ >= right_bits_, left_bits_ + right_bits_ >= 2).
