@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
-
 from benchlib import DenseWorkload, RaggedWorkload
 
 Workload = DenseWorkload | RaggedWorkload
@@ -229,7 +229,13 @@ class _LmdbReader(Reader):
             keys = [struct.pack(">Q", int(i)) for i in idx]
             if isinstance(self.w, DenseWorkload):
                 return _dense_from_bytes([txn.get(k) for k in keys], self.w)
-            return [_decode_ragged(txn.get(k), self.w.dtype) for k in keys]
+            out = []
+            for k in keys:
+                b = txn.get(k)
+                if b is None:
+                    raise KeyError(f"lmdb: record {struct.unpack('>Q', k)[0]} is missing")
+                out.append(_decode_ragged(b, self.w.dtype))
+            return out
 
     def close(self) -> None:
         self.env.close()
@@ -405,12 +411,14 @@ class _ArrowReader(Reader):
         pa = self.pa
         idx64 = idx.astype(np.int64)
         bidx = idx64 // ARROW_BATCH
-        dense = isinstance(self.w, DenseWorkload)
-        if dense:
-            out = np.empty((len(idx), *self.w.array.shape[1:]), dtype=self.w.array.dtype)
+        w = self.w
+        dense = isinstance(w, DenseWorkload)
+        if isinstance(w, DenseWorkload):
+            out = np.empty((len(idx), *w.array.shape[1:]), dtype=w.array.dtype)
             flat = out.reshape(len(idx), -1).view(np.uint8)
-            rb = self.w.record_bytes
+            rb = w.record_bytes
         else:
+            dtype = w.dtype
             recs: list[np.ndarray | None] = [None] * len(idx)
         for b in np.unique(bidx):
             ks = np.flatnonzero(bidx == b)
@@ -423,7 +431,7 @@ class _ArrowReader(Reader):
                 offs = np.frombuffer(arr.buffers()[1], dtype=np.int64, count=len(arr) + 1, offset=arr.offset * 8)
                 data = np.frombuffer(arr.buffers()[2], dtype=np.uint8)
                 for j, k in enumerate(ks):
-                    recs[k] = data[offs[j]:offs[j + 1]].view(self.w.dtype).reshape(self.shapes[idx64[k]]).copy()
+                    recs[k] = data[offs[j]:offs[j + 1]].view(dtype).reshape(self.shapes[idx64[k]]).copy()
         return out if dense else recs  # type: ignore[return-value]
 
     def close(self) -> None:

@@ -34,15 +34,26 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, cast
 
 import numpy as np
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
-from benchlib import DATA, DOCS, MiB, REPO, PssSampler, bar_plot, machine_line, markdown_table  # noqa: E402
-from benchlib import snapshot_loaderx, update_doc_section  # noqa: E402
+from benchlib import (
+    DATA,
+    DOCS,
+    REPO,
+    MiB,
+    PssSampler,
+    bar_plot,
+    machine_line,
+    markdown_table,
+    snapshot_loaderx,
+    update_doc_section,
+)
 
 BATCH = 256
 CHECK = 3
@@ -134,7 +145,8 @@ def _torch_iter(ctx: str, workers: int) -> tuple[Iterator[tuple[Any, Any]], Any]
     g = torch.Generator()
     g.manual_seed(42)
     sampler = RandomSampler(ds, replacement=True, num_samples=10**9, generator=g)
-    dl = DataLoader(ds, batch_size=BATCH, sampler=sampler, num_workers=workers, collate_fn=identity_collate,
+    # A duck-typed map-style dataset (torch only needs __len__/__getitem(s)__).
+    dl: Any = DataLoader(cast(Any, ds), batch_size=BATCH, sampler=sampler, num_workers=workers, collate_fn=identity_collate,
                     multiprocessing_context=ctx if workers else None, persistent_workers=bool(workers),
                     drop_last=True)
     it = iter(dl)
@@ -254,7 +266,8 @@ def run_one(cfg: dict[str, Any], timeout: float) -> dict[str, Any]:
         try:
             from refvenv import ensure
             info = ensure()
-        except Exception as e:  # no reference wheel installable here: report, don't fail the table
+        except (OSError, subprocess.CalledProcessError, RuntimeError) as e:
+            # No reference wheel installable here: report it, don't fail the table.
             return {"error": f"reference venv unavailable ({e})"}
         if info["version"] != "2.5.4":
             cfg["label"] = cfg["label"].replace("2.5.4", info["version"])

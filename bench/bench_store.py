@@ -22,17 +22,32 @@ import json
 import shutil
 import sys
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from backends import Backend, LoaderxBackend, Workload, all_backends  # noqa: E402
-from benchlib import (DATA, DOCS, MiB, REPO, DenseWorkload, RaggedWorkload, Timer, bar_plot,  # noqa: E402
-                      batch_plan, du_bytes, load_dense, load_ragged, machine_line, markdown_table,
-                      snapshot_loaderx, update_doc_section)
+from backends import Backend, LoaderxBackend, Workload, all_backends
+from benchlib import (
+    DATA,
+    DOCS,
+    REPO,
+    DenseWorkload,
+    MiB,
+    Timer,
+    bar_plot,
+    batch_plan,
+    du_bytes,
+    load_dense,
+    load_ragged,
+    machine_line,
+    markdown_table,
+    snapshot_loaderx,
+    update_doc_section,
+)
 
 BATCH = 256
 BASELINE = "numpy-memmap"
@@ -50,7 +65,7 @@ def fmnist_workload() -> DenseWorkload:
                       "Fashion-MNIST (Debian `dataset-fashion-mnist`): 70,000 real `uint8[28,28]` images")
 
 
-def workloads() -> dict[str, callable]:
+def workloads() -> dict[str, Callable[[], Workload]]:
     vinfo = json.loads((DATA / "vision_info.json").read_text()) if (DATA / "vision_info.json").exists() else {}
     tinfo = json.loads((DATA / "tokens_info.json").read_text()) if (DATA / "tokens_info.json").exists() else {}
     return {
@@ -88,7 +103,8 @@ def check_exact(w: Workload, name: str, got, idx: np.ndarray) -> None:
     want = truth(w, idx)
     if isinstance(w, DenseWorkload):
         if not isinstance(got, np.ndarray):
-            raise AssertionError(f"{name}: dense gather returned {type(got).__name__}, not ndarray")
+            raise AssertionError(  # noqa: TRY004 - a failed check, not a caller's type error
+                f"{name}: dense gather returned {type(got).__name__}, not ndarray")
         if got.dtype != want.dtype or got.shape != want.shape:
             raise AssertionError(f"{name}: got {got.dtype}{got.shape}, want {want.dtype}{want.shape}")
         bad = np.flatnonzero((got.reshape(len(idx), -1) != want.reshape(len(idx), -1)).any(axis=1))
@@ -117,10 +133,11 @@ class Row:
     write_mibs: float = 0.0
     disk: int = 0
     ratio: float = 0.0
-    krec_s: list[float] | None = None
-    mibs: list[float] | None = None
-    p95_ms: list[float] | None = None
-    batches: list[int] | None = None
+    # One entry per gather pass; empty when the backend was not measured.
+    krec_s: list[float] = field(default_factory=list)
+    mibs: list[float] = field(default_factory=list)
+    p95_ms: list[float] = field(default_factory=list)
+    batches: list[int] = field(default_factory=list)
     skipped: str = ""
 
 
@@ -184,10 +201,10 @@ def run_workload(w: Workload, backends: list[Backend], store_root: Path, args) -
                 k, m, p95, nb = time_gather(reader, w, plan, args.min_seconds, args.max_seconds,
                                             args.min_batches)
                 r = rows[name]
-                for attr, v in (("krec_s", k), ("mibs", m), ("p95_ms", p95), ("batches", nb)):
-                    if getattr(r, attr) is None:
-                        setattr(r, attr, [])
-                    getattr(r, attr).append(v)
+                r.krec_s.append(k)
+                r.mibs.append(m)
+                r.p95_ms.append(p95)
+                r.batches.append(nb)
     finally:
         for reader in readers.values():
             reader.close()

@@ -14,9 +14,9 @@ import platform
 import re
 import threading
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -263,7 +263,7 @@ class PssSampler:
             self.peak = max(self.peak, tree_pss(self.root))
             self._stop.wait(self.interval)
 
-    def __enter__(self) -> "PssSampler":
+    def __enter__(self) -> PssSampler:  # noqa: PYI034 - final class
         self._thread.start()
         return self
 
@@ -348,7 +348,7 @@ def update_doc_section(key: str, body: str, doc: Path = BENCH_DOC) -> None:
 
 
 class Timer:
-    def __enter__(self) -> "Timer":
+    def __enter__(self) -> Timer:  # noqa: PYI034 - final class
         self.t0 = time.perf_counter()
         return self
 

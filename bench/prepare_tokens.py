@@ -40,7 +40,7 @@ import numpy as np
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import DATA, save_npy_atomic, save_ragged  # noqa: E402
+from benchlib import DATA, save_npy_atomic, save_ragged
 
 PACKAGE = "linux-doc-6.1"
 BLOCK = 512

@@ -40,7 +40,7 @@ from PIL import Image
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import DATA, save_npy_atomic, save_ragged  # noqa: E402
+from benchlib import DATA, save_npy_atomic, save_ragged
 
 PACKAGES = ("plasma-workspace-wallpapers", "visp-images-data")
 TARGET = 2500
@@ -115,7 +115,7 @@ def load_sources(files: list[str]) -> tuple[list[Image.Image], list[str]]:
     seen: set[bytes] = set()
     images, names = [], []
     for f in tqdm(files, desc="decode photos", unit="file"):
-        im = Image.open(f)
+        im: Image.Image = Image.open(f)
         if im.mode in ("L", "LA", "1", "I", "I;16", "F"):
             continue  # grayscale: not part of the colour-photo workload
         im = im.convert("RGB")

@@ -18,8 +18,8 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
 
-import benchlib  # noqa: E402
-from benchlib import DenseWorkload, RaggedWorkload  # noqa: E402
+import benchlib
+from benchlib import DenseWorkload, RaggedWorkload
 
 
 def _ragged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, recs: list[np.ndarray]) -> RaggedWorkload:
@@ -96,7 +96,7 @@ def test_batch_bytes_counts_logical_bytes_of_requested_records(tmp_path, monkeyp
 
 def test_ragged_pieces_respect_bounds_and_keep_every_token_in_order():
     prepare_tokens = pytest.importorskip("prepare_tokens")
-    paras = [list(range(0, 5)), list(range(5, 9)), list(range(9, 1300)), list(range(1300, 1310))]
+    paras = [list(range(5)), list(range(5, 9)), list(range(9, 1300)), list(range(1300, 1310))]
     pieces = prepare_tokens.ragged_pieces(paras)
     assert all(16 <= len(p) <= 512 for p in pieces)
     assert [t for p in pieces for t in p] == list(range(1310))
