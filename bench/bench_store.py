@@ -7,9 +7,10 @@ for exact values (dtype, shape, bytes, order, duplicates) on several batches,
 then serves the same IID plan of batches of 256 indices. Reported per backend:
 write MiB/s (logical), gather krecords/s and MiB/s (logical), p95 batch latency,
 disk size, compression ratio (logical / disk) and the gather ratio to the
-NumPy memmap baseline. The gather phase is timed twice (two passes over all
-backends, interleaved) and the table shows the first; the key ratios of both
-passes are printed so noise is visible.
+NumPy memmap baseline. The gather phase is timed in several passes (default
+3) that each visit every backend in turn, so slow drifts of the shared machine's
+load hit all backends alike; the table shows the median over passes and the
+key ratios of every pass are printed so the noise is visible.
 
 Usage: bench/bench_store.py [--workloads vision-dense,...] [--backends a,b] [--no-doc]
 Prepare data first: bench/prepare_vision.py, bench/prepare_tokens.py.
@@ -213,6 +214,10 @@ def run_workload(w: Workload, backends: list[Backend], store_root: Path, args) -
     return list(rows.values())
 
 
+def med(xs: list[float]) -> float:
+    return float(np.median(xs))
+
+
 def render(w: Workload, rows: list[Row], passes: int) -> tuple[str, str]:
     base = next((r for r in rows if r.backend == BASELINE and r.mibs), None)
     done = [r for r in rows if r.mibs]
@@ -220,10 +225,10 @@ def render(w: Workload, rows: list[Row], passes: int) -> tuple[str, str]:
                "compression", f"gather vs {BASELINE}"]
     table = []
     for r in done:
-        rel = f"{r.mibs[0] / base.mibs[0]:.2f}x" if base else "n/a"
+        rel = f"{med(r.mibs) / med(base.mibs):.2f}x" if base else "n/a"
         name = f"**{r.backend}**" if r.backend.startswith("loaderx") else r.backend
-        table.append([name, f"{r.write_mibs:,.0f}", f"{r.krec_s[0]:,.1f}", f"{r.mibs[0]:,.0f}",
-                      f"{r.p95_ms[0]:.2f} ms", f"{r.disk / MiB:,.1f}", f"{r.ratio:.2f}x", rel])
+        table.append([name, f"{r.write_mibs:,.0f}", f"{med(r.krec_s):,.1f}", f"{med(r.mibs):,.0f}",
+                      f"{med(r.p95_ms):.2f} ms", f"{r.disk / MiB:,.1f}", f"{r.ratio:.2f}x", rel])
     md = markdown_table(headers, table)
     skipped = [r for r in rows if not r.mibs]
     notes = []
@@ -247,7 +252,7 @@ def main() -> int:
     ap.add_argument("--max-seconds", type=float, default=6.0, help="stop a slow backend after this long")
     ap.add_argument("--min-batches", type=int, default=10)
     ap.add_argument("--max-batches", type=int, default=400)
-    ap.add_argument("--passes", type=int, default=2)
+    ap.add_argument("--passes", type=int, default=3)
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--keep", action="store_true", help="keep the written stores")
     ap.add_argument("--no-doc", action="store_true", help="do not update docs/benchmarks.md")
@@ -278,7 +283,7 @@ def main() -> int:
             done = [r for r in rows if r.mibs]
             png = DOCS / f"bench_store_{wname.replace('-', '_')}.png"
             bar_plot(png, f"{wname}: random gather, batch {BATCH} (logical MiB/s, higher is better)",
-                     [r.backend for r in done], [r.mibs[0] for r in done], "MiB/s")
+                     [r.backend for r in done], [med(r.mibs) for r in done], "MiB/s")
             body = (f"### Store: {wname}\n\n{w.description}; {w.n:,} records, {w.nbytes / MiB:,.1f} MiB "
                     f"logical; IID batches of {BATCH}.\nRun: {machine}.\n\n{md}\n\n"
                     + (notes + "\n\n" if notes else "") + f"![{wname} gather]({png.name})\n")
