@@ -25,7 +25,7 @@ using format::IndexEntry;
 // Consecutive records whose raw bytes fit in kRunBytes form a run; runs go to
 // the shards round-robin, so a gather of neighbours touches every shard and a
 // run is one contiguous write.
-constexpr uint64_t kRunBytes = uint64_t{1} << 20;
+constexpr uint64_t kRunBytes = uint64_t{256} << 10;
 // Raw input compressed per parallel round: bounds the writer's buffers.
 constexpr uint64_t kChunkBytes = uint64_t{64} << 20;
 

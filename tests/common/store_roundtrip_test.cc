@@ -118,7 +118,7 @@ class ShardCountTest : public ::testing::TestWithParam<uint32_t> {};
 TEST_P(ShardCountTest, RoundTripsWithShards) {
   for (Codec c : {Codec::kRaw, Codec::kZstd}) {
     TempDir dir;
-    // 1 MiB runs: 600 records of 8 KiB span several runs, so shards alternate.
+    // 256 KiB runs: 600 records of 8 KiB span 19 runs, so shards alternate.
     DenseRoundTrip(dir.Sub("s"), DenseSchema("|u1", {8192}), Options(c, GetParam()), 600);
   }
 }
@@ -145,10 +145,10 @@ TEST(StoreRoundTrip, SingleRecordStore) {
 
 TEST(StoreRoundTrip, RecordsSpreadOverAllShards) {
   TempDir dir;
-  DenseRoundTrip(dir.Sub("s"), DenseSchema("|u1", {1 << 18}), Options(Codec::kRaw, 4), 16);
+  DenseRoundTrip(dir.Sub("s"), DenseSchema("|u1", {1 << 16}), Options(Codec::kRaw, 4), 16);
   auto s = Store::Open(dir.Sub("s"));
   ASSERT_TRUE(s.ok());
-  // 256 KiB records, 1 MiB runs: 4 records per run, runs round-robin.
+  // 64 KiB records, 256 KiB runs: 4 records per run, runs round-robin.
   for (uint64_t i = 0; i < 16; ++i) EXPECT_EQ((*s)->Locate(i)->shard, (i / 4) % 4) << i;
 }
 

@@ -1,0 +1,355 @@
+// Corruption, truncation and misuse: every region of a store, each reported as
+// a Status naming the file (open) or the record (read / Verify), never a crash.
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+
+#include "format.h"
+#include "loaderx/store.h"
+#include "loaderx/thread_pool.h"
+#include "store_test_util.h"
+
+namespace loaderx {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::MakeBytes;
+using testing::RaggedSchema;
+using testing::DenseSchema;
+using testing::ReadFileBytes;
+using testing::TempDir;
+using testing::WriteFileBytes;
+
+constexpr uint64_t kN = 5000;  // two index blocks
+
+// A ragged zstd_dict store over 2 shards has every kind of file.
+class CorruptionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // ~500 KiB of values: two 256 KiB runs, so both shards hold records.
+    path_ = dir_.Sub("store");
+    std::vector<uint64_t> shapes;
+    uint64_t total = 0;
+    for (uint64_t i = 0; i < kN; ++i) {
+      shapes.push_back(1 + i % 50);
+      total += (1 + i % 50) * 4;
+    }
+    values_ = MakeBytes(total, 11);
+    WriteOptions o;
+    o.codec = Codec::kZstdDict;
+    o.dictionary = testing::TestDictionary();
+    o.data_shards = 2;
+    auto w = StoreWriter::Create(path_, RaggedSchema("<i4", 1), o);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE((*w)->AppendRagged(values_.data(), shapes.data(), kN).ok());
+    ASSERT_TRUE((*w)->Publish().ok());
+    ASSERT_GT(fs::file_size(File("data-001")), 0u);
+  }
+
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+
+  void FlipByte(const std::string& name, uint64_t pos) {
+    std::string b = ReadFileBytes(File(name));
+    ASSERT_LT(pos, b.size());
+    b[pos] ^= 0x5A;
+    WriteFileBytes(File(name), b);
+  }
+
+  // Expects a Corruption whose message contains `needle`.
+  static void ExpectCorruption(const Status& st, const std::string& needle) {
+    EXPECT_EQ(st.code(), Status::Code::kCorruption) << st.ToString();
+    EXPECT_NE(st.message().find(needle), std::string::npos) << st.ToString();
+  }
+
+  // Reads every record; returns the first error.
+  static Status ReadAll(const Store& s) {
+    std::vector<uint8_t> buf;
+    for (uint64_t i = 0; i < s.size(); ++i) {
+      auto n = s.RecordBytes(i);
+      if (!n.ok()) return n.status();
+      buf.resize(n.value());
+      Status st = s.ReadRecord(i, buf.data(), buf.size());
+      if (!st.ok()) return st;
+    }
+    return Status::OK();
+  }
+
+  TempDir dir_;
+  std::string path_;
+  std::vector<uint8_t> values_;
+};
+
+TEST_F(CorruptionTest, IntactStoreVerifies) {
+  auto s = Store::Open(path_);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  uint64_t last_done = 0, last_total = 0;
+  EXPECT_TRUE((*s)->Verify([&](uint64_t d, uint64_t t) {
+                     last_done = d;
+                     last_total = t;
+                   }).ok());
+  EXPECT_EQ(last_done, kN);
+  EXPECT_EQ(last_total, kN);
+  EXPECT_TRUE(ReadAll(**s).ok());
+}
+
+TEST_F(CorruptionTest, AnyFlippedMetadataByteFailsOpen) {
+  const std::string orig = ReadFileBytes(File("meta"));
+  for (size_t pos = 0; pos < orig.size(); ++pos) {
+    std::string b = orig;
+    b[pos] ^= 0x01;
+    WriteFileBytes(File("meta"), b);
+    auto s = Store::Open(path_);
+    ASSERT_FALSE(s.ok()) << "byte " << pos;
+    ExpectCorruption(s.status(), "/meta");
+  }
+}
+
+TEST_F(CorruptionTest, TruncatedOrExtendedFileFailsOpenNamingIt) {
+  for (const char* name : {"meta", "index", "shapes", "dict", "data-000", "data-001"}) {
+    SCOPED_TRACE(name);
+    const std::string orig = ReadFileBytes(File(name));
+    for (uint64_t keep : {uint64_t{0}, orig.size() / 2, orig.size() - 1}) {
+      WriteFileBytes(File(name), orig.substr(0, keep));
+      auto s = Store::Open(path_);
+      ASSERT_FALSE(s.ok());
+      ExpectCorruption(s.status(), std::string("/") + name);
+    }
+    WriteFileBytes(File(name), orig + "x");
+    auto s = Store::Open(path_);
+    ASSERT_FALSE(s.ok());
+    ExpectCorruption(s.status(), std::string("/") + name);
+    WriteFileBytes(File(name), orig);
+  }
+  EXPECT_TRUE(Store::Open(path_).ok());
+}
+
+TEST_F(CorruptionTest, MissingFileFailsOpenNamingIt) {
+  for (const char* name : {"index", "shapes", "dict", "data-001"}) {
+    const std::string orig = ReadFileBytes(File(name));
+    fs::remove(File(name));
+    auto s = Store::Open(path_);
+    ASSERT_FALSE(s.ok());
+    ExpectCorruption(s.status(), std::string("/") + name + ": missing");
+    WriteFileBytes(File(name), orig);
+  }
+}
+
+TEST_F(CorruptionTest, FlippedIndexEntryIsCaughtOnFirstUseOfItsBlock) {
+  FlipByte("index", (4096 + 7) * format::kEntryBytes + 3);  // block 1, record 4103
+  auto s = Store::Open(path_);
+  ASSERT_TRUE(s.ok()) << "open is O(1): it does not read index blocks";
+  std::vector<uint8_t> buf(4);
+  EXPECT_TRUE((*s)->ReadRecord(0, buf.data(), 4).ok()) << "block 0 is intact";
+  auto r = (*s)->Locate(4500);
+  ASSERT_FALSE(r.ok());
+  ExpectCorruption(r.status(), "/index: checksum mismatch in block 1");
+  Status v = (*s)->Verify(nullptr);
+  ExpectCorruption(v, "block 1");
+}
+
+TEST_F(CorruptionTest, AnyFlippedIndexByteIsDetected) {
+  const std::string orig = ReadFileBytes(File("index"));
+  for (size_t pos = 0; pos < orig.size(); pos += 97) {
+    std::string b = orig;
+    b[pos] ^= 0x10;
+    WriteFileBytes(File("index"), b);
+    auto s = Store::Open(path_);
+    if (!s.ok()) {
+      ExpectCorruption(s.status(), "/index");
+      continue;
+    }
+    ExpectCorruption(ReadAll(**s), "/index");
+  }
+}
+
+TEST_F(CorruptionTest, FlippedBlockChecksumTableFailsOpen) {
+  const uint64_t size = fs::file_size(File("index"));
+  FlipByte("index", size - 3);
+  auto s = Store::Open(path_);
+  ASSERT_FALSE(s.ok());
+  ExpectCorruption(s.status(), "/index: block checksum table mismatch");
+}
+
+TEST_F(CorruptionTest, FlippedShapeIsCaughtOnUse) {
+  FlipByte("shapes", 10 * 8);  // record 10
+  auto s = Store::Open(path_);
+  ASSERT_TRUE(s.ok());
+  uint64_t dim;
+  ExpectCorruption((*s)->RecordShape(10, &dim), "/shapes: checksum mismatch in block 0");
+  ExpectCorruption((*s)->RecordBytes(4095).status(), "/shapes");
+  EXPECT_TRUE((*s)->RecordBytes(4096).ok());
+}
+
+TEST_F(CorruptionTest, FlippedDictionaryFailsOpen) {
+  FlipByte("dict", 100);
+  auto s = Store::Open(path_);
+  ASSERT_FALSE(s.ok());
+  ExpectCorruption(s.status(), "/dict: checksum mismatch");
+}
+
+TEST_F(CorruptionTest, FlippedRecordByteIsNamedByVerify) {
+  auto s0 = Store::Open(path_);
+  ASSERT_TRUE(s0.ok());
+  const RecordRef r = (*s0)->Locate(1234).value();
+  s0->reset();
+  FlipByte("data-00" + std::to_string(r.shard), r.offset + r.stored_len / 2);
+  auto s = Store::Open(path_);
+  ASSERT_TRUE(s.ok());
+  ExpectCorruption((*s)->Verify(nullptr),
+                   "record 1234 (data-00" + std::to_string(r.shard) + "): checksum mismatch");
+}
+
+TEST_F(CorruptionTest, NotAStore) {
+  TempDir other;
+  auto s = Store::Open(other.path());
+  ASSERT_FALSE(s.ok());
+  ExpectCorruption(s.status(), "not a Zrecord store");
+  WriteFileBytes(other.Sub("file"), "hello");
+  s = Store::Open(other.Sub("file"));
+  ASSERT_FALSE(s.ok());
+  ExpectCorruption(s.status(), "not a directory");
+  s = Store::Open(other.Sub("missing"));
+  EXPECT_EQ(s.status().code(), Status::Code::kNotFound);
+}
+
+// Rewrites the metadata with `edit` applied, re-checksummed: a consistent but
+// hostile store.
+void EditMeta(const std::string& path, const std::function<void(format::Metadata&)>& edit) {
+  auto m = format::DecodeMetadata(ReadFileBytes(path + "/meta"), "meta");
+  ASSERT_TRUE(m.ok());
+  edit(*m);
+  WriteFileBytes(path + "/meta", format::EncodeMetadata(*m));
+}
+
+TEST_F(CorruptionTest, NewerMajorVersionIsRejected) {
+  EditMeta(path_, [](format::Metadata& m) { m.major = 2; });
+  auto s = Store::Open(path_);
+  ASSERT_FALSE(s.ok());
+  ExpectCorruption(s.status(), "unsupported format version 2.0");
+}
+
+TEST_F(CorruptionTest, WrongDictionaryIdIsRejected) {
+  EditMeta(path_, [](format::Metadata& m) { m.dict_id ^= 1; });
+  auto s = Store::Open(path_);
+  ASSERT_FALSE(s.ok());
+  ExpectCorruption(s.status(), "dictionary id");
+}
+
+TEST_F(CorruptionTest, ConsistentlyChecksummedOutOfBoundsEntryIsRejected) {
+  // An index entry pointing past its data file, with every checksum rebuilt:
+  // only the bounds check stands between it and a read outside the mapping.
+  std::string idx = ReadFileBytes(File("index"));
+  format::IndexEntry e = format::DecodeEntry(reinterpret_cast<uint8_t*>(idx.data()));
+  e.offset = uint64_t{1} << 40;
+  format::EncodeEntry(e, reinterpret_cast<uint8_t*>(idx.data()));
+  const uint64_t blocks = format::NumBlocks(kN);
+  const uint64_t body = kN * format::kEntryBytes;
+  const uint64_t h0 = format::Hash64(idx.data(), format::kBlockRecords * format::kEntryBytes);
+  std::memcpy(idx.data() + body, &h0, 8);
+  WriteFileBytes(File("index"), idx);
+  EditMeta(path_, [&](format::Metadata& m) {
+    m.index_table_xxh3 = format::Hash64(idx.data() + body, blocks * 8);
+    m.files["index"].xxh3 = format::Hash64(idx.data(), idx.size());
+  });
+  auto s = Store::Open(path_);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  auto r = (*s)->Locate(0);
+  ASSERT_FALSE(r.ok());
+  ExpectCorruption(r.status(), "record 0: extent");
+  std::vector<uint8_t> buf(4);
+  ExpectCorruption((*s)->ReadRecord(0, buf.data(), 4), "outside data-");
+  ExpectCorruption((*s)->Verify(nullptr), "outside");
+}
+
+TEST_F(CorruptionTest, OutOfRangeIndexIsIndexError) {
+  auto s = Store::Open(path_);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ((*s)->Locate(kN).status().code(), Status::Code::kIndexError);
+  EXPECT_EQ((*s)->RecordBytes(UINT64_MAX).status().code(), Status::Code::kIndexError);
+  std::vector<uint64_t> idx = {1, kN + 5};
+  std::vector<uint8_t> a(8), b(8);
+  std::vector<void*> outs = {a.data(), b.data()};
+  Status st = (*s)->Gather(idx, outs, &ThreadPool::Default());
+  EXPECT_EQ(st.code(), Status::Code::kIndexError);
+  EXPECT_NE(st.message().find(std::to_string(kN + 5)), std::string::npos);
+}
+
+TEST_F(CorruptionTest, WrongOutputSizeIsRejected) {
+  auto s = Store::Open(path_);
+  ASSERT_TRUE(s.ok());
+  std::vector<uint8_t> buf(100);
+  EXPECT_EQ((*s)->ReadRecord(0, buf.data(), 100).code(), Status::Code::kInvalidArgument);
+}
+
+// -- writer misuse -----------------------------------------------------------------
+
+TEST(StoreWriterTest, ExistingPathIsAlreadyExists) {
+  TempDir dir;
+  fs::create_directory(dir.Sub("s"));
+  auto w = StoreWriter::Create(dir.Sub("s"), DenseSchema("|u1", {}), WriteOptions{});
+  EXPECT_EQ(w.status().code(), Status::Code::kAlreadyExists);
+}
+
+TEST(StoreWriterTest, BadOptionsAreInvalidArgument) {
+  TempDir dir;
+  WriteOptions o;
+  for (uint32_t shards : {0u, 256u}) {
+    o.data_shards = shards;
+    EXPECT_EQ(StoreWriter::Create(dir.Sub("s"), DenseSchema("|u1", {}), o).status().code(),
+              Status::Code::kInvalidArgument);
+  }
+  o = WriteOptions{};
+  o.codec = Codec::kZstdDict;
+  EXPECT_EQ(StoreWriter::Create(dir.Sub("s"), DenseSchema("|u1", {}), o).status().code(),
+            Status::Code::kInvalidArgument);
+  o.dictionary = "definitely not a zstd dictionary";
+  auto w = StoreWriter::Create(dir.Sub("s"), DenseSchema("|u1", {}), o);
+  EXPECT_EQ(w.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(w.status().message().find("not a zstd dictionary"), std::string::npos);
+  EXPECT_TRUE(fs::is_empty(dir.path())) << "no temporary directory left behind";
+  EXPECT_EQ(StoreWriter::Create(dir.Sub("r"), RaggedSchema("<i4", 0), WriteOptions{}).status().code(),
+            Status::Code::kInvalidArgument);
+}
+
+TEST(StoreWriterTest, DestroyedOrAbortedWriterLeavesNothing) {
+  TempDir dir;
+  {
+    auto w = StoreWriter::Create(dir.Sub("s"), DenseSchema("|u1", {4}), WriteOptions{});
+    ASSERT_TRUE(w.ok());
+    uint8_t d[8] = {};
+    ASSERT_TRUE((*w)->AppendDense(d, 2).ok());
+    EXPECT_FALSE(fs::is_empty(dir.path())) << "the hidden temporary directory exists";
+  }
+  EXPECT_TRUE(fs::is_empty(dir.path()));
+  auto w = StoreWriter::Create(dir.Sub("s"), DenseSchema("|u1", {4}), WriteOptions{});
+  ASSERT_TRUE(w.ok());
+  (*w)->Abort();
+  (*w)->Abort();
+  EXPECT_TRUE(fs::is_empty(dir.path()));
+  EXPECT_EQ((*w)->Publish().code(), Status::Code::kState);
+}
+
+TEST(StoreWriterTest, NothingIsAcceptedAfterPublish) {
+  TempDir dir;
+  auto w = StoreWriter::Create(dir.Sub("s"), DenseSchema("|u1", {4}), WriteOptions{});
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE((*w)->Publish().ok());
+  uint8_t d[4] = {};
+  EXPECT_EQ((*w)->AppendDense(d, 1).code(), Status::Code::kState);
+  EXPECT_EQ((*w)->Publish().code(), Status::Code::kState);
+  w->reset();  // destroying a published writer keeps the store
+  EXPECT_TRUE(Store::Open(dir.Sub("s")).ok());
+}
+
+TEST(StoreWriterTest, WrongKindAppendIsSchemaError) {
+  TempDir dir;
+  auto w = StoreWriter::Create(dir.Sub("s"), DenseSchema("|u1", {4}), WriteOptions{});
+  ASSERT_TRUE(w.ok());
+  uint64_t shape = 1;
+  uint8_t d = 0;
+  EXPECT_EQ((*w)->AppendRagged(&d, &shape, 1).code(), Status::Code::kSchemaError);
+}
+
+}  // namespace
+}  // namespace loaderx

@@ -1,0 +1,109 @@
+// Format building blocks: dtype strings, index entries, metadata encoding.
+#include <gtest/gtest.h>
+
+#include "format.h"
+#include "loaderx/store.h"
+
+namespace loaderx {
+namespace {
+
+TEST(DTypeTest, ParsesAndCanonicalisesNumpyStrings) {
+  struct Case {
+    const char* in;
+    const char* str;
+    char kind;
+    uint32_t itemsize;
+  };
+  for (const Case& c : {Case{"<f4", "<f4", 'f', 4}, Case{"=i8", "<i8", 'i', 8},
+                        Case{"|b1", "|b1", 'b', 1}, Case{"u1", "|u1", 'u', 1},
+                        Case{"<c16", "<c16", 'c', 16}, Case{"<M8[ns]", "<M8[ns]", 'M', 8},
+                        Case{"<m8[10s]", "<m8[10s]", 'm', 8}, Case{"<M8", "<M8", 'M', 8},
+                        Case{"<f2", "<f2", 'f', 2}}) {
+    auto d = DType::Parse(c.in);
+    ASSERT_TRUE(d.ok()) << c.in << ": " << d.status().ToString();
+    EXPECT_EQ(d->str, c.str);
+    EXPECT_EQ(d->kind, c.kind);
+    EXPECT_EQ(d->itemsize, c.itemsize);
+  }
+}
+
+TEST(DTypeTest, RejectsUnsupportedDTypes) {
+  for (const char* bad : {">f4", ">i2", "|O8", "|V8", "|V0", "<U3", "|S3", "<f3", "<i16", "<M8[xx]",
+                          "<M4", "", "<", "<f", "<f4x", "|b2", "<c4"}) {
+    auto d = DType::Parse(bad);
+    EXPECT_FALSE(d.ok()) << bad;
+    EXPECT_EQ(d.status().code(), Status::Code::kSchemaError) << bad;
+  }
+  EXPECT_NE(DType::Parse(">f4").status().message().find("big-endian"), std::string::npos);
+}
+
+TEST(CodecTest, NamesRoundTrip) {
+  for (Codec c : {Codec::kRaw, Codec::kZstd, Codec::kZstdDict}) {
+    EXPECT_EQ(ParseCodec(CodecName(c)).value(), c);
+  }
+  EXPECT_EQ(ParseCodec("zstdd").status().code(), Status::Code::kInvalidArgument);
+}
+
+TEST(IndexEntryTest, EncodesLittleEndianWith64BitLengths) {
+  format::IndexEntry e;
+  e.offset = 0x0102030405060708ull;
+  e.stored_len = (uint64_t{5} << 30) + 1;  // > 4 GiB
+  e.checksum = 0xA1B2C3D4;
+  e.shard = 254;
+  e.flags = format::kFlagCompressed;
+  uint8_t buf[format::kEntryBytes];
+  format::EncodeEntry(e, buf);
+  EXPECT_EQ(buf[0], 0x08);
+  EXPECT_EQ(buf[7], 0x01);
+  EXPECT_EQ(buf[20], 254);
+  EXPECT_EQ(buf[21], 1);
+  format::IndexEntry d = format::DecodeEntry(buf);
+  EXPECT_EQ(d.offset, e.offset);
+  EXPECT_EQ(d.stored_len, e.stored_len);
+  EXPECT_EQ(d.checksum, e.checksum);
+  EXPECT_EQ(d.shard, e.shard);
+  EXPECT_EQ(d.flags, e.flags);
+}
+
+TEST(MetadataTest, RoundTripsEveryField) {
+  format::Metadata m;
+  m.schema.kind = Kind::kDense;
+  m.schema.dtype = DType::Parse("<u2").value();
+  m.schema.item_shape = {3, 0, 2};
+  m.schema.ndim = 3;
+  m.codec = Codec::kZstd;
+  m.level = 3;
+  m.count = 1ull << 40;
+  m.data_shards = 255;
+  m.nbytes = 0;
+  m.index_table_xxh3 = 77;
+  m.files["index"] = {10, 20};
+  m.files["data-000"] = {30, 40};
+  m.writer = "test";
+  const std::string b = format::EncodeMetadata(m);
+  auto d = format::DecodeMetadata(b, "x/meta");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(d->schema.dtype, m.schema.dtype);
+  EXPECT_EQ(d->schema.item_shape, m.schema.item_shape);
+  EXPECT_EQ(d->count, m.count);
+  EXPECT_EQ(d->data_shards, 255u);
+  EXPECT_EQ(d->files, m.files);
+  EXPECT_EQ(d->writer, "test");
+  EXPECT_EQ(d->index_table_xxh3, 77u);
+}
+
+TEST(MetadataTest, RejectsTruncationAndBadChecksum) {
+  format::Metadata m;
+  m.schema.dtype = DType::Parse("|u1").value();
+  const std::string b = format::EncodeMetadata(m);
+  EXPECT_EQ(format::DecodeMetadata(b.substr(0, b.size() - 1), "m").status().code(),
+            Status::Code::kCorruption);
+  EXPECT_EQ(format::DecodeMetadata("", "m").status().code(), Status::Code::kCorruption);
+  std::string c = b;
+  c[3] ^= 1;
+  auto r = format::DecodeMetadata(c, "dir/meta");
+  EXPECT_NE(r.status().message().find("dir/meta: metadata checksum mismatch"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace loaderx
