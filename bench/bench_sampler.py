@@ -24,14 +24,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import benchlib  # noqa: E402
-import refvenv  # noqa: E402
+import benchlib
+import refvenv
 
 N = 1_000_000
 BATCHES = (256, 1024, 8192)
@@ -92,12 +94,25 @@ print(json.dumps(out))
 """
 
 
-def measure(side: str, min_time: float) -> dict[str, float]:
+def measure(side: str, min_time: float, pythonpath: str) -> dict[str, float]:
     cfg = json.dumps({"n": N, "batches": list(BATCHES), "side": side, "min_time": min_time})
     snippet = _SNIPPET % cfg
     if side == "reference":
         return refvenv.run(snippet)
-    return refvenv.run_python(sys.executable, snippet, pythonpath=str(benchlib.REPO / "python"))
+    return refvenv.run_python(sys.executable, snippet, pythonpath=pythonpath)
+
+
+def private_package(extension: Path, into: Path) -> str:
+    """Copies python/loaderx with ``extension`` as its _loaderx module into ``into``.
+
+    python/loaderx/_loaderx*.so is shared by every developer build of the tree
+    and may be replaced mid-run; a private copy pins the build being measured.
+    """
+    pkg = into / "loaderx"
+    shutil.copytree(benchlib.REPO / "python" / "loaderx", pkg,
+                    ignore=shutil.ignore_patterns("_loaderx*.so", "__pycache__"))
+    shutil.copy2(extension, pkg / extension.name)
+    return str(into)
 
 
 def main() -> None:
@@ -105,7 +120,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds; best of all")
     ap.add_argument("--min-time", type=float, default=0.5, help="seconds per measurement")
     ap.add_argument("--no-doc", action="store_true", help="do not touch docs/")
+    ap.add_argument("--extension", type=Path,
+                    help="measure this built _loaderx*.so (e.g. build/python/_loaderx...so) "
+                         "instead of the one in python/loaderx")
     args = ap.parse_args()
+    tmp = tempfile.TemporaryDirectory(prefix="loaderx-bench-sampler-")
+    pythonpath = (private_package(args.extension.resolve(), Path(tmp.name)) if args.extension
+                  else str(benchlib.REPO / "python"))
 
     ref_version = refvenv.version()
     sides = ("loaderx", "numpy", "reference")
@@ -113,11 +134,11 @@ def main() -> None:
     for r in range(args.rounds):
         for side in sides:
             print(f"round {r + 1}/{args.rounds}: {side}", file=sys.stderr)
-            for k, v in measure(side, args.min_time).items():
+            for k, v in measure(side, args.min_time, pythonpath).items():
                 best[side][k] = min(v, best[side].get(k, float("inf")))
 
-    us = lambda s: f"{s * 1e6:,.2f} µs"  # noqa: E731
-    ratio = lambda base, s: f"{base / s:.2f}x"  # noqa: E731
+    us = lambda s: f"{s * 1e6:,.2f} µs"
+    ratio = lambda base, s: f"{base / s:.2f}x"
     rows: list[list[Any]] = []
     plot_labels: list[str] = []
     plot_values: list[float] = []
@@ -162,7 +183,7 @@ def main() -> None:
     if args.no_doc:
         return
     benchlib.bar_plot(benchlib.DOCS / "bench_sampler.png",
-                      f"Sampler, n = 10^6: million indices per second (higher is better)",
+                      "Sampler, n = 10^6: million indices per second (higher is better)",
                       plot_labels, plot_values, "M indices / s",
                       highlight=lambda s: s.startswith("loaderx"))
     i256 = best["loaderx"]["IID/256"]

@@ -48,6 +48,7 @@ def _installed_version() -> str | None:
         [str(PYTHON), "-c", "import importlib.metadata as m; print(m.version('loaderx'))"],
         capture_output=True,
         text=True,
+        check=False,
         env=_clean_env(None),
         cwd=tempfile.gettempdir(),
     )
@@ -69,11 +70,11 @@ def ensure(quiet: bool = True) -> dict[str, str]:
             pip = [str(PYTHON), "-m", "pip", "install", "--disable-pip-version-check"]
             if quiet:
                 pip.append("-q")
-            if subprocess.run(pip + [PIN, "numpy"]).returncode != 0:
-                # The pinned version is unavailable: take the newest that installs
-                # and record which one it was (the caller prints version()).
-                if subprocess.run(pip + ["loaderx", "numpy"]).returncode != 0:
-                    raise RefVenvError("pip could not install loaderx into bench/.venv-ref")
+            # When the pinned version is unavailable, take the newest that
+            # installs; version() records which one it was.
+            if (subprocess.run(pip + [PIN, "numpy"], check=False).returncode != 0
+                    and subprocess.run(pip + ["loaderx", "numpy"], check=False).returncode != 0):
+                raise RefVenvError("pip could not install loaderx into bench/.venv-ref")
             version = _installed_version()
             if version is None:
                 raise RefVenvError("loaderx installed into bench/.venv-ref but cannot be imported")
@@ -107,6 +108,7 @@ def run_python(python: str, snippet: str, *, pythonpath: str | None = None,
                 [python, "-c", snippet],
                 capture_output=True,
                 text=True,
+                check=False,
                 env=_clean_env(pythonpath),
                 cwd=cwd,
                 timeout=timeout,

@@ -17,15 +17,16 @@ from __future__ import annotations
 
 import enum
 import operator
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
-from . import _loaderx
+from . import _loaderx  # type: ignore[attr-defined]
 from .errors import InvalidArgumentError
 
-__all__ = ["Sampler", "Mode"]
+__all__ = ["Mode", "Sampler"]
 
 _STATE_VERSION = 1
 
@@ -44,6 +45,11 @@ class Mode(enum.IntEnum):
     Cyclic = 2
     SEQUENTIAL = 0
     CYCLIC = 2
+
+
+# The module-level name for annotations inside Sampler, whose class attribute
+# ``Mode`` (the public spelling ``Sampler.Mode``) shadows it there.
+_ModeT = Mode
 
 
 def _to_mode(mode: object) -> Mode:
@@ -99,7 +105,7 @@ class Sampler(_loaderx.SamplerCore):  # type: ignore[misc, name-defined]
         self,
         n: int,
         batch_size: int,
-        mode: Mode | str | int = Mode.IID,
+        mode: _ModeT | str | int = Mode.IID,
         seed: int = 42,
         *,
         rank: int = 0,
@@ -139,9 +145,9 @@ class Sampler(_loaderx.SamplerCore):  # type: ignore[misc, name-defined]
         def __next__(self) -> npt.NDArray[np.uint64]: ...
 
     @property
-    def mode(self) -> Mode:
+    def mode(self) -> _ModeT:
         """The sampling mode."""
-        return Mode(self.mode_value)
+        return _ModeT(self.mode_value)
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume: ``{"version", "n", "mode", "seed", "global_batch", "step"}``.

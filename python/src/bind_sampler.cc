@@ -68,7 +68,9 @@ bool ToU64(PyObject* obj, const char* name, uint64_t* out) {
   if (v == static_cast<unsigned long long>(-1) && PyErr_Occurred()) {
     PyErr_Clear();
     PyObject* repr = PyObject_Repr(idx);
-    std::string shown = repr ? PyUnicode_AsUTF8(repr) : "?";
+    const char* text = repr ? PyUnicode_AsUTF8(repr) : nullptr;
+    std::string shown = text ? text : "?";
+    PyErr_Clear();  // a failed repr only degrades the message
     Py_XDECREF(repr);
     Py_DECREF(idx);
     SetStatus(Status::InvalidArgument(std::string(name) + " must be in 0..2**64-1 (got " +

@@ -9,7 +9,6 @@ import threading
 
 import numpy as np
 import pytest
-
 from loaderx.errors import InvalidArgumentError, LoaderxError, StateError
 from loaderx.zsampler import Mode, Sampler
 
@@ -51,9 +50,7 @@ def test_iteration_returns_the_same_reusable_buffer(mode: Mode) -> None:
 
 def test_iteration_never_ends() -> None:
     sampler = Sampler(3, 2, Sampler.Mode.Cyclic)
-    count = 0
-    for _ in sampler:
-        count += 1
+    for count, _ in enumerate(sampler, start=1):
         if count == 1000:
             break
     assert sampler.step == 1000

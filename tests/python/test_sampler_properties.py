@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from loaderx.zsampler import Mode, Sampler
 
 modes = st.sampled_from([Mode.Sequential, Mode.IID, Mode.Cyclic])

@@ -12,11 +12,12 @@
 //  * kIID: uniform with replacement. Each index is drawn from a SplitMix64
 //    stream keyed by (seed, step) at counter j (the position in the global
 //    batch), reduced to [0, n) by Lemire's multiply-shift with rejection, so
-//    there is no modulo bias.
+//    there is no modulo bias. When n <= 2^32 each 64-bit word yields the
+//    32-bit draws of two positions.
 //  * kCyclic: sampling without replacement. With G = batch_size * world_size,
 //    a cycle is n / G steps; cycle c walks a pseudo-random permutation of
-//    0..n-1 keyed by (seed, c): a 6-round alternating Feistel network over the
-//    next power of two >= n with cycle walking. O(1) memory for any n (10^12
+//    0..n-1 keyed by (seed, c): a 6-round alternating Feistel network (32-bit
+//    keyed round function) over the next power of two >= n with cycle walking. O(1) memory for any n (10^12
 //    works). Only full global batches are drawn, so the n mod G indices left
 //    out differ per cycle. REQUIRES G <= n (else Validate() fails).
 //
