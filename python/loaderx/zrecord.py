@@ -19,6 +19,7 @@ bool indices raise ``TypeError``. The on-disk format is docs/format.md.
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Literal, NoReturn, Union
@@ -40,7 +41,7 @@ _CODECS = ("raw", "zstd", "zstd_dict")
 # Input handed to the native writer per call: bounds the memory append uses
 # (a 20 GB memmap is streamed through in slices of this size).
 _APPEND_CHUNK_BYTES = 64 << 20
-_RAGGED_BATCH_RECORDS = 65536
+_RAGGED_BATCH_RECORDS = 4096  # records validated, then written, per native call
 # Records gathered per step of iteration.
 _ITER_BATCH = 1024
 _ALLOWED_KINDS = "biufcmM"
@@ -462,49 +463,35 @@ class Ragged(_Stream):
         if isinstance(records, (bytes, bytearray, memoryview, str)) or not isinstance(records, Iterable):
             raise SchemaError(f"Ragged.append takes an iterable of numpy.ndarray records, not "
                               f"{type(records).__name__}; convert with np.asarray / np.frombuffer first")
-        ndim = self._ndim
-        values: list[np.ndarray] = []
-        shapes: list[tuple[int, ...]] = []
-        pending = 0
-        wrote = False
-
-        def flush() -> None:
-            nonlocal values, shapes, pending, wrote
-            if not shapes:
-                return
-            flat = (values[0] if len(values) == 1
-                    else np.concatenate(values) if values else np.empty(0, np.uint8))
-            w.append_ragged(flat, np.asarray(shapes, dtype=np.uint64).reshape(-1, ndim), len(shapes))
-            wrote = True
-            values, shapes, pending = [], [], 0
-
+        before = len(w)
+        k0 = 0
+        it = iter(records)
         try:
-            for k, r in enumerate(records):
-                if not isinstance(r, np.ndarray):
-                    raise SchemaError(f"record {k} is a {type(r).__name__}, not a numpy.ndarray; "
-                                      "convert with np.asarray / np.frombuffer first")
-                if r.dtype != self._dtype or r.dtype.str != self._dtype.str:
-                    raise SchemaError(f"record {k}: dtype {r.dtype.str} does not match the store "
-                                      f"dtype {self._dtype.str} (no implicit casting)")
-                if r.ndim != ndim:
-                    raise SchemaError(f"record {k}: ndim {r.ndim} (shape {r.shape}) does not match "
-                                      f"the store ndim {ndim}")
-                flat = np.ascontiguousarray(r).reshape(-1).view(np.uint8)
-                if flat.nbytes >= _APPEND_CHUNK_BYTES:
-                    flush()  # a big record goes alone, without a concatenation copy
-                    w.append_ragged(flat, np.asarray([r.shape], dtype=np.uint64), 1)
-                    wrote = True
-                    continue
-                values.append(flat)
-                shapes.append(r.shape)
-                pending += flat.nbytes
-                if pending >= _APPEND_CHUNK_BYTES or len(shapes) >= _RAGGED_BATCH_RECORDS:
-                    flush()
-            flush()
+            while True:
+                batch = list(itertools.islice(it, _RAGGED_BATCH_RECORDS))
+                if not batch:
+                    return
+                bad = w.append_ragged_batch(batch, self._dtype, self._ndim, _APPEND_CHUNK_BYTES)
+                if bad >= 0:
+                    self._check_record(k0 + bad, batch[bad])
+                    raise SchemaError(f"record {k0 + bad} was rejected")  # pragma: no cover
+                k0 += len(batch)
         except BaseException:
-            if wrote:
+            if len(w) > before:  # part of this call was written: no consistent store
                 self._failed = True
             raise
+
+    def _check_record(self, k: int, r: Any) -> None:
+        """Raises SchemaError saying why record ``k`` cannot be appended."""
+        if not isinstance(r, np.ndarray):
+            raise SchemaError(f"record {k} is a {type(r).__name__}, not a numpy.ndarray; "
+                              "convert with np.asarray / np.frombuffer first")
+        if r.dtype != self._dtype or r.dtype.str != self._dtype.str:
+            raise SchemaError(f"record {k}: dtype {r.dtype.str} does not match the store "
+                              f"dtype {self._dtype.str} (no implicit casting)")
+        if r.ndim != self._ndim:
+            raise SchemaError(f"record {k}: ndim {r.ndim} (shape {r.shape}) does not match "
+                              f"the store ndim {self._ndim}")
 
     def __getitem__(self, key: Index) -> np.ndarray | list[np.ndarray]:
         s = self._live_store()

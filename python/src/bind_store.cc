@@ -199,6 +199,70 @@ void BindStore(py::module_& m) {
             Check(st);
           },
           py::arg("values"), py::arg("shapes"), py::arg("count"))
+      .def(
+          "append_ragged_batch",
+          [](PyWriter& w, const py::list& batch, const py::dtype& dt, uint32_t ndim,
+             uint64_t chunk_bytes) -> py::ssize_t {
+            // Validate the whole batch first: a rejected batch writes nothing.
+            const size_t n = batch.size();
+            std::vector<py::array> arrs;
+            arrs.reserve(n);
+            for (size_t k = 0; k < n; ++k) {
+              py::handle obj = batch[k];
+              if (!py::isinstance<py::array>(obj)) return static_cast<py::ssize_t>(k);
+              auto a = py::reinterpret_borrow<py::array>(obj);
+              py::dtype adt = a.dtype();
+              if (adt.ptr() != dt.ptr() && (!adt.equal(dt) || adt.attr("str").cast<std::string>() !=
+                                                                 dt.attr("str").cast<std::string>())) {
+                return static_cast<py::ssize_t>(k);
+              }
+              if (static_cast<uint32_t>(a.ndim()) != ndim) return static_cast<py::ssize_t>(k);
+              if (!(a.flags() & py::array::c_style)) {
+                a = py::array::ensure(a, py::array::c_style);
+                if (!a) throw py::error_already_set();
+              }
+              arrs.push_back(std::move(a));
+            }
+            std::vector<const uint8_t*> ptrs(n);
+            std::vector<uint64_t> lens(n), shapes(n * ndim);
+            for (size_t k = 0; k < n; ++k) {
+              ptrs[k] = static_cast<const uint8_t*>(arrs[k].data());
+              lens[k] = static_cast<uint64_t>(arrs[k].nbytes());
+              for (uint32_t d = 0; d < ndim; ++d) shapes[k * ndim + d] = arrs[k].shape(d);
+            }
+            Status st;
+            {
+              // `arrs` keeps every buffer alive while the GIL is released.
+              py::gil_scoped_release nogil;
+              std::lock_guard<std::mutex> lock(w.mu);
+              std::vector<uint8_t> buf;
+              size_t first = 0;
+              auto flush = [&](size_t end) {
+                if (st.ok() && end > first) {
+                  st = w.writer->AppendRagged(buf.data(), shapes.data() + first * ndim, end - first);
+                }
+                buf.clear();
+                first = end;
+              };
+              if (!w.writer) st = Status::State("builder is closed");
+              for (size_t k = 0; k < n && st.ok(); ++k) {
+                if (lens[k] >= chunk_bytes) {  // big: appended from its own buffer, no copy
+                  flush(k);
+                  if (st.ok()) st = w.writer->AppendRagged(ptrs[k], shapes.data() + k * ndim, 1);
+                  first = k + 1;
+                  continue;
+                }
+                buf.insert(buf.end(), ptrs[k], ptrs[k] + lens[k]);
+                if (buf.size() >= chunk_bytes) flush(k + 1);
+              }
+              flush(n);
+            }
+            Check(st);
+            return -1;
+          },
+          py::arg("batch"), py::arg("dtype"), py::arg("ndim"), py::arg("chunk_bytes"),
+          "Validates then appends a list of ndarrays; returns the index of the first record "
+          "that is not an ndarray of `dtype` and rank `ndim` (nothing appended), else -1.")
       .def("publish",
            [](PyWriter& w) {
              Status st;
