@@ -1,0 +1,45 @@
+"""Fashion-MNIST as Zrecord stores, shared by the training examples.
+
+Reads Debian's ``dataset-fashion-mnist`` idx files (``loaderx.datasets``) and
+writes, once, under ``root``::
+
+    root/train/image  Dense uint8 (28, 28)   60,000 records, zstd
+    root/train/label  Dense uint8 ()         60,000 records, zstd
+    root/test/image   Dense uint8 (28, 28)   10,000 records, zstd
+    root/test/label   Dense uint8 ()         10,000 records, zstd
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+from loaderx.datasets import fashion_mnist
+from loaderx.zrecord import Dense
+
+
+def build_stores(root: str | os.PathLike[str], limit: int | None = None) -> Path:
+    """Writes the four stores under ``root`` unless they exist; returns ``root``.
+
+    ``limit`` keeps only the first ``limit`` records of each split (quick runs).
+    """
+    base = Path(root)
+    for split in ("train", "test"):
+        if (base / split / "label").exists():
+            continue
+        images, labels = fashion_mnist(split)
+        if limit is not None:
+            images, labels = images[:limit], labels[:limit]
+        with Dense.create(str(base / split / "image"), np.uint8, (28, 28), codec="zstd") as ds:
+            ds.append(np.ascontiguousarray(images))
+        with Dense.create(str(base / split / "label"), np.uint8, (), codec="zstd") as ds:
+            ds.append(np.ascontiguousarray(labels))
+    return base
+
+
+def open_split(root: str | os.PathLike[str], split: str) -> dict[str, Dense]:
+    """``{"image": Dense, "label": Dense}`` of one split; the caller closes them."""
+    base = Path(root) / split
+    return {"image": Dense.open(str(base / "image")), "label": Dense.open(str(base / "label"))}
