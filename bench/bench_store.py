@@ -28,7 +28,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from backends import Backend, LoaderxBackend, Workload, all_backends
@@ -163,6 +162,15 @@ def time_gather(reader, w: Workload, plan: list[np.ndarray], min_s: float, max_s
     return recs / total / 1e3, nbytes / total / MiB, float(np.percentile(lat, 95) * 1e3), len(lat)
 
 
+def _progress(it, **kw):
+    """tqdm when available (the reference venv has only NumPy)."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return it
+    return tqdm(it, **kw)
+
+
 def run_workload(w: Workload, backends: list[Backend], store_root: Path, args) -> list[Row]:
     kind = "dense" if isinstance(w, DenseWorkload) else "ragged"
     n_plan = args.max_batches + 2
@@ -174,7 +182,7 @@ def run_workload(w: Workload, backends: list[Backend], store_root: Path, args) -
     shutil.rmtree(wdir, ignore_errors=True)
     wdir.mkdir(parents=True)
     try:
-        for be in tqdm(backends, desc=f"{w.name}: write + verify", unit="backend", leave=False):
+        for be in _progress(backends, desc=f"{w.name}: write + verify", unit="backend", leave=False):
             row = rows.setdefault(be.name, Row(be.name))
             if kind not in be.kinds:
                 row.skipped = f"no {kind} adapter"
@@ -197,7 +205,7 @@ def run_workload(w: Workload, backends: list[Backend], store_root: Path, args) -
                 check_exact(w, be.name, reader.gather(idx), idx)
             readers[be.name] = reader
         for p in range(args.passes):
-            for name, reader in tqdm(readers.items(), desc=f"{w.name}: gather pass {p + 1}", unit="backend",
+            for name, reader in _progress(readers.items(), desc=f"{w.name}: gather pass {p + 1}", unit="backend",
                                      leave=False):
                 k, m, p95, nb = time_gather(reader, w, plan, args.min_seconds, args.max_seconds,
                                             args.min_batches)
@@ -240,7 +248,52 @@ def render(w: Workload, rows: list[Row], passes: int) -> tuple[str, str]:
             notes.append("Key ratio, gather MiB/s vs " + BASELINE + " in each pass: " + "; ".join(
                 f"{r.backend} " + " / ".join(f"{a / b:.2f}x" for a, b in zip(r.mibs, base.mibs)) for r in keys)
                 + ".")
+    refs = {r.backend.rsplit("-", 1)[1]: r for r in done if r.backend.startswith("reference-")}
+    ours = {r.backend.split("-", 1)[1]: r for r in done if r.backend.startswith("loaderx-")}
+    pairs = [(c, ours[c], refs[c]) for c in ("raw", "zstd") if c in ours and c in refs]
+    if pairs:
+        notes.append("loaderx vs the reference wheel (its own process, same plan; median gather MiB/s, "
+                     "write MiB/s): " + "; ".join(
+                         f"{c} {med(a.mibs) / med(b.mibs):.2f}x gather, {a.write_mibs / b.write_mibs:.2f}x write"
+                         for c, a, b in pairs) + ".")
     return md, "\n\n".join(notes)
+
+
+def reference_rows(wname: str, args: argparse.Namespace) -> list[Row]:
+    """Runs the PyPI reference loaderx (raw, zstd) on workload ``wname`` in its own
+    venv (same import name as ours), with the same plan, checks and timing."""
+    import os
+    import subprocess
+    names = ["reference-2.5.4-raw", "reference-2.5.4-zstd"]
+    try:
+        from refvenv import ensure
+        py = ensure()["python"]
+    except (OSError, subprocess.CalledProcessError, RuntimeError) as e:
+        return [Row(n, skipped=f"reference venv unavailable ({e})") for n in names]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    cmd = [py, str(Path(__file__).resolve()), "--ref-child", "--workloads", wname,
+           "--passes", str(args.passes), "--min-seconds", str(args.min_seconds),
+           "--max-seconds", str(args.max_seconds), "--min-batches", str(args.min_batches),
+           "--max-batches", str(args.max_batches), "--seed", str(args.seed)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=str(REPO), check=False)
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
+        return [Row(n, skipped=f"reference run failed: {tail}") for n in names]
+    return [Row(**r) for r in json.loads(proc.stdout.strip().splitlines()[-1])]
+
+
+def ref_child(args: argparse.Namespace) -> int:
+    import loaderx
+    version = getattr(loaderx, "__version__", "2.5.4")
+    bes: list[Backend] = []
+    for codec in ("raw", "zstd"):
+        be = LoaderxBackend(codec)
+        be.name = f"reference-{version}-{codec}"
+        bes.append(be)
+    w = workloads()[args.workloads]()
+    rows = run_workload(w, bes, DATA / "stores-ref", args)
+    print(json.dumps([asdict(r) for r in rows]))
+    return 0
 
 
 def main() -> int:
@@ -256,7 +309,11 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--keep", action="store_true", help="keep the written stores")
     ap.add_argument("--no-doc", action="store_true", help="do not update docs/benchmarks.md")
+    ap.add_argument("--no-reference", action="store_true", help="skip the reference loaderx wheel")
+    ap.add_argument("--ref-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.ref_child:
+        return ref_child(args)
 
     sys.path.insert(0, str(snapshot_loaderx()))  # a private copy: rebuilds of the shared .so can't SIGBUS us
     backends = all_backends()
@@ -273,6 +330,9 @@ def main() -> int:
         print(f"\n## {wname}: {w.description}; {w.n} records, {w.nbytes / MiB:.1f} MiB logical, "
               f"batch {BATCH}")
         rows = run_workload(w, backends, store_root, args)
+        if not args.no_reference and (not args.backends or "reference" in args.backends):
+            nl = sum(r.backend.startswith("loaderx") for r in rows)
+            rows[nl:nl] = reference_rows(wname, args)
         md, notes = render(w, rows, args.passes)
         print(md)
         if notes:
