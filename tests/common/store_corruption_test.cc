@@ -200,6 +200,21 @@ TEST_F(CorruptionTest, FlippedRecordByteIsNamedByVerify) {
                    "record 1234 (data-00" + std::to_string(r.shard) + "): checksum mismatch");
 }
 
+TEST_F(CorruptionTest, VerifyNamesTheLowestBadRecordAcrossParallelChunks) {
+  auto s0 = Store::Open(path_);
+  ASSERT_TRUE(s0.ok());
+  const RecordRef late = (*s0)->Locate(4321).value();
+  const RecordRef early = (*s0)->Locate(300).value();
+  s0->reset();
+  FlipByte(format::DataFileName(late.shard), late.offset);
+  FlipByte(format::DataFileName(early.shard), early.offset + early.stored_len - 1);
+  auto s = Store::Open(path_);
+  ASSERT_TRUE(s.ok());
+  for (int run = 0; run < 3; ++run) {
+    ExpectCorruption((*s)->Verify(nullptr), "record 300 (");
+  }
+}
+
 TEST_F(CorruptionTest, NotAStore) {
   TempDir other;
   auto s = Store::Open(other.path());
