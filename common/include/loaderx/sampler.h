@@ -69,9 +69,10 @@ class Sampler {
   // Largest per-rank batch: 2^31 indices (16 GiB of uint64) is far beyond any
   // real batch and keeps Make() from attempting absurd allocations.
   static constexpr uint64_t kMaxBatchSize = uint64_t{1} << 31;
-  // Feistel rounds of the Cyclic permutation. Six alternating rounds pass the
-  // shuffle-quality tests in tests/common/sampler_test.cc with margin; fewer
-  // rounds leave visible structure for small n.
+  // Feistel rounds of the Cyclic permutation. Luby-Rackoff: four rounds of
+  // ideal round functions give a strong pseudo-random permutation; two more
+  // are margin for the cheap 32-bit mixer used as round function. Changing
+  // this changes every Cyclic order (the outputs are pinned by tests).
   static constexpr int kFeistelRounds = 6;
 
   // Validates `spec` and returns a sampler whose next draw is `start_step`.
