@@ -260,6 +260,8 @@ class _Stream:
             return i
         if isinstance(key, slice):
             return np.arange(*key.indices(n), dtype=np.uint64)
+        if isinstance(key, range):
+            key = list(key)
         if isinstance(key, (tuple, list)):
             for x in key:
                 if not _is_int(x):
@@ -391,6 +393,8 @@ class Dense(_Stream):
 
     def __getitem__(self, key: Index) -> np.ndarray:
         s = self._live_store()
+        if type(key) is int and 0 <= key < self._len:  # fast path: one record
+            return s.read(key)
         sel = self._resolve(key)
         if isinstance(sel, int):
             return s.read(sel)
@@ -495,6 +499,8 @@ class Ragged(_Stream):
 
     def __getitem__(self, key: Index) -> np.ndarray | list[np.ndarray]:
         s = self._live_store()
+        if type(key) is int and 0 <= key < self._len:  # fast path: one record
+            return s.read(key)
         sel = self._resolve(key)
         if isinstance(sel, int):
             return s.read(sel)

@@ -11,6 +11,7 @@
 #include <pybind11/stl.h>
 
 #include <mutex>
+#include <unordered_map>
 
 #include "bindings.h"
 #include "loaderx/store.h"
@@ -26,7 +27,18 @@ struct PyWriter {
   std::mutex mu;  // taken only with the GIL released
 };
 
-py::dtype NumpyDType(const DType& d) { return py::dtype::from_args(py::str(d.str)); }
+// NumPy dtype for a store dtype string, parsed once per string. REQUIRES: GIL.
+// The cache is leaked on purpose: Python objects must not be destroyed after
+// the interpreter has finalised.
+py::dtype NumpyDType(const DType& d) {
+  static auto* cache = new std::unordered_map<std::string, py::dtype>();
+  auto it = cache->find(d.str);
+  if (it == cache->end()) it = cache->emplace(d.str, py::dtype::from_args(py::str(d.str))).first;
+  return it->second;
+}
+
+// Below this many bytes a read is cheaper than releasing and retaking the GIL.
+constexpr uint64_t kReleaseGilBytes = uint64_t{64} << 10;
 
 std::vector<py::ssize_t> ToShape(const uint64_t* dims, size_t n) {
   return std::vector<py::ssize_t>(dims, dims + n);
@@ -43,24 +55,14 @@ std::vector<uint64_t> Indices(const py::array& idx) {
 py::array ReadOne(const Store& s, uint64_t i) {
   const Schema& sc = s.schema();
   std::vector<uint64_t> dims(sc.ndim);
-  uint64_t bytes = 0;
-  {
-    py::gil_scoped_release nogil;
-    Status st = s.RecordShape(i, dims.data());
-    if (st.ok()) {
-      auto b = s.RecordBytes(i);
-      st = b.status();
-      if (b.ok()) bytes = *b;
-    }
-    if (!st.ok()) {
-      py::gil_scoped_acquire gil;
-      ThrowStatus(st);
-    }
-  }
+  Check(s.RecordShape(i, dims.data()));  // no I/O beyond one index block
+  const uint64_t bytes = Unwrap(s.RecordBytes(i));
   py::array out(NumpyDType(sc.dtype), ToShape(dims.data(), dims.size()));
   void* p = out.mutable_data();
   Status st;
-  {
+  if (bytes < kReleaseGilBytes) {
+    st = s.ReadRecord(i, p, bytes);
+  } else {
     py::gil_scoped_release nogil;
     st = s.ReadRecord(i, p, bytes);
   }

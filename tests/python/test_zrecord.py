@@ -168,6 +168,7 @@ def test_gather_tuple_and_list(ds: Dense) -> None:
     assert ds[[5]].shape == (1, 2)
     assert ds[[]].shape == (0, 2)
     assert ds[(3,)].shape == (1, 2)
+    assert ds[range(4, 1, -1)][:, 0].tolist() == [8, 6, 4]
 
 
 @pytest.mark.parametrize("key,expect", [(slice(2, 5), [2, 3, 4]), (slice(None, None, -1), list(range(9, -1, -1))),
