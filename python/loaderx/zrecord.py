@@ -283,17 +283,16 @@ class _Stream:
         _index_type_error(key)
 
     def _check_array(self, arr: np.ndarray) -> np.ndarray:
-        n = len(self)
+        """Rejects negative indices; the engine range-checks the rest (IndexError)."""
         if arr.size == 0:
             return arr.astype(np.uint64)
         if arr.dtype.kind == "i":
             lo = int(arr.min())
             if lo < 0:
                 raise RecordIndexError(f"record index {lo} is negative; indices must be in "
-                                       f"0..{n - 1} ({self._path})")
-        hi = int(arr.max())
-        if hi >= n:
-            raise RecordIndexError(f"record index {hi} out of range 0..{n - 1} ({self._path})")
+                                       f"0..{len(self) - 1} ({self._path})")
+            if arr.dtype.itemsize == 8:
+                return arr.view(np.uint64)  # non-negative int64: same bits, no copy
         return arr.astype(np.uint64, copy=False)
 
     def verify(self, progress: Any = None) -> None:
