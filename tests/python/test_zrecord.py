@@ -439,3 +439,36 @@ def test_ragged_round_trip_property(tmp_path_factory: pytest.TempPathFactory, le
         if recs:
             idx = list(range(len(recs)))[::-1] * 2
             assert [g.tolist() for g in rs[idx]] == [recs[i].tolist() for i in idx]
+
+
+def _mem_available() -> int:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_mem_available() < (10 << 30), reason="needs ~5 GiB of free RAM for the read")
+def test_record_larger_than_4_gib_round_trips_from_a_sparse_memmap(tmp_path: Path) -> None:
+    n = (4 << 30) + 16
+    mm = np.memmap(tmp_path / "big.bin", mode="w+", dtype=np.uint8, shape=(1, n))  # sparse file
+    mm[0, :4] = [1, 2, 3, 4]
+    mm[0, -4:] = [5, 6, 7, 8]
+    mm.flush()
+    with Dense.create(tmp_path / "s", np.uint8, (n,), codec="zstd", data_shards=2) as ds:
+        ds.append(mm)
+    del mm
+    os.remove(tmp_path / "big.bin")
+    with Dense.open(tmp_path / "s") as ds:
+        assert ds.nbytes == n and ds.stored_bytes < (1 << 20)
+        rec = ds[0]
+        assert rec.shape == (n,) and rec.dtype == np.uint8
+        assert rec[:4].tolist() == [1, 2, 3, 4] and rec[-4:].tolist() == [5, 6, 7, 8]
+        assert int(np.count_nonzero(rec)) == 8
+        del rec
+        ds.verify()
