@@ -11,9 +11,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-from . import _loaderx
+from . import _loaderx  # type: ignore[attr-defined]
 from .errors import LoaderxError
 
 __all__ = ["main"]

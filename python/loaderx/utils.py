@@ -12,15 +12,15 @@ Train it once on settled data, then pass the bytes as ``dict_bytes``::
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
-from . import _loaderx
+from . import _loaderx  # type: ignore[attr-defined]
 from .errors import InvalidArgumentError, SchemaError
 from .zrecord import Dense, Ragged, _check_dtype
 
-__all__ = ["train_dict", "DEFAULT_DICT_SIZE"]
+__all__ = ["DEFAULT_DICT_SIZE", "train_dict"]
 
 #: Default dictionary capacity: 110 KiB, as zstd's own command line.
 DEFAULT_DICT_SIZE = 110 * 1024
@@ -31,7 +31,7 @@ _SMALL_ROW = 256
 _GROUP_BYTES = 1024
 _MIN_SAMPLES = 8
 
-Source = Union[np.ndarray, Dense, Ragged, Iterable[np.ndarray]]
+Source = np.ndarray | Dense | Ragged | Iterable[np.ndarray]
 
 
 def _as_bytes(a: np.ndarray) -> np.ndarray:

@@ -22,11 +22,16 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any, Literal, NoReturn, Union
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 import numpy as np
 
-from . import _loaderx
+from . import _loaderx  # type: ignore[attr-defined]
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
 from .errors import (
     InvalidArgumentError,
     RecordIndexError,
@@ -34,7 +39,7 @@ from .errors import (
     StateError,
 )
 
-__all__ = ["Dense", "Ragged", "Codec"]
+__all__ = ["Codec", "Dense", "Ragged"]
 
 Codec = Literal["raw", "zstd", "zstd_dict"]
 _CODECS = ("raw", "zstd", "zstd_dict")
@@ -47,8 +52,8 @@ _ITER_BATCH = 1024
 _ALLOWED_KINDS = "biufcmM"
 _TOKEN = object()  # guards the private constructor
 
-PathLike = Union[str, "os.PathLike[str]"]
-Index = Union[int, np.integer, slice, Sequence[int], np.ndarray]
+PathLike = str | os.PathLike[str]
+Index = int | np.integer | slice | range | Sequence[int] | np.ndarray
 
 
 def _check_dtype(dtype: Any) -> np.dtype:
@@ -223,10 +228,11 @@ class _Stream:
         if w is not None:
             w.abort()
 
-    def __enter__(self) -> "_Stream":
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         if exc_type is not None and not self._is_reader:
             self._discard()  # nothing appears at path
             return
@@ -318,7 +324,7 @@ class Dense(_Stream):
 
     @classmethod
     def create(cls, path: PathLike, dtype: Any, item_shape: Any, *, codec: Codec,
-               data_shards: int = 4, dict_bytes: bytes | None = None) -> "Dense":
+               data_shards: int = 4, dict_bytes: bytes | None = None) -> Dense:
         """Starts building a new store at ``path`` (which must not exist).
 
         Args:
@@ -344,7 +350,7 @@ class Dense(_Stream):
                    item_shape=shape, ndim=len(shape))
 
     @classmethod
-    def open(cls, path: PathLike) -> "Dense":
+    def open(cls, path: PathLike) -> Dense:
         """Opens a published dense store read-only (O(1): nothing is scanned)."""
         p = os.fspath(path)
         s = _loaderx.Store.open(p)
@@ -418,7 +424,7 @@ class Ragged(_Stream):
 
     @classmethod
     def create(cls, path: PathLike, dtype: Any, ndim: int, *, codec: Codec,
-               data_shards: int = 4, dict_bytes: bytes | None = None) -> "Ragged":
+               data_shards: int = 4, dict_bytes: bytes | None = None) -> Ragged:
         """Starts building a new ragged store at ``path`` (which must not exist).
 
         Args:
@@ -440,7 +446,7 @@ class Ragged(_Stream):
         return cls(_TOKEN, p, writer=w, dtype=dt, codec=codec, data_shards=shards, ndim=int(ndim))
 
     @classmethod
-    def open(cls, path: PathLike) -> "Ragged":
+    def open(cls, path: PathLike) -> Ragged:
         """Opens a published ragged store read-only (O(1): nothing is scanned)."""
         p = os.fspath(path)
         s = _loaderx.Store.open(p)

@@ -8,10 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import loaderx
 import numpy as np
 import pytest
-
-import loaderx
 from loaderx.zrecord import Dense, Ragged
 
 PKG_ROOT = str(Path(loaderx.__file__).resolve().parent.parent)
@@ -20,7 +19,7 @@ PKG_ROOT = str(Path(loaderx.__file__).resolve().parent.parent)
 def run(*args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=PKG_ROOT)
     return subprocess.run([sys.executable, "-m", "loaderx", *args], capture_output=True, text=True,
-                          env=env, timeout=120)
+                          env=env, timeout=120, check=False)
 
 
 @pytest.fixture()

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from loaderx import errors
 from loaderx.utils import DEFAULT_DICT_SIZE, train_dict
 from loaderx.zrecord import Dense, Ragged

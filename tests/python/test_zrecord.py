@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from loaderx import errors
 from loaderx.zrecord import Dense, Ragged
 
@@ -230,10 +229,9 @@ def test_concurrent_gathers_from_threads(tmp_path: Path) -> None:
 # -- lifecycle ----------------------------------------------------------------------
 
 def test_exception_inside_with_leaves_nothing(tmp_path: Path) -> None:
-    with pytest.raises(RuntimeError):
-        with Dense.create(tmp_path / "s", np.uint8, (4,), codec="zstd") as ds:
-            ds.append(np.zeros((10, 4), np.uint8))
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), Dense.create(tmp_path / "s", np.uint8, (4,), codec="zstd") as ds:
+        ds.append(np.zeros((10, 4), np.uint8))
+        raise RuntimeError("boom")
     assert _no_store_left(tmp_path)
 
 
@@ -336,9 +334,8 @@ def test_unsupported_dtypes(tmp_path: Path, dtype: np.dtype, what: str) -> None:
     (np.zeros((3, 2), ">i4"), errors.SchemaError, "dtype"),
 ])
 def test_dense_append_rejects_bad_data(tmp_path: Path, data: object, exc: type, match: str) -> None:
-    with pytest.raises(exc, match=match):
-        with Dense.create(tmp_path / "s", np.int32, (2,), codec="zstd") as ds:
-            ds.append(data)  # type: ignore[arg-type]
+    with pytest.raises(exc, match=match), Dense.create(tmp_path / "s", np.int32, (2,), codec="zstd") as ds:
+        ds.append(data)  # type: ignore[arg-type]
     assert _no_store_left(tmp_path)
 
 
@@ -359,9 +356,8 @@ def test_dense_append_error_keeps_builder_usable(tmp_path: Path) -> None:
     (5, "iterable"),
 ])
 def test_ragged_append_rejects_bad_records(tmp_path: Path, records: object, match: str) -> None:
-    with pytest.raises(errors.SchemaError, match=match):
-        with Ragged.create(tmp_path / "r", np.int32, 1, codec="zstd") as rs:
-            rs.append(records)  # type: ignore[arg-type]
+    with pytest.raises(errors.SchemaError, match=match), Ragged.create(tmp_path / "r", np.int32, 1, codec="zstd") as rs:
+        rs.append(records)  # type: ignore[arg-type]
     assert _no_store_left(tmp_path)
 
 

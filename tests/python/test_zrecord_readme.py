@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from loaderx.zrecord import Dense, Ragged
 
 README = Path(os.environ.get("LOADERX_REFERENCE_README",
@@ -29,9 +28,9 @@ def _examples() -> list[tuple[str, int, str]]:
     text = README.read_text()
     out = []
     for name in SECTIONS:
-        m = re.search(rf"^### {re.escape(name)}\n(.*?)(?=^### |\Z)", text, re.S | re.M)
+        m = re.search(rf"^### {re.escape(name)}\n(.*?)(?=^### |\Z)", text, re.DOTALL | re.MULTILINE)
         assert m, f"section {name!r} not found in {README}"
-        for k, block in enumerate(re.findall(r"```python\n(.*?)```", m.group(1), re.S)):
+        for k, block in enumerate(re.findall(r"```python\n(.*?)```", m.group(1), re.DOTALL)):
             out.append((name, k, block))
     return out
 
@@ -65,7 +64,7 @@ def test_reference_example_runs_unmodified(section: str, k: int, code: str, tmp_
         s.append(np.tile(np.arange(16, dtype=np.float32).reshape(1, 4, 4), (300, 1, 1)))
     consumed: list[Any] = []
     ns = _namespace(consumed)
-    exec(compile(code, f"README:{section}:{k}", "exec"), ns)
+    exec(compile(code, f"README:{section}:{k}", "exec"), ns)  # noqa: S102 - running them is the test
 
     # The documented types and shapes.
     if "record" in ns and "batch" in ns:          # Records, Dense
