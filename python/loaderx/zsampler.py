@@ -26,6 +26,9 @@ import numpy.typing as npt
 from . import _loaderx  # type: ignore[attr-defined]
 from .errors import InvalidArgumentError
 
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
 __all__ = ["Mode", "Sampler"]
 
 _STATE_VERSION = 1
@@ -202,6 +205,17 @@ class Sampler(_loaderx.SamplerCore):  # type: ignore[misc, name-defined]
                     f"state: {key} {state[key]!r} differs from this sampler's {mine[key]!r}{hint}"
                 )
         self.seek(state["step"])
+
+    def close(self) -> None:
+        """Does nothing: a sampler holds no resource but its buffer, which the
+        last view frees. Present (with ``with`` support) for code written
+        against the reference package, whose samplers must be closed."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def __repr__(self) -> str:
         return (

@@ -325,6 +325,14 @@ def test_reference_mode_names_are_aliases() -> None:
     assert Sampler(10, 2, np.int64(0)).mode is Sampler.Mode.Sequential
 
 
+def test_context_manager_returns_the_sampler_and_close_keeps_it_usable() -> None:
+    with Sampler(100, 4, Sampler.Mode.Sequential) as s:
+        assert isinstance(s, Sampler)
+        assert s.next().tolist() == [0, 1, 2, 3]
+    s.close()
+    assert s.next().tolist() == [4, 5, 6, 7]
+
+
 # ------------------------------------------------------------ argument errors
 
 
