@@ -155,6 +155,31 @@ def test_cyclic_omits_a_different_remainder_per_cycle() -> None:
     assert len(omitted) > 10
 
 
+def test_cyclic_position_of_each_index_is_uniform_across_seeds() -> None:
+    n, seeds = 6, 3000
+    at = np.zeros((n, n))  # at[index, position]
+    for seed in range(seeds):
+        perm = Sampler(n, n, Sampler.Mode.Cyclic, seed=seed).next()
+        at[perm.astype(np.int64), np.arange(n)] += 1
+    expected = seeds / n
+    chi2 = ((at - expected) ** 2 / expected).sum(axis=1)
+    # df = 5 per index: p(chi2 > 30) < 1e-5.
+    assert chi2.max() < 30
+
+
+def test_cyclic_cycles_and_seeds_give_unrelated_orders() -> None:
+    n = 20_000
+    a = Sampler(n, n, Sampler.Mode.Cyclic, seed=1)
+    first, second = a.peek(0).astype(np.float64), a.peek(1).astype(np.float64)
+    other_seed = Sampler(n, n, Sampler.Mode.Cyclic, seed=2).peek(0).astype(np.float64)
+    neighbours = np.corrcoef(first[:-1], first[1:])[0, 1]
+    # sd of r is ~0.007 at this size.
+    assert abs(neighbours) < 0.04
+    assert abs(np.corrcoef(first, second)[0, 1]) < 0.04
+    assert abs(np.corrcoef(first, other_seed)[0, 1]) < 0.04
+    assert int((first == second).sum()) < 10  # a random pair agrees at ~1 position
+
+
 def test_cyclic_does_not_allocate_a_dataset_sized_permutation() -> None:
     n = 10**12  # a permutation of this would need 8 TB
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
