@@ -2,6 +2,8 @@
 // Contract and batch layout: common/include/loaderx/loader.h.
 #include "loaderx/loader.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
@@ -42,34 +44,104 @@ std::string StreamName(const std::vector<std::shared_ptr<const Store>>& streams,
   return "stream " + std::to_string(j) + " (" + streams[j]->label() + ")";
 }
 
+// Batch buffers are large (tens of MiB for image batches) and of the same or
+// similar size from step to step. Fresh ones cost a page fault per 4 KiB page
+// plus the kernel zeroing them, which is as slow as the gather itself, so the
+// heap allocator keeps a few freed buffers for reuse and asks for transparent
+// huge pages on big ones (as NumPy does for its arrays).
+constexpr uint64_t kHugePage = uint64_t{2} << 20;
+constexpr size_t kMaxCachedBuffers = 2;
+
+struct HeapBuffer {
+  uint8_t* data = nullptr;
+  uint64_t capacity = 0;
+  uint64_t alignment = 0;
+};
+
+void FreeBuffer(const HeapBuffer& b) {
+  ::operator delete(b.data, std::align_val_t(b.alignment));
+}
+
+// Freed buffers waiting for reuse; shared by the allocator and every batch it
+// handed out, so a batch may outlive both the allocator and the pipeline.
+class BufferCache {
+ public:
+  ~BufferCache() {
+    for (const HeapBuffer& b : free_) FreeBuffer(b);
+  }
+  // A cached buffer of at least `bytes` and not much more, if any.
+  std::optional<HeapBuffer> Take(uint64_t bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < free_.size(); ++i) {
+      if (free_[i].capacity >= bytes && free_[i].capacity - bytes <= bytes / 4 + kHugePage) {
+        HeapBuffer b = free_[i];
+        free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(i));
+        return b;
+      }
+    }
+    return std::nullopt;
+  }
+  void Give(const HeapBuffer& b) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (free_.size() < kMaxCachedBuffers) {
+        free_.push_back(b);
+        return;
+      }
+    }
+    FreeBuffer(b);
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<HeapBuffer> free_;  // guarded by mu_
+};
+
 class HeapMemory final : public BatchMemory {
  public:
-  HeapMemory(uint8_t* data, uint64_t size) : data_(data), size_(size) {}
-  ~HeapMemory() override { ::operator delete(data_, std::align_val_t(kBatchAlignment)); }
+  HeapMemory(HeapBuffer buffer, uint64_t size, std::shared_ptr<BufferCache> cache)
+      : buffer_(buffer), size_(size), cache_(std::move(cache)) {}
+  ~HeapMemory() override { cache_->Give(buffer_); }
   HeapMemory(const HeapMemory&) = delete;
   HeapMemory& operator=(const HeapMemory&) = delete;
-  uint8_t* data() override { return data_; }
+  uint8_t* data() override { return buffer_.data; }
   uint64_t size() const override { return size_; }
 
  private:
-  uint8_t* data_;
+  HeapBuffer buffer_;
   uint64_t size_;
+  std::shared_ptr<BufferCache> cache_;
 };
 
 class HeapAllocatorImpl final : public BatchAllocator {
  public:
   Result<std::shared_ptr<BatchMemory>> Allocate(uint64_t step, uint64_t bytes) override {
-    // operator new(0) is valid but gives a pointer we may not touch; a batch
-    // of empty records still gets one aligned line so data() is usable.
-    const uint64_t alloc = std::max<uint64_t>(bytes, kBatchAlignment);
-    void* p = ::operator new(alloc, std::align_val_t(kBatchAlignment), std::nothrow);
-    if (p == nullptr) {
-      return Status::ResourceExhausted("step " + std::to_string(step) + ": cannot allocate " +
-                                       std::to_string(bytes) + " bytes for the batch");
+    std::optional<HeapBuffer> buffer = cache_->Take(bytes);
+    if (!buffer) {
+      HeapBuffer b;
+      // operator new(0) gives a pointer we may not touch: a batch of empty
+      // records still gets one aligned line so data() is usable.
+      b.capacity = std::max<uint64_t>(bytes, kBatchAlignment);
+      b.alignment = kBatchAlignment;
+      if (b.capacity >= 2 * kHugePage) {
+        b.alignment = kHugePage;
+        b.capacity = (b.capacity + kHugePage - 1) / kHugePage * kHugePage;
+      }
+      b.data = static_cast<uint8_t*>(
+          ::operator new(b.capacity, std::align_val_t(b.alignment), std::nothrow));
+      if (b.data == nullptr) {
+        return Status::ResourceExhausted("step " + std::to_string(step) + ": cannot allocate " +
+                                         std::to_string(bytes) + " bytes for the batch");
+      }
+      // Advisory only: without THP support the buffer is simply made of 4 KiB pages.
+      if (b.alignment == kHugePage) (void)::madvise(b.data, b.capacity, MADV_HUGEPAGE);
+      buffer = b;
     }
-    return std::shared_ptr<BatchMemory>(
-        std::make_shared<HeapMemory>(static_cast<uint8_t*>(p), bytes));
+    return std::shared_ptr<BatchMemory>(std::make_shared<HeapMemory>(*buffer, bytes, cache_));
   }
+
+ private:
+  std::shared_ptr<BufferCache> cache_ = std::make_shared<BufferCache>();
 };
 
 class PipelineImpl final : public Pipeline {

@@ -107,7 +107,10 @@ class BatchAllocator {
   virtual void Cancel() {}
 };
 
-// Heap allocator (64-byte aligned), the embedded default.
+// Heap allocator (64-byte aligned), the embedded default. Keeps up to two
+// freed buffers for reuse (fresh large buffers cost a page fault per page and
+// kernel zeroing) and asks for transparent huge pages on buffers >= 4 MiB.
+// Thread-safe; batches may outlive the allocator.
 std::shared_ptr<BatchAllocator> HeapAllocator();
 
 struct Batch {
