@@ -381,6 +381,22 @@ TEST(CyclicTest, OutputIsPinnedForSeed42) {
   EXPECT_EQ(Draw(s, 250), (std::vector<uint64_t>{103, 381, 448, 470}));
 }
 
+TEST(CyclicTest, InterleavedLanesMatchOnePositionAtATime) {
+  // Batches of >= 16 go through the lane kernel, single positions through the
+  // scalar path; world_size = G with batch 1 draws each position alone.
+  for (uint64_t n : {37ull, 1000ull, 65537ull, 1'000'000'007ull}) {
+    const uint64_t g = 37;
+    Sampler whole = MakeOrDie(Spec(n, g, SamplerMode::kCyclic, 5));
+    for (uint64_t step : {0ull, 1ull, 7ull}) {
+      std::vector<uint64_t> lanes = Draw(whole, step);
+      for (uint64_t r = 0; r < g; ++r) {
+        Sampler single = MakeOrDie(Spec(n, 1, SamplerMode::kCyclic, 5, r, g));
+        ASSERT_EQ(Draw(single, step)[0], lanes[r]) << "n=" << n << " position " << r;
+      }
+    }
+  }
+}
+
 TEST(CyclicTest, EachCycleIsAPermutationForManyN) {
   const std::vector<uint64_t> ns = {1, 2, 3, 4, 5, 7, 8, 9, 13, 15, 16, 17, 31, 32, 33,
                                     63, 64, 65, 97, 127, 128, 129, 255, 256, 257, 1000,
