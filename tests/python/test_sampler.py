@@ -41,8 +41,10 @@ def test_iteration_returns_the_same_reusable_buffer(mode: Mode) -> None:
     it = iter(sampler)
     first = next(it)
     plan0 = first.copy()
+    address = first.__array_interface__["data"][0]
     second = next(it)
     assert second is first
+    assert second.__array_interface__["data"][0] == address  # no new buffer per draw
     np.testing.assert_array_equal(plan0, sampler.peek(0))
     np.testing.assert_array_equal(second, sampler.peek(1))
     assert sampler.step == 2
