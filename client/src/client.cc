@@ -176,13 +176,17 @@ Result<std::unique_ptr<Client>> Client::Connect(const std::string& path) {
   LX_ASSIGN_OR_RETURN(std::shared_ptr<Connection> conn, Connection::Open(path));
   std::unique_ptr<Client> c(new Client());
   c->path_ = path;
+  c->hello_ = conn->hello();
   c->conn_ = std::move(conn);
   return c;
 }
 
-const HelloOkMsg& Client::hello() const { return conn_->hello(); }
+const HelloOkMsg& Client::hello() const { return hello_; }
 
 Result<std::vector<std::pair<std::string, uint64_t>>> Client::Stats(const client::WaitHook& hook) {
+  if (conn_ == nullptr) {
+    LX_ASSIGN_OR_RETURN(conn_, Connection::Open(path_));
+  }
   LX_ASSIGN_OR_RETURN(client::Reply r, conn_->Call(StatsMsg{}, {}, hook, false));
   if (auto* err = std::get_if<ErrorMsg>(&r.msg)) return err->ToStatus();
   auto* s = std::get_if<StatsReplyMsg>(&r.msg);
@@ -228,7 +232,12 @@ Result<std::unique_ptr<client::Loader>> Client::OpenLoader(const client::LoaderS
                                    " files together; one loader can pass at most " +
                                    std::to_string(kMaxFrameFds));
   }
-  LX_ASSIGN_OR_RETURN(std::shared_ptr<Connection> conn, Connection::Open(path_));
+  // The loader gets a connection of its own: the client's (which then
+  // reconnects lazily if used again), so one loader costs one session.
+  std::shared_ptr<Connection> conn = std::move(conn_);
+  if (conn == nullptr) {
+    LX_ASSIGN_OR_RETURN(conn, Connection::Open(path_));
+  }
   LX_ASSIGN_OR_RETURN(client::Reply r, conn->Call(open, fds, nullptr, false));
   if (auto* err = std::get_if<ErrorMsg>(&r.msg)) return err->ToStatus();
   auto* opened = std::get_if<OpenedMsg>(&r.msg);

@@ -15,6 +15,7 @@
 #include <mutex>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include "log.h"
 #include "loaderx/loader.h"
@@ -38,6 +39,9 @@ constexpr size_t kMaxQueuedRequests = 8;
 constexpr auto kWorkerPoll = std::chrono::milliseconds(50);
 // Frames handled per readiness wake-up before yielding to other connections.
 constexpr int kFramesPerWakeup = 64;
+// Protocol-violation warnings logged per window at most (log-flood guard).
+constexpr uint32_t kViolationLogsPerWindow = 10;
+constexpr auto kViolationLogWindow = std::chrono::seconds(10);
 
 uint64_t RoundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
@@ -130,6 +134,23 @@ class Server::Impl {
     return r;
   }
 
+  // io thread: true if a protocol-violation warning may be logged now;
+  // *suppressed is how many were dropped since the last one logged.
+  bool AllowViolationLog(uint64_t* suppressed) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now - log_window_start_ > kViolationLogWindow) {
+      log_window_start_ = now;
+      logged_in_window_ = 0;
+    }
+    if (logged_in_window_ >= kViolationLogsPerWindow) {
+      ++suppressed_logs_;
+      return false;
+    }
+    ++logged_in_window_;
+    *suppressed = std::exchange(suppressed_logs_, 0);
+    return true;
+  }
+
   // Session and ring accounting (any thread).
   Status AddSession(uint32_t uid) {
     std::lock_guard<std::mutex> lock(acct_mu_);
@@ -184,6 +205,9 @@ class Server::Impl {
   StoreRegistry registry_;
   const uint64_t incarnation_;
   bool stopping_ = false;                                     // io thread only
+  std::chrono::steady_clock::time_point log_window_start_{};  // io thread only
+  uint32_t logged_in_window_ = 0;                             // io thread only
+  uint64_t suppressed_logs_ = 0;                              // io thread only
   uint64_t next_id_ = 1;                                      // io thread only
   std::map<uint64_t, std::shared_ptr<Connection>> conns_;     // io thread only
 
@@ -217,8 +241,10 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
   void Shutdown(const std::string& why) {
     if (shut_) return;
     shut_ = true;
-    LX_LOG(kInfo) << "session " << id_ << " (pid " << cred_.pid << ", uid " << cred_.uid
-                  << ") closing: " << why;
+    if (!shut_quietly_) {
+      LX_LOG(kDebug) << "session " << id_ << " (pid " << cred_.pid << ", uid " << cred_.uid
+                     << ") closing: " << why;
+    }
     boost::system::error_code ec;
     socket_.cancel(ec);
     if (!worker_.joinable()) {
@@ -272,7 +298,17 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
 
   void ProtocolViolation(const Status& st) {
     server_.protocol_errors_.fetch_add(1, std::memory_order_relaxed);
-    LX_LOG(kWarning) << "session " << id_ << " (pid " << cred_.pid << "): " << st.ToString();
+    // A hostile client must not be able to flood the log (stderr can block
+    // the io thread when its reader is slow): a few lines per window, then a
+    // count of what was suppressed.
+    if (uint64_t suppressed; server_.AllowViolationLog(&suppressed)) {
+      LX_LOG(kWarning) << "session " << id_ << " (pid " << cred_.pid << ", uid " << cred_.uid
+                       << "): " << st.ToString()
+                       << (suppressed ? " (" + std::to_string(suppressed) +
+                                            " similar messages suppressed)"
+                                      : std::string());
+    }
+    shut_quietly_ = true;
     Shutdown("protocol violation");
   }
 
@@ -579,6 +615,7 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
   const PeerCred cred_;
   // io thread only.
   bool shut_ = false;
+  bool shut_quietly_ = false;  // already logged (or suppressed) by ProtocolViolation
   bool hello_done_ = false;
   bool counted_ = false;
   std::thread worker_;

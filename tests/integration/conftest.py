@@ -36,6 +36,7 @@ class Daemon:
 
     def __init__(self, socket: Path, extra: list[str]) -> None:
         self.socket = str(socket)
+        self.log = socket.with_suffix(".log")
         self.extra = extra
         self.proc: subprocess.Popen[bytes] | None = None
         self.start()
@@ -44,13 +45,15 @@ class Daemon:
         cmd = [loaderxd_binary(), "--foreground", "--socket", self.socket, "--threads", "2",
                "--log-level", "warning", *self.extra]
         env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID")}
-        self.proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE)
+        # A file, not a pipe: an unread pipe would fill and block the daemon.
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(cmd, env=env, stderr=log)
         deadline = time.monotonic() + 10
         from loaderx import _loaderx
 
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
+                err = self.log.read_text(errors="replace")
                 raise RuntimeError(f"loaderxd exited with {self.proc.returncode}: {err}")
             try:
                 _loaderx.daemon_stats(self.socket)

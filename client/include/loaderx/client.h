@@ -193,7 +193,8 @@ class Client {
   static Result<std::unique_ptr<Client>> Connect(const std::string& path);
   ~Client();
 
-  // Opens a loader on its own connection. Store problems come back with the
+  // Opens a loader on its own connection (the first loader takes over the
+  // client's connection). Store problems come back with the
   // same Status codes as opening them embedded (NotFound, Corruption, ...).
   Result<std::unique_ptr<client::Loader>> OpenLoader(const client::LoaderSpec& spec);
   // The daemon's counters ("sessions", "slots_held", "ring_bytes", ...).
@@ -205,6 +206,9 @@ class Client {
  private:
   Client() = default;
   std::string path_;
+  HelloOkMsg hello_;
+  // The control connection; handed to the first loader opened (one session
+  // per loader) and re-established lazily when needed again.
   std::shared_ptr<client::Connection> conn_;
 };
 

@@ -1,0 +1,478 @@
+"""loaderxd end to end: a real daemon process, real sockets, real stores."""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import warnings
+
+import msgpack
+import numpy as np
+import pytest
+
+from loaderx import client as lxclient
+from loaderx.dataloader import DataLoader
+from loaderx.errors import DaemonError, LoaderClosedError, ProtocolError, ResourceExhausted
+from loaderx.zsampler import Sampler
+
+Mode = Sampler.Mode
+
+
+def assert_same_batch(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        x, y = a[name], b[name]
+        if isinstance(y, list):
+            assert isinstance(x, list) and len(x) == len(y)
+            for u, v in zip(x, y):
+                assert u.dtype == v.dtype and u.shape == v.shape
+                np.testing.assert_array_equal(u, v)
+        else:
+            assert x.dtype == y.dtype and x.shape == y.shape, name
+            np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("mode", [Mode.IID, Mode.Cyclic, Mode.Sequential])
+def test_batch_sequence_is_byte_identical_to_embedded(daemon, stores, mode) -> None:
+    s = stores["streams"]
+    with DataLoader(s, batch_size=16, mode=mode, seed=3, daemon=daemon.socket) as remote, \
+            DataLoader(s, batch_size=16, mode=mode, seed=3) as local:
+        for _ in range(40):
+            assert remote.step == local.step
+            assert_same_batch(next(remote), next(local))
+
+
+def test_values_are_the_gathered_records(daemon, stores) -> None:
+    s = stores["streams"]
+    with DataLoader(s, batch_size=8, mode=Mode.Sequential, daemon=daemon.socket) as loader:
+        loader.seek(3)  # records 24..31
+        batch = next(loader)
+    np.testing.assert_array_equal(batch["image"], stores["images"][24:32])
+    np.testing.assert_array_equal(batch["label"], np.arange(24, 32) * 3)
+    assert batch["image"].dtype == np.uint8 and batch["label"].dtype == np.int64
+    assert [t.tolist() for t in batch["tokens"]] == [stores["tokens"][i].tolist() for i in range(24, 32)]
+
+
+def test_arrays_are_read_only_zero_copy_views_owning_the_lease(daemon, stores) -> None:
+    with DataLoader(stores["streams"], batch_size=8, daemon=daemon.socket) as loader:
+        batch = next(loader)
+        image, tokens = batch["image"], batch["tokens"]
+        assert not image.flags.writeable and not tokens[0].flags.writeable
+        with pytest.raises(ValueError):
+            image[0, 0, 0, 0] = 1
+        # One lease object owns every view of the batch.
+        assert image.base is tokens[0].base is batch["label"].base
+        assert np.shares_memory(image, image[3])
+        assert daemon.wait_stat("slots_held", 1)["slots_held"] == 1
+        del batch, image
+        assert daemon.stats()["slots_held"] == 1  # tokens still views the slot
+        del tokens
+        gc.collect()
+        assert daemon.wait_stat("slots_held", 0)["slots_held"] == 0
+
+
+def test_seek_state_dict_and_start_step_resume_identically(daemon, stores) -> None:
+    s = stores["streams"]
+    with DataLoader(s, batch_size=4, seed=9, daemon=daemon.socket) as remote, \
+            DataLoader(s, batch_size=4, seed=9) as local:
+        for _ in range(5):
+            next(remote)
+        state = remote.state_dict()
+        assert state["step"] == 5
+        remote.seek(100)
+        local.seek(100)
+        assert_same_batch(next(remote), next(local))
+    with DataLoader(s, batch_size=4, seed=9, start_step=5, daemon=daemon.socket) as resumed, \
+            DataLoader(s, batch_size=4, seed=9, start_step=5) as local:
+        assert resumed.step == 5
+        assert_same_batch(next(resumed), next(local))
+    with DataLoader(s, batch_size=4, seed=9, daemon=daemon.socket) as loaded:
+        loaded.load_state_dict(state)
+        with DataLoader(s, batch_size=4, seed=9, start_step=5) as local:
+            assert_same_batch(next(loaded), next(local))
+
+
+def test_transform_runs_on_daemon_batches_and_its_errors_propagate(daemon, stores) -> None:
+    def transform(batch):
+        if int(batch["label"][0]) == -1:
+            raise RuntimeError("never")
+        return batch["label"].sum()
+
+    s = stores["streams"]
+    with DataLoader(s, batch_size=8, transform=transform, daemon=daemon.socket) as remote, \
+            DataLoader(s, batch_size=8, transform=transform) as local:
+        assert [next(remote) for _ in range(10)] == [next(local) for _ in range(10)]
+
+    def boom(batch):
+        raise KeyError("boom")
+
+    with DataLoader(s, batch_size=8, transform=boom, daemon=daemon.socket) as loader:
+        with pytest.raises(KeyError, match="boom"):
+            next(loader)
+        assert loader.step == 1
+
+
+def test_holding_past_the_lease_cap_raises_instead_of_hanging(daemon_factory, stores) -> None:
+    d = daemon_factory("--max-leases", "3")
+    with DataLoader(stores["streams"], batch_size=4, daemon=d.socket) as loader:
+        held = [next(loader) for _ in range(3)]
+        start = time.monotonic()
+        with pytest.raises(ResourceExhausted, match="lease cap 3"):
+            next(loader)
+        assert time.monotonic() - start < 1.0
+        assert loader.step == 3
+        held.pop(0)
+        gc.collect()
+        assert next(loader) is not None
+        assert loader.step == 4
+
+
+CLIENT_THAT_HOLDS = textwrap.dedent(
+    """
+    import sys, time
+    from loaderx.zrecord import Dense
+    from loaderx.dataloader import DataLoader
+    s = {"image": Dense.open(sys.argv[2])}
+    loader = DataLoader(s, batch_size=4, daemon=sys.argv[1])
+    held = [next(loader) for _ in range(3)]
+    if len(sys.argv) > 3:
+        import os
+        if os.fork() == 0:  # a child that outlives its parent
+            time.sleep(30)
+            os._exit(0)
+    print("ready", flush=True)
+    time.sleep(60)
+    """
+)
+
+
+def spawn_holder(daemon, stores, *extra: str) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CLIENT_THAT_HOLDS, daemon.socket, str(stores["dir"] / "images"), *extra],
+        stdout=subprocess.PIPE, env=env,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+    return proc
+
+
+def test_sigkilled_client_has_its_slots_reclaimed_and_others_go_on(daemon, stores) -> None:
+    with DataLoader(stores["streams"], batch_size=4, daemon=daemon.socket) as other:
+        mine = next(other)
+        proc = spawn_holder(daemon, stores)
+        before = daemon.stats()
+        assert before["loaders"] == 2 and before["slots_held"] == 4
+        proc.kill()
+        proc.wait()
+        after = daemon.wait_stat("loaders", 1)
+        assert after["loaders"] == 1
+        assert daemon.wait_stat("slots_held", 1)["slots_held"] == 1
+        assert after["ring_bytes"] < before["ring_bytes"]
+        np.testing.assert_array_equal(mine["label"], mine["label"])  # still mapped
+        assert next(other)["image"].shape == (4, 3, 8, 8)
+
+
+def test_forked_child_does_not_keep_the_session_alive(daemon, stores) -> None:
+    proc = spawn_holder(daemon, stores, "fork")
+    assert daemon.stats()["loaders"] == 1
+    proc.kill()
+    proc.wait()
+    # The child sleeps on, holding copies of every fd; the session still ends.
+    s = daemon.wait_stat("loaders", 0)
+    assert s["loaders"] == 0 and s["slots_held"] == 0
+
+
+def test_forked_child_cannot_use_or_corrupt_the_session(daemon, stores) -> None:
+    with DataLoader(stores["streams"], batch_size=4, daemon=daemon.socket) as loader:
+        first = next(loader)
+        copy = first["image"].copy()
+        pid = os.fork()
+        if pid == 0:  # child
+            code = 1
+            try:
+                try:
+                    next(loader)
+                except DaemonError:
+                    code = 0 if np.array_equal(first["image"], copy) else 2
+                del first
+                gc.collect()  # must not release the parent's slot
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+        assert daemon.stats()["stale_releases"] == 0
+        assert daemon.stats()["slots_held"] == 1
+        np.testing.assert_array_equal(first["image"], copy)
+        assert loader.step == 1
+        with DataLoader(stores["streams"], batch_size=4, start_step=1) as local:
+            assert_same_batch(next(loader), next(local))
+
+
+def test_daemon_sigkill_unblocks_next_within_a_second_and_restart_resumes(daemon, stores) -> None:
+    s = stores["streams"]
+    loader = DataLoader(s, batch_size=4, daemon=daemon.socket)
+    held = next(loader)
+    copy = held["image"].copy()
+    daemon.proc.send_signal(signal.SIGSTOP)  # next() now blocks: no reply comes
+    result: dict = {}
+
+    def consume() -> None:
+        try:
+            next(loader)
+        except BaseException as exc:  # noqa: BLE001 - recorded for the assertion
+            result["exc"] = exc
+            result["at"] = time.monotonic()
+
+    t = threading.Thread(target=consume)
+    t.start()
+    time.sleep(0.3)
+    assert t.is_alive()
+    killed_at = time.monotonic()
+    daemon.kill(signal.SIGKILL)
+    t.join(5)
+    assert not t.is_alive()
+    assert isinstance(result["exc"], DaemonError)
+    assert result["at"] - killed_at < 1.0
+    np.testing.assert_array_equal(held["image"], copy)  # still readable
+    step = loader.step
+    assert step == 1
+    loader.close()
+
+    daemon.start()  # same socket, fresh process
+    with DataLoader(s, batch_size=4, daemon=daemon.socket) as again, \
+            DataLoader(s, batch_size=4, start_step=step) as local:
+        again.seek(step)
+        for _ in range(5):
+            assert_same_batch(next(again), next(local))
+
+
+def test_close_from_another_thread_wakes_a_blocked_next(daemon, stores) -> None:
+    loader = DataLoader(stores["streams"], batch_size=4, daemon=daemon.socket)
+    next(loader)
+    daemon.proc.send_signal(signal.SIGSTOP)
+    errors: list = []
+    t = threading.Thread(target=lambda: errors.append(pytest.raises(LoaderClosedError, next, loader)))
+    t.start()
+    time.sleep(0.2)
+    loader.close()
+    t.join(5)
+    assert not t.is_alive() and errors
+    daemon.proc.send_signal(signal.SIGCONT)
+
+
+def _raw_hello(path: str) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    sock.connect(path)
+    sock.send(msgpack.packb({"t": "hello", "major": 1, "minor": 0, "client_version": "fuzz"}))
+    reply = msgpack.unpackb(sock.recv(65536))
+    assert reply["t"] == "hello_ok"
+    return sock
+
+
+def test_protocol_major_mismatch_is_refused_naming_both_versions(daemon) -> None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    sock.connect(daemon.socket)
+    sock.send(msgpack.packb({"t": "hello", "major": 99, "minor": 3, "client_version": "x"}))
+    reply = msgpack.unpackb(sock.recv(65536))
+    assert reply["t"] == "error"
+    assert "99.3" in reply["message"] and "1.0" in reply["message"]
+    sock.settimeout(2)
+    assert sock.recv(10) == b""  # and the connection is closed
+
+
+def test_ten_thousand_malformed_frames_leave_the_daemon_serving(daemon, stores) -> None:
+    rng = np.random.default_rng(5)
+    valid = [
+        msgpack.packb({"t": "seek", "step": 1}),
+        msgpack.packb({"t": "release", "slot": 0, "seq": 1}),
+        msgpack.packb({"t": "open", "streams": [{"label": "x", "has_shapes": False,
+                                                 "has_dict": False, "data_files": 1}],
+                       "batch_size": 1, "mode": 1, "seed": 0, "rank": 0, "world_size": 1,
+                       "start_step": 0, "prefetch": 1, "leases": 1, "ring_bytes": 0}),
+    ]
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    with DataLoader(stores["streams"], batch_size=4, daemon=daemon.socket) as good, \
+            DataLoader(stores["streams"], batch_size=4) as local:
+        sock = _raw_hello(daemon.socket)
+        sent, drops, start = 0, 0, time.monotonic()
+        while sent < 10_000 and time.monotonic() - start < 120:
+            kind = sent % 6
+            if kind == 0:
+                frame = rng.integers(0, 256, size=int(rng.integers(1, 64)), dtype=np.uint8).tobytes()
+            elif kind == 1:  # mutated valid message
+                b = bytearray(valid[int(rng.integers(len(valid)))])
+                for _ in range(int(rng.integers(1, 4))):
+                    b[int(rng.integers(len(b)))] = int(rng.integers(256))
+                frame = bytes(b)
+            elif kind == 2:  # wrong types / unknown keys
+                frame = msgpack.packb({"t": "next", "bogus": [1, 2, {"x": b"y"}]})
+            elif kind == 3:  # huge length claims
+                frame = bytes([0xdd, 0xff, 0xff, 0xff, 0xff]) + b"\x00" * 8
+            elif kind == 4:  # open announcing fds it does not carry
+                frame = valid[2]
+            else:
+                frame = msgpack.packb({"t": "stats"})
+            try:
+                if kind == 5 and sent % 12 == 5:  # fds where none are expected
+                    sock.sendmsg([frame], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                            np.array([devnull], dtype=np.int32).tobytes())])
+                else:
+                    sock.send(frame)
+                sent += 1
+                # A reply (valid request), a hang-up (dropped) or silence.
+                sock.settimeout(0.2)
+                dropped = sock.recv(65536) == b""
+            except socket.timeout:
+                dropped = False
+            except OSError:
+                dropped = True
+            if dropped:
+                drops += 1
+                sock.close()
+                sock = _raw_hello(daemon.socket)
+            if sent % 50 == 0:  # the good client is served throughout
+                assert_same_batch(next(good), next(local))
+        sock.close()
+        assert sent == 10_000
+        assert_same_batch(next(good), next(local))
+    os.close(devnull)
+    assert daemon.proc.poll() is None
+    stats = daemon.wait_stat("loaders", 0)
+    assert drops > 8000  # every malformed frame cost its sender the connection...
+    assert stats["protocol_errors"] >= drops
+    assert stats["loaders"] == 0 and stats["slots_held"] == 0  # ...and nothing else
+    assert daemon.wait_stat("sessions", 1)["sessions"] == 1  # only this stats query
+
+
+def test_per_uid_session_cap_refuses_clearly(daemon_factory, stores) -> None:
+    d = daemon_factory("--sessions-per-uid", "2")
+    a = DataLoader(stores["streams"], batch_size=4, daemon=d.socket)
+    b = DataLoader(stores["streams"], batch_size=4, daemon=d.socket)
+    with pytest.raises(ResourceExhausted, match="sessions-per-uid"):
+        DataLoader(stores["streams"], batch_size=4, daemon=d.socket)
+    a.close()
+    b.close()
+
+
+def test_per_uid_ring_memory_cap_refuses_clearly(daemon_factory, stores) -> None:
+    d = daemon_factory("--memory-limit", "64M", "--memory-per-uid", "1M")
+    with pytest.raises(ResourceExhausted, match="memory-per-uid"):
+        DataLoader(stores["streams"], batch_size=190, prefetch=8, daemon=d.socket)
+    assert d.stats()["ring_bytes"] == 0
+    with DataLoader(stores["streams"], batch_size=2, daemon=d.socket) as small:
+        assert next(small)["label"].shape == (2,)
+
+
+def test_no_daemon_is_daemon_error_and_auto_falls_back_with_warning(tmp_path, stores, monkeypatch) -> None:
+    missing = str(tmp_path / "nobody.sock")
+    with pytest.raises(DaemonError, match="nobody.sock"):
+        DataLoader(stores["streams"], batch_size=4, daemon=missing)
+    monkeypatch.setenv("LOADERXD_SOCKET", missing)
+    with pytest.warns(RuntimeWarning, match="no loaderxd answered"):
+        loader = DataLoader(stores["streams"], batch_size=4, seed=1, daemon="auto")
+    with loader, DataLoader(stores["streams"], batch_size=4, seed=1) as local:
+        assert_same_batch(next(loader), next(local))
+    with pytest.raises(DaemonError):
+        lxclient.connect(missing)
+
+
+def test_daemon_true_and_auto_use_the_default_socket(daemon, stores, monkeypatch) -> None:
+    monkeypatch.setenv("LOADERXD_SOCKET", daemon.socket)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for choice in (True, "auto"):
+            with DataLoader(stores["streams"], batch_size=4, daemon=choice) as loader:
+                next(loader)
+                assert daemon.stats()["loaders"] == 1
+    c = lxclient.connect()
+    assert c.stats()["sessions"] >= 1
+    with c.loader(stores["streams"], batch_size=4) as loader:
+        assert next(loader)["label"].shape == (4,)
+
+
+def test_missing_store_is_reported_not_fallen_back(daemon, stores, tmp_path) -> None:
+    from loaderx.zrecord import Dense
+
+    x = np.zeros((10, 2), np.float32)
+    path = str(tmp_path / "gone")
+    with Dense.create(path, x.dtype, (2,), codec="raw") as w:
+        w.append(x)
+    s = Dense.open(path)
+    import shutil
+
+    shutil.rmtree(path)
+    from loaderx.errors import StoreNotFoundError
+
+    with pytest.raises(StoreNotFoundError):
+        DataLoader({"x": s}, batch_size=2, daemon=daemon.socket)
+    s.close()
+
+
+def test_socket_mode_and_clean_sigterm_shutdown(daemon) -> None:
+    assert os.stat(daemon.socket).st_mode & 0o777 == 0o660
+    assert daemon.stop() == 0
+    assert not os.path.exists(daemon.socket)
+
+
+def test_stale_socket_is_replaced_and_live_one_is_refused(daemon_factory, tmp_path) -> None:
+    from conftest import loaderxd_binary
+
+    d = daemon_factory()
+    second = subprocess.run([loaderxd_binary(), "--foreground", "--socket", d.socket],
+                            capture_output=True, timeout=10)
+    assert second.returncode == 1 and b"another loaderxd" in second.stderr
+    d.kill(signal.SIGKILL)
+    assert os.path.exists(d.socket)  # left behind by the crash
+    d.start()  # takes the stale socket over
+    assert d.stats()["sessions"] >= 0
+
+
+def test_check_config_validates_and_exits(tmp_path) -> None:
+    from conftest import loaderxd_binary
+
+    conf = tmp_path / "d.conf"
+    conf.write_text("memory-limit = 2G\nmax-leases = 9\n")
+    ok = subprocess.run([loaderxd_binary(), "--check-config", "--config", str(conf),
+                         "--socket", str(tmp_path / "s")], capture_output=True, timeout=10)
+    assert ok.returncode == 0 and b"configuration OK" in ok.stdout
+    conf.write_text("max-leases = lots\n")
+    bad = subprocess.run([loaderxd_binary(), "--check-config", "--config", str(conf),
+                          "--socket", str(tmp_path / "s")], capture_output=True, timeout=10)
+    assert bad.returncode == 2 and b"d.conf:1" in bad.stderr
+
+
+def test_detached_start_returns_once_listening(tmp_path) -> None:
+    from conftest import loaderxd_binary
+    from loaderx import _loaderx
+
+    sock = str(tmp_path / "bg.sock")
+    env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}
+    r = subprocess.run([loaderxd_binary(), "--socket", sock], env=env, timeout=10)
+    assert r.returncode == 0
+    stats = _loaderx.daemon_stats(sock)  # answers at once: no race with startup
+    assert stats["sessions"] == 1
+    pid = int(subprocess.run(["fuser", sock], capture_output=True, text=True).stdout.split()[0]) \
+        if False else None
+    # Stop it through its socket owner: find the pid via /proc.
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                cmd = open(f"/proc/{p}/cmdline", "rb").read().split(b"\0")
+            except OSError:
+                continue
+            if sock.encode() in cmd and b"--socket" in cmd:
+                os.kill(int(p), signal.SIGTERM)
+                pid = int(p)
+    assert pid is not None
+    for _ in range(200):
+        if not os.path.exists(sock):
+            break
+        time.sleep(0.02)
+    assert not os.path.exists(sock)
