@@ -273,6 +273,39 @@ TEST(FillBatchTest, MisalignedMemoryIsRejected) {
   EXPECT_EQ(FillBatch({dense}, {1}, *layout, p, nullptr).code(), Status::Code::kInvalidArgument);
 }
 
+TEST(HeapAllocatorTest, ReusesAFreedBufferOfASimilarSize) {
+  auto alloc = HeapAllocator();
+  auto a = alloc->Allocate(0, 8 << 20);
+  ASSERT_TRUE(a.ok());
+  uint8_t* first = (*a)->data();
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(first) % kBatchAlignment, 0u);
+  EXPECT_EQ((*a)->size(), uint64_t{8} << 20);
+  a = Status::Cancelled("drop");  // frees the batch: its buffer goes to the cache
+  auto b = alloc->Allocate(1, (8 << 20) - 1000);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ((*b)->data(), first);
+  EXPECT_EQ((*b)->size(), (uint64_t{8} << 20) - 1000);
+  // Much smaller or larger requests get their own buffer.
+  auto small = alloc->Allocate(2, 1000);
+  auto large = alloc->Allocate(3, 64 << 20);
+  ASSERT_TRUE(small.ok() && large.ok());
+  EXPECT_NE((*small)->data(), first);
+  EXPECT_NE((*large)->data(), first);
+  std::memset((*large)->data(), 1, 64 << 20);  // the whole size is usable
+}
+
+TEST(HeapAllocatorTest, BatchesOutliveTheAllocator) {
+  std::shared_ptr<BatchMemory> kept;
+  {
+    auto alloc = HeapAllocator();
+    auto a = alloc->Allocate(0, 100);
+    ASSERT_TRUE(a.ok());
+    kept = *a;
+  }
+  std::memset(kept->data(), 7, 100);
+  EXPECT_EQ(kept->data()[99], 7);
+}
+
 TEST(PipelineTest, DeliversStepsInOrderIdenticalToHandGatherForAnyThreadsAndPrefetch) {
   auto dense = FakeStore::Dense(1000, {2, 3});
   auto ragged = FakeStore::Ragged(1000);
