@@ -6,7 +6,6 @@
 // GIL: every call that touches files or decodes records releases the GIL.
 // NumPy outputs are allocated with the GIL held, then filled without it; no
 // Python object is touched while the GIL is released.
-#include <pybind11/functional.h>
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
@@ -323,15 +322,17 @@ void BindStore(py::module_& m) {
            })
       .def(
           "verify",
-          [](const Store& s, std::optional<std::function<void(uint64_t, uint64_t)>> progress) {
+          [](const Store& s, std::optional<py::function> progress) {
             Status st;
             {
               py::gil_scoped_release nogil;
-              std::function<void(uint64_t, uint64_t)> cb;
-              if (progress) {
-                // pybind's function caster acquires the GIL around each call.
-                cb = *progress;
-              }
+              // Called between verify rounds on this thread: takes the GIL to
+              // report progress and to let Ctrl-C (or a raising callback) stop it.
+              auto cb = [&](uint64_t done, uint64_t total) {
+                py::gil_scoped_acquire gil;
+                if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+                if (progress) (*progress)(done, total);
+              };
               st = s.Verify(cb);
             }
             Check(st);

@@ -468,3 +468,19 @@ def test_record_larger_than_4_gib_round_trips_from_a_sparse_memmap(tmp_path: Pat
         assert int(np.count_nonzero(rec)) == 8
         del rec
         ds.verify()
+
+
+def test_verify_reports_progress_and_propagates_callback_errors(tmp_path: Path) -> None:
+    ds = _dense(tmp_path / "s", np.zeros((3000, 4), np.uint8), codec="raw")
+    calls: list[tuple[int, int]] = []
+    ds.verify(lambda done, total: calls.append((done, total)))
+    assert calls[0] == (0, 3000) and calls[-1] == (3000, 3000)
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls)
+
+    def stop(done: int, total: int) -> None:
+        if done:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        ds.verify(stop)
+    ds.verify()  # still usable
