@@ -15,7 +15,6 @@ import os
 from pathlib import Path
 
 import numpy as np
-
 from loaderx.datasets import fashion_mnist
 from loaderx.zrecord import Dense
 

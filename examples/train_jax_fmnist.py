@@ -30,7 +30,6 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fmnist_stores import build_stores, open_split
-
 from loaderx.dataloader import DataLoader
 
 try:
@@ -70,8 +69,10 @@ def train_step(params: dict[str, Any], x: Any, y: Any) -> tuple[dict[str, Any], 
     g_logits = (p - onehot) / x.shape[0]
     g_h = (g_logits @ params["w2"].T) * (h_pre > 0)
     grads = {
-        "w1": x.T @ g_h, "b1": g_h.sum(axis=0),
-        "w2": h.T @ g_logits, "b2": g_logits.sum(axis=0),
+        "w1": x.T @ g_h,
+        "b1": g_h.sum(axis=0),
+        "w2": h.T @ g_logits,
+        "b2": g_logits.sum(axis=0),
     }
     return {k: params[k] - LR * grads[k] for k in params}, loss
 

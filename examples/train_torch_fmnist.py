@@ -27,7 +27,6 @@ except ModuleNotFoundError:
     sys.exit(0)
 
 from fmnist_stores import build_stores, open_split
-
 from loaderx.dataloader import DataLoader
 from loaderx.torch import to_torch
 
@@ -41,9 +40,14 @@ def to_inputs(batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
 
 def make_model() -> nn.Module:
     return nn.Sequential(
-        nn.Conv2d(1, 16, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(32 * 7 * 7, 10),
+        nn.Conv2d(1, 16, 5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 5, padding=2),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(32 * 7 * 7, 10),
     )
 
 
@@ -101,8 +105,14 @@ def main() -> None:
                 print(f"step {step + 1} loss {loss.item():.6f}", flush=True)
             if (step + 1) % args.ckpt_every == 0:
                 # loader.step is now step + 1: the batch a resumed run starts with.
-                torch.save({"model": model.state_dict(), "optim": opt.state_dict(),
-                            "loader": loader.state_dict()}, ckpt)
+                torch.save(
+                    {
+                        "model": model.state_dict(),
+                        "optim": opt.state_dict(),
+                        "loader": loader.state_dict(),
+                    },
+                    ckpt,
+                )
             if args.stop_at is not None and step + 1 >= args.stop_at:
                 print(f"stopping at step {step + 1} (simulated crash)")
                 return

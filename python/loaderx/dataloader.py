@@ -68,7 +68,7 @@ from . import _loaderx
 from .errors import InvalidArgumentError, LoaderClosedError, StateError
 from .zsampler import Mode, Sampler, _to_mode
 
-__all__ = ["DataLoader", "BatchSource", "SourceSpec", "default_num_threads"]
+__all__ = ["BatchSource", "DataLoader", "SourceSpec", "default_num_threads"]
 
 # How long one wait may block before the loader looks at close() and lets
 # Python run signal handlers. Ctrl-C must surface within 100 ms.
@@ -224,8 +224,7 @@ def _check_streams(streams: Any) -> tuple[tuple[str, ...], int]:
             raise TypeError(f"stream names must be str, got {name!r}")
         if not isinstance(store, (Dense, Ragged)):
             raise TypeError(
-                f"stream {name!r} must be an open Dense or Ragged store, "
-                f"got {type(store).__name__}"
+                f"stream {name!r} must be an open Dense or Ragged store, got {type(store).__name__}"
             )
         _native_store(name, store)
     lengths = {name: len(store) for name, store in streams.items()}
@@ -319,7 +318,9 @@ class DataLoader:
         if prefetch > 1024:
             raise InvalidArgumentError(f"prefetch must be <= 1024, got {prefetch}")
         num_threads = (
-            default_num_threads() if num_threads is None else _check_int("num_threads", num_threads, 1)
+            default_num_threads()
+            if num_threads is None
+            else _check_int("num_threads", num_threads, 1)
         )
         if num_threads > 1024:
             raise InvalidArgumentError(f"num_threads must be <= 1024, got {num_threads}")
@@ -392,9 +393,9 @@ class DataLoader:
             self._check_open()
             try:
                 got = self._source.next_raw(_POLL_SECONDS)
-            except (KeyboardInterrupt, SystemExit, LoaderClosedError):
+            except LoaderClosedError:
                 raise
-            except BaseException:
+            except Exception:
                 self._step = self._source.step  # the source moved past the failed step
                 raise
             if got is not None:
@@ -427,9 +428,9 @@ class DataLoader:
             step = self._source.step
             try:
                 got = self._source.next_raw(_POLL_SECONDS if block else 0.0)
-            except (KeyboardInterrupt, SystemExit, LoaderClosedError):
+            except LoaderClosedError:
                 raise
-            except BaseException as exc:
+            except Exception as exc:  # noqa: BLE001 - any error of the step, raised in order
                 failed: Future[Any] = Future()
                 failed.set_exception(exc)
                 self._pending.append((step, failed))
@@ -538,7 +539,7 @@ class DataLoader:
         if self._closed:
             raise LoaderClosedError("the DataLoader is closed")
 
-    def __enter__(self) -> DataLoader:
+    def __enter__(self) -> DataLoader:  # noqa: PYI034 - Self needs Python 3.11
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -579,9 +580,7 @@ def _from_sampler(
     if not isinstance(sampler, Sampler):
         raise TypeError(f"sampler must be a loaderx Sampler, got {type(sampler).__name__}")
     if sampler.n != n:
-        raise InvalidArgumentError(
-            f"sampler covers {sampler.n} records but the streams have {n}"
-        )
+        raise InvalidArgumentError(f"sampler covers {sampler.n} records but the streams have {n}")
     theirs = {
         "batch_size": (batch_size, 256, sampler.batch_size),
         "mode": (_mode_value(mode), 1, _mode_value(sampler.mode)),

@@ -26,7 +26,7 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["to_torch", "iter_torch", "device_transform"]
+__all__ = ["device_transform", "iter_torch", "to_torch"]
 
 
 def _tensor(array: np.ndarray) -> torch.Tensor:

@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from loaderx.zrecord import Dense, Ragged
 from loaderx.zsampler import Sampler
 
@@ -61,8 +60,8 @@ def expected_batch(
 
 def assert_batch_equal(got: dict[str, Any], want: dict[str, Any]) -> None:
     assert list(got) == list(want)
-    for name in want:
-        g, w = got[name], want[name]
+    for name, w in want.items():
+        g = got[name]
         if isinstance(w, list):
             assert isinstance(g, list) and len(g) == len(w), name
             for a, b in zip(g, w):

@@ -20,7 +20,6 @@ from loader_util import (
     open_stores,
     ragged_record,
 )
-
 from loaderx.dataloader import DataLoader
 from loaderx.errors import InvalidArgumentError, LoaderClosedError
 from loaderx.zrecord import Dense
@@ -205,11 +204,19 @@ def test_resume_across_process_restart(paths: dict[str, Path], tmp_path: Path) -
     state = tmp_path / "state.json"
     first = subprocess.run(
         [sys.executable, "-c", script, arg, str(state), "first", "2"],
-        capture_output=True, text=True, timeout=120, env=env, check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=True,
     )
     second = subprocess.run(
         [sys.executable, "-c", script, arg, str(state), "second", "1"],
-        capture_output=True, text=True, timeout=120, env=env, check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=True,
     )
     assert json.loads(state.read_text())["step"] == 4
     assert json.loads(first.stdout) == json.loads(second.stdout)
@@ -256,9 +263,11 @@ def test_bad_streams_raise_named_errors(stores: dict[str, Any], tmp_path: Path) 
     short = np.zeros((N - 1, 2), np.uint8)
     with Dense.create(str(tmp_path / "short"), short.dtype, (2,), codec="raw") as ds:
         ds.append(short)
-    with Dense.open(str(tmp_path / "short")) as s:
-        with pytest.raises(ValueError, match=f"img={N}, short={N - 1}"):
-            DataLoader({"img": stores["img"], "short": s})
+    with (
+        Dense.open(str(tmp_path / "short")) as s,
+        pytest.raises(ValueError, match=f"img={N}, short={N - 1}"),
+    ):
+        DataLoader({"img": stores["img"], "short": s})
 
 
 @pytest.mark.parametrize(

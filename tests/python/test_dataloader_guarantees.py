@@ -13,11 +13,10 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import loaderx.dataloader as dataloader_module
 import numpy as np
 import pytest
 from loader_util import assert_batch_equal, expected_batch, make_stores, open_stores
-
-import loaderx.dataloader as dataloader_module
 from loaderx.dataloader import DataLoader, SourceSpec
 from loaderx.errors import CorruptStoreError, LoaderClosedError
 
@@ -46,9 +45,7 @@ class FakeSource:
     without being consumed; ``block`` makes every wait time out until closed.
     """
 
-    def __init__(
-        self, spec: SourceSpec, fail: set[int], block: bool, interrupt: set[int]
-    ) -> None:
+    def __init__(self, spec: SourceSpec, fail: set[int], block: bool, interrupt: set[int]) -> None:
         self._step = spec.start_step
         self.fail = fail
         self.block = block
@@ -120,9 +117,7 @@ def test_transform_exception_is_raised_for_its_step_with_its_traceback(
             raise ValueError(f"bad batch {step}")
         return batch
 
-    with DataLoader(
-        stores, 5, explode_on_step_3, mode="Sequential", transform_threads=4
-    ) as loader:
+    with DataLoader(stores, 5, explode_on_step_3, mode="Sequential", transform_threads=4) as loader:
         for k in range(3):
             assert_batch_equal(next(loader), expected_batch(stores, k, 5, "Sequential"))
         with pytest.raises(ValueError, match="bad batch 3") as info:
@@ -272,11 +267,17 @@ def test_garbage_collected_loader_is_closed(stores: dict[str, Any]) -> None:
     assert _threads()[1] == before_tasks
 
 
-def _run_child(script: str, paths: dict[str, Path], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def _run_child(
+    script: str, paths: dict[str, Path], timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     arg = json.dumps({k: str(v) for k, v in paths.items()})
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(script), arg],
-        capture_output=True, text=True, timeout=timeout, env=ENV,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=ENV,
     )
 
 
@@ -291,7 +292,9 @@ stores = open_stores({k: Path(v) for k, v in json.loads(sys.argv[1]).items()})
 
 @pytest.mark.parametrize("keep", ["global", "cycle", "blocked"])
 def test_unclosed_loader_does_not_hang_interpreter_exit(paths: dict[str, Path], keep: str) -> None:
-    script = _CHILD_PRELUDE + f"""
+    script = (
+        _CHILD_PRELUDE
+        + f"""
 keep = {keep!r}
 loader = DataLoader(stores, 16, lambda b: b, num_threads=2, transform_threads=2, prefetch=4)
 next(loader)
@@ -302,6 +305,7 @@ if keep == "blocked":  # a daemon thread is blocked in next() at exit
     time.sleep(0.05)
 print("exiting", flush=True)
 """
+    )
     t0 = time.monotonic()
     done = _run_child(script, paths, timeout=60)
     assert done.returncode == 0, done.stderr
@@ -315,7 +319,9 @@ def test_ctrl_c_during_next_raises_keyboard_interrupt_quickly(
 ) -> None:
     # The child signals itself from a helper thread and measures, on one
     # clock, how long the main thread blocked in next() takes to raise.
-    script = _CHILD_PRELUDE + f"""
+    script = (
+        _CHILD_PRELUDE
+        + f"""
 where = {where!r}
 stop = threading.Event()
 def slow(batch):
@@ -344,6 +350,7 @@ stop.set()
 loader.close()
 print(json.dumps(delays))
 """
+    )
     done = _run_child(script, paths, timeout=120)
     assert done.returncode == 0, done.stderr
     delays = json.loads(done.stdout)

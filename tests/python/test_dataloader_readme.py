@@ -22,9 +22,7 @@ import numpy as np
 import pytest
 
 README = Path(
-    os.environ.get(
-        "LOADERX_REFERENCE_README", "/work/shared/reference/loaderx-2.5.4-README.txt"
-    )
+    os.environ.get("LOADERX_REFERENCE_README", "/work/shared/reference/loaderx-2.5.4-README.txt")
 )
 
 pytestmark = pytest.mark.skipif(not README.exists(), reason=f"reference README not at {README}")
@@ -36,7 +34,7 @@ def _blocks(section: str) -> list[str]:
     start = text.index(f"### {section}\n")
     end = text.find("\n### ", start + 1)
     end = text.find("\n## ", start + 1) if end < 0 else min(end, text.find("\n## ", start + 1))
-    return re.findall(r"```python\n(.*?)```", text[start:end], flags=re.S)
+    return re.findall(r"```python\n(.*?)```", text[start:end], flags=re.DOTALL)
 
 
 def _run(code: str, namespace: dict[str, Any]) -> str:

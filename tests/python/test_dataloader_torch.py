@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import warnings
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -12,8 +11,8 @@ from loader_util import make_stores, open_stores
 
 torch = pytest.importorskip("torch")
 
-from loaderx.dataloader import DataLoader  # noqa: E402
-from loaderx.torch import device_transform, iter_torch, to_torch  # noqa: E402
+from loaderx.dataloader import DataLoader
+from loaderx.torch import device_transform, iter_torch, to_torch
 
 
 @pytest.fixture(scope="module")
