@@ -6,6 +6,8 @@ Fashion-MNIST) every backend in backends.py writes the same records, is checked
 for exact values (dtype, shape, bytes, order, duplicates) on several batches,
 then serves the same IID plan of batches of 256 indices. Reported per backend:
 write MiB/s (logical), gather krecords/s and MiB/s (logical), p95 batch latency,
+CPU time per batch (all threads of the process: less sensitive to the shared
+machine's load than wall time),
 disk size, compression ratio (logical / disk) and the gather ratio to the
 NumPy memmap baseline. The gather phase is timed in several passes (default
 3) that each visit every backend in turn, so slow drifts of the shared machine's
@@ -138,16 +140,18 @@ class Row:
     mibs: list[float] = field(default_factory=list)
     p95_ms: list[float] = field(default_factory=list)
     batches: list[int] = field(default_factory=list)
+    cpu_ms: list[float] = field(default_factory=list)  # process CPU time (all threads) per batch
     skipped: str = ""
 
 
 def time_gather(reader, w: Workload, plan: list[np.ndarray], min_s: float, max_s: float,
-                min_batches: int) -> tuple[float, float, float, int]:
+                min_batches: int) -> tuple[float, float, float, int, float]:
     for idx in plan[:2]:  # warm-up (page cache, lazy index checks, thread start)
         reader.gather(idx)
     lat: list[float] = []
     recs = nbytes = 0
     t_all = time.perf_counter()
+    c_all = time.process_time()
     for idx in plan[2:]:
         t0 = time.perf_counter()
         out = reader.gather(idx)
@@ -158,8 +162,10 @@ def time_gather(reader, w: Workload, plan: list[np.ndarray], min_s: float, max_s
         el = time.perf_counter() - t_all
         if (el >= min_s and len(lat) >= min_batches) or el >= max_s:
             break
+    cpu = time.process_time() - c_all
     total = sum(lat)
-    return recs / total / 1e3, nbytes / total / MiB, float(np.percentile(lat, 95) * 1e3), len(lat)
+    return (recs / total / 1e3, nbytes / total / MiB, float(np.percentile(lat, 95) * 1e3), len(lat),
+            cpu / len(lat) * 1e3)
 
 
 def _progress(it, **kw):
@@ -207,13 +213,14 @@ def run_workload(w: Workload, backends: list[Backend], store_root: Path, args) -
         for p in range(args.passes):
             for name, reader in _progress(readers.items(), desc=f"{w.name}: gather pass {p + 1}", unit="backend",
                                      leave=False):
-                k, m, p95, nb = time_gather(reader, w, plan, args.min_seconds, args.max_seconds,
+                k, m, p95, nb, cpu = time_gather(reader, w, plan, args.min_seconds, args.max_seconds,
                                             args.min_batches)
                 r = rows[name]
                 r.krec_s.append(k)
                 r.mibs.append(m)
                 r.p95_ms.append(p95)
                 r.batches.append(nb)
+                r.cpu_ms.append(cpu)
     finally:
         for reader in readers.values():
             reader.close()
@@ -229,14 +236,14 @@ def med(xs: list[float]) -> float:
 def render(w: Workload, rows: list[Row], passes: int) -> tuple[str, str]:
     base = next((r for r in rows if r.backend == BASELINE and r.mibs), None)
     done = [r for r in rows if r.mibs]
-    headers = ["backend", "write MiB/s", "gather krec/s", "gather MiB/s", "p95 batch", "disk MiB",
+    headers = ["backend", "write MiB/s", "gather krec/s", "gather MiB/s", "p95 batch", "CPU/batch", "disk MiB",
                "compression", f"gather vs {BASELINE}"]
     table = []
     for r in done:
         rel = f"{med(r.mibs) / med(base.mibs):.2f}x" if base else "n/a"
         name = f"**{r.backend}**" if r.backend.startswith("loaderx") else r.backend
         table.append([name, f"{r.write_mibs:,.0f}", f"{med(r.krec_s):,.1f}", f"{med(r.mibs):,.0f}",
-                      f"{med(r.p95_ms):.2f} ms", f"{r.disk / MiB:,.1f}", f"{r.ratio:.2f}x", rel])
+                      f"{med(r.p95_ms):.2f} ms", f"{med(r.cpu_ms):.2f} ms", f"{r.disk / MiB:,.1f}", f"{r.ratio:.2f}x", rel])
     md = markdown_table(headers, table)
     skipped = [r for r in rows if not r.mibs]
     notes = []
