@@ -301,7 +301,7 @@ class DataLoader:
         transform_threads: int | None = None,
         daemon: Any = None,
     ) -> None:
-        self._closed = True  # until fully built, so __del__/close are no-ops
+        self._closed = True  # until fully built: a half-built loader refuses use
         names, n = _check_streams(streams)
         if transform is not None and not callable(transform):
             raise TypeError(f"transform must be callable or None, got {type(transform).__name__}")
@@ -365,6 +365,7 @@ class DataLoader:
         self._pending: deque[tuple[int, Future[Any]]] = deque()
         self._step = start_step
         self._lock = threading.Lock()  # serialises next/seek/load_state_dict
+        self._close_lock = threading.Lock()
         self._closed = False
         # Closes the source and joins the transform pool when the loader is
         # collected, without keeping the loader alive. Not at exit (atexit
@@ -527,12 +528,11 @@ class DataLoader:
         A thread blocked in ``next()`` raises ``LoaderClosedError``. The
         streams stay open (the caller owns them).
         """
-        if self._closed:
-            return
-        self._closed = True
-        for _, future in list(self._pending):
-            future.cancel()
-        self._finalizer()
+        with self._close_lock:  # a second closer returns once the first is done
+            self._closed = True
+            for _, future in list(self._pending):
+                future.cancel()
+            self._finalizer()  # runs once
 
     @property
     def closed(self) -> bool:

@@ -215,6 +215,30 @@ def test_close_is_prompt_with_transforms_in_flight_and_idempotent(
         next(loader)
 
 
+def test_concurrent_closers_all_return_after_the_loader_is_closed(
+    stores: dict[str, Any],
+) -> None:
+    def slow(batch: dict[str, Any]) -> dict[str, Any]:
+        time.sleep(0.1)
+        return batch
+
+    loader = DataLoader(stores, 8, slow, transform_threads=2)
+    next(loader)
+    seen: list[bool] = []
+
+    def closer() -> None:
+        loader.close()
+        # Whichever thread got here, the transform pool is already joined.
+        seen.append(not any(t.name.startswith("loaderx-transform") for t in threading.enumerate()))
+
+    threads = [threading.Thread(target=closer) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    assert seen == [True] * 4
+
+
 def _threads() -> tuple[set[str], int]:
     names = {t.name for t in threading.enumerate()}
     return names, len(os.listdir("/proc/self/task"))
