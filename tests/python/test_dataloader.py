@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from loader_util import (
     N,
     assert_batch_equal,
@@ -311,3 +313,34 @@ def test_loader_does_not_own_the_streams(stores: dict[str, Any]) -> None:
     # Still open and usable after the loader closed.
     assert stores["img"][0].shape == (2, 3)
     np.testing.assert_array_equal(stores["tok"][3], ragged_record(3))
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    k=st.integers(0, 30),
+    seed=st.integers(0, 2**64 - 1),
+    mode=st.sampled_from(["Sequential", "IID", "Cyclic"]),
+    batch_size=st.integers(1, 40),
+    world_size=st.sampled_from([1, 2, 4]),
+)
+def test_restored_loader_yields_what_the_original_yields_next(
+    stores: dict[str, Any], k: int, seed: int, mode: str, batch_size: int, world_size: int
+) -> None:
+    kw = {"batch_size": batch_size * world_size, "mode": mode, "seed": seed, "num_threads": 2}
+    with DataLoader(stores, start_step=k, **kw) as original:
+        state = original.state_dict()
+        want = [fingerprint(next(original)) for _ in range(2)]
+    with DataLoader(stores, **kw) as restored:
+        restored.load_state_dict(state)
+        assert [fingerprint(next(restored)) for _ in range(2)] == want
+    # The same global batch split over world_size ranks, resumed from the state.
+    parts = []
+    for rank in range(world_size):
+        kw_rank = {**kw, "batch_size": batch_size, "rank": rank, "world_size": world_size}
+        with DataLoader(stores, **kw_rank) as shard:
+            shard.load_state_dict(state)
+            parts.append(next(shard)["label"])
+    expected = expected_batch(stores, k, batch_size * world_size, mode, seed)["label"]
+    np.testing.assert_array_equal(np.concatenate(parts), expected)
