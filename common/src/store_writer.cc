@@ -28,6 +28,10 @@ using format::IndexEntry;
 constexpr uint64_t kRunBytes = uint64_t{256} << 10;
 // Raw input compressed per parallel round: bounds the writer's buffers.
 constexpr uint64_t kChunkBytes = uint64_t{64} << 20;
+// Record caps, so tiny (or zero-byte) records cannot blow up the per-round
+// index entries (24 bytes each) that the byte caps above do not see.
+constexpr uint64_t kRunMaxRecords = uint64_t{16} << 10;
+constexpr uint64_t kChunkMaxRecords = uint64_t{1} << 20;
 
 class HashState {
  public:
@@ -263,9 +267,12 @@ class StoreWriterImpl final : public StoreWriter {
       }
       runs.clear();
       uint64_t chunk = 0;
-      while (k < count && chunk < kChunkBytes && Len(lens, uniform, k) <= opt_.stream_threshold) {
+      const uint64_t chunk_first = k;
+      while (k < count && chunk < kChunkBytes && k - chunk_first < kChunkMaxRecords &&
+             Len(lens, uniform, k) <= opt_.stream_threshold) {
         Run r{k, k, in_off, 0, static_cast<uint32_t>(next_run_++ % opt_.data_shards)};
         while (k < count && Len(lens, uniform, k) <= opt_.stream_threshold &&
+               k - r.first < kRunMaxRecords &&
                (k == r.first || r.bytes + Len(lens, uniform, k) <= kRunBytes)) {
           r.bytes += Len(lens, uniform, k);
           ++k;
