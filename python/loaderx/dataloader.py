@@ -415,6 +415,8 @@ class DataLoader:
             self._top_up()
             wait([future], timeout=_POLL_SECONDS)
         self._check_open()  # a close() from another thread cancels the futures
+        if future.cancelled():  # close() raced in after the check above
+            raise LoaderClosedError("the DataLoader is closed")
         self._pending.popleft()
         self._step = step + 1
         return future.result()  # the transform's value, or its exception and traceback
