@@ -19,6 +19,7 @@ RingAllocator::RingAllocator(UniqueFd fd, MappedRegion map, const RingGeometry& 
       map_(std::move(map)),
       geometry_(g),
       payload_(g.payload_bytes, kBatchAlignment) {
+  published_.assign(g.slot_count, false);
   free_slots_.reserve(g.slot_count);
   for (uint32_t s = g.slot_count; s-- > 0;) free_slots_.push_back(s);  // slot 0 first
 }
@@ -46,15 +47,30 @@ Result<std::shared_ptr<BatchMemory>> RingAllocator::Allocate(uint64_t step, uint
         " bytes; open the loader with a larger ring_bytes");
   }
   std::optional<uint64_t> region;
+  bool stalled = false;
   freed_cv_.wait(lock, [&] {
     if (cancelled_) return true;
-    if (free_slots_.empty()) return false;
-    region = payload_.Allocate(bytes);
-    return region.has_value();
+    if (!free_slots_.empty()) {
+      region = payload_.Allocate(bytes);
+      if (region) return true;
+    }
+    // Everything live is published (at the client): nothing the pipeline
+    // holds can free room, so waiting could last forever. Only the client
+    // can resolve it; tell it rather than hang.
+    const uint32_t live = geometry_.slot_count - static_cast<uint32_t>(free_slots_.size());
+    stalled = live > 0 && live == published_live_;
+    return stalled;
   });
   if (cancelled_) {
     if (region) payload_.Free(*region);
     return Status::Cancelled("loader closed");
+  }
+  if (!region) {
+    return Status::ResourceExhausted(
+        "step " + std::to_string(step) + ": the ring is full of the " +
+        std::to_string(published_live_) + " batches the client holds and a batch of " +
+        std::to_string(bytes) + " bytes does not fit beside them; hold fewer batches or open "
+        "the loader with a larger ring_bytes");
   }
   uint32_t slot = free_slots_.back();
   free_slots_.pop_back();
@@ -73,6 +89,10 @@ void RingAllocator::Cancel() {
 void RingAllocator::Free(uint32_t slot, uint64_t ring_offset) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (published_[slot]) {
+      published_[slot] = false;
+      --published_live_;
+    }
     payload_.Free(ring_offset - geometry_.payload_offset);
     free_slots_.push_back(slot);
   }
@@ -84,9 +104,14 @@ uint64_t RingAllocator::Publish(const RingMemory& memory, uint64_t step, uint64_
   {
     std::lock_guard<std::mutex> lock(mu_);
     seq = next_seq_++;
+    if (!published_[memory.slot()]) {
+      published_[memory.slot()] = true;
+      ++published_live_;
+    }
   }
   PublishSlot(map_.mutable_data(), geometry_, memory.slot(), seq, step, memory.ring_offset(),
               bytes);
+  freed_cv_.notify_all();  // a waiting producer re-checks for a stall
   return seq;
 }
 

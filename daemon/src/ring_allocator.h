@@ -6,7 +6,10 @@
 // ever be mapped read-only. Allocate() takes a free slot and a payload region
 // and returns a RingMemory whose destructor gives both back; it blocks while
 // the ring is full (back-pressure: the pipeline never runs more than the ring
-// ahead of the client) and returns Cancelled promptly after Cancel().
+// ahead of the client) and returns Cancelled promptly after Cancel(). If the
+// ring is full of published batches only (all at the client, so nothing on
+// the daemon side can make room) it returns ResourceExhausted instead of
+// waiting forever.
 // Publish() stamps a finished batch into its slot with a fresh epoch.
 //
 // Thread-safety: all methods may be called from any thread (one mutex).
@@ -82,6 +85,9 @@ class RingAllocator final : public BatchAllocator,
   PayloadAllocator payload_;
   std::vector<uint32_t> free_slots_;
   bool cancelled_ = false;
+  // Slots whose batch was published (handed to the client) and not freed.
+  std::vector<bool> published_;
+  uint32_t published_live_ = 0;
   uint64_t next_seq_ = 1;  // epochs are never reused within a ring
 };
 

@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 #: Batches one client may hold at once unless the daemon caps it lower.
-DEFAULT_LEASES = 32
+DEFAULT_LEASES = 16
 
 
 def default_socket_path() -> str:

@@ -75,6 +75,26 @@ TEST(RingAllocatorTest, CancelUnblocksAWaiterAndLaterCallsAreCancelled) {
   EXPECT_EQ(ring->bytes_in_use(), 0u);
 }
 
+TEST(RingAllocatorTest, RingFullOfClientHeldBatchesIsResourceExhaustedNotAHang) {
+  auto ring = RingAllocator::Create(4, 8192, 1, 1).value();
+  auto a = ring->Allocate(0, 4096).value();
+  auto b = ring->Allocate(1, 4096).value();
+  ring->Publish(*static_cast<RingMemory*>(a.get()), 0, 4096);
+  // b is still in the pipeline: waiting is right, b may yet be freed.
+  auto pending = std::async(std::launch::async, [&] { return ring->Allocate(2, 4096); });
+  EXPECT_EQ(pending.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
+  // Once b is published too, only the client can make room: the waiter is
+  // woken and refuses instead of hanging.
+  ring->Publish(*static_cast<RingMemory*>(b.get()), 1, 4096);
+  ASSERT_EQ(pending.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  Status st = pending.get().status();
+  EXPECT_EQ(st.code(), Status::Code::kResourceExhausted);
+  EXPECT_NE(st.message().find("full of the 2 batches the client holds"), std::string::npos) << st.message();
+  // The client lets one go: room again.
+  a.reset();
+  EXPECT_TRUE(ring->Allocate(4, 4096).ok());
+}
+
 TEST(RingAllocatorTest, BatchLargerThanThePayloadIsResourceExhaustedNotAHang) {
   auto ring = RingAllocator::Create(2, 4096, 1, 1).value();
   Status st = ring->Allocate(3, 4097).status();
