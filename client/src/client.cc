@@ -108,8 +108,10 @@ uint32_t Loader::leases_held() const { return conn_->leases_held.load(std::memor
 uint64_t Loader::Step() const { return step_.load(std::memory_order_relaxed); }
 
 Result<Batch> Loader::Next(const WaitHook& hook) {
-  LX_ASSIGN_OR_RETURN(std::optional<Batch> b, NextImpl(std::nullopt, hook));
-  return std::move(*b);
+  Result<std::optional<Batch>> r = NextImpl(std::nullopt, hook);
+  if (!r.ok()) return r.status();
+  if (!r->has_value()) return Status::Internal("no batch although the wait had no deadline");
+  return std::move(**r);
 }
 
 Result<std::optional<Batch>> Loader::NextFor(std::chrono::milliseconds timeout,
