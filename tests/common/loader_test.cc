@@ -698,6 +698,7 @@ TEST(PipelineTest, RealZstdStoresMatchReadRecordOfTheSamplerIndices) {
         std::memcpy(&len, base + r.shapes_offset + 8 * j, 8);
         ASSERT_EQ(len, i % 41);
         ASSERT_EQ(next_off - off, len);
+        if (len == 0) continue;  // an empty record: nothing to compare
         std::vector<uint8_t> want(len);
         ASSERT_TRUE((*ragged)->ReadRecord(i, want.data(), len).ok());
         ASSERT_EQ(std::memcmp(base + r.values_offset + off, want.data(), len), 0);
