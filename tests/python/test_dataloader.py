@@ -23,7 +23,7 @@ from loader_util import (
     ragged_record,
 )
 from loaderx.dataloader import DataLoader
-from loaderx.errors import InvalidArgumentError, LoaderClosedError
+from loaderx.errors import InvalidArgumentError, LoaderClosedError, StateError
 from loaderx.zrecord import Dense
 from loaderx.zsampler import Sampler
 
@@ -255,13 +255,19 @@ def test_sampler_argument_supplies_the_spec_and_step(stores: dict[str, Any]) -> 
         DataLoader(stores, sampler=object())  # type: ignore[arg-type]
 
 
-def test_bad_streams_raise_named_errors(stores: dict[str, Any], tmp_path: Path) -> None:
+def test_bad_streams_raise_named_errors(
+    stores: dict[str, Any], paths: dict[str, Path], tmp_path: Path
+) -> None:
     with pytest.raises(TypeError, match="empty dict"):
         DataLoader({})
     with pytest.raises(TypeError, match="dict of name"):
         DataLoader([stores["img"]])  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="'x' must be an open Dense or Ragged"):
         DataLoader({"x": np.zeros((3, 2))})
+    closed = Dense.open(str(paths["img"]))
+    closed.close()
+    with pytest.raises(StateError, match="'img' is closed"):
+        DataLoader({"img": closed})
     short = np.zeros((N - 1, 2), np.uint8)
     with Dense.create(str(tmp_path / "short"), short.dtype, (2,), codec="raw") as ds:
         ds.append(short)
