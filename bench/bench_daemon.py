@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import DATA, REPO, machine_line, markdown_table, update_doc_section  # noqa: E402
+from benchlib import DATA, REPO, machine_line, markdown_table, update_doc_section
 
 IMAGE_STORE = DATA / "loader" / "loaderx" / "raw" / "image"
 FMNIST_NPY = DATA / "fmnist_images.npy"
@@ -88,12 +88,12 @@ def check_identical(sock: str, store: Path, batch: int) -> None:
     from loaderx.dataloader import DataLoader
     from loaderx.zrecord import Dense
 
-    with Dense.open(str(store)) as s:
-        with DataLoader({"x": s}, batch, seed=1, daemon=sock) as remote, DataLoader({"x": s}, batch, seed=1) as local:
-            for _ in range(3):
-                a, b = next(remote)["x"], next(local)["x"]
-                if a.dtype != b.dtype or a.shape != b.shape or not np.array_equal(a, b):
-                    raise SystemExit(f"daemon batch differs from embedded for {store.name} batch {batch}")
+    with Dense.open(str(store)) as s, DataLoader({"x": s}, batch, seed=1, daemon=sock) as remote, \
+            DataLoader({"x": s}, batch, seed=1) as local:
+        for _ in range(3):
+            a, b = next(remote)["x"], next(local)["x"]
+            if a.dtype != b.dtype or a.shape != b.shape or not np.array_equal(a, b):
+                raise SystemExit(f"daemon batch differs from embedded for {store.name} batch {batch}")
 
 
 def handoff(sock: str, store: Path, batch: int, samples: int) -> tuple[float, float, int]:

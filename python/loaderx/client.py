@@ -38,8 +38,8 @@ from .errors import DaemonError
 
 __all__ = [
     "DEFAULT_LEASES",
-    "DaemonSource",
     "Client",
+    "DaemonSource",
     "connect",
     "daemon_source",
     "default_socket_path",

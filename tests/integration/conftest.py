@@ -58,7 +58,7 @@ class Daemon:
             try:
                 _loaderx.daemon_stats(self.socket)
                 return
-            except Exception:
+            except Exception:  # noqa: BLE001 - not accepting yet
                 time.sleep(0.02)
         raise RuntimeError("loaderxd did not come up within 10 s")
 

@@ -12,9 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, loaderxd_binary
-
 
 # Execs loaderxd with `fd` as its fd 3 (SD_LISTEN_FDS_START) and LISTEN_PID
 # set to its own pid, as systemd does.
@@ -81,7 +79,7 @@ def test_activation_with_a_wrong_socket_type_is_refused(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "NOTIFY_SOCKET"}
     env["LISTEN_FDS"] = "1"
     r = subprocess.run(activated(stream.fileno(), "--foreground", "--socket", "/nonexistent/x"),
-                       env=env, pass_fds=(stream.fileno(),), capture_output=True, timeout=10)
+                       env=env, pass_fds=(stream.fileno(),), check=False, capture_output=True, timeout=10)
     assert r.returncode == 1
     assert b"ListenSequentialPacket" in r.stderr
 
@@ -92,5 +90,5 @@ def test_units_verify_cleanly(tmp_path: Path) -> None:
         text = (ROOT / "systemd" / name).read_text().replace("/usr/bin/loaderxd", loaderxd_binary())
         (tmp_path / name).write_text(text)
     r = subprocess.run(["systemd-analyze", "verify", "loaderxd.socket", "loaderxd.service"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=60)
+                       cwd=tmp_path, check=False, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout == "" and r.stderr == "", r.stderr
