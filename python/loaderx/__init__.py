@@ -2,7 +2,8 @@
 
 Submodules: :mod:`loaderx.zrecord` (Dense, Ragged), :mod:`loaderx.zsampler`
 (Sampler), :mod:`loaderx.dataloader` (DataLoader), :mod:`loaderx.utils`
-(train_dict), :mod:`loaderx.errors`.
+(train_dict), :mod:`loaderx.errors`, :mod:`loaderx.client` (loaderxd;
+``loaderx.connect(path)``).
 """
 
 from __future__ import annotations
@@ -11,4 +12,11 @@ __version__ = "0.1.0"
 
 from . import errors  # noqa: F401
 
-__all__ = ["errors", "__version__"]
+__all__ = ["__version__", "connect", "errors"]
+
+
+def connect(path: str | None = None):  # type: ignore[no-untyped-def]
+    """Connects to loaderxd; see :func:`loaderx.client.connect` (imported lazily)."""
+    from .client import connect as _connect
+
+    return _connect(path)
