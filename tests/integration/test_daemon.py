@@ -487,3 +487,25 @@ def test_detached_start_returns_once_listening(tmp_path) -> None:
             break
         time.sleep(0.02)
     assert not os.path.exists(sock)
+
+
+def test_ctrl_c_in_a_blocked_next_consumes_no_step(daemon, stores) -> None:
+    import _thread
+
+    s = stores["streams"]
+    with DataLoader(s, batch_size=4, seed=2, daemon=daemon.socket) as loader, \
+            DataLoader(s, batch_size=4, seed=2) as local:
+        assert_same_batch(next(loader), next(local))
+        daemon.proc.send_signal(signal.SIGSTOP)  # the reply to the next request is late
+        timer = threading.Timer(0.2, _thread.interrupt_main)
+        timer.start()
+        start = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            next(loader)
+        assert time.monotonic() - start < 1.0
+        daemon.proc.send_signal(signal.SIGCONT)
+        assert loader.step == 1
+        # The reply that was still owed is the next batch: nothing skipped or repeated.
+        for _ in range(3):
+            assert_same_batch(next(loader), next(local))
+        assert loader.step == 4
