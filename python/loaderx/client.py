@@ -11,7 +11,9 @@ shared-memory ring, no copy).
 * ``True`` — the default socket (:func:`default_socket_path`);
 * a path (``str`` / ``os.PathLike``) — that socket;
 * ``"auto"`` — the default socket if a daemon answers there, otherwise the
-  embedded loader with a :class:`RuntimeWarning`.
+  embedded loader with a :class:`RuntimeWarning`;
+* a :class:`DaemonOptions` — a socket plus per-loader knobs (lease cap, ring
+  size, fallback).
 
 Zero-copy and leases: a dense stream's value is a read-only ``(B,
 *item_shape)`` ndarray, a ragged stream's a list of read-only ndarrays; all
@@ -31,6 +33,7 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from . import _loaderx
@@ -39,6 +42,7 @@ from .errors import DaemonError
 __all__ = [
     "DEFAULT_LEASES",
     "Client",
+    "DaemonOptions",
     "DaemonSource",
     "connect",
     "daemon_source",
@@ -67,12 +71,32 @@ def default_socket_path() -> str:
     return os.path.join(runtime, "loaderx", "loaderxd.sock")
 
 
+@dataclass(frozen=True)
+class DaemonOptions:
+    """Where and how a DataLoader talks to loaderxd (``DataLoader(..., daemon=DaemonOptions(...))``).
+
+    ``path``: the socket (``None``: :func:`default_socket_path`). ``leases``:
+    batches this loader may hold at once (the daemon may grant fewer).
+    ``ring_bytes``: shared ring size; ``0`` lets the daemon size it (exact
+    for dense streams; ragged rings assume records up to twice the mean, so
+    raise it if a step fails with ``ResourceExhausted`` naming ring_bytes).
+    ``fallback``: load in process (with a warning) if no daemon answers.
+    """
+
+    path: str | None = None
+    leases: int = DEFAULT_LEASES
+    ring_bytes: int = 0
+    fallback: bool = False
+
+
 def _resolve(daemon: Any) -> str:
+    if isinstance(daemon, DaemonOptions):
+        return default_socket_path() if daemon.path is None else os.fspath(daemon.path)
     if daemon is True or daemon == "auto":
         return default_socket_path()
     if isinstance(daemon, (str, os.PathLike)):
         return os.fspath(daemon)
-    raise TypeError(f"daemon must be True, 'auto' or a socket path, got {daemon!r}")
+    raise TypeError(f"daemon must be True, 'auto', a socket path or DaemonOptions, got {daemon!r}")
 
 
 def _store_paths(streams: Mapping[str, Any], names: tuple[str, ...]) -> list[str]:
@@ -163,10 +187,12 @@ def daemon_source(
     daemon answers, except with ``daemon="auto"``, which then falls back to
     the embedded source with a ``RuntimeWarning``.
     """
-    auto = isinstance(daemon, str) and daemon == "auto"
+    options = daemon if isinstance(daemon, DaemonOptions) else DaemonOptions()
+    auto = (isinstance(daemon, str) and daemon == "auto") or options.fallback
     try:
         path = _resolve(daemon)
-        return DaemonSource(path, streams, spec)
+        return DaemonSource(path, streams, spec, leases=options.leases,
+                            ring_bytes=options.ring_bytes)
     except DaemonError as exc:
         if not auto:
             raise
@@ -194,11 +220,20 @@ class Client:
         """
         return dict(_loaderx.daemon_stats(self.path))
 
-    def loader(self, streams: Mapping[str, Any], batch_size: int = 256, **kwargs: Any) -> Any:
-        """``DataLoader(streams, batch_size, daemon=self.path, **kwargs)``."""
+    def loader(
+        self,
+        streams: Mapping[str, Any],
+        batch_size: int = 256,
+        *,
+        leases: int = DEFAULT_LEASES,
+        ring_bytes: int = 0,
+        **kwargs: Any,
+    ) -> Any:
+        """``DataLoader(streams, batch_size, daemon=DaemonOptions(self.path, leases, ring_bytes), **kwargs)``."""
         from .dataloader import DataLoader
 
-        return DataLoader(streams, batch_size, daemon=self.path, **kwargs)
+        options = DaemonOptions(self.path, leases=leases, ring_bytes=ring_bytes)
+        return DataLoader(streams, batch_size, daemon=options, **kwargs)
 
 
 def connect(path: str | os.PathLike[str] | None = None) -> Client:

@@ -509,3 +509,24 @@ def test_ctrl_c_in_a_blocked_next_consumes_no_step(daemon, stores) -> None:
         for _ in range(3):
             assert_same_batch(next(loader), next(local))
         assert loader.step == 4
+
+
+def test_daemon_options_set_the_lease_cap_and_ring_size(daemon, stores) -> None:
+    from loaderx.client import DaemonOptions
+
+    s = {"tokens": stores["streams"]["tokens"]}
+    # A ring too small for one batch: the step fails naming the knob...
+    with DataLoader(s, batch_size=150, daemon=DaemonOptions(daemon.socket, ring_bytes=4096)) as tight:
+        with pytest.raises(ResourceExhausted, match="ring_bytes"):
+            next(tight)
+        assert tight.step == 1  # a failed step is consumed, as embedded
+    # ...and a bigger one serves it, with the requested lease cap.
+    c = lxclient.connect(daemon.socket)
+    with c.loader(s, 64, leases=2, ring_bytes=1 << 20, seed=4) as roomy, \
+            DataLoader(s, 64, seed=4) as local:
+        held = [next(roomy), next(roomy)]
+        assert_same_batch(held[0], next(local))
+        with pytest.raises(ResourceExhausted, match="lease cap 2"):
+            next(roomy)
+    with pytest.raises(TypeError, match="DaemonOptions"):
+        DataLoader(s, 4, daemon=3.5)
