@@ -365,6 +365,9 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
     Status cap = server_.AddSession(cred_.uid);
     if (!cap.ok()) {
       server_.refused_.fetch_add(1, std::memory_order_relaxed);
+      if (uint64_t suppressed; server_.AllowViolationLog(&suppressed)) {
+        LX_LOG(kWarning) << "refused pid " << cred_.pid << ": " << cap.message();
+      }
       (void)Send(ErrorMsg::From(cap));
       return Shutdown(cap.message());
     }
