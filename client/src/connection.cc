@@ -162,6 +162,7 @@ Result<Reply> Connection::Call(const Message& req, std::span<const int> fds,
     owed_ = false;
     if (auto* b = std::get_if<BatchMsg>(&stale->msg)) Release(b->slot, b->seq);
   }
+  LX_RETURN_IF_ERROR(FlushReleases());  // releases must precede the request
   LX_RETURN_IF_ERROR(SendMessage(req, fds));
   owed_index_ = req.index();
   bool owed = false;
@@ -173,9 +174,26 @@ Result<Reply> Connection::Call(const Message& req, std::span<const int> fds,
 
 void Connection::Release(uint32_t slot, uint64_t seq) {
   if (::getpid() != owner_pid_ || shut_down()) return;
-  std::vector<uint8_t> bytes = EncodeMessage(ReleaseMsg{slot, seq});
-  // Best effort: if the daemon is gone, so is the slot.
-  (void)SendFrame(fd_.get(), bytes);
+  std::lock_guard<std::mutex> lock(release_mu_);
+  // Never block here: this runs in destructors (in Python, with the GIL
+  // held). If the socket is full (a stopped daemon), keep the release for
+  // the next request, which sends it first. If the daemon is gone, so is
+  // the slot.
+  if (pending_releases_.empty()) {
+    Status st = SendFrame(fd_.get(), EncodeMessage(ReleaseMsg{slot, seq}), {}, /*nonblocking=*/true);
+    if (st.code() != Status::Code::kResourceExhausted) return;
+  }
+  pending_releases_.push_back(ReleaseMsg{slot, seq});
+}
+
+Status Connection::FlushReleases() {
+  std::vector<ReleaseMsg> pending;
+  {
+    std::lock_guard<std::mutex> lock(release_mu_);
+    pending.swap(pending_releases_);
+  }
+  for (const ReleaseMsg& r : pending) LX_RETURN_IF_ERROR(SendMessage(r, {}));
+  return Status::OK();
 }
 
 void Connection::Shutdown() {

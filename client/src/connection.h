@@ -83,6 +83,8 @@ class Connection {
                            std::optional<std::chrono::steady_clock::time_point> deadline,
                            bool* owed, bool* timed_out);
   Status SendMessage(const Message& m, std::span<const int> fds);
+  // Sends releases that found the socket full (blocking; called by Call).
+  Status FlushReleases();
 
   UniqueFd fd_;
   const std::string path_;
@@ -96,6 +98,11 @@ class Connection {
   std::mutex call_mu_;
   bool owed_ = false;            // guarded by call_mu_
   size_t owed_index_ = 0;        // Message index of the owed request
+
+  std::mutex release_mu_;
+  // Releases that could not be sent without blocking, oldest first; sent
+  // before the next request. Guarded by release_mu_.
+  std::vector<ReleaseMsg> pending_releases_;
 
   MappedRegion ring_;  // read-only
   RingGeometry geometry_;
