@@ -25,6 +25,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+# One BLAS thread: bit-reproducible CPU math, so a resumed run's losses match
+# the uninterrupted run's exactly (set before NumPy loads its BLAS).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

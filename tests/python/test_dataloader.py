@@ -328,7 +328,7 @@ def test_loader_does_not_own_the_streams(stores: dict[str, Any]) -> None:
     k=st.integers(0, 30),
     seed=st.integers(0, 2**64 - 1),
     mode=st.sampled_from(["Sequential", "IID", "Cyclic"]),
-    batch_size=st.integers(1, 40),
+    batch_size=st.integers(1, 25),  # Cyclic needs batch_size * world_size <= n (103)
     world_size=st.sampled_from([1, 2, 4]),
 )
 def test_restored_loader_yields_what_the_original_yields_next(
