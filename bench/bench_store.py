@@ -49,6 +49,7 @@ from benchlib import (
     markdown_table,
     snapshot_loaderx,
     update_doc_section,
+    warm_files,
 )
 
 BATCH = 256
@@ -184,6 +185,7 @@ def run_workload(w: Workload, backends: list[Backend], store_root: Path, args) -
     checks = [plan[0], plan[1], np.array([0, w.n - 1, w.n - 1, 0, w.n // 2], dtype=np.uint64)]
     rows: dict[str, Row] = {}
     readers = {}
+    paths: dict[str, Path] = {}
     wdir = store_root / w.name
     shutil.rmtree(wdir, ignore_errors=True)
     wdir.mkdir(parents=True)
@@ -210,9 +212,11 @@ def run_workload(w: Workload, backends: list[Backend], store_root: Path, args) -
             for idx in checks:
                 check_exact(w, be.name, reader.gather(idx), idx)
             readers[be.name] = reader
+            paths[be.name] = path
         for p in range(args.passes):
             for name, reader in _progress(readers.items(), desc=f"{w.name}: gather pass {p + 1}", unit="backend",
                                      leave=False):
+                warm_files(paths[name])  # every backend starts from a warm page cache
                 k, m, p95, nb, cpu = time_gather(reader, w, plan, args.min_seconds, args.max_seconds,
                                             args.min_batches)
                 r = rows[name]

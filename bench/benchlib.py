@@ -205,6 +205,22 @@ def du_bytes(path: Path) -> int:
     return total
 
 
+def warm_files(path: Path) -> None:
+    """Reads every file under ``path`` once so it is in the page cache.
+
+    Why: this VM's page cache does not keep everything that was just written
+    (a few GiB survive while the stores of one workload total more), so a
+    backend timed late in a pass could otherwise be read from disk while
+    another was read from memory.
+    """
+    buf = bytearray(8 << 20)
+    files = [path] if path.is_file() else sorted(Path(r) / f for r, _, fs in os.walk(path) for f in fs)
+    for p in files:
+        with open(p, "rb", buffering=0) as f:
+            while f.readinto(buf):
+                pass
+
+
 # --------------------------------------------------------------------------
 # Memory: PSS of a process tree
 # --------------------------------------------------------------------------
