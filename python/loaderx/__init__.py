@@ -8,14 +8,21 @@ Submodules: :mod:`loaderx.zrecord` (Dense, Ragged), :mod:`loaderx.zsampler`
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 __version__ = "0.1.0"
 
-from . import errors  # noqa: F401
+from . import errors
+
+if TYPE_CHECKING:
+    import os
+
+    from .client import Client
 
 __all__ = ["__version__", "connect", "errors"]
 
 
-def connect(path: str | None = None):  # type: ignore[no-untyped-def]
+def connect(path: str | os.PathLike[str] | None = None) -> Client:
     """Connects to loaderxd; see :func:`loaderx.client.connect` (imported lazily)."""
     from .client import connect as _connect
 

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from . import _loaderx  # type: ignore[attr-defined]
+from . import _loaderx
 from .errors import LoaderxError
 
 __all__ = ["main"]

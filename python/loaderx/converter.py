@@ -19,13 +19,16 @@ import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .errors import InvalidArgumentError, SchemaError, StoreExistsError
 
-__all__ = ["huggingface", "convert", "column_plan"]
+if TYPE_CHECKING:
+    from .zrecord import Codec
+
+__all__ = ["column_plan", "convert", "huggingface"]
 
 _CHUNK = 1024
 
@@ -133,7 +136,7 @@ def column_plan(ds: Any, column: str) -> tuple[str, np.dtype, tuple[int, ...] | 
     return ("dense", dtype, first) if fixed else ("ragged", dtype, len(first))
 
 
-def convert(dataset: Mapping[str, Any], root: str | os.PathLike[str], *, codec: str = "zstd",
+def convert(dataset: Mapping[str, Any], root: str | os.PathLike[str], *, codec: Codec = "zstd",
             data_shards: int = 4, dict_bytes: bytes | None = None, progress: bool = True) -> Path:
     """Write every split/column of ``dataset`` under ``root`` and publish it atomically.
 
@@ -154,14 +157,14 @@ def convert(dataset: Mapping[str, Any], root: str | os.PathLike[str], *, codec: 
     try:
         for split, ds in dataset.items():
             counts = {}
-            for col, (kind, dtype, shape) in plans[split].items():
+            for col, (_kind, dtype, shape) in plans[split].items():
                 path = tmp / split / col
                 records = _records(ds, col, dtype)
                 if progress:
                     from tqdm import tqdm
                     records = tqdm(records, total=len(ds), desc=f"{split}/{col}", unit="rec",
                                    leave=False)
-                if kind == "dense":
+                if isinstance(shape, tuple):  # "dense" plan; a "ragged" plan carries ndim
                     with Dense.create(path, dtype, shape, codec=codec, data_shards=data_shards,
                                       dict_bytes=dict_bytes) as w:
                         buf: list[np.ndarray] = []

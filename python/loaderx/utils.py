@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _loaderx  # type: ignore[attr-defined]
+from . import _loaderx
 from .errors import InvalidArgumentError, SchemaError
 from .zrecord import Dense, Ragged, _check_dtype
 

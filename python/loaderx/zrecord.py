@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 import numpy as np
 
-from . import _loaderx  # type: ignore[attr-defined]
+from . import _loaderx
 
 if TYPE_CHECKING:
     from typing_extensions import Self

@@ -17,13 +17,10 @@ from __future__ import annotations
 
 import enum
 import operator
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import numpy.typing as npt
-
-from . import _loaderx  # type: ignore[attr-defined]
+from . import _loaderx
 from .errors import InvalidArgumentError
 
 if TYPE_CHECKING:
@@ -68,7 +65,7 @@ def _to_mode(mode: object) -> Mode:
         )
     if isinstance(mode, bool) or not hasattr(mode, "__index__"):
         raise TypeError(f"mode must be a Sampler.Mode, got {type(mode).__name__}")
-    value = operator.index(mode)  # type: ignore[arg-type]
+    value = operator.index(mode)
     try:
         return Mode(value)
     except ValueError:
@@ -77,7 +74,7 @@ def _to_mode(mode: object) -> Mode:
         ) from None
 
 
-class Sampler(_loaderx.SamplerCore):  # type: ignore[misc, name-defined]
+class Sampler(_loaderx.SamplerCore):
     """Batch index generator: ``Sampler(n, batch_size, mode, seed=42, *, rank=0, world_size=1, start_step=0)``.
 
     Args:
@@ -127,25 +124,8 @@ class Sampler(_loaderx.SamplerCore):  # type: ignore[misc, name-defined]
 
     # next(), seek(step), peek(step), __iter__/__next__ and the read-only
     # attributes step, n, batch_size, seed, rank, world_size, global_batch and
-    # cycle_steps are native (loaderx._loaderx.SamplerCore).
-
-    if TYPE_CHECKING:  # signatures of the native methods, for type checkers and readers
-
-        def next(self) -> npt.NDArray[np.uint64]:
-            """The batch of the current step, shape ``(batch_size,)``, uint64, read-only; advances."""
-            ...
-
-        def seek(self, step: int) -> None:
-            """Positions the sampler so the next draw is the batch of ``step``. O(1)."""
-            ...
-
-        def peek(self, step: int) -> npt.NDArray[np.uint64]:
-            """A new writable ``(batch_size,)`` uint64 array with the batch of ``step``."""
-            ...
-
-        def __iter__(self) -> Iterator[npt.NDArray[np.uint64]]: ...
-
-        def __next__(self) -> npt.NDArray[np.uint64]: ...
+    # cycle_steps are native (loaderx._loaderx.SamplerCore); their signatures
+    # and docs are in python/loaderx/_loaderx.pyi.
 
     @property
     def mode(self) -> _ModeT:

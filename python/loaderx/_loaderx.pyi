@@ -1,0 +1,241 @@
+"""Type stubs for the native engine ``loaderx._loaderx`` (python/src/bind_*.cc).
+
+Internal module: users go through loaderx.zrecord, loaderx.zsampler,
+loaderx.dataloader and loaderx.client. Integer parameters take any object
+with ``__index__`` (int, NumPy integers); floats and bools are rejected at
+run time. Every error is a ``loaderx.errors`` class mapped from the engine's
+Status (python/src/module.cc). Kept honest by ``mypy.stubtest``
+(tests/python/test_typing.py).
+"""
+
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, SupportsIndex, TypeAlias, final
+
+import numpy as np
+import numpy.typing as npt
+from typing_extensions import Buffer, Self, disjoint_base
+
+# A stream's batch value: a (B, *item_shape) ndarray for a dense store, a list
+# of B ndarrays (one per record, each of its own shape) for a ragged one.
+_Value: TypeAlias = npt.NDArray[Any] | list[npt.NDArray[Any]]
+
+# True when the extension was built with the loaderxd client (DaemonLoader,
+# daemon_stats); those two names are absent otherwise.
+HAVE_DAEMON_CLIENT: bool
+
+# --- bind_store.cc -----------------------------------------------------------
+
+@final
+class StoreWriter:
+    """Native Zrecord builder (use loaderx.zrecord). One thread at a time."""
+
+    def __init__(
+        self,
+        path: str,
+        kind: Literal["dense", "ragged"],
+        dtype: str,
+        item_shape: Sequence[SupportsIndex],
+        ndim: SupportsIndex,
+        codec: str,
+        data_shards: SupportsIndex,
+        dict_bytes: bytes | None,
+        level: SupportsIndex = 3,
+    ) -> None:
+        """Creates the store's temporary files; ``item_shape`` is used for dense, ``ndim`` for ragged."""
+
+    def append_dense(self, data: npt.NDArray[Any], n: SupportsIndex) -> None:
+        """Appends ``n`` records from a C-contiguous ``(n, *item_shape)`` array."""
+
+    def append_ragged(
+        self, values: npt.NDArray[Any], shapes: npt.ArrayLike, count: SupportsIndex
+    ) -> None:
+        """Appends ``count`` records packed back to back in C-contiguous ``values``;
+        ``shapes`` is ``(count, ndim)`` uint64."""
+
+    def append_ragged_batch(
+        self,
+        batch: list[Any],
+        dtype: np.dtype[Any],
+        ndim: SupportsIndex,
+        chunk_bytes: SupportsIndex,
+    ) -> int:
+        """Validates then appends a list of ndarrays; returns the index of the first record
+        that is not an ndarray of ``dtype`` and rank ``ndim`` (nothing appended), else -1."""
+
+    def publish(self) -> None:
+        """Seals the store and renames it into place."""
+
+    def abort(self) -> None:
+        """Removes the temporary files; the builder is closed afterwards."""
+
+    def __len__(self) -> int: ...
+
+@final
+class Store:
+    """Native read-only Zrecord store (use loaderx.zrecord). Not constructible: use ``open``."""
+
+    @staticmethod
+    def open(path: str) -> Store: ...
+    @property
+    def kind(self) -> Literal["dense", "ragged"]: ...
+    @property
+    def dtype(self) -> str:
+        """NumPy dtype string, e.g. ``'<f4'``."""
+
+    @property
+    def item_shape(self) -> list[int]:
+        """Dense: the shape of every record. Ragged: empty."""
+
+    @property
+    def ndim(self) -> int: ...
+    @property
+    def codec(self) -> str: ...
+    @property
+    def data_shards(self) -> int: ...
+    @property
+    def nbytes(self) -> int:
+        """Decoded bytes of all records."""
+
+    @property
+    def stored_bytes(self) -> int:
+        """Bytes on disk."""
+
+    @property
+    def label(self) -> str:
+        """The path as the opener saw it (used in messages)."""
+
+    def __len__(self) -> int: ...
+    def read(self, i: SupportsIndex) -> npt.NDArray[Any]:
+        """Record ``i`` as a new ndarray of its own shape."""
+
+    def gather_dense(self, indices: npt.NDArray[np.integer[Any]]) -> npt.NDArray[Any]:
+        """Dense: records at ``indices`` (cast to uint64) as one ``(B, *item_shape)`` ndarray."""
+
+    def gather_ragged(self, indices: npt.NDArray[np.integer[Any]]) -> list[npt.NDArray[Any]]:
+        """Ragged: records at ``indices`` as B ndarrays viewing one buffer."""
+
+    def record_shape(self, arg0: SupportsIndex, /) -> tuple[int, ...]: ...
+    def verify(self, progress: Callable[[int, int], object] | None = None) -> None:
+        """Checks every checksum; ``progress(done, total)`` is called between rounds."""
+
+def train_dictionary(
+    samples: Sequence[Buffer | npt.NDArray[Any]], capacity: SupportsIndex
+) -> bytes:
+    """Trains a zstd dictionary of at most ``capacity`` bytes from C-contiguous sample buffers."""
+
+# --- bind_sampler.cc ---------------------------------------------------------
+
+@disjoint_base  # a C type with its own instance layout (PyType_FromSpec)
+class SamplerCore:
+    """Native counter-based batch index generator; use loaderx.zsampler.Sampler."""
+
+    def __init__(
+        self,
+        n: SupportsIndex,
+        batch_size: SupportsIndex,
+        mode: SupportsIndex = 1,
+        seed: SupportsIndex = 42,
+        *,
+        rank: SupportsIndex = 0,
+        world_size: SupportsIndex = 1,
+        start_step: SupportsIndex = 0,
+    ) -> None: ...
+    def next(self) -> npt.NDArray[np.uint64]:
+        """The batch of the current step, shape ``(batch_size,)``, read-only; advances.
+
+        The same array object every time, overwritten by the next draw."""
+
+    def seek(self, step: SupportsIndex, /) -> None:
+        """Positions the sampler so the next draw is the batch of ``step``. O(1)."""
+
+    def peek(self, step: SupportsIndex, /) -> npt.NDArray[np.uint64]:
+        """A new writable ``(batch_size,)`` uint64 array with the batch of ``step``."""
+
+    def __iter__(self) -> Self: ...
+    def __next__(self) -> npt.NDArray[np.uint64]: ...
+    @property
+    def step(self) -> int: ...
+    @property
+    def n(self) -> int: ...
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def mode_value(self) -> int: ...
+    @property
+    def seed(self) -> int: ...
+    @property
+    def rank(self) -> int: ...
+    @property
+    def world_size(self) -> int: ...
+    @property
+    def global_batch(self) -> int: ...
+    @property
+    def cycle_steps(self) -> int: ...
+
+# --- bind_loader.cc ----------------------------------------------------------
+
+@final
+class Pipeline:
+    """Native prefetching batch pipeline (internal; use loaderx.dataloader.DataLoader)."""
+
+    def __init__(
+        self,
+        stores: Sequence[Store],
+        n: SupportsIndex,
+        batch_size: SupportsIndex,
+        mode: SupportsIndex,
+        seed: SupportsIndex,
+        rank: SupportsIndex,
+        world_size: SupportsIndex,
+        start_step: SupportsIndex,
+        prefetch: SupportsIndex,
+        num_threads: SupportsIndex,
+    ) -> None: ...
+    def next(
+        self, timeout: float | None = None
+    ) -> tuple[int, list[_Value], npt.NDArray[np.uint64]] | None:
+        """``(step, values, indices)`` of the next step, or None after ``timeout`` seconds."""
+
+    def seek(self, step: SupportsIndex) -> None: ...
+    @property
+    def step(self) -> int: ...
+    def close(self) -> None: ...
+
+# --- bind_client.cc (present when HAVE_DAEMON_CLIENT) ------------------------
+
+@final
+class DaemonLoader:
+    """A loader served by loaderxd; batches are read-only zero-copy views of its ring."""
+
+    def __init__(
+        self,
+        path: str,
+        stores: Sequence[str],
+        batch_size: SupportsIndex,
+        mode: SupportsIndex,
+        seed: SupportsIndex,
+        rank: SupportsIndex,
+        world_size: SupportsIndex,
+        start_step: SupportsIndex,
+        prefetch: SupportsIndex,
+        leases: SupportsIndex,
+        ring_bytes: SupportsIndex,
+    ) -> None: ...
+    def next(self, timeout: float | None = None) -> tuple[int, list[_Value]] | None:
+        """``(step, values)`` of the next batch, or None after ``timeout`` seconds."""
+
+    def seek(self, step: SupportsIndex) -> None: ...
+    def close(self) -> None: ...
+    @property
+    def step(self) -> int: ...
+    @property
+    def lease_cap(self) -> int: ...
+    @property
+    def leases_held(self) -> int: ...
+    @property
+    def ring_bytes(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+
+def daemon_stats(path: str) -> dict[str, int]:
+    """loaderxd's counters (sessions, loaders, slots_held, ring_bytes, ...)."""
