@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["FASHION_MNIST_ROOT", "read_idx", "fashion_mnist"]
+__all__ = ["FASHION_MNIST_ROOT", "fashion_mnist", "read_idx"]
 
 FASHION_MNIST_ROOT = Path(os.environ.get("LOADERX_FMNIST_ROOT", "/usr/share/datasets/fashion-mnist"))
 

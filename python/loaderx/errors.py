@@ -8,19 +8,19 @@ written against plain Python (``except ValueError``) keeps working.
 from __future__ import annotations
 
 __all__ = [
-    "LoaderxError",
-    "InvalidArgumentError",
-    "RecordIndexError",
-    "SchemaError",
     "CorruptStoreError",
+    "DaemonError",
+    "InvalidArgumentError",
+    "LoaderClosedError",
+    "LoaderxError",
+    "ProtocolError",
+    "RecordIndexError",
+    "ResourceExhausted",
+    "SchemaError",
+    "StateError",
+    "StoreExistsError",
     "StoreIOError",
     "StoreNotFoundError",
-    "StoreExistsError",
-    "ResourceExhausted",
-    "LoaderClosedError",
-    "StateError",
-    "ProtocolError",
-    "DaemonError",
 ]
 
 

@@ -7,10 +7,10 @@ import pytest
 
 datasets = pytest.importorskip("datasets")
 
-from loaderx.converter import convert  # noqa: E402
-from loaderx.datasets import FASHION_MNIST_ROOT, fashion_mnist  # noqa: E402
-from loaderx.errors import SchemaError, StoreExistsError  # noqa: E402
-from loaderx.zrecord import Dense, Ragged  # noqa: E402
+from loaderx.converter import convert
+from loaderx.datasets import FASHION_MNIST_ROOT, fashion_mnist
+from loaderx.errors import SchemaError, StoreExistsError
+from loaderx.zrecord import Dense, Ragged
 
 pytestmark = pytest.mark.skipif(not FASHION_MNIST_ROOT.exists(), reason="needs dataset-fashion-mnist")
 

@@ -7,7 +7,6 @@ import struct
 
 import numpy as np
 import pytest
-
 from loaderx.datasets import FASHION_MNIST_ROOT, fashion_mnist, read_idx
 
 
