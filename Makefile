@@ -6,7 +6,7 @@ JOBS  ?= $(shell nproc)
 CMAKE := .venv/bin/cmake
 CMAKE_COMMON := -G Ninja -DCMAKE_MAKE_PROGRAM=$(CURDIR)/.venv/bin/ninja -DPython_EXECUTABLE=$(CURDIR)/$(PY)
 
-.PHONY: setup build demo demo-daemon test test-cpp test-asan test-tsan test-py bench clean wheel
+.PHONY: setup build demo demo-daemon test test-cpp test-asan test-tsan test-py bench clean wheel lint
 
 setup:
 	@scripts/setup.sh
@@ -38,6 +38,12 @@ test-tsan: setup
 	@$(CMAKE) -S . -B build-tsan $(CMAKE_COMMON) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOADERX_BUILD_PYTHON=OFF -DLOADERX_SANITIZE=thread >/dev/null
 	@$(CMAKE) --build build-tsan -j $(JOBS)
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j $(JOBS) --timeout 900
+
+# Typing and lint gates (the same commands as tests/python/test_typing.py).
+lint: build
+	PYTHONPATH=python $(PY) -m mypy.stubtest loaderx._loaderx --mypy-config-file pyproject.toml --allowlist tests/python/stubtest_allowlist.txt
+	$(PY) -m mypy --no-incremental python/loaderx
+	$(PY) -m ruff check --no-cache python/loaderx tests/python bench
 
 wheel: setup
 	$(PY) -m pip wheel --no-deps -w dist .
