@@ -13,6 +13,7 @@
 #include <unordered_map>
 
 #include "bindings.h"
+#include "loaderx/loader.h"
 #include "loaderx/store.h"
 #include "loaderx/thread_pool.h"
 
@@ -38,6 +39,30 @@ py::dtype NumpyDType(const DType& d) {
 
 // Below this many bytes a read is cheaper than releasing and retaking the GIL.
 constexpr uint64_t kReleaseGilBytes = uint64_t{64} << 10;
+
+// Gather outputs of at least this many bytes come from a process-wide
+// HeapAllocator instead of NumPy: a fresh multi-MiB NumPy buffer is mmap'd by
+// malloc and the kernel faults in and zeroes every page of it on each call,
+// which costs about as much CPU as the gather itself. The allocator keeps up to
+// two freed buffers and hands them back to the next gather of a similar size,
+// so a loop `batch = store[idx]` reuses memory instead of faulting it again.
+constexpr uint64_t kReusedOutputBytes = uint64_t{4} << 20;
+
+// A writable, C-contiguous NumPy array of `shape` whose memory is `bytes`
+// bytes from the reuse allocator when large enough, from NumPy otherwise. The
+// array's base keeps the buffer alive; dropping the last view gives it back to
+// the allocator's cache. REQUIRES: GIL.
+py::array OutputArray(const py::dtype& dt, const std::vector<py::ssize_t>& shape, uint64_t bytes) {
+  if (bytes < kReusedOutputBytes) return py::array(dt, shape);
+  // Leaked on purpose: batches may be freed during interpreter shutdown.
+  static auto* allocator = new std::shared_ptr<BatchAllocator>(HeapAllocator());
+  auto mem = Unwrap((*allocator)->Allocate(0, bytes));
+  uint8_t* data = mem->data();
+  py::capsule owner(new std::shared_ptr<BatchMemory>(std::move(mem)), [](void* p) {
+    delete static_cast<std::shared_ptr<BatchMemory>*>(p);
+  });
+  return py::array(dt, shape, data, owner);
+}
 
 std::vector<py::ssize_t> ToShape(const uint64_t* dims, size_t n) {
   return std::vector<py::ssize_t>(dims, dims + n);
@@ -74,8 +99,12 @@ py::array GatherDense(const Store& s, const py::array& idx_arr) {
   std::vector<uint64_t> idx = Indices(idx_arr);
   std::vector<py::ssize_t> shape{static_cast<py::ssize_t>(idx.size())};
   for (uint64_t d : sc.item_shape) shape.push_back(static_cast<py::ssize_t>(d));
-  py::array out(NumpyDType(sc.dtype), shape);
   const uint64_t item = sc.DenseItemBytes();
+  uint64_t bytes = 0;
+  // On overflow NumPy refuses the shape itself (ValueError).
+  const bool huge = __builtin_mul_overflow(item, uint64_t{idx.size()}, &bytes);
+  py::array out = huge ? py::array(NumpyDType(sc.dtype), shape)
+                       : OutputArray(NumpyDType(sc.dtype), shape, bytes);
   uint8_t* base = static_cast<uint8_t*>(out.mutable_data());
   Status st;
   {
@@ -110,8 +139,9 @@ py::list GatherRagged(const Store& s, const py::array& idx_arr) {
     }
   }
   Check(st);
-  py::array_t<uint8_t> values(static_cast<py::ssize_t>(offsets[b]));
-  uint8_t* base = values.mutable_data();
+  py::array values = OutputArray(py::dtype::of<uint8_t>(),
+                                 {static_cast<py::ssize_t>(offsets[b])}, offsets[b]);
+  uint8_t* base = static_cast<uint8_t*>(values.mutable_data());
   {
     py::gil_scoped_release nogil;
     std::vector<void*> outs(b);

@@ -226,6 +226,64 @@ def test_concurrent_gathers_from_threads(tmp_path: Path) -> None:
     assert not any(t.is_alive() for t in threads) and bad == []
 
 
+# Gathers of >= 4 MiB come from a reuse cache of freed buffers (not NumPy's
+# allocator): a live batch must never be handed out again, a reused buffer
+# must hold exactly the new records, and batches must outlive their store.
+
+def _big_dense(tmp_path: Path, codec: str) -> tuple[Dense, np.ndarray]:
+    data = np.random.default_rng(4).integers(0, 255, (64, 3, 96, 96), dtype=np.uint8)  # 27 KiB/record
+    return _dense(tmp_path / "big", data, codec), data
+
+
+@pytest.mark.parametrize("codec", ["raw", "zstd"])
+def test_large_gathers_never_share_memory_with_live_batches(tmp_path: Path, codec: str) -> None:
+    ds, data = _big_dense(tmp_path, codec)
+    rng = np.random.default_rng(5)
+    live: list[tuple[np.ndarray, np.ndarray]] = []
+    for step in range(12):
+        idx = rng.integers(0, 64, 256)  # 256 x 27 KiB = 6.8 MiB
+        got = ds[idx]
+        assert got.shape == (256, 3, 96, 96) and got.dtype == np.uint8
+        assert got.flags.c_contiguous and got.flags.writeable
+        assert all(not np.shares_memory(got, old) for old, _ in live)
+        live.append((got, idx))
+        if step % 3 == 2:  # free some batches so their buffers get reused
+            del live[0], got
+    for got, idx in live:
+        np.testing.assert_array_equal(got, data[idx])
+
+
+def test_reused_buffer_holds_only_the_new_batch(tmp_path: Path) -> None:
+    ds, data = _big_dense(tmp_path, "raw")
+    first = ds[np.zeros(256, dtype=np.int64)]
+    first[:] = 7  # scribble on a batch, then give its buffer back
+    del first
+    for _ in range(3):
+        idx = np.arange(256) % 64
+        np.testing.assert_array_equal(ds[idx], data[idx])
+
+
+def test_large_dense_batch_outlives_the_store(tmp_path: Path) -> None:
+    ds, data = _big_dense(tmp_path, "zstd")
+    idx = np.arange(255, -1, -1) % 64
+    got = ds[idx]
+    ds.close()
+    del ds
+    np.testing.assert_array_equal(got, data[idx])
+
+
+def test_large_ragged_batch_outlives_the_store(tmp_path: Path) -> None:
+    recs = [np.full((n, 1000), n, dtype=np.int64) for n in range(1, 130)]  # 8.3 MiB in all
+    with Ragged.create(tmp_path / "r", np.int64, 2, codec="raw") as rs:
+        rs.append(recs)
+    rs = Ragged.open(tmp_path / "r")
+    got = rs[list(range(128, -1, -1))]
+    rs.close()
+    del rs
+    assert [g.shape for g in got] == [(n, 1000) for n in range(129, 0, -1)]
+    assert all(np.array_equal(g, recs[n - 1]) for g, n in zip(got, range(129, 0, -1)))
+
+
 # -- lifecycle ----------------------------------------------------------------------
 
 def test_exception_inside_with_leaves_nothing(tmp_path: Path) -> None:
