@@ -248,11 +248,12 @@ def tree_pids(root: int) -> list[int]:
     return out
 
 
-def pss_bytes(pid: int) -> int:
+def pss_bytes(pid: int, field: str = "Pss:") -> int:
+    """One ``smaps_rollup`` field of ``pid`` in bytes ("Pss:", "Pss_Anon:", ...); 0 if gone."""
     try:
         with open(f"/proc/{pid}/smaps_rollup") as f:
             for line in f:
-                if line.startswith("Pss:"):
+                if line.startswith(field):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
@@ -265,19 +266,30 @@ def tree_pss(root: int | None = None) -> int:
 
 
 class PssSampler:
-    """Samples the process-tree PSS every ``interval`` s in a thread; ``peak`` in bytes."""
+    """Samples the process-tree PSS every ``interval`` s in a thread.
+
+    ``peak``: peak total PSS in bytes; ``peak_anon``: peak of the anonymous
+    part (Pss_Anon, i.e. excluding mapped file pages, which are clean page
+    cache the kernel can drop).
+    """
 
     def __init__(self, root: int | None = None, interval: float = 0.05) -> None:
         self.root = os.getpid() if root is None else root
         self.interval = interval
         self.peak = 0
+        self.peak_anon = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, tree_pss(self.root))
+            self._sample()
             self._stop.wait(self.interval)
+
+    def _sample(self) -> None:
+        pids = tree_pids(self.root)
+        self.peak = max(self.peak, sum(pss_bytes(p) for p in pids))
+        self.peak_anon = max(self.peak_anon, sum(pss_bytes(p, "Pss_Anon:") for p in pids))
 
     def __enter__(self) -> PssSampler:  # noqa: PYI034 - final class
         self._thread.start()
@@ -286,7 +298,7 @@ class PssSampler:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        self.peak = max(self.peak, tree_pss(self.root))
+        self._sample()
 
 
 # --------------------------------------------------------------------------
