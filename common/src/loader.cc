@@ -81,15 +81,20 @@ class BufferCache {
     }
     return std::nullopt;
   }
+  // Keeps the most recently freed buffers: when the cache is full the oldest
+  // is evicted, so buffers of a size the workload stopped using cannot pin
+  // the cache forever (ragged batches drift in size).
   void Give(const HeapBuffer& b) {
+    std::optional<HeapBuffer> evicted;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (free_.size() < kMaxCachedBuffers) {
-        free_.push_back(b);
-        return;
+      if (free_.size() >= kMaxCachedBuffers) {
+        evicted = free_.front();
+        free_.erase(free_.begin());
       }
+      free_.push_back(b);
     }
-    FreeBuffer(b);
+    if (evicted) FreeBuffer(*evicted);  // outside the lock: munmap can be slow
   }
 
  private:

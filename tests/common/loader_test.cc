@@ -294,6 +294,29 @@ TEST(HeapAllocatorTest, ReusesAFreedBufferOfASimilarSize) {
   std::memset((*large)->data(), 1, 64 << 20);  // the whole size is usable
 }
 
+TEST(HeapAllocatorTest, StaleSizesAreEvictedSoANewSizeIsReused) {
+  auto alloc = HeapAllocator();
+  // Fill the cache with buffers of a size the workload then stops using.
+  {
+    std::vector<std::shared_ptr<BatchMemory>> old;
+    for (int i = 0; i < 4; ++i) {
+      auto m = alloc->Allocate(i, 1 << 20);
+      ASSERT_TRUE(m.ok());
+      old.push_back(*m);
+    }
+  }
+  auto a = alloc->Allocate(10, 16 << 20);
+  ASSERT_TRUE(a.ok());
+  uint8_t* big = (*a)->data();
+  a = Status::Cancelled("drop");  // must enter the full cache, evicting a 1 MiB buffer
+  // Had the buffer been freed instead, this allocation would likely take its
+  // address, and the allocator's would get a different one.
+  std::vector<uint8_t> decoy(16 << 20, 1);
+  auto b = alloc->Allocate(11, 16 << 20);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ((*b)->data(), big);
+}
+
 TEST(HeapAllocatorTest, BatchesOutliveTheAllocator) {
   std::shared_ptr<BatchMemory> kept;
   {
