@@ -288,6 +288,26 @@ class _Stream:
             return self._check_array(key)
         _index_type_error(key)
 
+    # Name of the native batch gather ("gather_dense" / "gather_ragged").
+    _GATHER = ""
+
+    def _get(self, key: Any) -> Any:
+        """One record for a scalar key, else the kind's batch (shared by Dense and Ragged)."""
+        s = self._live_store()
+        if type(key) is int and 0 <= key < self._len:  # fast path: one record
+            return s.read(key)
+        sel = self._resolve(key)
+        if isinstance(sel, int):
+            return s.read(sel)
+        return getattr(s, self._GATHER)(sel)
+
+    def _iter(self) -> Iterator[np.ndarray]:
+        s = self._live_store()
+        gather = getattr(s, self._GATHER)
+        n = len(self)
+        for a in range(0, n, _ITER_BATCH):
+            yield from gather(np.arange(a, min(n, a + _ITER_BATCH), dtype=np.uint64))
+
     def _check_array(self, arr: np.ndarray) -> np.ndarray:
         """Rejects negative indices; the engine range-checks the rest (IndexError)."""
         if arr.size == 0:
@@ -396,21 +416,13 @@ class Dense(_Stream):
             self._failed = True
             raise
 
+    _GATHER = "gather_dense"
+
     def __getitem__(self, key: Index) -> np.ndarray:
-        s = self._live_store()
-        if type(key) is int and 0 <= key < self._len:  # fast path: one record
-            return s.read(key)
-        sel = self._resolve(key)
-        if isinstance(sel, int):
-            return s.read(sel)
-        return s.gather_dense(sel)
+        return self._get(key)
 
     def __iter__(self) -> Iterator[np.ndarray]:
-        s = self._live_store()
-        n = len(self)
-        for a in range(0, n, _ITER_BATCH):
-            batch = s.gather_dense(np.arange(a, min(n, a + _ITER_BATCH), dtype=np.uint64))
-            yield from batch
+        return self._iter()
 
 
 class Ragged(_Stream):
@@ -502,20 +514,13 @@ class Ragged(_Stream):
             raise SchemaError(f"record {k}: ndim {r.ndim} (shape {r.shape}) does not match "
                               f"the store ndim {self._ndim}")
 
+    _GATHER = "gather_ragged"
+
     def __getitem__(self, key: Index) -> np.ndarray | list[np.ndarray]:
-        s = self._live_store()
-        if type(key) is int and 0 <= key < self._len:  # fast path: one record
-            return s.read(key)
-        sel = self._resolve(key)
-        if isinstance(sel, int):
-            return s.read(sel)
-        return s.gather_ragged(sel)
+        return self._get(key)
 
     def __iter__(self) -> Iterator[np.ndarray]:
-        s = self._live_store()
-        n = len(self)
-        for a in range(0, n, _ITER_BATCH):
-            yield from s.gather_ragged(np.arange(a, min(n, a + _ITER_BATCH), dtype=np.uint64))
+        return self._iter()
 
 
 def _check_item_shape(item_shape: Any) -> tuple[int, ...]:
