@@ -36,3 +36,22 @@ if [ ! -f "$stamp" ] || ! cmp -s requirements-dev.txt "$stamp"; then
   .venv/bin/python -m pip install -q -r requirements-dev.txt
   cp requirements-dev.txt "$stamp"
 fi
+
+# PyTorch (optional): loaderx.torch and the torch example are tested when it
+# imports. Only a CPU wheel that lies on this machine (pip's find-links) is
+# installed; never a multi-GB CUDA build from the registry. Without it those
+# tests skip, saying so.
+if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
+  links=$(.venv/bin/python -m pip config get global.find-links 2>/dev/null || true)
+  tag=$(.venv/bin/python -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
+  wheel=""
+  for d in $links; do
+    for w in "$d"/torch-*+cpu-"$tag"-"$tag"-*.whl; do [ -f "$w" ] && wheel=$w; done
+  done
+  if [ -n "$wheel" ]; then
+    echo "setup: installing PyTorch from $wheel"
+    .venv/bin/python -m pip install -q "$wheel" || echo "setup: PyTorch install failed; torch tests will skip"
+  else
+    echo "setup: no local CPU PyTorch wheel; torch tests will skip"
+  fi
+fi
