@@ -1,4 +1,9 @@
-"""Shared fixtures of the DataLoader tests: small stores with known contents."""
+"""Shared fixtures of the DataLoader tests: small stores with known contents.
+
+Test modules import ``paths_fixture`` and ``stores_fixture`` to get the
+``paths`` (module scope: the store directories) and ``stores`` (opened for
+one test, closed after it) fixtures.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from loaderx.zrecord import Dense, Ragged
 from loaderx.zsampler import Sampler
 
@@ -83,3 +89,18 @@ def fingerprint(batch: dict[str, Any]) -> bytes:
             parts.append(repr((v.dtype.str, v.shape)).encode())
             parts.append(v.tobytes())
     return b"|".join(parts)
+
+
+@pytest.fixture(scope="module", name="paths")
+def paths_fixture(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The stores of make_stores, written once per test module."""
+    return make_stores(tmp_path_factory.mktemp("stores"))
+
+
+@pytest.fixture(name="stores")
+def stores_fixture(paths: dict[str, Path]) -> Any:
+    """The stores opened for one test and closed after it."""
+    s = open_stores(paths)
+    yield s
+    for store in s.values():
+        store.close()

@@ -18,9 +18,9 @@ from loader_util import (
     assert_batch_equal,
     expected_batch,
     fingerprint,
-    make_stores,
-    open_stores,
+    paths_fixture,  # noqa: F401  (pytest fixture)
     ragged_record,
+    stores_fixture,  # noqa: F401  (pytest fixture)
 )
 from loaderx.dataloader import DataLoader
 from loaderx.errors import InvalidArgumentError, LoaderClosedError, StateError
@@ -28,19 +28,6 @@ from loaderx.zrecord import Dense
 from loaderx.zsampler import Sampler
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def paths(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    return make_stores(tmp_path_factory.mktemp("stores"))
-
-
-@pytest.fixture
-def stores(paths: dict[str, Path]) -> Any:
-    s = open_stores(paths)
-    yield s
-    for store in s.values():
-        store.close()
 
 
 def test_batch_is_dict_of_stacked_dense_arrays_and_ragged_lists(stores: dict[str, Any]) -> None:

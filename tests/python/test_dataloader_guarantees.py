@@ -16,25 +16,17 @@ from typing import Any
 import loaderx.dataloader as dataloader_module
 import numpy as np
 import pytest
-from loader_util import assert_batch_equal, expected_batch, make_stores, open_stores
+from loader_util import (
+    assert_batch_equal,
+    expected_batch,
+    paths_fixture,  # noqa: F401  (pytest fixture)
+    stores_fixture,  # noqa: F401  (pytest fixture)
+)
 from loaderx.dataloader import DataLoader, SourceSpec
 from loaderx.errors import CorruptStoreError, LoaderClosedError
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {"PYTHONPATH": f"{REPO / 'python'}:{Path(__file__).parent}", "PATH": os.environ["PATH"]}
-
-
-@pytest.fixture(scope="module")
-def paths(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    return make_stores(tmp_path_factory.mktemp("stores"))
-
-
-@pytest.fixture
-def stores(paths: dict[str, Path]) -> Any:
-    s = open_stores(paths)
-    yield s
-    for store in s.values():
-        store.close()
 
 
 class FakeSource:
