@@ -15,6 +15,7 @@ the files durable (fsync), because loaderx's ``close()`` publishes durably.
 
 from __future__ import annotations
 
+import importlib
 import os
 import struct
 from collections.abc import Callable
@@ -57,9 +58,15 @@ class Backend:
     name: str = ""
     kinds: tuple[str, ...] = ("dense", "ragged")
     compressed = False
+    requires: tuple[str, ...] = ()  # modules that must import for it to run
 
     def available(self) -> str | None:
         """None when usable, else the reason it is skipped."""
+        for module in self.requires:
+            try:
+                importlib.import_module(module)
+            except ImportError as e:
+                return f"{module} not importable ({e})"
         return None
 
     def write(self, w: Workload, path: Path) -> None:
@@ -95,17 +102,9 @@ class LoaderxBackend(Backend):
         self.compressed = codec != "raw"
         self.dict_bytes: bytes | None = None
 
-    def available(self) -> str | None:
-        try:
-            from loaderx.zrecord import Dense, Ragged  # noqa: F401
-        except ImportError as e:
-            return f"loaderx.zrecord not importable ({e})"
-        if self.codec == "zstd_dict":
-            try:
-                from loaderx.utils import train_dict  # noqa: F401
-            except ImportError as e:
-                return f"loaderx.utils.train_dict not importable ({e})"
-        return None
+    @property
+    def requires(self) -> tuple[str, ...]:  # type: ignore[override]
+        return ("loaderx.zrecord", "loaderx.utils") if self.codec == "zstd_dict" else ("loaderx.zrecord",)
 
     def prepare(self, w: Workload) -> None:
         """Trains the zstd dictionary (outside the timed write, as documented)."""
@@ -243,13 +242,7 @@ class _LmdbReader(Reader):
 
 class LmdbBackend(Backend):
     name = "lmdb"
-
-    def available(self) -> str | None:
-        try:
-            import lmdb  # noqa: F401
-        except ImportError as e:
-            return str(e)
-        return None
+    requires = ("lmdb",)
 
     def write(self, w: Workload, path: Path) -> None:
         import lmdb
@@ -286,17 +279,12 @@ class _ArrayRecordReader(Reader):
 
 
 class ArrayRecordBackend(Backend):
+    requires = ("array_record.python.array_record_module",)
+
     def __init__(self, codec: str) -> None:
         self.codec = codec
         self.name = f"array-record-{'raw' if codec == 'uncompressed' else 'zstd'}"
         self.compressed = codec != "uncompressed"
-
-    def available(self) -> str | None:
-        try:
-            from array_record.python import array_record_module  # noqa: F401
-        except ImportError as e:
-            return str(e)
-        return None
 
     def write(self, w: Workload, path: Path) -> None:
         from array_record.python.array_record_module import ArrayRecordWriter
@@ -346,17 +334,12 @@ class _H5Reader(Reader):
 
 
 class H5Backend(Backend):
+    requires = ("h5py",)
+
     def __init__(self, codec: str) -> None:
         self.codec = codec
         self.name = f"h5py-{codec}"
         self.compressed = codec != "raw"
-
-    def available(self) -> str | None:
-        try:
-            import h5py  # noqa: F401
-        except ImportError as e:
-            return str(e)
-        return None
 
     def write(self, w: Workload, path: Path) -> None:
         import h5py
@@ -440,17 +423,12 @@ class _ArrowReader(Reader):
 
 
 class ArrowBackend(Backend):
+    requires = ("pyarrow",)
+
     def __init__(self, codec: str) -> None:
         self.codec = codec
         self.name = f"arrow-ipc-{codec}"
         self.compressed = codec != "raw"
-
-    def available(self) -> str | None:
-        try:
-            import pyarrow  # noqa: F401
-        except ImportError as e:
-            return str(e)
-        return None
 
     def write(self, w: Workload, path: Path) -> None:
         import pyarrow as pa
