@@ -1,4 +1,4 @@
-"""Fashion-MNIST as Zrecord stores, shared by the training examples.
+"""Fashion-MNIST as Zrecord stores and the command line, shared by the training examples.
 
 Reads Debian's ``dataset-fashion-mnist`` idx files (``loaderx.datasets``) and
 writes, once, under ``root``::
@@ -11,6 +11,7 @@ writes, once, under ``root``::
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 
@@ -42,3 +43,17 @@ def open_split(root: str | os.PathLike[str], split: str) -> dict[str, Dense]:
     """``{"image": Dense, "label": Dense}`` of one split; the caller closes them."""
     base = Path(root) / split
     return {"image": Dense.open(str(base / "image")), "label": Dense.open(str(base / "label"))}
+
+
+def training_args(description: str, ckpt_help: str) -> argparse.Namespace:
+    """The examples' common command line: stores, checkpointing, crash/resume."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--root", default="fmnist-stores", help="where the stores are written")
+    ap.add_argument("--ckpt", default=None, help=ckpt_help)
+    ap.add_argument("--steps", type=int, default=600)
+    ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--ckpt-every", type=int, default=100)
+    ap.add_argument("--stop-at", type=int, default=None, help="simulate a crash at this step")
+    ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--limit", type=int, default=None, help="use only the first N records")
+    return ap.parse_args()

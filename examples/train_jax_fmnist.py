@@ -18,7 +18,6 @@ needed), which still exercises the loader, checkpoint and resume.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -34,7 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fmnist_stores import build_stores, open_split
+from fmnist_stores import build_stores, open_split, training_args
 from loaderx.dataloader import DataLoader
 
 try:
@@ -113,16 +112,7 @@ def save_checkpoint(path: Path, params: dict[str, Any], loader: DataLoader) -> N
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--root", default="fmnist-stores")
-    ap.add_argument("--ckpt", default=None, help="checkpoint dir (default ROOT/jax.ckpt)")
-    ap.add_argument("--steps", type=int, default=600)
-    ap.add_argument("--batch-size", type=int, default=128)
-    ap.add_argument("--ckpt-every", type=int, default=100)
-    ap.add_argument("--stop-at", type=int, default=None, help="simulate a crash at this step")
-    ap.add_argument("--resume", action="store_true")
-    ap.add_argument("--limit", type=int, default=None, help="use only the first N records")
-    args = ap.parse_args()
+    args = training_args(__doc__.splitlines()[0], "checkpoint dir (default ROOT/jax.ckpt)")
 
     if not HAVE_JAX:
         print("jax is not installed: running the same functional step with NumPy")

@@ -13,7 +13,6 @@ checkpoint. Runs on the CPU; exits cleanly with a message if torch is absent.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -26,7 +25,7 @@ except ModuleNotFoundError:
     print("torch is not installed; skipping this example (pip install torch)")
     sys.exit(0)
 
-from fmnist_stores import build_stores, open_split
+from fmnist_stores import build_stores, open_split, training_args
 from loaderx.dataloader import DataLoader
 from loaderx.torch import to_torch
 
@@ -67,16 +66,7 @@ def evaluate(model: nn.Module, root: Path) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--root", default="fmnist-stores", help="where the stores are written")
-    ap.add_argument("--ckpt", default=None, help="checkpoint file (default ROOT/torch.ckpt)")
-    ap.add_argument("--steps", type=int, default=600)
-    ap.add_argument("--batch-size", type=int, default=128)
-    ap.add_argument("--ckpt-every", type=int, default=100)
-    ap.add_argument("--stop-at", type=int, default=None, help="simulate a crash at this step")
-    ap.add_argument("--resume", action="store_true")
-    ap.add_argument("--limit", type=int, default=None, help="use only the first N records")
-    args = ap.parse_args()
+    args = training_args(__doc__.splitlines()[0], "checkpoint file (default ROOT/torch.ckpt)")
 
     torch.manual_seed(0)
     torch.set_num_threads(1)  # bit-reproducible CPU math, so resumed losses match exactly
