@@ -11,18 +11,7 @@ BENCH_APT=(
   dataset-fashion-mnist                          # real 28x28 images
 )
 
-missing=()
-for p in "${BENCH_APT[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "bench/setup: installing Debian packages: ${missing[*]}"
-  SUDO=""
-  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -q
-  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
-fi
+scripts/apt-install.sh bench/setup "${BENCH_APT[@]}"
 
 [ -x .venv/bin/python ] || scripts/setup.sh
 stamp=.venv/.bench-requirements.stamp
