@@ -275,42 +275,37 @@ TEST(IIDTest, OutputIsPinnedForSeed42) {
   EXPECT_EQ(got, (std::vector<uint64_t>{879284, 568461, 29877, 889763}));
 }
 
-TEST(IIDTest, NoModuloBiasAtThreeTimesTwoToThe62) {
-  // n = 3 * 2^62: plain `x % n` lands in the lower third [0, 2^62) half of the
-  // time, and a multiply-shift without rejection gives residue 0 mod 3 half
-  // of the time. Unbiased sampling gives 1/3 for both.
-  const uint64_t n = 3ull << 62;
+// Draws 200k IID indices from [0, 3 * 2^k) and checks the two classic
+// biases are absent: the fraction below 2^k (the lower third) and the
+// fraction of multiples of 3 are both 1/3. 200k draws: the sd of a 1/3
+// proportion is ~0.0011; 0.01 is ~9 sd.
+void ExpectNoModuloBias(int k) {
+  const uint64_t n = 3ull << k;
   Sampler s = MakeOrDie(Spec(n, 1000, SamplerMode::kIID, 1));
   uint64_t lower_third = 0, residue0 = 0, total = 0;
-  for (int k = 0; k < 200; ++k) {
+  for (int b = 0; b < 200; ++b) {
     for (uint64_t v : s.Next()) {
       ASSERT_LT(v, n);
-      lower_third += v < (1ull << 62);
+      lower_third += v < (1ull << k);
       residue0 += v % 3 == 0;
       ++total;
     }
   }
-  // 200k draws: sd of a 1/3 proportion is ~0.0011; 0.01 is ~9 sd.
   EXPECT_NEAR(static_cast<double>(lower_third) / total, 1.0 / 3, 0.01);
   EXPECT_NEAR(static_cast<double>(residue0) / total, 1.0 / 3, 0.01);
+}
+
+TEST(IIDTest, NoModuloBiasAtThreeTimesTwoToThe62) {
+  // n = 3 * 2^62: plain `x % n` lands in the lower third [0, 2^62) half of the
+  // time, and a multiply-shift without rejection gives residue 0 mod 3 half
+  // of the time. Unbiased sampling gives 1/3 for both.
+  ExpectNoModuloBias(62);
 }
 
 TEST(IIDTest, NoModuloBiasAtThreeTimesTwoToThe30) {
   // The same trap for the 32-bit draw path (n <= 2^32): x % n over 32-bit x
   // puts half of the draws below 2^30.
-  const uint64_t n = 3ull << 30;
-  Sampler s = MakeOrDie(Spec(n, 1000, SamplerMode::kIID, 1));
-  uint64_t lower_third = 0, residue0 = 0, total = 0;
-  for (int k = 0; k < 200; ++k) {
-    for (uint64_t v : s.Next()) {
-      ASSERT_LT(v, n);
-      lower_third += v < (1ull << 30);
-      residue0 += v % 3 == 0;
-      ++total;
-    }
-  }
-  EXPECT_NEAR(static_cast<double>(lower_third) / total, 1.0 / 3, 0.01);
-  EXPECT_NEAR(static_cast<double>(residue0) / total, 1.0 / 3, 0.01);
+  ExpectNoModuloBias(30);
 }
 
 TEST(IIDTest, ChiSquareUniformOnSmallN) {
