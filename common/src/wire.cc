@@ -59,7 +59,10 @@ struct Encoder {
     KV(p, "session", m.session);
   }
   void operator()(const OpenMsg& m) {
-    Begin(p, "open", 10);
+    // The 1.1 keys only travel with a group, so a solo open is a 1.0 frame.
+    const bool grouped = !m.group.empty();
+    const bool join = grouped && m.join != GroupJoin::kDefault;
+    Begin(p, "open", 10 + (grouped ? 2 : 0) + (join ? 1 : 0));
     Key(p, "streams");
     p.pack_array(static_cast<uint32_t>(m.streams.size()));
     for (const StreamFilesMsg& s : m.streams) {
@@ -78,9 +81,14 @@ struct Encoder {
     KV(p, "prefetch", m.prefetch);
     KV(p, "leases", m.leases);
     KV(p, "ring_bytes", m.ring_bytes);
+    if (grouped) {
+      KVStr(p, "group", m.group);
+      KVStr(p, "group_mode", GroupModeName(m.group_mode));
+    }
+    if (join) KVStr(p, "join", GroupJoinName(m.join));
   }
   void operator()(const OpenedMsg& m) {
-    Begin(p, "opened", 5);
+    Begin(p, "opened", 5 + (m.step ? 1 : 0));
     KV(p, "n", m.n);
     KV(p, "slot_count", m.slot_count);
     KV(p, "ring_bytes", m.ring_bytes);
@@ -95,6 +103,7 @@ struct Encoder {
       KV(p, "ndim", s.ndim);
       KV(p, "size", s.size);
     }
+    if (m.step) KV(p, "step", *m.step);
   }
   void operator()(const NextMsg&) { Begin(p, "next", 0); }
   void operator()(const BatchMsg& m) {
@@ -173,6 +182,9 @@ class Fields {
       }
     }
   }
+
+  // True if the (optional) key is present; Get() it to consume it.
+  bool Has(std::string_view key) const { return st_.ok() && keys_.count(key) != 0; }
 
   const msgpack::object* Get(std::string_view key) {
     if (!st_.ok()) return nullptr;
@@ -312,6 +324,33 @@ Result<Message> DecodeTyped(std::string_view t, Fields& f) {
     m.prefetch = f.U32("prefetch", 1024);
     m.leases = f.U32("leases", 1024);
     m.ring_bytes = f.U64("ring_bytes", uint64_t{1} << 46);
+    // Protocol 1.1 (optional): group, group_mode, join.
+    if (f.Has("group")) {
+      m.group = f.Str("group");
+      if (f.ok() && (m.group.empty() || m.group.size() > kMaxGroupName)) {
+        f.Fail("'group' must be 1.." + std::to_string(kMaxGroupName) + " bytes");
+      }
+      const std::string mode = f.Str("group_mode");
+      if (mode == GroupModeName(GroupMode::kShard)) {
+        m.group_mode = GroupMode::kShard;
+      } else if (mode == GroupModeName(GroupMode::kBroadcast)) {
+        m.group_mode = GroupMode::kBroadcast;
+      } else {
+        f.Fail("'group_mode' must be \"shard\" or \"broadcast\"");
+      }
+      if (f.Has("join")) {
+        const std::string join = f.Str("join");
+        if (join == GroupJoinName(GroupJoin::kStartStep)) {
+          m.join = GroupJoin::kStartStep;
+        } else if (join == GroupJoinName(GroupJoin::kCurrent)) {
+          m.join = GroupJoin::kCurrent;
+        } else {
+          f.Fail("'join' must be \"start_step\" or \"current\"");
+        }
+      }
+    } else if (f.Has("group_mode") || f.Has("join")) {
+      f.Fail("'group_mode' and 'join' need a 'group'");
+    }
     return Done(f, std::move(m));
   }
   if (t == "opened") {
@@ -338,6 +377,7 @@ Result<Message> DecodeTyped(std::string_view t, Fields& f) {
         m.streams.push_back(std::move(ss));
       }
     }
+    if (f.Has("step")) m.step = f.U64("step");
     return Done(f, std::move(m));
   }
   if (t == "next") return Done(f, NextMsg{});
@@ -417,6 +457,22 @@ Result<Message> DecodeTyped(std::string_view t, Fields& f) {
 }
 
 }  // namespace
+
+const char* GroupModeName(GroupMode mode) {
+  return mode == GroupMode::kBroadcast ? "broadcast" : "shard";
+}
+
+const char* GroupJoinName(GroupJoin join) {
+  switch (join) {
+    case GroupJoin::kStartStep:
+      return "start_step";
+    case GroupJoin::kCurrent:
+      return "current";
+    case GroupJoin::kDefault:
+      break;
+  }
+  return "default";
+}
 
 uint32_t OpenMsg::TotalFds() const {
   uint32_t n = 0;

@@ -127,6 +127,94 @@ TEST(WireTest, OpenWithoutStreamsOrWithZeroDataFilesIsRefused) {
   EXPECT_EQ(DecodeError(EncodeMessage(open)).code(), Status::Code::kProtocol);
 }
 
+// Protocol 1.1: group fields ride on open, the starting step on opened.
+TEST(WireTest, GroupOpenAndOpenedStepRoundTrip) {
+  OpenMsg open;
+  open.streams = {{"/data/x", false, false, 1}};
+  open.batch_size = 4;
+  open.group = std::string(kMaxGroupName, 'g');
+  open.group_mode = GroupMode::kBroadcast;
+  open.join = GroupJoin::kStartStep;
+  ExpectRoundTrip(open);
+  open.group_mode = GroupMode::kShard;
+  open.join = GroupJoin::kCurrent;
+  ExpectRoundTrip(open);
+  open.join = GroupJoin::kDefault;  // not sent; decodes as the default
+  ExpectRoundTrip(open);
+  OpenedMsg opened{10, 2, 8192, 1, {{0, "<f4", {2}, 1, 10}}};
+  opened.step = 77;
+  ExpectRoundTrip(opened);
+}
+
+// A solo open is byte-for-byte a 1.0 frame, so a 1.0 daemon accepts it.
+TEST(WireTest, SoloOpenCarriesNoProtocol11Keys) {
+  OpenMsg open;
+  open.streams = {{"x", false, false, 1}};
+  open.batch_size = 1;
+  open.join = GroupJoin::kCurrent;  // meaningless without a group: dropped
+  auto frame = EncodeMessage(open);
+  msgpack::object_handle oh =
+      msgpack::unpack(reinterpret_cast<const char*>(frame.data()), frame.size());
+  ASSERT_EQ(oh.get().type, msgpack::type::MAP);
+  EXPECT_EQ(oh.get().via.map.size, 11u);  // "t" + the ten 1.0 fields
+  auto back = DecodeMessage(frame);
+  ASSERT_TRUE(back.ok());
+  EXPECT_TRUE(std::get<OpenMsg>(*back).group.empty());
+  EXPECT_EQ(std::get<OpenMsg>(*back).join, GroupJoin::kDefault);
+  OpenedMsg opened{10, 2, 8192, 1, {}};
+  auto o = EncodeMessage(opened);
+  oh = msgpack::unpack(reinterpret_cast<const char*>(o.data()), o.size());
+  EXPECT_EQ(oh.get().via.map.size, 6u);  // no "step" unless set
+}
+
+// Builds an open frame with the 1.0 fields plus `extra` (key, value) pairs.
+template <typename... KV>
+std::vector<uint8_t> OpenWith(const KV&... extra) {
+  msgpack::sbuffer b;
+  msgpack::packer<msgpack::sbuffer> p(b);
+  p.pack_map(11 + sizeof...(KV) / 2);
+  p.pack(std::string("t"));
+  p.pack(std::string("open"));
+  p.pack(std::string("streams"));
+  p.pack_array(1);
+  p.pack_map(4);
+  p.pack(std::string("label"));
+  p.pack(std::string("x"));
+  p.pack(std::string("has_shapes"));
+  p.pack(false);
+  p.pack(std::string("has_dict"));
+  p.pack(false);
+  p.pack(std::string("data_files"));
+  p.pack(1);
+  for (const char* k : {"batch_size", "mode", "seed", "rank", "world_size", "start_step",
+                        "prefetch", "leases", "ring_bytes"}) {
+    p.pack(std::string(k));
+    p.pack(std::string(k) == "world_size" || std::string(k) == "batch_size" ? 1 : 0);
+  }
+  (p.pack(extra), ...);
+  return Pack(b);
+}
+
+TEST(WireTest, MalformedGroupFieldsAreRefusedNamingTheKey) {
+  const std::string g = "group", m = "group_mode", j = "join";
+  ASSERT_TRUE(DecodeMessage(OpenWith(g, std::string("a"), m, std::string("shard"))).ok());
+  auto refused = [&](const std::vector<uint8_t>& frame, const std::string& needle) {
+    Status s = DecodeError(frame);
+    EXPECT_EQ(s.code(), Status::Code::kProtocol);
+    EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+  };
+  refused(OpenWith(g, std::string(""), m, std::string("shard")), "'group' must be 1..256");
+  refused(OpenWith(g, std::string(kMaxGroupName + 1, 'x'), m, std::string("shard")),
+          "'group' must be 1..256");
+  refused(OpenWith(g, std::string("a"), m, std::string("ring")), "'group_mode' must be");
+  refused(OpenWith(g, std::string("a")), "missing key 'group_mode'");
+  refused(OpenWith(g, std::string("a"), m, std::string("shard"), j, std::string("later")),
+          "'join' must be");
+  refused(OpenWith(g, 5, m, std::string("shard")), "'group' must be a string");
+  refused(OpenWith(m, std::string("shard")), "need a 'group'");
+  refused(OpenWith(j, std::string("current")), "need a 'group'");
+}
+
 TEST(WireTest, NonMapRootTrailingBytesAndDuplicateKeysAreRefused) {
   msgpack::sbuffer b;
   msgpack::pack(b, std::vector<int>{1, 2});

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -32,12 +33,31 @@
 namespace loaderx {
 
 inline constexpr uint32_t kProtocolMajor = 1;
-inline constexpr uint32_t kProtocolMinor = 0;
+// 1.1 added groups: optional `group`/`group_mode`/`join` on open and
+// `step` on opened (sent only to a client that asked for a group).
+inline constexpr uint32_t kProtocolMinor = 1;
 // Decoder caps (also bound what a hostile peer can make us allocate).
 inline constexpr uint32_t kMaxWireStreams = 64;
 inline constexpr uint32_t kMaxWireDims = 32;
 inline constexpr uint32_t kMaxWireString = 4096;
 inline constexpr uint32_t kMaxWireDataFiles = 255;
+// Longest group name (bytes).
+inline constexpr uint32_t kMaxGroupName = 256;
+
+// Protocol 1.1. How members of a loaderxd group share its batches
+// (docs/daemon.md, "Groups"). On the wire: "shard" | "broadcast".
+enum class GroupMode : uint32_t {
+  kShard = 0,      // members are ranks; each receives its slice of a global batch
+  kBroadcast = 1,  // every member receives the same full batches
+};
+// Where a joining member starts. On the wire: absent | "start_step" | "current".
+enum class GroupJoin : uint32_t {
+  kDefault = 0,    // shard: kStartStep, broadcast: kCurrent
+  kStartStep = 1,  // at the member's own start_step
+  kCurrent = 2,    // at the group's current (oldest held) step
+};
+const char* GroupModeName(GroupMode mode);
+const char* GroupJoinName(GroupJoin join);
 
 // client -> daemon, first message on every connection.
 struct HelloMsg {
@@ -78,6 +98,12 @@ struct OpenMsg {
   uint32_t prefetch = 4;
   uint32_t leases = 8;       // batches the client may hold at once
   uint64_t ring_bytes = 0;   // 0: the daemon sizes the ring
+  // Protocol 1.1, optional: a non-empty `group` joins (or creates) that
+  // group of the caller's uid. `group_mode`/`join` are only sent with a
+  // group; a frame carrying them without one is malformed.
+  std::string group;
+  GroupMode group_mode = GroupMode::kShard;
+  GroupJoin join = GroupJoin::kDefault;
   uint32_t TotalFds() const;
   bool operator==(const OpenMsg&) const = default;
 };
@@ -96,6 +122,9 @@ struct OpenedMsg {
   uint64_t ring_bytes = 0;
   uint32_t leases = 0;  // the granted lease cap (<= requested)
   std::vector<StreamSchemaMsg> streams;
+  // Protocol 1.1, only in reply to a group open: the step this member's
+  // first `next` returns (join="current" starts where the group is).
+  std::optional<uint64_t> step;
   bool operator==(const OpenedMsg&) const = default;
 };
 // client -> daemon: deliver the batch of the current step.
