@@ -373,6 +373,40 @@ class H5Backend(Backend):
 ARROW_BATCH = 256
 
 
+def _binary_rows(arr: Any, w: Workload, shapes: np.ndarray | None) -> np.ndarray | list[np.ndarray]:
+    """The records held by a pyarrow binary array, decoded.
+
+    ``arr``: ``fixed_size_binary`` (dense) or ``large_binary`` (ragged) rows,
+    possibly a slice (non-zero ``offset``). Dense: a ``(len(arr), record_bytes)``
+    uint8 view of its value buffer; ragged: a list of fresh arrays of ``w.dtype``
+    reshaped to ``shapes[k]`` (one row of ``shapes`` per element of ``arr``).
+    Shared by the Arrow IPC and Parquet readers.
+    """
+    if isinstance(w, DenseWorkload):
+        rb = w.record_bytes
+        return np.frombuffer(arr.buffers()[1], dtype=np.uint8, count=len(arr) * rb,
+                             offset=arr.offset * rb).reshape(len(arr), rb)
+    assert shapes is not None
+    offs = np.frombuffer(arr.buffers()[1], dtype=np.int64, count=len(arr) + 1, offset=arr.offset * 8)
+    data = np.frombuffer(arr.buffers()[2], dtype=np.uint8)
+    return [data[offs[j]:offs[j + 1]].view(w.dtype).reshape(shapes[j]).copy() for j in range(len(arr))]
+
+
+def _binary_array(w: Workload, a: int, b: int, typ: Any) -> Any:
+    """Records ``a..b-1`` of ``w`` as one pyarrow binary array of type ``typ``
+    (dense: zero-copy over the contiguous block; ragged: one bytes object each)."""
+    import pyarrow as pa
+    if isinstance(w, DenseWorkload):
+        block = np.ascontiguousarray(w.array[a:b]).reshape(-1).view(np.uint8)
+        return pa.Array.from_buffers(typ, b - a, [None, pa.py_buffer(block)])
+    return pa.array([np.ascontiguousarray(w.record(k)).tobytes() for k in range(a, b)], type=typ)
+
+
+def _binary_type(w: Workload) -> Any:
+    import pyarrow as pa
+    return pa.binary(w.record_bytes) if isinstance(w, DenseWorkload) else pa.large_binary()
+
+
 class _ArrowReader(Reader):
     def __init__(self, path: Path, w: Workload, compressed: bool) -> None:
         import pyarrow as pa
@@ -384,8 +418,7 @@ class _ArrowReader(Reader):
         # the file). Compressed batches are read (decompressed) per gather.
         self.cols = None if compressed else [self.r.get_batch(i).column(0)
                                              for i in range(self.r.num_record_batches)]
-        if isinstance(w, RaggedWorkload):
-            self.shapes = np.load(path / "shapes.npy")
+        self.shapes = np.load(path / "shapes.npy") if isinstance(w, RaggedWorkload) else None
 
     def gather(self, idx: np.ndarray) -> Batch:
         # Per touched record batch: one vectorised take of the rows wanted from
@@ -399,22 +432,18 @@ class _ArrowReader(Reader):
         if isinstance(w, DenseWorkload):
             out = np.empty((len(idx), *w.array.shape[1:]), dtype=w.array.dtype)
             flat = out.reshape(len(idx), -1).view(np.uint8)
-            rb = w.record_bytes
         else:
-            dtype = w.dtype
             recs: list[np.ndarray | None] = [None] * len(idx)
         for b in np.unique(bidx):
             ks = np.flatnonzero(bidx == b)
             col = self.cols[b] if self.cols is not None else self.r.get_batch(int(b)).column(0)
             arr = col.take(pa.array(idx64[ks] - b * ARROW_BATCH))
+            got = _binary_rows(arr, w, None if self.shapes is None else self.shapes[idx64[ks]])
             if dense:
-                flat[ks] = np.frombuffer(arr.buffers()[1], dtype=np.uint8, count=len(arr) * rb,
-                                         offset=arr.offset * rb).reshape(len(arr), rb)
+                flat[ks] = got
             else:
-                offs = np.frombuffer(arr.buffers()[1], dtype=np.int64, count=len(arr) + 1, offset=arr.offset * 8)
-                data = np.frombuffer(arr.buffers()[2], dtype=np.uint8)
                 for j, k in enumerate(ks):
-                    recs[k] = data[offs[j]:offs[j + 1]].view(dtype).reshape(self.shapes[idx64[k]]).copy()
+                    recs[k] = got[j]
         return out if dense else recs  # type: ignore[return-value]
 
     def close(self) -> None:
@@ -433,25 +462,96 @@ class ArrowBackend(Backend):
     def write(self, w: Workload, path: Path) -> None:
         import pyarrow as pa
         path.mkdir()
-        if isinstance(w, DenseWorkload):
-            typ = pa.binary(w.record_bytes)
-        else:
-            typ = pa.large_binary()
+        typ = _binary_type(w)
+        if isinstance(w, RaggedWorkload):
             np.save(path / "shapes.npy", w.shapes)
         schema = pa.schema([("data", typ)])
         opts = pa.ipc.IpcWriteOptions(compression=None if self.codec == "raw" else "zstd")
         with pa.OSFile(str(path / "data.arrow"), "wb") as sink, pa.ipc.new_file(sink, schema, options=opts) as wr:
             for a, b in _chunks(w.n, ARROW_BATCH):
-                if isinstance(w, DenseWorkload):
-                    block = np.ascontiguousarray(w.array[a:b]).reshape(-1).view(np.uint8)
-                    arr = pa.Array.from_buffers(typ, b - a, [None, pa.py_buffer(block)])
-                else:
-                    arr = pa.array([np.ascontiguousarray(w.record(k)).tobytes() for k in range(a, b)], type=typ)
-                wr.write_batch(pa.record_batch([arr], schema=schema))
+                wr.write_batch(pa.record_batch([_binary_array(w, a, b, typ)], schema=schema))
         fsync_tree(path)
 
     def open(self, w: Workload, path: Path) -> Reader:
         return _ArrowReader(path, w, self.compressed)
+
+
+# --------------------------------------------------------------------------
+# Parquet (pyarrow.parquet): one binary column, one row group per 256 rows
+# --------------------------------------------------------------------------
+
+PARQUET_GROUP = 256  # rows per row group, as the reference README's Parquet runs
+
+
+class _ParquetReader(Reader):
+    def __init__(self, path: Path, w: Workload) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        self.pa = pa
+        self.pf = pq.ParquetFile(str(path / "data.parquet"), memory_map=True)
+        self.w = w
+        # The row-group index, from the file footer: first row of every group.
+        md = self.pf.metadata
+        self.sizes = np.array([md.row_group(g).num_rows for g in range(md.num_row_groups)], dtype=np.int64)
+        self.starts = np.concatenate([[0], np.cumsum(self.sizes)])
+        if int(self.starts[-1]) != w.n:
+            raise ValueError(f"parquet: {path} holds {int(self.starts[-1])} rows, the workload {w.n}")
+        self.shapes = np.load(path / "shapes.npy") if isinstance(w, RaggedWorkload) else None
+
+    def gather(self, idx: np.ndarray) -> Batch:
+        # Parquet's unit of random access is the row group: every group a
+        # batch touches is read and decoded whole (read amplification; with
+        # zstd, decompressed whole), once per gather however many of its rows
+        # are wanted. Then one take puts the wanted rows in request order.
+        idx64 = idx.astype(np.int64)
+        group = np.searchsorted(self.starts, idx64, side="right") - 1
+        groups, inv = np.unique(group, return_inverse=True)
+        table = self.pf.read_row_groups(groups.tolist(), columns=["data"], use_threads=True)
+        first = np.cumsum(self.sizes[groups]) - self.sizes[groups]  # each group's first row in `table`
+        pos = first[inv.reshape(-1)] + idx64 - self.starts[group]
+        arr = table.column(0).take(self.pa.array(pos)).combine_chunks()
+        got = _binary_rows(arr, self.w, None if self.shapes is None else self.shapes[idx64])
+        if isinstance(self.w, DenseWorkload):
+            return got.view(self.w.array.dtype).reshape(len(idx), *self.w.array.shape[1:])  # type: ignore[union-attr]
+        return got
+
+    def close(self) -> None:
+        self.pf.close()
+
+
+class ParquetBackend(Backend):
+    """One ``data`` column (``fixed_size_binary`` dense, ``large_binary``
+    ragged; ragged shapes in a side ``shapes.npy`` as for Arrow IPC), written
+    with one row group per :data:`PARQUET_GROUP` rows, plain encoding (no
+    dictionary: the values are opaque blobs) and no column statistics (min/max
+    of 147 KiB blobs would only bloat the footer). ``zstd`` is level 3, as
+    loaderx's and ArrayRecord's zstd."""
+
+    requires = ("pyarrow.parquet",)
+
+    def __init__(self, codec: str) -> None:
+        self.codec = codec
+        self.name = f"parquet-{codec}"
+        self.compressed = codec != "raw"
+
+    def write(self, w: Workload, path: Path) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        path.mkdir()
+        typ = _binary_type(w)
+        if isinstance(w, RaggedWorkload):
+            np.save(path / "shapes.npy", w.shapes)
+        schema = pa.schema([("data", typ)])
+        kw: dict[str, Any] = {"compression": "none"} if self.codec == "raw" else {
+            "compression": "zstd", "compression_level": 3}
+        with pq.ParquetWriter(str(path / "data.parquet"), schema, use_dictionary=False, write_statistics=False,
+                              **kw) as wr:
+            for a, b in _chunks(w.n, PARQUET_GROUP):
+                wr.write_table(pa.table([_binary_array(w, a, b, typ)], schema=schema), row_group_size=PARQUET_GROUP)
+        fsync_tree(path)
+
+    def open(self, w: Workload, path: Path) -> Reader:
+        return _ParquetReader(path, w)
 
 
 def all_backends() -> list[Backend]:
@@ -462,6 +562,7 @@ def all_backends() -> list[Backend]:
         LmdbBackend(),
         H5Backend("raw"), H5Backend("gzip"),
         ArrowBackend("raw"), ArrowBackend("zstd"),
+        ParquetBackend("raw"), ParquetBackend("zstd"),
         ArrayRecordBackend("uncompressed"), ArrayRecordBackend("zstd"),
     ]
 

@@ -148,3 +148,85 @@ def test_tree_pss_includes_children():
         os.write(w, b"x")
         os.close(w)
         os.waitpid(pid, 0)
+
+
+# --------------------------------------------------------------------------
+# Binary-column backends (Arrow IPC, Parquet) on tiny workloads: the readers
+# must return exactly what check_exact accepts, across row-group boundaries,
+# with duplicates and out-of-order requests.
+# --------------------------------------------------------------------------
+
+def _tiny_dense() -> DenseWorkload:
+    arr = (np.arange(11 * 2 * 3, dtype=np.int32) * 7919).reshape(11, 2, 3)
+    return DenseWorkload("d", arr, "")
+
+
+def _tiny_ragged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> RaggedWorkload:
+    rng = np.random.default_rng(3)
+    recs = [rng.integers(0, 2**31, size=(2, int(rng.integers(0, 5))), dtype=np.int32) for _ in range(11)]
+    return _ragged(tmp_path, monkeypatch, recs)
+
+
+# Row groups / record batches of 4 rows: 11 records span 3 groups, the last short.
+_REQUEST = np.array([10, 0, 4, 4, 3, 10, 7, 0], dtype=np.uint64)
+
+
+@pytest.mark.parametrize("codec", ["raw", "zstd"])
+@pytest.mark.parametrize("kind", ["dense", "ragged"])
+def test_parquet_backend_returns_exact_records_across_row_groups(tmp_path, monkeypatch, codec, kind):
+    pytest.importorskip("pyarrow.parquet")
+    import backends
+    import bench_store
+    import pyarrow.parquet as pq
+    monkeypatch.setattr(backends, "PARQUET_GROUP", 4)
+    w = _tiny_dense() if kind == "dense" else _tiny_ragged(tmp_path, monkeypatch)
+    be = backends.ParquetBackend(codec)
+    assert be.name == f"parquet-{codec}" and be.available() is None
+    be.write(w, tmp_path / "pq")
+    md = pq.ParquetFile(str(tmp_path / "pq" / "data.parquet")).metadata
+    assert [md.row_group(g).num_rows for g in range(md.num_row_groups)] == [4, 4, 3]
+    assert md.row_group(0).column(0).compression == ("UNCOMPRESSED" if codec == "raw" else "ZSTD")
+    reader = be.open(w, tmp_path / "pq")
+    try:
+        got = reader.gather(_REQUEST)
+        bench_store.check_exact(w, be.name, got, _REQUEST)
+        one = reader.gather(np.array([5], dtype=np.uint64))  # a single group, a single row
+        bench_store.check_exact(w, be.name, one, np.array([5], dtype=np.uint64))
+    finally:
+        reader.close()
+
+
+def test_parquet_reader_rejects_a_file_with_the_wrong_row_count(tmp_path, monkeypatch):
+    pytest.importorskip("pyarrow.parquet")
+    import backends
+    w = _tiny_dense()
+    be = backends.ParquetBackend("raw")
+    be.write(w, tmp_path / "pq")
+    shorter = DenseWorkload("d", w.array[:10], "")
+    with pytest.raises(ValueError, match="holds 11 rows, the workload 10"):
+        be.open(shorter, tmp_path / "pq")
+
+
+@pytest.mark.parametrize("kind", ["dense", "ragged"])
+def test_arrow_ipc_backend_returns_exact_records_across_record_batches(tmp_path, monkeypatch, kind):
+    pytest.importorskip("pyarrow")
+    import backends
+    import bench_store
+    monkeypatch.setattr(backends, "ARROW_BATCH", 4)
+    w = _tiny_dense() if kind == "dense" else _tiny_ragged(tmp_path, monkeypatch)
+    for codec in ("raw", "zstd"):
+        be = backends.ArrowBackend(codec)
+        be.write(w, tmp_path / codec)
+        reader = be.open(w, tmp_path / codec)
+        try:
+            bench_store.check_exact(w, be.name, reader.gather(_REQUEST), _REQUEST)
+        finally:
+            reader.close()
+
+
+def test_store_registry_lists_parquet_after_arrow():
+    import backends
+    names = [b.name for b in backends.all_backends()]
+    assert names.index("parquet-raw") == names.index("arrow-ipc-zstd") + 1
+    assert names.index("parquet-zstd") == names.index("parquet-raw") + 1
+    assert len(names) == len(set(names))
