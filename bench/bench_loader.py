@@ -22,8 +22,20 @@ descendants, is sampled every 50 ms by this parent):
   over a NumPy memmap dataset with ``__getitems__`` (one fancy-index read per
   batch);
 * ``grain``: grain.python.DataLoader over ArrayRecord (raw, zstd), 2 workers.
+* ``mosaic``: mosaicml-streaming's ``StreamingDataset`` over MDS shards of the same
+  records (local directory, no remote), in a torch DataLoader with 2 workers; it
+  runs in bench/.venv-mds (see bench/refvenv.py for why it has its own venv);
+* ``litdata``: ``litdata.optimize`` chunks of the same records read by
+  ``litdata.StreamingDataset`` + ``StreamingDataLoader``, 2 workers, local only.
 
 Usage: bench/bench_loader.py [--only loaderx,torch,...] [--batches 200] [--no-doc]
+                              [--compare LABEL=PKGDIR ...] [--threads N] [--prefetch N]
+
+``--compare before=bench/data/pkg/<dir>`` adds loaderx rows run with another
+build of the package (a directory holding ``loaderx/`` with its extension), so
+a change is measured before/after in the same run, minutes apart under the same
+machine load. ``--threads``/``--prefetch`` set the loaderx rows' DataLoader
+arguments (default: the DataLoader's defaults).
 """
 
 from __future__ import annotations
@@ -66,13 +78,18 @@ STORES = DATA / "loader"
 # Child side: build one loader, check, warm up, time. Prints one JSON line.
 # ==========================================================================
 
-def _loaderx_iter(codec: str, threads: int | None) -> tuple[Iterator[tuple[Any, Any]], Any]:
+def _loaderx_iter(codec: str, threads: int | None,
+                  prefetch: int | None = None) -> tuple[Iterator[tuple[Any, Any]], Any]:
     from loaderx.dataloader import DataLoader
     from loaderx.zrecord import Dense
     root = STORES / ("ref" if _is_reference() else "loaderx") / codec
     img, idx = _loaderx_stores(root, codec)
     streams = {"image": Dense.open(str(img)), "index": Dense.open(str(idx))}
-    kw = {} if threads is None else {"num_threads": threads}
+    kw: dict[str, int] = {}
+    if threads is not None:
+        kw["num_threads"] = threads
+    if prefetch is not None:
+        kw["prefetch"] = prefetch
     loader = DataLoader(streams, batch_size=BATCH, **kw)
 
     def gen():
@@ -201,15 +218,99 @@ def _grain_iter(codec: str, workers: int) -> tuple[Iterator[tuple[Any, Any]], An
     return gen(), lambda: None
 
 
+def _write_once(path: Path, write: Any) -> Path:
+    """Calls ``write(tmp)`` to build ``path`` in a sibling temporary directory and
+    renames it into place, so a killed run never leaves a half-written store."""
+    import shutil
+    if not path.exists():
+        tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        write(tmp)
+        tmp.rename(path)
+    return path
+
+
+def _write_mds(out: Path) -> None:
+    """MDS shards (uncompressed, 64 MiB) of ``{"image": uint8[3,224,224], "index": int64}``."""
+    from streaming import MDSWriter
+    src = np.load(SOURCE, mmap_mode="r")
+    cols = {"image": "ndarray:uint8:" + ",".join(str(d) for d in src.shape[1:]), "index": "int64"}
+    with MDSWriter(out=str(out), columns=cols, compression=None, size_limit=1 << 26) as w:
+        for i in range(src.shape[0]):
+            w.write({"image": np.ascontiguousarray(src[i]), "index": np.int64(i)})
+
+
+def _mosaic_iter(workers: int, total: int) -> tuple[Iterator[tuple[Any, Any]], Any]:
+    import torch
+    from streaming import StreamingDataset
+    from streaming.base.util import clean_stale_shared_memory
+    clean_stale_shared_memory()  # a killed earlier run may have left its /dev/shm state behind
+    # One epoch long enough for every batch drawn (epoch_size > n: each sample
+    # is drawn several times, shuffled), so no epoch boundary (worker restart)
+    # falls inside the timed batches; the others run endless samplers too.
+    ds = StreamingDataset(local=str(_write_once(STORES / "mds" / "raw", _write_mds)), remote=None,
+                          shuffle=True, shuffle_seed=42, batch_size=BATCH, epoch_size=(total + 8) * BATCH)
+    it = iter(torch.utils.data.DataLoader(ds, batch_size=BATCH, num_workers=workers, drop_last=True))
+
+    def gen():
+        while True:
+            b = next(it)
+            yield b["image"].numpy(), b["index"].numpy()
+
+    return gen(), lambda: None
+
+
+_LITDATA_SRC: np.ndarray | None = None
+
+
+def _litdata_record(i: int) -> dict[str, Any]:
+    """``litdata.optimize``'s per-input function: record ``i`` and its index."""
+    global _LITDATA_SRC
+    if _LITDATA_SRC is None:
+        _LITDATA_SRC = np.load(SOURCE, mmap_mode="r")
+    return {"index": int(i), "image": np.array(_LITDATA_SRC[i])}
+
+
+def _write_litdata(out: Path) -> None:
+    import litdata as ld
+    n = int(np.load(SOURCE, mmap_mode="r").shape[0])
+    ld.optimize(fn=_litdata_record, inputs=list(range(n)), output_dir=str(out), chunk_bytes="64MB",
+                num_workers=1, verbose=False)
+
+
+def _litdata_iter(workers: int, total: int) -> tuple[Iterator[tuple[Any, Any]], Any]:
+    import math
+
+    import litdata as ld
+    n = int(np.load(SOURCE, mmap_mode="r").shape[0])
+    # subsample=k (k >= 1) repeats the dataset k times in one shuffled epoch:
+    # enough for every batch drawn, so no epoch boundary is timed.
+    ds = ld.StreamingDataset(str(_write_once(STORES / "litdata" / "raw", _write_litdata)), shuffle=True, seed=42,
+                             drop_last=True, subsample=float(math.ceil((total + 8) * BATCH / n)))
+    it = iter(ld.StreamingDataLoader(ds, batch_size=BATCH, num_workers=workers, drop_last=True))
+
+    def gen():
+        while True:
+            b = next(it)
+            yield b["image"].numpy(), b["index"].numpy()
+
+    return gen(), lambda: None
+
+
 def child(cfg: dict[str, Any]) -> dict[str, Any]:
     kind = cfg["kind"]
     t_open = time.perf_counter()
     if kind in ("loaderx", "reference"):
-        it, close = _loaderx_iter(cfg["codec"], cfg.get("threads"))
+        it, close = _loaderx_iter(cfg["codec"], cfg.get("threads"), cfg.get("prefetch"))
     elif kind == "torch":
         it, close = _torch_iter(cfg["ctx"], cfg["workers"])
     elif kind == "grain":
         it, close = _grain_iter(cfg["codec"], cfg["workers"])
+    elif kind == "mosaic":
+        it, close = _mosaic_iter(cfg["workers"], CHECK + WARMUP + cfg["batches"])
+    elif kind == "litdata":
+        it, close = _litdata_iter(cfg["workers"], CHECK + WARMUP + cfg["batches"])
     else:
         raise SystemExit(f"unknown loader kind {kind}")
     truth = np.load(SOURCE, mmap_mode="r")
@@ -239,11 +340,20 @@ def child(cfg: dict[str, Any]) -> dict[str, Any]:
 # Parent side
 # ==========================================================================
 
-def configs(only: set[str] | None, batches: int) -> list[dict[str, Any]]:
+def configs(only: set[str] | None, batches: int, compare: list[tuple[str, str]] | None = None,
+            threads: int | None = None, prefetch: int | None = None) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for codec in ("raw", "zstd"):
         out.append({"kind": "loaderx", "codec": codec, "label": f"loaderx {codec}", "model": "threads",
                     "storage": f"zrecord {codec}"})
+        for label, pkg in compare or []:
+            out.append({"kind": "loaderx", "codec": codec, "label": f"loaderx {codec} ({label})",
+                        "model": "threads", "storage": f"zrecord {codec}", "pkg": pkg})
+    for c in out:
+        if threads is not None:
+            c["threads"] = threads
+        if prefetch is not None:
+            c["prefetch"] = prefetch
     for codec in ("raw", "zstd"):
         out.append({"kind": "reference", "codec": codec, "label": f"reference 2.5.4 {codec}",
                     "model": "threads", "storage": f"zrecord {codec} (2.5.4)"})
@@ -254,6 +364,10 @@ def configs(only: set[str] | None, batches: int) -> list[dict[str, Any]]:
     for codec in ("raw", "zstd"):
         out.append({"kind": "grain", "codec": codec, "workers": 2, "label": f"grain {codec} 2w",
                     "model": "2 processes", "storage": f"ArrayRecord {codec}"})
+    out.append({"kind": "mosaic", "workers": 2, "label": "mosaic-streaming 2w", "model": "2 processes (fork)",
+                "storage": "MDS shards raw"})
+    out.append({"kind": "litdata", "workers": 2, "label": "litdata 2w", "model": "2 processes (fork)",
+                "storage": "litdata chunks raw"})
     for c in out:
         c["batches"] = batches
     return [c for c in out if only is None or c["kind"] in only]
@@ -273,9 +387,17 @@ def run_one(cfg: dict[str, Any], timeout: float) -> dict[str, Any]:
             cfg["label"] = cfg["label"].replace("2.5.4", info["version"])
         py = info["python"]
         env.pop("PYTHONPATH", None)  # the reference package has the same import name
+    elif cfg["kind"] == "mosaic":
+        try:
+            from refvenv import MDS
+            py = MDS.ensure()["python"]
+        except (OSError, subprocess.CalledProcessError, RuntimeError) as e:
+            return {"error": f"mosaicml-streaming venv unavailable ({e})"}
+        env.pop("PYTHONPATH", None)  # its own venv; it needs no loaderx
     else:
         py = sys.executable
-        env["PYTHONPATH"] = str(snapshot_loaderx()) + os.pathsep + env.get("PYTHONPATH", "")
+        pkg = cfg.get("pkg") or str(snapshot_loaderx())
+        env["PYTHONPATH"] = pkg + os.pathsep + env.get("PYTHONPATH", "")
     proc = subprocess.Popen([py, str(Path(__file__).resolve()), "--child", json.dumps(cfg)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(REPO))
     with PssSampler(proc.pid, interval=0.05) as pss:
@@ -317,6 +439,12 @@ def render(rows: list[tuple[dict, dict]], batches: int) -> tuple[str, list[str]]
         if a and base:
             notes.append(f"loaderx {codec} / torch fork 4w: {a['batches_s'] / base['batches_s']:.2f}x batches/s, "
                          f"{a['peak_pss'] / base['peak_pss']:.2f}x peak PSS")
+    for c, r in rows:
+        if c["kind"] == "loaderx" and "pkg" in c and "error" not in r:
+            a = ref.get(f"loaderx {c['codec']}")
+            if a:
+                notes.append(f"loaderx {c['codec']} / {c['label']}: {a['batches_s'] / r['batches_s']:.2f}x "
+                             f"batches/s, {a['peak_pss'] / r['peak_pss']:.2f}x peak PSS")
     skipped = [f"{c['label']} ({r['error']})" for c, r in rows if "error" in r]
     if skipped:
         notes.append("Not measured: " + "; ".join(skipped))
@@ -326,12 +454,17 @@ def render(rows: list[tuple[dict, dict]], batches: int) -> tuple[str, list[str]]
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--child", help=argparse.SUPPRESS)
-    ap.add_argument("--only", default="", help="comma list of loader kinds: loaderx,reference,torch,grain")
+    ap.add_argument("--only", default="",
+                    help="comma list of loader kinds: loaderx,reference,torch,grain,mosaic,litdata")
     ap.add_argument("--batches", type=int, default=200)
     ap.add_argument("--repeat-key", type=int, default=2,
                     help="run loaderx raw and torch fork 4w this many times (key ratio)")
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--no-doc", action="store_true")
+    ap.add_argument("--compare", action="append", default=[], metavar="LABEL=PKGDIR",
+                    help="also run the loaderx rows with the package in PKGDIR (holding loaderx/)")
+    ap.add_argument("--threads", type=int, default=None, help="loaderx num_threads (default: DataLoader's)")
+    ap.add_argument("--prefetch", type=int, default=None, help="loaderx prefetch (default: DataLoader's)")
     args = ap.parse_args()
     if args.child:
         print(json.dumps(child(json.loads(args.child))))
@@ -340,7 +473,13 @@ def main() -> int:
     if not SOURCE.exists():
         raise SystemExit(f"{SOURCE} missing: run bench/prepare_vision.py first")
     only = set(args.only.split(",")) if args.only else None
-    cfgs = configs(only, args.batches)
+    compare = []
+    for spec in args.compare:
+        label, _, pkg = spec.partition("=")
+        if not pkg or not (Path(pkg) / "loaderx").is_dir():
+            raise SystemExit(f"--compare {spec}: expected LABEL=DIR with DIR/loaderx")
+        compare.append((label, str(Path(pkg).resolve())))
+    cfgs = configs(only, args.batches, compare, args.threads, args.prefetch)
     machine = machine_line()
     print(f"# loader benchmark - {machine}")
     print(f"# batch {BATCH} x uint8[3,224,224] = {BATCH * 3 * 224 * 224 / MiB:.1f} MiB, "
@@ -374,7 +513,7 @@ def main() -> int:
     results.mkdir(parents=True, exist_ok=True)
     (results / "loader.json").write_text(json.dumps(
         {"machine": machine, "rows": [{"cfg": c, "res": r} for c, r in rows + repeats]}, indent=1))
-    if not args.no_doc and not only:
+    if not args.no_doc and not only and not compare and args.threads is None and args.prefetch is None:
         ok = [(c, r) for c, r in rows if "error" not in r]
         png = DOCS / "bench_loader.png"
         bar_plot(png, f"End-to-end loader, batch {BATCH} x uint8[3,224,224] (batches/s, higher is better)",

@@ -23,6 +23,15 @@ using format::IndexEntry;
 // several threads; small records are grouped until a task has kGroupBytes.
 constexpr uint64_t kSplitBytes = uint64_t{1} << 20;
 constexpr uint64_t kGroupBytes = uint64_t{256} << 10;
+// How record bytes reach the output (docs/format.md, "How reads work"): raw
+// pieces of at least kPreadBytes are read with pread(2) from the page cache
+// instead of copied out of the mapping. Every page touched through the
+// mapping stays in this process's page tables and is counted in its RSS/PSS
+// (after a few epochs: the whole store); pread leaves none behind. It costs
+// more CPU per byte (the kernel looks up every 4 KiB page-cache folio), so
+// smaller records, where a syscall per record would cost more still, and
+// compressed frames keep the mapped path.
+constexpr uint64_t kPreadBytes = uint64_t{64} << 10;
 // Verify decodes records up to this size in one call, larger ones streaming.
 constexpr uint64_t kVerifyOneShot = uint64_t{64} << 20;
 // Records per verify task.
@@ -208,8 +217,8 @@ class StoreImpl final : public Store {
       const Task& task = tasks[t];
       if (task.to != UINT64_MAX) {  // a piece of a raw record
         const RecordRef& r = refs[task.k];
-        std::memcpy(static_cast<uint8_t*>(outs[task.k]) + task.from,
-                    data_maps_[r.shard].data() + r.offset + task.from, task.to - task.from);
+        sts[t] = CopyRaw(indices[task.k], r, task.from, task.to,
+                         static_cast<uint8_t*>(outs[task.k]) + task.from);
         return;
       }
       for (size_t k = task.k; k < task.end; ++k) {
@@ -307,12 +316,22 @@ class StoreImpl final : public Store {
     return Status::OK();
   }
 
-  Status Decode(uint64_t i, const RecordRef& r, void* out) const {
-    const uint8_t* src = data_maps_[r.shard].data() + r.offset;
-    if (!r.compressed) {
-      if (r.raw_len > 0) std::memcpy(out, src, r.raw_len);
-      return Status::OK();
+  // Copies bytes [from, to) of raw record i into out.
+  Status CopyRaw(uint64_t i, const RecordRef& r, uint64_t from, uint64_t to, void* out) const {
+    const uint64_t n = to - from;
+    if (n >= kPreadBytes) {
+      Status st = PReadAll(files_.data[r.shard].get(), out, n, r.offset + from,
+                           data_names_[r.shard]);
+      if (!st.ok()) return st.WithContext("record " + std::to_string(i));
+      return st;
     }
+    if (n > 0) std::memcpy(out, data_maps_[r.shard].data() + r.offset + from, n);
+    return Status::OK();
+  }
+
+  Status Decode(uint64_t i, const RecordRef& r, void* out) const {
+    if (!r.compressed) return CopyRaw(i, r, 0, r.raw_len, out);
+    const uint8_t* src = data_maps_[r.shard].data() + r.offset;
     return codec::Decompress(src, r.stored_len, dict_.get(), out, r.raw_len,
                              files_.label + ": record " + std::to_string(i));
   }
@@ -324,6 +343,7 @@ class StoreImpl final : public Store {
   Table index_, shapes_;
   std::vector<MappedRegion> data_maps_;
   std::vector<uint64_t> data_sizes_;
+  std::vector<std::string> data_names_;  // "<label>/data-<s>", for messages
   std::shared_ptr<const codec::ZstdDictionary> dict_;
   uint64_t item_bytes_ = 0;
   uint64_t stored_bytes_ = 0;
@@ -429,6 +449,7 @@ Result<std::shared_ptr<Store>> StoreImpl::Make(StoreFiles files) {
   for (uint32_t i = 0; i < m.data_shards; ++i) {
     const uint64_t size = m.files.at(format::DataFileName(i)).size;
     s->data_sizes_.push_back(size);
+    s->data_names_.push_back(name_of(format::DataFileName(i)));
     LX_ASSIGN_OR_RETURN(MappedRegion r, MappedRegion::Map(s->files_.data[i].get(), size));
     s->data_maps_.push_back(std::move(r));
   }

@@ -300,6 +300,44 @@ TEST_F(CorruptionTest, WrongOutputSizeIsRejected) {
   EXPECT_EQ((*s)->ReadRecord(0, buf.data(), 100).code(), Status::Code::kInvalidArgument);
 }
 
+// Raw records of 64 KiB and more are read with pread, not through the mapping
+// (docs/format.md, "How reads work"), so a data file truncated under an open
+// store is reported for them instead of faulting (SIGBUS) on a mapped page.
+TEST(StoreReadTest, LargeRawRecordOfADataFileTruncatedAfterOpenIsCorruption) {
+  TempDir dir;
+  const std::string path = dir.Sub("s");
+  constexpr uint64_t kItem = uint64_t{3} << 19;  // 1.5 MiB: also split across the pool
+  const std::vector<uint8_t> values = MakeBytes(2 * kItem, 5);
+  WriteOptions o;
+  o.data_shards = 1;
+  auto w = StoreWriter::Create(path, DenseSchema("|u1", {kItem}), o);
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE((*w)->AppendDense(values.data(), 2).ok());
+  ASSERT_TRUE((*w)->Publish().ok());
+  auto s = Store::Open(path);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  std::vector<uint8_t> out(kItem);
+  ASSERT_TRUE((*s)->ReadRecord(1, out.data(), kItem).ok());
+  EXPECT_EQ(0, std::memcmp(out.data(), values.data() + kItem, kItem));
+
+  fs::resize_file(path + "/data-000", kItem + 100);  // record 1 loses its tail
+  Status st = (*s)->ReadRecord(1, out.data(), kItem);
+  EXPECT_EQ(st.code(), Status::Code::kCorruption) << st.ToString();
+  EXPECT_NE(st.message().find("record 1: " + path + "/data-000: truncated"), std::string::npos)
+      << st.ToString();
+  std::vector<uint64_t> idx = {0, 1};
+  std::vector<uint8_t> a(kItem), b(kItem);
+  std::vector<void*> outs = {a.data(), b.data()};
+  for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &ThreadPool::Default()}) {
+    st = (*s)->Gather(idx, outs, pool);
+    EXPECT_EQ(st.code(), Status::Code::kCorruption) << st.ToString();
+    EXPECT_NE(st.message().find("data-000: truncated"), std::string::npos) << st.ToString();
+  }
+  // Record 0 lies wholly before the cut and still reads exactly.
+  ASSERT_TRUE((*s)->ReadRecord(0, out.data(), kItem).ok());
+  EXPECT_EQ(0, std::memcmp(out.data(), values.data(), kItem));
+}
+
 // -- writer misuse -----------------------------------------------------------------
 
 TEST(StoreWriterTest, ExistingPathIsAlreadyExists) {
