@@ -230,3 +230,54 @@ def test_store_registry_lists_parquet_after_arrow():
     assert names.index("parquet-raw") == names.index("arrow-ipc-zstd") + 1
     assert names.index("parquet-zstd") == names.index("parquet-raw") + 1
     assert len(names) == len(set(names))
+
+
+# --------------------------------------------------------------------------
+# Side venvs (bench/refvenv.py) and the loader bench's write-once stores
+# --------------------------------------------------------------------------
+
+def test_side_venv_pins_the_project_versions_of_shared_dists(tmp_path):
+    import refvenv
+    v = refvenv.SideVenv(".venv-test", "somedist", ["somedist==1.2"], same_as_project=("numpy",))
+    want_numpy = np.__version__.split("+", 1)[0]
+    assert v.requirements() == ["somedist==1.2", f"numpy=={want_numpy}"]
+    assert v.venv == BENCH / ".venv-test" and v.python == BENCH / ".venv-test" / "bin" / "python"
+    assert v.installed_version() is None  # never created
+
+
+def test_side_venv_refuses_to_pin_a_dist_the_project_lacks():
+    import refvenv
+    v = refvenv.SideVenv(".venv-test", "somedist", [], same_as_project=("no-such-dist-xyz",))
+    with pytest.raises(refvenv.RefVenvError, match="no-such-dist-xyz is not installed in the project venv"):
+        v.requirements()
+
+
+def test_reference_venv_keeps_its_historical_names():
+    import refvenv
+    assert refvenv.VENV == BENCH / ".venv-ref" and refvenv.PIN == "loaderx==2.5.4"
+    assert refvenv.MDS.venv == BENCH / ".venv-mds" and refvenv.MDS.dist == "mosaicml-streaming"
+
+
+def test_write_once_publishes_by_rename_and_never_a_half_store(tmp_path):
+    import bench_loader
+    calls: list[Path] = []
+
+    def write(tmp: Path) -> None:
+        calls.append(tmp)
+        tmp.mkdir()
+        (tmp / "f").write_text("x")
+
+    path = tmp_path / "sub" / "store"
+    assert bench_loader._write_once(path, write) == path
+    assert (path / "f").read_text() == "x" and calls[0] != path and not calls[0].exists()
+    bench_loader._write_once(path, write)  # already there: not written again
+    assert len(calls) == 1
+
+    def broken(tmp: Path) -> None:
+        tmp.mkdir()
+        raise OSError("disk full")
+
+    other = tmp_path / "other"
+    with pytest.raises(OSError, match="disk full"):
+        bench_loader._write_once(other, broken)
+    assert not other.exists()
