@@ -41,7 +41,11 @@ Status ValidateBatch(const BatchMsg& m, const std::vector<StreamInfo>& streams,
     if (!inside(l.offsets_offset, (m.batch_size + 1) * 8)) return Bad("offsets outside the batch");
     const uint64_t* offsets = reinterpret_cast<const uint64_t*>(base + l.offsets_offset);
     const uint64_t* shapes = reinterpret_cast<const uint64_t*>(base + l.shapes_offset);
-    if (offsets[0] != 0 || offsets[m.batch_size] != l.values_bytes) return Bad("offsets do not span values");
+    // Offsets count from offsets[0], which is 0 for a whole batch and the
+    // slice's first record for a shard group member (protocol 1.1).
+    if (offsets[m.batch_size] < offsets[0] || offsets[m.batch_size] - offsets[0] != l.values_bytes) {
+      return Bad("offsets do not span values");
+    }
     for (uint64_t k = 0; k < m.batch_size; ++k) {
       if (offsets[k + 1] < offsets[k]) return Bad("offsets not monotone");
       uint64_t bytes = s.itemsize;
@@ -90,7 +94,7 @@ ArrayView Batch::Dense(size_t j) const {
 ArrayView Batch::Record(size_t j, uint64_t k) const {
   const StreamInfo& s = (*streams_)[j];
   ArrayView v;
-  v.data = values(j) + offsets(j)[k];
+  v.data = values(j) + (offsets(j)[k] - offsets(j)[0]);
   v.dtype = s.dtype;
   v.itemsize = s.itemsize;
   v.shape.assign(shapes(j) + k * s.ndim, shapes(j) + (k + 1) * s.ndim);
@@ -143,16 +147,22 @@ Result<std::optional<Batch>> Loader::NextImpl(
   if (m == nullptr) return Status::Protocol(std::string("expected batch, got ") + MessageName(r.msg));
   // Own the slot first, so every error path below still releases it.
   auto lease = std::make_shared<Lease>(conn_, m->slot, m->seq, conn_->ring_base() + m->offset);
+  uint64_t publish_ns = 0;
   LX_RETURN_IF_ERROR(CheckSlot(conn_->ring_base(), conn_->geometry(), m->slot, m->seq, m->step,
-                               m->offset, m->total_bytes));
+                               m->offset, m->total_bytes, &publish_ns));
   LX_RETURN_IF_ERROR(ValidateBatch(*m, *streams_, conn_->ring_base() + m->offset));
   Batch b;
   b.step_ = m->step;
   b.batch_size_ = m->batch_size;
+  b.publish_ns_ = publish_ns;
   b.layout_ = std::move(m->streams);
   b.streams_ = streams_;
   b.lease_ = std::move(lease);
   step_.store(m->step + 1, std::memory_order_relaxed);
+  // Ask for the next step now (see set_request_ahead) if the daemon will
+  // grant it: it counts this caller's leases, including the one above. A
+  // failed send is not this batch's error; the next call meets it again.
+  if (request_ahead_ && leases_held() < lease_cap_) (void)conn_->SendAhead(NextMsg{});
   return std::optional<Batch>(std::move(b));
 }
 
@@ -211,6 +221,16 @@ Result<std::unique_ptr<client::Loader>> Client::OpenLoader(const client::LoaderS
   open.prefetch = spec.prefetch;
   open.leases = spec.leases;
   open.ring_bytes = spec.ring_bytes;
+  if (!spec.group.empty()) {
+    if (spec.group.size() > kMaxGroupName) {
+      return Status::InvalidArgument("group name of " + std::to_string(spec.group.size()) +
+                                     " bytes is too long (at most " +
+                                     std::to_string(kMaxGroupName) + ")");
+    }
+    open.group = spec.group;
+    open.group_mode = spec.group_mode;
+    open.join = spec.join;
+  }
   // The client opens every file with its own rights; the daemon gets fds.
   std::vector<StoreFiles> files;
   std::vector<int> fds;
@@ -239,6 +259,12 @@ Result<std::unique_ptr<client::Loader>> Client::OpenLoader(const client::LoaderS
   std::shared_ptr<Connection> conn = std::move(conn_);
   if (conn == nullptr) {
     LX_ASSIGN_OR_RETURN(conn, Connection::Open(path_));
+  }
+  if (!spec.group.empty() && conn->hello().minor < 1) {
+    return Status::Protocol("loaderxd at " + path_ + " speaks protocol " +
+                            std::to_string(conn->hello().major) + "." +
+                            std::to_string(conn->hello().minor) +
+                            "; groups need 1.1 (upgrade the daemon)");
   }
   LX_ASSIGN_OR_RETURN(client::Reply r, conn->Call(open, fds, nullptr, false));
   if (auto* err = std::get_if<ErrorMsg>(&r.msg)) return err->ToStatus();
@@ -270,7 +296,11 @@ Result<std::unique_ptr<client::Loader>> Client::OpenLoader(const client::LoaderS
   loader->n_ = opened->n;
   loader->lease_cap_ = opened->leases;
   loader->ring_bytes_ = opened->ring_bytes;
-  loader->step_.store(spec.start_step, std::memory_order_relaxed);
+  if (!spec.group.empty() && !opened->step) {
+    return Status::Protocol("'opened' for a group member must name its first step");
+  }
+  // A group member may start elsewhere than start_step (join="current").
+  loader->step_.store(opened->step.value_or(spec.start_step), std::memory_order_relaxed);
   return loader;
 }
 

@@ -23,6 +23,7 @@ constexpr const char* kUsage =
     "  --sessions-per-uid N  connections per client uid (default 64)\n"
     "  --max-leases N        batches one client may hold at once (default 64)\n"
     "  --max-prefetch N      prefetch cap per loader (default 64)\n"
+    "  --max-skew N          steps a group member may run ahead of the slowest (default 8)\n"
     "  --socket-mode OCTAL   socket permissions (default 0660)\n"
     "  --config FILE         read `key = value` settings (same names, no dashes)\n"
     "  --check-config        validate the configuration and exit\n"
@@ -68,6 +69,9 @@ Status Apply(Config& c, const std::string& key, const std::string& v) {
     LX_ASSIGN_OR_RETURN(uint64_t n, ParseUint(key, v, 1024));
     if (n == 0) return Status::InvalidArgument("max-prefetch: must be >= 1");
     c.max_prefetch = static_cast<uint32_t>(n);
+  } else if (key == "max-skew") {
+    LX_ASSIGN_OR_RETURN(uint64_t n, ParseUint(key, v, 1024));
+    c.max_skew = static_cast<uint32_t>(n);
   } else if (key == "socket-mode") {
     if (v.empty() || v.find_first_not_of("01234567") != std::string::npos || v.size() > 4) {
       return Status::InvalidArgument("socket-mode: '" + v + "' is not an octal mode");
@@ -162,7 +166,7 @@ Result<Config> ParseArgs(const std::vector<std::string>& args, std::string* help
       key.resize(eq);
     }
     static const char* const kKnown[] = {"socket", "threads", "memory-limit", "memory-per-uid",
-                                         "sessions-per-uid", "max-leases", "max-prefetch",
+                                         "sessions-per-uid", "max-leases", "max-prefetch", "max-skew",
                                          "socket-mode", "log-level", "config"};
     if (std::find(std::begin(kKnown), std::end(kKnown), key) == std::end(kKnown)) {
       return Status::InvalidArgument("unknown option --" + key + " (see --help)");

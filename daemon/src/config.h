@@ -2,7 +2,8 @@
 //
 // The file holds `key = value` lines ('#' starts a comment) using the long
 // flag names without dashes (socket, threads, memory-limit, log-level,
-// sessions-per-uid, memory-per-uid, max-leases, max-prefetch, socket-mode).
+// sessions-per-uid, memory-per-uid, max-leases, max-prefetch, max-skew,
+// socket-mode).
 // Flags given on the command line win over the file. Sizes accept K/M/G/T
 // binary suffixes. Every problem is InvalidArgument naming the key and, for
 // the file, the line.
@@ -27,6 +28,9 @@ struct Config {
   uint32_t sessions_per_uid = 64;
   uint32_t max_leases = 64;      // cap on the batches one client may hold
   uint32_t max_prefetch = 64;
+  // Steps a group member may run ahead of its group's slowest member before
+  // its `next` waits (docs/daemon.md "Groups"); also sizes group rings.
+  uint32_t max_skew = 8;
   mode_t socket_mode = 0660;
   bool foreground = false;
   bool check_config = false;

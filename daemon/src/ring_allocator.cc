@@ -20,6 +20,7 @@ RingAllocator::RingAllocator(UniqueFd fd, MappedRegion map, const RingGeometry& 
       geometry_(g),
       payload_(g.payload_bytes, kBatchAlignment) {
   published_.assign(g.slot_count, false);
+  retained_.assign(g.slot_count, false);
   free_slots_.reserve(g.slot_count);
   for (uint32_t s = g.slot_count; s-- > 0;) free_slots_.push_back(s);  // slot 0 first
 }
@@ -54,11 +55,11 @@ Result<std::shared_ptr<BatchMemory>> RingAllocator::Allocate(uint64_t step, uint
       region = payload_.Allocate(bytes);
       if (region) return true;
     }
-    // Everything live is published (at the client): nothing the pipeline
-    // holds can free room, so waiting could last forever. Only the client
-    // can resolve it; tell it rather than hang.
+    // Everything live is published and only clients hold it: nothing the
+    // daemon holds can free room, so waiting could last forever. Only the
+    // client can resolve it; tell it rather than hang.
     const uint32_t live = geometry_.slot_count - static_cast<uint32_t>(free_slots_.size());
-    stalled = live > 0 && live == published_live_;
+    stalled = live > 0 && live == client_held_;
     return stalled;
   });
   if (cancelled_) {
@@ -68,7 +69,7 @@ Result<std::shared_ptr<BatchMemory>> RingAllocator::Allocate(uint64_t step, uint
   if (!region) {
     return Status::ResourceExhausted(
         "step " + std::to_string(step) + ": the ring is full of the " +
-        std::to_string(published_live_) + " batches the client holds and a batch of " +
+        std::to_string(client_held_) + " batches the client holds and a batch of " +
         std::to_string(bytes) + " bytes does not fit beside them; hold fewer batches or open "
         "the loader with a larger ring_bytes");
   }
@@ -89,30 +90,42 @@ void RingAllocator::Cancel() {
 void RingAllocator::Free(uint32_t slot, uint64_t ring_offset) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (published_[slot]) {
-      published_[slot] = false;
-      --published_live_;
-    }
+    if (published_[slot] && !retained_[slot]) --client_held_;
+    published_[slot] = false;
+    retained_[slot] = false;
     payload_.Free(ring_offset - geometry_.payload_offset);
     free_slots_.push_back(slot);
   }
   freed_cv_.notify_all();
 }
 
-uint64_t RingAllocator::Publish(const RingMemory& memory, uint64_t step, uint64_t bytes) {
+uint64_t RingAllocator::Publish(const RingMemory& memory, uint64_t step, uint64_t bytes,
+                               bool retained) {
   uint64_t seq;
   {
     std::lock_guard<std::mutex> lock(mu_);
     seq = next_seq_++;
-    if (!published_[memory.slot()]) {
-      published_[memory.slot()] = true;
-      ++published_live_;
-    }
+    const uint32_t slot = memory.slot();
+    const bool was_client_held = published_[slot] && !retained_[slot];
+    published_[slot] = true;
+    retained_[slot] = retained;
+    if (was_client_held && retained) --client_held_;
+    if (!was_client_held && !retained) ++client_held_;
   }
   PublishSlot(map_.mutable_data(), geometry_, memory.slot(), seq, step, memory.ring_offset(),
               bytes);
   freed_cv_.notify_all();  // a waiting producer re-checks for a stall
   return seq;
+}
+
+void RingAllocator::EndRetain(uint32_t slot) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (slot >= retained_.size() || !retained_[slot]) return;
+    retained_[slot] = false;
+    if (published_[slot]) ++client_held_;
+  }
+  freed_cv_.notify_all();  // a waiting producer re-checks for a stall
 }
 
 uint64_t RingAllocator::bytes_in_use() const {

@@ -10,7 +10,11 @@
 // ring is full of published batches only (all at the client, so nothing on
 // the daemon side can make room) it returns ResourceExhausted instead of
 // waiting forever.
-// Publish() stamps a finished batch into its slot with a fresh epoch.
+// Publish() stamps a finished batch into its slot with a fresh epoch. A
+// batch published `retained` is still held by the daemon (a group keeps it
+// for members that have not taken it yet, group.h) until EndRetain(): while
+// any live slot is retained, a full ring is not a stall, because the daemon
+// side will free room once its slowest member moves on.
 //
 // Thread-safety: all methods may be called from any thread (one mutex).
 // Ownership: every RingMemory keeps the ring (and its mapping) alive.
@@ -63,7 +67,11 @@ class RingAllocator final : public BatchAllocator,
 
   // Writes step/offset/bytes of `memory` into its slot and a new epoch
   // (release). Returns the epoch (seq) to announce to the client.
-  uint64_t Publish(const RingMemory& memory, uint64_t step, uint64_t bytes);
+  uint64_t Publish(const RingMemory& memory, uint64_t step, uint64_t bytes,
+                   bool retained = false);
+  // The daemon no longer holds `slot` for anyone: from now on only client
+  // leases keep it (see the header comment). No-op if not retained.
+  void EndRetain(uint32_t slot);
 
   int fd() const { return fd_.get(); }
   const RingGeometry& geometry() const { return geometry_; }
@@ -85,9 +93,12 @@ class RingAllocator final : public BatchAllocator,
   PayloadAllocator payload_;
   std::vector<uint32_t> free_slots_;
   bool cancelled_ = false;
-  // Slots whose batch was published (handed to the client) and not freed.
+  // Slots whose batch was published and not freed; of those, the ones the
+  // daemon still retains. client_held_ counts published && !retained: slots
+  // only a client can free.
   std::vector<bool> published_;
-  uint32_t published_live_ = 0;
+  std::vector<bool> retained_;
+  uint32_t client_held_ = 0;
   uint64_t next_seq_ = 1;  // epochs are never reused within a ring
 };
 

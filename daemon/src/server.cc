@@ -21,6 +21,7 @@
 #include "loaderx/loader.h"
 #include "loaderx/sampler.h"
 #include "loaderx/unix_socket.h"
+#include "group.h"
 #include "ring_allocator.h"
 #include "store_registry.h"
 
@@ -42,27 +43,6 @@ constexpr int kFramesPerWakeup = 64;
 // Protocol-violation warnings logged per window at most (log-flood guard).
 constexpr uint32_t kViolationLogsPerWindow = 10;
 constexpr auto kViolationLogWindow = std::chrono::seconds(10);
-
-uint64_t RoundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
-
-// Upper estimate of one batch's bytes, for sizing a ring before the first
-// batch exists. Dense is exact; ragged assumes records up to twice the mean.
-uint64_t EstimateBatchBytes(const std::vector<std::shared_ptr<const Store>>& streams,
-                            uint64_t batch) {
-  uint64_t total = 0;
-  for (const auto& s : streams) {
-    const Schema& sc = s->schema();
-    if (sc.kind == Kind::kDense) {
-      total += RoundUp(batch * sc.DenseItemBytes(), kBatchAlignment);
-    } else {
-      uint64_t mean = s->size() ? (s->nbytes() + s->size() - 1) / s->size() : 0;
-      total += RoundUp(2 * mean * batch, kBatchAlignment);
-      total += RoundUp(batch * sc.ndim * 8, kBatchAlignment);
-      total += RoundUp((batch + 1) * 8, kBatchAlignment);
-    }
-  }
-  return std::max<uint64_t>(total, kBatchAlignment);
-}
 
 }  // namespace
 
@@ -116,6 +96,9 @@ class Server::Impl {
     r.counters = {
         {"sessions", sessions_},
         {"loaders", loaders_},
+        {"groups", named_groups_},
+        {"group_members", group_members_},
+        {"batches_gathered", batches_gathered_.load(std::memory_order_relaxed)},
         {"ring_bytes", ring_bytes_},
         {"slots_held", slots_held_.load(std::memory_order_relaxed)},
         {"stores", registry_.size()},
@@ -188,14 +171,22 @@ class Server::Impl {
     }
     a.ring_bytes += bytes;
     ring_bytes_ += bytes;
-    ++loaders_;
     return Status::OK();
   }
   void ReleaseRing(uint32_t uid, uint64_t bytes) {
     std::lock_guard<std::mutex> lock(acct_mu_);
     uids_[uid].ring_bytes -= bytes;
     ring_bytes_ -= bytes;
-    --loaders_;
+  }
+  // Loader (group member) counts for stats; `named`: of a named group.
+  void CountLoader(bool named, int delta) {
+    std::lock_guard<std::mutex> lock(acct_mu_);
+    loaders_ += delta;
+    if (named) group_members_ += delta;
+  }
+  void CountGroup(int delta) {
+    std::lock_guard<std::mutex> lock(acct_mu_);
+    named_groups_ += delta;
   }
 
   const Config config_;
@@ -220,9 +211,15 @@ class Server::Impl {
   uint64_t sessions_ = 0;                // guarded by acct_mu_
   uint64_t loaders_ = 0;                 // guarded by acct_mu_
   uint64_t ring_bytes_ = 0;              // guarded by acct_mu_
+  uint64_t named_groups_ = 0;            // guarded by acct_mu_
+  uint64_t group_members_ = 0;           // guarded by acct_mu_
+  // Named groups by (uid, name): groups never span users. A solo loader's
+  // group is private to its connection and not listed here.
+  std::mutex groups_mu_;
+  std::map<std::pair<uint32_t, std::string>, std::shared_ptr<Group>> groups_;  // guarded
   // Statistics only: relaxed, they order nothing.
   std::atomic<uint64_t> slots_held_{0}, batches_served_{0}, releases_{0}, stale_releases_{0},
-      protocol_errors_{0}, refused_{0};
+      protocol_errors_{0}, refused_{0}, batches_gathered_{0};
 };
 
 class Server::Impl::Connection : public std::enable_shared_from_this<Connection> {
@@ -275,6 +272,7 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
   struct Lease {
     uint64_t seq = 0;
     std::shared_ptr<BatchMemory> memory;
+    uint32_t count = 0;  // deliveries of this (slot, seq) not yet released
   };
 
   void ArmRead() {
@@ -394,8 +392,10 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
         server_.stale_releases_.fetch_add(1, std::memory_order_relaxed);
         return;
       }
-      drop = std::move(it->second.memory);
-      leases_.erase(it);
+      if (--it->second.count == 0) {
+        drop = std::move(it->second.memory);
+        leases_.erase(it);
+      }
     }
     server_.slots_held_.fetch_sub(1, std::memory_order_relaxed);
     server_.releases_.fetch_add(1, std::memory_order_relaxed);
@@ -451,29 +451,48 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
     return closing_;
   }
 
+  // Leaves the group (the last member closes it and returns its ring
+  // accounting) and drops this session's leases.
   void CloseLoader() {
-    if (pipeline_) pipeline_->Close();
-    pipeline_.reset();
-    size_t held;
+    size_t held = 0;
     {
       std::lock_guard<std::mutex> lock(lease_mu_);
-      held = leases_.size();
+      for (const auto& [slot, lease] : leases_) held += lease.count;
       leases_.clear();
     }
     server_.slots_held_.fetch_sub(held, std::memory_order_relaxed);
-    if (ring_) {
-      server_.ReleaseRing(cred_.uid, ring_->geometry().total_bytes);
-      ring_.reset();
+    if (!group_) return;
+    const bool named = !group_->name().empty();
+    bool last;
+    if (named) {
+      // Under groups_mu_, so a concurrent open cannot join a group that is
+      // about to close: it finds no entry and creates a fresh one.
+      std::lock_guard<std::mutex> lock(server_.groups_mu_);
+      last = group_->Leave(id_);
+      auto it = server_.groups_.find({cred_.uid, group_->name()});
+      if (last && it != server_.groups_.end() && it->second == group_) server_.groups_.erase(it);
+    } else {
+      last = group_->Leave(id_);
     }
+    server_.CountLoader(named, -1);
+    if (last) {
+      group_->Close();
+      server_.ReleaseRing(cred_.uid, group_->ring()->geometry().total_bytes);
+      if (named) server_.CountGroup(-1);
+      LX_LOG(kDebug) << "session " << id_ << ": last member left group '" << group_->name()
+                     << "', closed";
+    }
+    group_.reset();
   }
 
   Status Error(const Status& st) {
-    return Send(ErrorMsg::From(st, pipeline_ ? pipeline_->step() : 0));
+    return Send(ErrorMsg::From(st, group_ ? group_->cursor(id_) : 0));
   }
 
   Status DoOpen(const OpenMsg& m, std::vector<UniqueFd> fds) {
-    if (pipeline_) return Error(Status::State("a loader is already open on this connection"));
-    std::vector<std::shared_ptr<const Store>> streams;
+    if (group_) return Error(Status::State("a loader is already open on this connection"));
+    Group::MemberSpec spec;
+    spec.mode = m.group.empty() ? GroupMode::kBroadcast : m.group_mode;
     size_t next_fd = 0;
     auto take = [&] { return std::move(fds[next_fd++]); };
     for (const StreamFilesMsg& s : m.streams) {
@@ -486,118 +505,152 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
       for (uint32_t i = 0; i < s.data_files; ++i) files.data.push_back(take());
       Result<std::shared_ptr<const Store>> store = server_.registry_.Get(std::move(files));
       if (!store.ok()) return Error(store.status());
+      const auto& streams = spec.streams;
       if (!streams.empty() && store.value()->size() != streams[0]->size()) {
         return Error(Status::InvalidArgument(
             "streams differ in length: " + streams[0]->label() + " has " +
             std::to_string(streams[0]->size()) + " records, " + store.value()->label() + " has " +
             std::to_string(store.value()->size())));
       }
-      streams.push_back(std::move(store).value());
+      spec.streams.push_back(std::move(store).value());
     }
-    SamplerSpec spec;
-    spec.n = streams[0]->size();
-    spec.batch_size = m.batch_size;
-    spec.mode = static_cast<SamplerMode>(m.mode);
-    spec.seed = m.seed;
-    spec.rank = m.rank;
-    spec.world_size = m.world_size;
-    Status valid = spec.Validate();
+    SamplerSpec& ss = spec.sampler;
+    ss.n = spec.streams[0]->size();
+    ss.batch_size = m.batch_size;
+    ss.mode = static_cast<SamplerMode>(m.mode);
+    ss.seed = m.seed;
+    ss.rank = m.rank;
+    ss.world_size = m.world_size;
+    Status valid = ss.Validate();
     if (!valid.ok()) return Error(valid);
-    if (m.batch_size > (uint64_t{1} << 32)) {
-      return Error(Status::InvalidArgument("batch_size " + std::to_string(m.batch_size) + " is too large"));
+    // The pipeline of a shard group draws the global batch.
+    const uint64_t drawn = Group::PipelineSpec(spec).batch_size;
+    if (drawn > (uint64_t{1} << 32)) {
+      return Error(Status::InvalidArgument("batch_size " + std::to_string(drawn) +
+                                           (drawn != m.batch_size ? " (batch_size * world_size)"
+                                                                  : "") +
+                                           " is too large"));
     }
-    const uint32_t leases = std::clamp<uint32_t>(m.leases, 1, server_.config_.max_leases);
-    const uint32_t prefetch = std::clamp<uint32_t>(m.prefetch, 1, server_.config_.max_prefetch);
-    // In flight at once: `prefetch` in the pipeline, `leases` at the client,
-    // one between the pipeline and the client.
-    const uint32_t slots = prefetch + leases + 1;
-    uint64_t payload = m.ring_bytes;
-    if (payload == 0) {
-      const uint64_t batch = EstimateBatchBytes(streams, m.batch_size);
-      if (batch > (uint64_t{1} << 46) / slots) {
-        return Error(Status::ResourceExhausted("batch of ~" + std::to_string(batch) +
-                                               " bytes is too large for a ring"));
-      }
-      payload = batch * slots;
-    }
-    Result<RingGeometry> geometry = RingGeometry::Compute(slots, payload);
-    if (!geometry.ok()) return Error(geometry.status());
-    Status reserved = server_.ReserveRing(cred_.uid, geometry->total_bytes);
-    if (!reserved.ok()) {
-      server_.refused_.fetch_add(1, std::memory_order_relaxed);
-      return Error(reserved);
-    }
-    Result<std::shared_ptr<RingAllocator>> ring =
-        RingAllocator::Create(slots, payload, server_.incarnation_, id_);
-    if (!ring.ok()) {
-      server_.ReleaseRing(cred_.uid, geometry->total_bytes);
-      return Error(ring.status());
-    }
-    ring_ = std::move(ring).value();
-    PipelineOptions options;
+    Group::Options options;
+    options.leases = std::clamp<uint32_t>(m.leases, 1, server_.config_.max_leases);
+    options.prefetch = std::clamp<uint32_t>(m.prefetch, 1, server_.config_.max_prefetch);
+    // A solo loader is its group's only member: no skew to absorb, so its
+    // ring is prefetch + leases + 1 slots, as before groups existed.
+    options.max_skew = m.group.empty() ? 0 : server_.config_.max_skew;
+    options.threads = server_.config_.threads;
+    options.ring_bytes = m.ring_bytes;
+    options.incarnation = server_.incarnation_;
+    options.session = id_;
     options.start_step = m.start_step;
-    options.prefetch = prefetch;
-    options.num_threads = server_.config_.threads;
-    Result<std::unique_ptr<Pipeline>> pipeline = Pipeline::Create(streams, spec, options, ring_);
-    if (!pipeline.ok()) {
-      CloseLoader();
-      return Error(pipeline.status());
+    options.gathered = &server_.batches_gathered_;
+
+    const bool named = !m.group.empty();
+    std::shared_ptr<Group> group;
+    uint64_t first_step = m.start_step;
+    {
+      std::unique_lock<std::mutex> lock(server_.groups_mu_, std::defer_lock);
+      if (named) {
+        lock.lock();
+        auto it = server_.groups_.find({cred_.uid, m.group});
+        if (it != server_.groups_.end()) group = it->second;
+      }
+      if (group) {
+        Status same = group->CheckCompatible(spec);
+        if (!same.ok()) return Error(same);
+      } else {
+        Result<RingGeometry> geometry = Group::Geometry(spec, options);
+        if (!geometry.ok()) return Error(geometry.status());
+        Status reserved = server_.ReserveRing(cred_.uid, geometry->total_bytes);
+        if (!reserved.ok()) {
+          server_.refused_.fetch_add(1, std::memory_order_relaxed);
+          return Error(reserved);
+        }
+        Result<std::shared_ptr<Group>> made = Group::Create(m.group, spec, options);
+        if (!made.ok() || made.value()->ring()->geometry().total_bytes != geometry->total_bytes) {
+          server_.ReleaseRing(cred_.uid, geometry->total_bytes);
+          return Error(made.ok() ? Status::Internal("ring size differs from its estimate")
+                                 : made.status());
+        }
+        group = std::move(made).value();
+        if (named) {
+          server_.groups_.emplace(std::make_pair(cred_.uid, m.group), group);
+          server_.CountGroup(1);
+        }
+      }
+      Result<uint64_t> joined = group->Join(id_, m.rank, m.join, m.start_step);
+      if (!joined.ok()) {
+        // Only a creator can be left alone in a fresh group; it joins always.
+        return Error(joined.status());
+      }
+      first_step = *joined;
     }
-    pipeline_ = std::move(pipeline).value();
-    lease_cap_ = leases;
+    group_ = std::move(group);
+    server_.CountLoader(named, 1);
+    // A member may hold at most what the ring was sized for (group.h).
+    lease_cap_ = std::min(options.leases, group_->lease_cap());
     OpenedMsg reply;
-    reply.n = spec.n;
-    reply.slot_count = slots;
-    reply.ring_bytes = ring_->geometry().total_bytes;
-    reply.leases = leases;
-    for (const auto& s : streams) {
+    reply.n = ss.n;
+    reply.slot_count = group_->slot_count();
+    reply.ring_bytes = group_->ring()->geometry().total_bytes;
+    reply.leases = lease_cap_;
+    if (named) reply.step = first_step;  // protocol 1.1: only group opens carry it
+    for (const auto& s : spec.streams) {
       const Schema& sc = s->schema();
       reply.streams.push_back(StreamSchemaMsg{static_cast<uint32_t>(sc.kind), sc.dtype.str,
                                               sc.item_shape, sc.ndim, s->size()});
     }
     LX_LOG(kInfo) << "session " << id_ << " (pid " << cred_.pid << "): opened loader over "
-                  << streams.size() << " stream(s), n=" << spec.n << " batch=" << spec.batch_size
-                  << " ring=" << reply.ring_bytes << "B slots=" << slots;
-    int ring_fd = ring_->fd();
+                  << spec.streams.size() << " stream(s), n=" << ss.n << " batch=" << ss.batch_size
+                  << (named ? " group '" + m.group + "' (" + GroupModeName(spec.mode) +
+                                  ", rank " + std::to_string(m.rank) + ") at step " +
+                                  std::to_string(first_step)
+                            : std::string())
+                  << " ring=" << reply.ring_bytes << "B slots=" << reply.slot_count;
+    int ring_fd = group_->ring()->fd();
     return Send(reply, std::span<const int>(&ring_fd, 1));
   }
 
   Status DoNext() {
-    if (!pipeline_) return Error(Status::State("no loader is open on this connection"));
+    if (!group_) return Error(Status::State("no loader is open on this connection"));
     {
       std::lock_guard<std::mutex> lock(lease_mu_);
-      if (leases_.size() >= lease_cap_) {
+      uint64_t held = 0;
+      for (const auto& [slot, lease] : leases_) held += lease.count;
+      if (held >= lease_cap_) {
         return Error(Status::ResourceExhausted(
-            "the client holds " + std::to_string(leases_.size()) +
+            "the client holds " + std::to_string(held) +
             " batches, its lease cap; drop references to old batches before drawing more"));
       }
     }
-    Result<std::optional<Batch>> got = std::optional<Batch>();
-    while (true) {
-      if (Closing()) return Status::Cancelled("session closing");
-      got = pipeline_->NextFor(kWorkerPoll);
-      if (!got.ok() || got->has_value()) break;
+    Result<Delivery> got = group_->Next(id_, [this] { return Closing(); }, kWorkerPoll);
+    if (!got.ok()) {
+      if (got.status().code() == Status::Code::kCancelled) return Status::Cancelled("session closing");
+      return Error(got.status());
     }
-    if (!got.ok()) return Error(got.status());
-    Batch batch = std::move(**got);
-    auto* memory = dynamic_cast<RingMemory*>(batch.memory.get());
-    if (memory == nullptr) return Status::Internal("batch memory is not from the ring");
-    const uint64_t seq = ring_->Publish(*memory, batch.step, batch.layout.total_bytes);
+    Delivery& d = got.value();
+    if (!d.error.ok()) return Send(ErrorMsg::From(d.error, d.step + 1));
     BatchMsg reply;
-    reply.step = batch.step;
-    reply.slot = memory->slot();
-    reply.seq = seq;
-    reply.offset = memory->ring_offset();
-    reply.batch_size = batch.layout.batch_size;
-    reply.total_bytes = batch.layout.total_bytes;
-    for (const StreamLayout& l : batch.layout.streams) {
+    reply.step = d.step;
+    reply.slot = d.slot;
+    reply.seq = d.seq;
+    reply.offset = d.offset;
+    reply.batch_size = d.batch_size;
+    reply.total_bytes = d.total_bytes;
+    for (const StreamLayout& l : d.streams) {
       reply.streams.push_back(StreamLayoutMsg{static_cast<uint32_t>(l.kind), l.values_offset,
                                               l.values_bytes, l.shapes_offset, l.offsets_offset});
     }
     {
       // Registered before the reply leaves, so its release cannot be early.
+      // A group member may be handed the same (slot, seq) twice (it sought
+      // back to a step the group still holds): one lease, counted twice.
       std::lock_guard<std::mutex> lock(lease_mu_);
-      leases_[reply.slot] = Lease{seq, std::move(batch.memory)};
+      Lease& lease = leases_[reply.slot];
+      if (lease.count != 0 && lease.seq == d.seq) {
+        ++lease.count;
+      } else {
+        lease = Lease{d.seq, std::move(d.memory), 1};
+      }
     }
     server_.slots_held_.fetch_add(1, std::memory_order_relaxed);
     server_.batches_served_.fetch_add(1, std::memory_order_relaxed);
@@ -605,8 +658,9 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
   }
 
   Status DoSeek(const SeekMsg& m) {
-    if (!pipeline_) return Error(Status::State("no loader is open on this connection"));
-    Status st = pipeline_->Seek(m.step);
+    if (!group_) return Error(Status::State("no loader is open on this connection"));
+    Status st = group_->Seek(id_, m.step, [this] { return Closing(); }, kWorkerPoll);
+    if (st.code() == Status::Code::kCancelled) return Status::Cancelled("session closing");
     if (!st.ok()) return Error(st);
     return Send(OkMsg{m.step});
   }
@@ -629,8 +683,7 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
   bool closing_ = false;         // guarded by mu_
 
   // Worker thread only.
-  std::shared_ptr<RingAllocator> ring_;
-  std::unique_ptr<Pipeline> pipeline_;
+  std::shared_ptr<Group> group_;  // the group this session's loader is a member of
   uint32_t lease_cap_ = 0;
 
   std::mutex lease_mu_;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
+#include <cstring>
 #include <functional>
 #include <thread>
 
@@ -53,9 +54,9 @@ void Reply(int fd, const Message& m, std::span<const int> fds = {}) {
   (void)SendFrame(fd, EncodeMessage(m), fds);
 }
 
-void HelloOk(int fd, uint32_t major = kProtocolMajor) {
+void HelloOk(int fd, uint32_t major = kProtocolMajor, uint32_t minor = 0) {
   Receive(fd);
-  Reply(fd, HelloOkMsg{major, 0, "fake", 1, 1});
+  Reply(fd, HelloOkMsg{major, minor, "fake", 1, 1});
 }
 
 TEST(ClientTest, NoSocketIsDaemonErrorNamingThePath) {
@@ -92,10 +93,12 @@ TEST(ClientTest, HangUpDuringHelloIsDaemonError) {
 struct RingScript {
   std::function<BatchMsg(const RingGeometry&, uint8_t* base)> make_batch;
   bool seal = true;
+  uint32_t minor = 0;  // the protocol minor the fake announces
+  OpenedMsg opened{10, 4, 0, 2, {{0, "<u4", {4}, 1, 10}}};  // ring_bytes filled in
   std::vector<ReleaseMsg> releases;
 
   void operator()(int fd) {
-    HelloOk(fd);
+    HelloOk(fd, kProtocolMajor, minor);
     Receive(fd);  // open (fds are dropped with the frame)
     RingGeometry g = RingGeometry::Compute(4, 1 << 16).value();
     UniqueFd mem = CreateMemfd("fake-ring", g.total_bytes).value();
@@ -103,7 +106,7 @@ struct RingScript {
     InitRing(rw.mutable_data(), g, 1, 1);
     if (seal) (void)SealMemfd(mem.get(), kRingSeals);
     int ring_fd = mem.get();
-    OpenedMsg opened{10, 4, g.total_bytes, 2, {{0, "<u4", {4}, 1, 10}}};
+    opened.ring_bytes = g.total_bytes;
     Reply(fd, opened, std::span<const int>(&ring_fd, 1));
     while (true) {
       Message m = Receive(fd);
@@ -213,6 +216,95 @@ TEST(ClientTest, NextForTimesOutAndTheLateBatchIsDeliveredNext) {
   EXPECT_EQ(second->step(), 0u);
   EXPECT_EQ(loader->Step(), 1u);
   loader->Close();
+}
+
+// Protocol 1.1: a shard member's ragged slice keeps the global offsets; the
+// client reads them relative to the slice's first record, and still checks
+// that they are monotone and span exactly the slice's values.
+TEST(ClientTest, RaggedShardSliceIsReadRelativeToItsFirstOffsetAndValidated) {
+  auto script = std::make_shared<RingScript>();
+  script->opened.streams = {{1, "<i2", {}, 1, 10}};
+  int call = 0;
+  script->make_batch = [&call](const RingGeometry& g, uint8_t* base) {
+    // Global batch of 4 records with 1, 2, 3, 1 int16 values = the index.
+    const uint64_t off = g.payload_offset;
+    auto* v = reinterpret_cast<int16_t*>(base + off);
+    const int16_t values[] = {0, 1, 1, 2, 2, 2, 3};
+    std::memcpy(v, values, sizeof(values));
+    auto* shapes = reinterpret_cast<uint64_t*>(base + off + 64);
+    const uint64_t sh[] = {1, 2, 3, 1};
+    std::memcpy(shapes, sh, sizeof(sh));
+    auto* offsets = reinterpret_cast<uint64_t*>(base + off + 128);
+    const uint64_t of[] = {0, 2, 6, 12, 14};
+    std::memcpy(offsets, of, sizeof(of));
+    const uint64_t seq = 10 + call;
+    PublishSlot(base, g, 0, seq, 0, off, 192);
+    // Rank 1 of 2: records 2 and 3.
+    StreamLayoutMsg slice{1, 6, 8, 64 + 16, 128 + 16};
+    switch (call++) {
+      case 0: break;                                  // honest
+      case 1: slice.values_bytes = 6; break;          // does not span the slice
+      case 2: slice.offsets_offset = 128 + 24; break; // offsets past the values
+      default: slice.values_offset = 188; break;      // values outside the batch
+    }
+    return BatchMsg{0, 0, seq, off, 2, 192, {slice}};
+  };
+  FakeDaemon fake([script](int fd) { (*script)(fd); });
+  auto c = Client::Connect(fake.path()).value();
+  auto loader = c->OpenLoader(SpecWithStore(fake.dir())).value();
+  auto b = loader->Next();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  client::ArrayView r0 = b->Record(0, 0), r1 = b->Record(0, 1);
+  EXPECT_EQ(r0.shape, std::vector<uint64_t>({3}));
+  EXPECT_EQ(r1.shape, std::vector<uint64_t>({1}));
+  const auto* x = static_cast<const int16_t*>(r0.data);
+  EXPECT_EQ(x[0], 2);
+  EXPECT_EQ(x[2], 2);
+  EXPECT_EQ(static_cast<const int16_t*>(r1.data)[0], 3);
+  b->Reset();
+  for (int i = 0; i < 3; ++i) {
+    auto bad = loader->Next();
+    ASSERT_FALSE(bad.ok()) << i;
+    EXPECT_EQ(bad.status().code(), Status::Code::kProtocol) << i;
+  }
+  loader->Close();
+}
+
+TEST(ClientTest, GroupOpenToAProtocol10DaemonIsRefusedWithoutSendingIt) {
+  auto script = std::make_shared<RingScript>();  // announces 1.0
+  script->make_batch = [](const RingGeometry&, uint8_t*) { return BatchMsg{}; };
+  FakeDaemon fake([script](int fd) { (*script)(fd); });
+  auto c = Client::Connect(fake.path()).value();
+  client::LoaderSpec spec = SpecWithStore(fake.dir());
+  spec.group = "g";
+  auto loader = c->OpenLoader(spec);
+  ASSERT_FALSE(loader.ok());
+  EXPECT_EQ(loader.status().code(), Status::Code::kProtocol);
+  EXPECT_NE(loader.status().message().find("groups need 1.1"), std::string::npos)
+      << loader.status().ToString();
+}
+
+TEST(ClientTest, GroupOpenedReplyMustNameTheFirstStepAndSetsIt) {
+  for (bool with_step : {false, true}) {
+    auto script = std::make_shared<RingScript>();
+    script->minor = 1;
+    if (with_step) script->opened.step = 42;
+    script->make_batch = [](const RingGeometry&, uint8_t*) { return BatchMsg{}; };
+    FakeDaemon fake([script](int fd) { (*script)(fd); });
+    auto c = Client::Connect(fake.path()).value();
+    client::LoaderSpec spec = SpecWithStore(fake.dir());
+    spec.group = "g";
+    spec.join = GroupJoin::kCurrent;
+    auto loader = c->OpenLoader(spec);
+    if (!with_step) {
+      ASSERT_FALSE(loader.ok());
+      EXPECT_EQ(loader.status().code(), Status::Code::kProtocol) << loader.status().ToString();
+      continue;
+    }
+    ASSERT_TRUE(loader.ok()) << loader.status().ToString();
+    EXPECT_EQ((*loader)->Step(), 42u);  // join="current": where the group is
+    (*loader)->Close();
+  }
 }
 
 }  // namespace

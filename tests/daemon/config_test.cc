@@ -18,7 +18,8 @@ Result<Config> Parse(std::vector<std::string> args) {
 TEST(ConfigTest, FlagsSetEveryField) {
   auto c = Parse({"--socket", "/tmp/x.sock", "--threads", "3", "--memory-limit", "2G",
                   "--memory-per-uid=512M", "--sessions-per-uid", "5", "--max-leases", "9",
-                  "--max-prefetch", "7", "--socket-mode", "0600", "--log-level", "debug",
+                  "--max-prefetch", "7", "--max-skew", "3", "--socket-mode", "0600",
+                  "--log-level", "debug",
                   "--foreground"});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->socket_path, "/tmp/x.sock");
@@ -28,6 +29,7 @@ TEST(ConfigTest, FlagsSetEveryField) {
   EXPECT_EQ(c->sessions_per_uid, 5u);
   EXPECT_EQ(c->max_leases, 9u);
   EXPECT_EQ(c->max_prefetch, 7u);
+  EXPECT_EQ(c->max_skew, 3u);
   EXPECT_EQ(c->socket_mode, 0600u);
   EXPECT_EQ(c->log_level, LogLevel::kDebug);
   EXPECT_TRUE(c->foreground);
@@ -56,6 +58,7 @@ TEST(ConfigTest, BadValuesNameTheSetting) {
   bad({"--log-level", "loud"}, "log-level");
   bad({"--socket-mode", "999"}, "socket-mode");
   bad({"--max-leases", "0"}, "max-leases");
+  bad({"--max-skew", "1025"}, "max-skew");
   bad({"--bogus", "1"}, "unknown option --bogus");
   bad({"--socket"}, "missing value");
   bad({"stray"}, "unexpected argument");
@@ -71,6 +74,7 @@ TEST(ConfigTest, FileSettingsApplyAndCommandLineWins) {
   EXPECT_EQ(c->socket_path, "/from/file.sock");
   EXPECT_EQ(c->threads, 2u);
   EXPECT_EQ(c->max_leases, 12u);
+  EXPECT_EQ(c->max_skew, 8u);  // the default
 }
 
 TEST(ConfigTest, FileErrorsNameFileAndLine) {

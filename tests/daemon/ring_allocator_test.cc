@@ -95,6 +95,30 @@ TEST(RingAllocatorTest, RingFullOfClientHeldBatchesIsResourceExhaustedNotAHang) 
   EXPECT_TRUE(ring->Allocate(4, 4096).ok());
 }
 
+TEST(RingAllocatorTest, RingFullOfGroupRetainedBatchesWaitsInsteadOfRefusing) {
+  auto ring = RingAllocator::Create(4, 8192, 1, 1).value();
+  auto a = ring->Allocate(0, 4096).value();
+  auto b = ring->Allocate(1, 4096).value();
+  // Both published but still retained by a group for a slower member: the
+  // daemon side will free room, so a producer must wait, not fail the step.
+  ring->Publish(*static_cast<RingMemory*>(a.get()), 0, 4096, /*retained=*/true);
+  ring->Publish(*static_cast<RingMemory*>(b.get()), 1, 4096, /*retained=*/true);
+  auto pending = std::async(std::launch::async, [&] { return ring->Allocate(2, 4096); });
+  EXPECT_EQ(pending.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
+  // The group drops `a` while a client still leases it: still one retained.
+  ring->EndRetain(static_cast<RingMemory*>(a.get())->slot());
+  EXPECT_EQ(pending.wait_for(std::chrono::milliseconds(100)), std::future_status::timeout);
+  // The group drops `b` too: now only clients hold the ring -> refused.
+  ring->EndRetain(static_cast<RingMemory*>(b.get())->slot());
+  ASSERT_EQ(pending.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  Status st = pending.get().status();
+  EXPECT_EQ(st.code(), Status::Code::kResourceExhausted) << st.ToString();
+  EXPECT_NE(st.message().find("full of the 2 batches"), std::string::npos) << st.message();
+  ring->EndRetain(0);  // not retained any more: a no-op, counts unchanged
+  b.reset();
+  EXPECT_TRUE(ring->Allocate(3, 4096).ok());
+}
+
 TEST(RingAllocatorTest, BatchLargerThanThePayloadIsResourceExhaustedNotAHang) {
   auto ring = RingAllocator::Create(2, 4096, 1, 1).value();
   Status st = ring->Allocate(3, 4097).status();

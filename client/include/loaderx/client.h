@@ -7,9 +7,10 @@
 //   loader->Seek(1000); loader->Close();
 //
 // Each Loader has its own connection and its own ring (a sealed memfd mapped
-// read-only). A Batch is a set of views into one ring slot plus a Lease; the
-// slot goes back to the daemon when the last holder of the Lease (the Batch,
-// or any zero-copy owner such as a NumPy array's base) lets go. Holding
+// read-only; the members of a group map their group's one ring). A Batch is
+// a set of views into one ring slot plus a Lease; the slot goes back to the
+// daemon when the last holder of the Lease (the Batch, or any zero-copy
+// owner such as a NumPy array's base) lets go. Holding
 // `lease_cap()` batches and asking for more is ResourceExhausted, never a
 // hang. Batches stay readable after Close() and even after the daemon died:
 // the mapping belongs to this process.
@@ -84,6 +85,16 @@ struct LoaderSpec {
   uint32_t prefetch = 4;
   uint32_t leases = 8;      // batches this client may hold at once
   uint64_t ring_bytes = 0;  // 0: the daemon sizes the ring
+  // Protocol 1.1 groups (docs/daemon.md "Groups"): a non-empty name (at most
+  // kMaxGroupName bytes) joins, or creates, that group of this uid. Members
+  // must agree on stores, batch_size, mode, seed, world_size and group_mode.
+  // kShard: this loader is rank `rank` and receives its rows of each global
+  // batch; kBroadcast: every member receives the same batches. The loader's
+  // first step is the daemon's answer (join = kCurrent starts where the
+  // group is); Step() reports it.
+  std::string group;
+  GroupMode group_mode = GroupMode::kShard;
+  GroupJoin join = GroupJoin::kDefault;
 };
 
 // A slot lease: returns the slot to the daemon when destroyed (from the
@@ -121,6 +132,10 @@ class Batch {
 
   uint64_t step() const { return step_; }
   uint64_t batch_size() const { return batch_size_; }
+  // When the daemon published this batch: CLOCK_MONOTONIC ns (system-wide,
+  // so comparable with this process's clock; ring.h MonotonicNowNs). 0 from
+  // a daemon whose ring layout predates the stamp (1.0).
+  uint64_t publish_ns() const { return publish_ns_; }
   size_t num_streams() const { return layout_.size(); }
   // Dense stream j as one (B, *item_shape) array.
   ArrayView Dense(size_t j) const;
@@ -128,7 +143,9 @@ class Batch {
   ArrayView Record(size_t j, uint64_t k) const;
   // Raw tables of ragged stream j (see loader.h's layout).
   const uint8_t* values(size_t j) const;
-  const uint64_t* offsets(size_t j) const;  // B + 1 byte offsets into values
+  // B + 1 byte offsets; record k starts at values + offsets[k] - offsets[0]
+  // (offsets[0] is 0 for a whole batch, not for a shard group's slice).
+  const uint64_t* offsets(size_t j) const;
   const uint64_t* shapes(size_t j) const;   // B * ndim dims
   const std::shared_ptr<Lease>& lease() const { return lease_; }
   void Reset() { lease_.reset(); }  // lets the slot go now
@@ -137,6 +154,7 @@ class Batch {
   friend class Loader;
   uint64_t step_ = 0;
   uint64_t batch_size_ = 0;
+  uint64_t publish_ns_ = 0;
   std::vector<StreamLayoutMsg> layout_;
   std::shared_ptr<const std::vector<StreamInfo>> streams_;
   std::shared_ptr<Lease> lease_;
@@ -167,6 +185,17 @@ class Loader {
   uint64_t size() const { return n_; }
   uint32_t lease_cap() const { return lease_cap_; }
   uint32_t leases_held() const;
+
+  // Request ahead (off by default): once Next() has a batch, it sends the
+  // `next` for the following step at once, so the daemon answers while the
+  // caller works and the following Next() finds the batch already queued in
+  // the socket (one receive, no round trip, no wake-up). Costs one more
+  // slot at the daemon: the batch in flight counts against lease_cap()
+  // (the daemon's slots_held includes it), so it is only requested while
+  // the caller holds fewer than lease_cap() batches. Seek() first collects
+  // and releases it. Set between calls, from the thread that calls Next().
+  void set_request_ahead(bool on) { request_ahead_ = on; }
+  bool request_ahead() const { return request_ahead_; }
   uint64_t ring_bytes() const { return ring_bytes_; }
 
  private:
@@ -177,6 +206,7 @@ class Loader {
   uint64_t n_ = 0;
   uint32_t lease_cap_ = 0;
   uint64_t ring_bytes_ = 0;
+  bool request_ahead_ = false;
   Result<std::optional<Batch>> NextImpl(
       std::optional<std::chrono::steady_clock::time_point> deadline, const WaitHook& hook);
   // The step the next batch will have. Relaxed: read by Step() from any

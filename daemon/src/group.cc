@@ -1,0 +1,397 @@
+#include "group.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+namespace loaderx::daemon {
+
+namespace {
+
+uint64_t RoundUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+// Upper estimate of one batch's bytes, for sizing a ring before the first
+// batch exists. Dense is exact; ragged assumes records up to twice the mean.
+uint64_t EstimateBatchBytes(const std::vector<std::shared_ptr<const Store>>& streams,
+                            uint64_t batch) {
+  uint64_t total = 0;
+  for (const auto& s : streams) {
+    const Schema& sc = s->schema();
+    if (sc.kind == Kind::kDense) {
+      total += RoundUp(batch * sc.DenseItemBytes(), kBatchAlignment);
+    } else {
+      uint64_t mean = s->size() ? (s->nbytes() + s->size() - 1) / s->size() : 0;
+      total += RoundUp(2 * mean * batch, kBatchAlignment);
+      total += RoundUp(batch * sc.ndim * 8, kBatchAlignment);
+      total += RoundUp((batch + 1) * 8, kBatchAlignment);
+    }
+  }
+  return std::max<uint64_t>(total, kBatchAlignment);
+}
+
+std::string Quoted(const std::string& name) { return "group '" + name + "'"; }
+
+}  // namespace
+
+SamplerSpec Group::PipelineSpec(const MemberSpec& spec) {
+  SamplerSpec s = spec.sampler;
+  if (spec.mode == GroupMode::kShard) {
+    // One global batch per step; each rank takes its rows (sampler.h:
+    // concatenating the ranks' batches gives exactly this batch).
+    s.batch_size = spec.sampler.global_batch();
+    s.rank = 0;
+    s.world_size = 1;
+  }
+  return s;
+}
+
+Result<RingGeometry> Group::Geometry(const MemberSpec& spec, const Options& options) {
+  const uint32_t slots = Slots(options);
+  uint64_t payload = options.ring_bytes;
+  if (payload == 0) {
+    const uint64_t batch = EstimateBatchBytes(spec.streams, PipelineSpec(spec).batch_size);
+    if (batch > (uint64_t{1} << 46) / slots) {
+      return Status::ResourceExhausted("batch of ~" + std::to_string(batch) +
+                                       " bytes is too large for a ring");
+    }
+    payload = batch * slots;
+  }
+  return RingGeometry::Compute(slots, payload);
+}
+
+Result<std::shared_ptr<Group>> Group::Create(std::string name, MemberSpec spec,
+                                             const Options& options) {
+  LX_ASSIGN_OR_RETURN(RingGeometry g, Geometry(spec, options));
+  LX_ASSIGN_OR_RETURN(std::shared_ptr<RingAllocator> ring,
+                      RingAllocator::Create(g.slot_count, g.payload_bytes, options.incarnation,
+                                            options.session));
+  PipelineOptions po;
+  po.start_step = options.start_step;
+  po.prefetch = options.prefetch;
+  po.num_threads = options.threads;
+  LX_ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> pipeline,
+                      Pipeline::Create(spec.streams, PipelineSpec(spec), po, ring));
+  return std::shared_ptr<Group>(
+      new Group(std::move(name), std::move(spec), options, std::move(ring), std::move(pipeline)));
+}
+
+Group::Group(std::string name, MemberSpec spec, const Options& options,
+             std::shared_ptr<RingAllocator> ring, std::unique_ptr<Pipeline> pipeline)
+    : name_(std::move(name)),
+      spec_(std::move(spec)),
+      options_(options),
+      ring_(std::move(ring)),
+      pipeline_(std::move(pipeline)),
+      produced_(options.start_step) {
+  if (spec_.mode == GroupMode::kShard) {
+    // Ranks that have not joined yet still need every batch from the start.
+    rank_cursor_.assign(spec_.sampler.world_size, options.start_step);
+    rank_member_.assign(spec_.sampler.world_size, 0);
+  }
+}
+
+Group::~Group() { Close(); }
+
+void Group::Close() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (closed_) return;
+    closed_ = true;
+  }
+  cv_.notify_all();
+  pipeline_->Close();  // unlocked: waits for running gathers
+  std::lock_guard<std::mutex> lock(mu_);
+  while (!held_.empty()) DropHeld(held_.begin());
+}
+
+Status Group::CheckCompatible(const MemberSpec& spec) const {
+  auto differs = [&](const std::string& field, const std::string& mine,
+                     const std::string& theirs) {
+    return Status::InvalidArgument(Quoted(name_) + ": " + field + " " + mine +
+                                   " differs from the group's " + theirs +
+                                   " (every member must pass the same stores, batch_size, "
+                                   "mode, seed, world_size and group_mode)");
+  };
+  if (spec.mode != spec_.mode) {
+    return differs("group_mode", GroupModeName(spec.mode), GroupModeName(spec_.mode));
+  }
+  if (spec.streams.size() != spec_.streams.size()) {
+    return differs("number of streams", std::to_string(spec.streams.size()),
+                   std::to_string(spec_.streams.size()));
+  }
+  for (size_t j = 0; j < spec.streams.size(); ++j) {
+    // The store registry hands out one Store per (device, inode) while it is
+    // in use, and the group keeps its stores in use: identity is equality.
+    if (spec.streams[j] != spec_.streams[j]) {
+      return differs("stream " + std::to_string(j), "'" + spec.streams[j]->label() + "'",
+                     "'" + spec_.streams[j]->label() + "' (another file)");
+    }
+  }
+  const SamplerSpec& a = spec.sampler;
+  const SamplerSpec& b = spec_.sampler;
+  if (a.batch_size != b.batch_size) {
+    return differs("batch_size", std::to_string(a.batch_size), std::to_string(b.batch_size));
+  }
+  if (a.mode != b.mode) return differs("mode", SamplerModeName(a.mode), SamplerModeName(b.mode));
+  if (a.seed != b.seed) return differs("seed", std::to_string(a.seed), std::to_string(b.seed));
+  if (a.world_size != b.world_size) {
+    return differs("world_size", std::to_string(a.world_size), std::to_string(b.world_size));
+  }
+  // Broadcast members receive the same batches, so they must be one rank.
+  if (spec_.mode == GroupMode::kBroadcast && a.rank != b.rank) {
+    return differs("rank", std::to_string(a.rank), std::to_string(b.rank));
+  }
+  return Status::OK();
+}
+
+uint64_t& Group::CursorOf(Member& m) {
+  return spec_.mode == GroupMode::kShard ? rank_cursor_[m.rank] : m.cursor;
+}
+
+uint64_t Group::Slowest() const {
+  if (spec_.mode == GroupMode::kShard) {
+    return *std::min_element(rank_cursor_.begin(), rank_cursor_.end());
+  }
+  uint64_t slowest = std::numeric_limits<uint64_t>::max();
+  for (const auto& [id, m] : members_) slowest = std::min(slowest, m.cursor);
+  return slowest;
+}
+
+uint64_t Group::OldestAvailable() const {
+  // Every step in [slowest, produced_) is held, so the oldest held one is
+  // the oldest still deliverable; with none held, production goes on from
+  // produced_ (re-seeking forward if nobody needs it).
+  return held_.empty() ? produced_ : held_.begin()->first;
+}
+
+Status Group::Gone(uint64_t step) const {
+  return Status::IndexError(Quoted(name_) + " no longer holds step " + std::to_string(step) +
+                            " (out of range): the oldest step it still holds is " +
+                            std::to_string(OldestAvailable()) +
+                            "; start at or after it, or join=\"current\"");
+}
+
+void Group::DropHeld(std::map<uint64_t, Held>::iterator it) {
+  if (it->second.memory) ring_->EndRetain(it->second.slot);
+  held_.erase(it);  // frees the slot unless a member still leases it
+}
+
+void Group::Trim() {
+  const uint64_t slowest = members_.empty() && spec_.mode == GroupMode::kBroadcast
+                               ? std::numeric_limits<uint64_t>::max()
+                               : Slowest();
+  while (!held_.empty() && held_.begin()->first < slowest) DropHeld(held_.begin());
+}
+
+Result<uint64_t> Group::Join(uint64_t id, uint64_t rank, GroupJoin join, uint64_t start_step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (closed_) return Status::Cancelled(Quoted(name_) + " is closing");
+  if (join == GroupJoin::kDefault) {
+    join = spec_.mode == GroupMode::kShard ? GroupJoin::kStartStep : GroupJoin::kCurrent;
+  }
+  if (spec_.mode == GroupMode::kShard && rank_member_[rank] != 0) {
+    return Status::InvalidArgument(Quoted(name_) + ": rank " + std::to_string(rank) + " of " +
+                                 std::to_string(spec_.sampler.world_size) +
+                                 " is already taken by session " +
+                                 std::to_string(rank_member_[rank]) +
+                                 " (each rank may have one live member)");
+  }
+  const uint64_t oldest = OldestAvailable();
+  uint64_t cursor = oldest;
+  if (join == GroupJoin::kStartStep && !members_.empty()) {
+    if (start_step < oldest) return Gone(start_step);
+    cursor = start_step;
+  } else if (members_.empty()) {
+    cursor = start_step;  // the creator (produced_ == its start_step)
+  }
+  Member m{rank, cursor};
+  if (spec_.mode == GroupMode::kShard) {
+    rank_cursor_[rank] = cursor;
+    rank_member_[rank] = id;
+  }
+  members_[id] = m;
+  Trim();
+  cv_.notify_all();
+  return cursor;
+}
+
+bool Group::Leave(uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = members_.find(id);
+  if (it != members_.end()) {
+    // Shard: the rank's cursor stays where it was (frozen), so the batches
+    // it still needs are kept for a member rejoining as that rank.
+    if (spec_.mode == GroupMode::kShard) rank_member_[it->second.rank] = 0;
+    members_.erase(it);
+    Trim();
+  }
+  cv_.notify_all();
+  return members_.empty();
+}
+
+Delivery Group::Slice(const Held& h, uint64_t step, uint64_t rank) const {
+  Delivery d;
+  d.step = step;
+  d.error = h.error;
+  if (!h.error.ok()) return d;
+  auto* memory = static_cast<RingMemory*>(h.memory.get());
+  d.slot = h.slot;
+  d.seq = h.seq;
+  d.offset = memory->ring_offset();
+  d.total_bytes = h.layout.total_bytes;
+  d.memory = h.memory;
+  d.streams = h.layout.streams;
+  d.batch_size = h.layout.batch_size;
+  if (spec_.mode != GroupMode::kShard) return d;
+  // Rows [rank * B, (rank + 1) * B) of the global batch, described in place.
+  const uint64_t b = spec_.sampler.batch_size;
+  const uint64_t first = rank * b;
+  const uint8_t* base = memory->data();
+  for (size_t j = 0; j < d.streams.size(); ++j) {
+    StreamLayout& l = d.streams[j];
+    if (l.kind == Kind::kDense) {
+      const uint64_t row = h.layout.batch_size ? l.values_bytes / h.layout.batch_size : 0;
+      l.values_offset += first * row;
+      l.values_bytes = b * row;
+      continue;
+    }
+    // Ragged: the shape and offset tables are sliced; the slice's offsets
+    // stay relative to the global values start, so the values section moves
+    // to offsets[first] and the client reads offsets relative to their first.
+    const uint32_t ndim = spec_.streams[j]->schema().ndim;
+    uint64_t lo, hi;
+    std::memcpy(&lo, base + l.offsets_offset + first * 8, 8);
+    std::memcpy(&hi, base + l.offsets_offset + (first + b) * 8, 8);
+    l.shapes_offset += first * ndim * 8;
+    l.offsets_offset += first * 8;
+    l.values_offset += lo;
+    l.values_bytes = hi - lo;
+  }
+  d.batch_size = b;
+  return d;
+}
+
+Result<Delivery> Group::Next(uint64_t id, const std::function<bool()>& closing,
+                             std::chrono::milliseconds poll) {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    if (closed_ || closing()) return Status::Cancelled("loader closed");
+    auto mit = members_.find(id);
+    if (mit == members_.end()) return Status::Internal("not a member of " + Quoted(name_));
+    uint64_t& cursor = CursorOf(mit->second);
+    if (auto it = held_.find(cursor); it != held_.end()) {
+      Delivery d = Slice(it->second, cursor, mit->second.rank);
+      ++cursor;
+      Trim();
+      cv_.notify_all();
+      return d;
+    }
+    const uint64_t slowest = Slowest();
+    if (cursor > slowest + options_.max_skew) {  // too far ahead: wait for the slowest
+      cv_.wait_for(lock, poll);
+      continue;
+    }
+    if (cursor < produced_ && cursor >= slowest) {
+      return Status::Internal(Quoted(name_) + ": step " + std::to_string(cursor) +
+                              " was produced but is not held");
+    }
+    if (fetching_) {  // another member waits on the pipeline for everyone
+      cv_.wait_for(lock, poll);
+      continue;
+    }
+    // Fetch the next step for the whole group. Nobody needs steps below the
+    // slowest cursor: skip them by seeking instead of gathering them.
+    fetching_ = true;
+    const uint64_t target = std::max(produced_, slowest);
+    const bool reseek = target != produced_;
+    lock.unlock();
+    Status sought = reseek ? pipeline_->Seek(target) : Status::OK();
+    Result<std::optional<Batch>> got = std::optional<Batch>();
+    if (sought.ok()) got = pipeline_->NextFor(poll);
+    lock.lock();
+    fetching_ = false;
+    cv_.notify_all();
+    if (closed_) return Status::Cancelled("loader closed");
+    if (!sought.ok()) return sought;
+    produced_ = target;
+    if (got.ok() && !got->has_value()) continue;  // not ready yet
+    if (!got.ok() && got.status().code() == Status::Code::kCancelled) {
+      return got.status();
+    }
+    Held h;
+    if (!got.ok()) {
+      h.error = got.status();  // this step failed for every member; all move on
+    } else {
+      Batch& b = **got;
+      if (b.step != produced_) {
+        return Status::Internal(Quoted(name_) + ": pipeline delivered step " +
+                                std::to_string(b.step) + ", expected " +
+                                std::to_string(produced_));
+      }
+      auto* memory = dynamic_cast<RingMemory*>(b.memory.get());
+      if (memory == nullptr) return Status::Internal("batch memory is not from the ring");
+      // Published once for all members; retained until the slowest passes.
+      h.seq = ring_->Publish(*memory, b.step, b.layout.total_bytes, /*retained=*/true);
+      h.slot = memory->slot();
+      h.layout = std::move(b.layout);
+      h.memory = std::move(b.memory);
+      ++gathered_;
+      if (options_.gathered) options_.gathered->fetch_add(1, std::memory_order_relaxed);
+    }
+    held_.emplace(produced_++, std::move(h));
+  }
+}
+
+Status Group::Seek(uint64_t id, uint64_t step, const std::function<bool()>& closing,
+                   std::chrono::milliseconds poll) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto mit = members_.find(id);
+  if (mit == members_.end()) return Status::Internal("not a member of " + Quoted(name_));
+  if (members_.size() > 1) {
+    if (step < OldestAvailable()) return Gone(step);
+    CursorOf(mit->second) = step;
+    Trim();
+    cv_.notify_all();
+    return Status::OK();
+  }
+  // The only member: move the pipeline itself (exact resume, as solo).
+  // Wait out a fetch in flight so nothing lands after the seek.
+  while (fetching_) {
+    if (closed_ || closing()) return Status::Cancelled("loader closed");
+    cv_.wait_for(lock, poll);
+  }
+  if (closed_) return Status::Cancelled("loader closed");
+  fetching_ = true;
+  lock.unlock();
+  Status st = pipeline_->Seek(step);
+  lock.lock();
+  fetching_ = false;
+  cv_.notify_all();
+  if (!st.ok()) return st;
+  while (!held_.empty()) DropHeld(held_.begin());
+  produced_ = step;
+  // Ranks without a live member follow: the group restarts at `step`.
+  for (uint64_t& c : rank_cursor_) c = step;
+  mit->second.cursor = step;
+  return Status::OK();
+}
+
+uint64_t Group::batches_gathered() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return gathered_;
+}
+
+uint64_t Group::cursor(uint64_t id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = members_.find(id);
+  if (it == members_.end()) return 0;
+  return spec_.mode == GroupMode::kShard ? rank_cursor_[it->second.rank] : it->second.cursor;
+}
+
+size_t Group::members() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return members_.size();
+}
+
+}  // namespace loaderx::daemon

@@ -1,0 +1,204 @@
+// Group: one Pipeline and one ring shared by the loaders ("members") that
+// joined it (DESIGN.md §7 "Groups", docs/daemon.md "Groups").
+//
+// Every open loader is a member of exactly one Group. A solo loader (no
+// group name) is the only member of a private broadcast group, so there is
+// one delivery path, not two. Named groups are keyed by (uid, name) in the
+// server and shared by every member that passes the same spec.
+//
+// Modes:
+//  * kBroadcast: the pipeline runs the members' sampler spec as is; every
+//    member receives the same full batches (one gather, N mappings).
+//  * kShard: the pipeline runs the world_size = 1 sampler with the global
+//    batch G = batch_size * world_size; the member of rank r receives rows
+//    [r * B, (r + 1) * B) of each global batch as its batch. sampler.h
+//    guarantees this equals what a rank-r sampler of world_size draws.
+//
+// Cursors and retention: every member has a cursor (the step its next
+// `next` returns). Batches fetched from the pipeline are "held" by the group
+// (published once, retained in the ring) until every cursor that still
+// needs them has passed: in kShard the cursors of ALL ranks 0..W-1 (a rank
+// not joined yet sits at the group's start step, a rank whose member left
+// keeps its cursor frozen), in kBroadcast those of the current members. A
+// member's own leases keep the slot alive after the group drops it.
+//
+// Skew: a member may take step s only if s <= slowest + max_skew, so the held
+// steps always lie in [slowest, slowest + max_skew]. A member further ahead
+// waits (no error); the group advances at the pace of its slowest member.
+//
+// Ring sizing (Slots()): prefetch + leases + max_skew + 1 slots, each sized
+// for one (global) batch. Claim: the slowest member S (cursor c) can always
+// make progress. Live slots are (a) batches inside the pipeline, ready or in
+// production: at most `prefetch` (the Pipeline's bound); (b) batches held by
+// the group: steps in [c, c + max_skew], at most max_skew + 1; (c) batches
+// the group dropped that a client still leases: steps < c. If step c is held
+// S takes it without any allocation. Otherwise nothing is held ((b) = 0) and
+// the pipeline must allocate step c: with (c) <= leases there are at most
+// prefetch - 1 + leases slots live besides it, so a slot is free. (c) <=
+// leases holds when the members' leases lie within the `leases` steps before
+// the slowest cursor, i.e. members keep their recent batches (a training
+// loop does); a member hoarding older batches can exhaust the ring, and then
+// the ring refuses the step with ResourceExhausted (as for a solo client)
+// only once every live slot is leased by clients and none is held by the
+// group: the allocator counts held slots as "room may still come", so a
+// group never fails a step merely because members are spread out.
+//
+// Thread-safety: all methods are thread-safe (one mutex; the pipeline is
+// waited on without it by one member at a time, the "fetcher").
+// Ownership: the group owns its Pipeline and ring; delivered batches share
+// ownership of their ring memory and may outlive the group.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "loaderx/loader.h"
+#include "loaderx/sampler.h"
+#include "loaderx/status.h"
+#include "loaderx/store.h"
+#include "loaderx/wire.h"
+#include "ring_allocator.h"
+
+namespace loaderx::daemon {
+
+// One batch as handed to one member: its slice of a held batch.
+struct Delivery {
+  uint64_t step = 0;
+  // A gather error of `step` (the member still advanced past it); the
+  // fields below are then unset.
+  Status error;
+  uint32_t slot = 0;
+  uint64_t seq = 0;
+  uint64_t offset = 0;       // of the whole batch, from the ring start
+  uint64_t total_bytes = 0;  // of the whole batch (what the slot table says)
+  uint64_t batch_size = 0;   // rows of this member's slice
+  std::vector<StreamLayout> streams;  // this member's slice, relative to offset
+  std::shared_ptr<BatchMemory> memory;
+};
+
+class Group {
+ public:
+  // What a member asks for; a group refuses members whose identity differs.
+  struct MemberSpec {
+    std::vector<std::shared_ptr<const Store>> streams;
+    SamplerSpec sampler;  // the member's own (rank, world_size) spec
+    GroupMode mode = GroupMode::kBroadcast;
+  };
+  struct Options {
+    uint32_t prefetch = 4;
+    uint32_t leases = 8;  // the lease cap the ring is sized for
+    uint32_t max_skew = 0;
+    uint32_t threads = 0;
+    uint64_t ring_bytes = 0;  // 0: sized from the streams
+    uint64_t incarnation = 0;
+    uint64_t session = 0;  // creator's session id (names the memfd)
+    uint64_t start_step = 0;
+    // Incremented once per batch gathered (the server's stats), if set.
+    std::atomic<uint64_t>* gathered = nullptr;
+  };
+
+  // Slots of a group ring (see the header comment for why).
+  static uint32_t Slots(const Options& o) { return o.prefetch + o.leases + o.max_skew + 1; }
+  // The sampler spec the group's pipeline runs for members of `spec`.
+  static SamplerSpec PipelineSpec(const MemberSpec& spec);
+  // The ring geometry a group for `spec` would get (for accounting first).
+  static Result<RingGeometry> Geometry(const MemberSpec& spec, const Options& options);
+
+  // Creates ring and pipeline (at options.start_step). The creator still
+  // has to Join(). `name` is for messages ("" for a solo loader's group).
+  static Result<std::shared_ptr<Group>> Create(std::string name, MemberSpec spec,
+                                               const Options& options);
+  ~Group();  // implies Close()
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+
+  // InvalidArgument naming the first field in which `spec` differs from the
+  // group's, with both values.
+  Status CheckCompatible(const MemberSpec& spec) const;
+
+  // Adds member `id` (rank from its spec) and returns its first step.
+  // InvalidArgument if its rank is taken by a live member (shard);
+  // IndexError ("out of range") if join = start_step names a step the
+  // group has already dropped (the message names the oldest it still holds).
+  Result<uint64_t> Join(uint64_t id, uint64_t rank, GroupJoin join, uint64_t start_step);
+  // Removes member `id`; true if no member is left (the caller then drops
+  // the group). Its cursor is forgotten (broadcast) or frozen (shard).
+  bool Leave(uint64_t id);
+
+  // The batch at member `id`'s cursor; advances the cursor. Waits (polling
+  // `closing` every `poll`) while the member is max_skew ahead or the batch
+  // is not gathered yet. Cancelled when `closing` or the group closed.
+  Result<Delivery> Next(uint64_t id, const std::function<bool()>& closing,
+                        std::chrono::milliseconds poll);
+  // The only member seeks the pipeline (exact resume); otherwise only the
+  // member's cursor moves, by Join's start_step rule.
+  Status Seek(uint64_t id, uint64_t step, const std::function<bool()>& closing,
+              std::chrono::milliseconds poll);
+
+  // Closes the pipeline and drops held batches. Idempotent.
+  void Close();
+
+  const std::string& name() const { return name_; }
+  GroupMode mode() const { return spec_.mode; }
+  const std::shared_ptr<RingAllocator>& ring() const { return ring_; }
+  uint32_t lease_cap() const { return options_.leases; }
+  uint32_t slot_count() const { return ring_->geometry().slot_count; }
+  // Batches fetched from the pipeline since creation (one gather each).
+  uint64_t batches_gathered() const;
+  size_t members() const;
+  // Member `id`'s cursor: the step its next `next` returns.
+  uint64_t cursor(uint64_t id) const;
+
+ private:
+  struct Held {
+    Status error;  // gather error of this step (no memory then)
+    std::shared_ptr<BatchMemory> memory;
+    BatchLayout layout;
+    uint32_t slot = 0;
+    uint64_t seq = 0;
+  };
+  struct Member {
+    uint64_t rank = 0;
+    uint64_t cursor = 0;  // broadcast only; shard cursors live in rank_cursor_
+  };
+
+  Group(std::string name, MemberSpec spec, const Options& options,
+        std::shared_ptr<RingAllocator> ring, std::unique_ptr<Pipeline> pipeline);
+
+  // All REQUIRE mu_ held.
+  uint64_t& CursorOf(Member& m);
+  uint64_t Slowest() const;
+  uint64_t OldestAvailable() const;
+  void Trim();           // drops held batches no cursor needs any more
+  void DropHeld(std::map<uint64_t, Held>::iterator it);
+  Delivery Slice(const Held& h, uint64_t step, uint64_t rank) const;
+  Status Gone(uint64_t step) const;
+
+  const std::string name_;
+  const MemberSpec spec_;
+  const Options options_;
+  const std::shared_ptr<RingAllocator> ring_;
+  const std::unique_ptr<Pipeline> pipeline_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;  // a batch was held, a cursor moved, a fetch ended
+  // Guarded by mu_.
+  std::map<uint64_t, Held> held_;      // step -> batch; contiguous [slowest, produced_)
+  uint64_t produced_ = 0;              // the step the pipeline delivers next
+  bool fetching_ = false;              // a member waits on the pipeline (unlocked)
+  bool closed_ = false;
+  uint64_t gathered_ = 0;
+  std::map<uint64_t, Member> members_;   // session id -> member
+  std::vector<uint64_t> rank_cursor_;    // shard: one per rank
+  std::vector<uint64_t> rank_member_;    // shard: live session of each rank, 0 = none
+};
+
+}  // namespace loaderx::daemon

@@ -1,0 +1,438 @@
+// loaderxd groups end to end: C++ clients sharing one pipeline of an
+// in-process daemon (docs/daemon.md "Groups").
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <future>
+#include <thread>
+
+#include "daemon_fixture.h"
+#include "loaderx/loader.h"
+
+namespace loaderx::testing {
+namespace {
+
+using client::LoaderSpec;
+using std::chrono::milliseconds;
+
+constexpr uint32_t kSkew = 4;
+
+class GroupTest : public DaemonFixture {
+ protected:
+  void SetUp() override {
+    daemon::Config config;
+    config.max_skew = kSkew;
+    StartDaemon(config);
+  }
+
+  LoaderSpec Spec(GroupMode mode, uint64_t rank = 0, uint64_t world = 1, bool ragged = false) {
+    if (dense_.empty()) dense_ = MakeDenseStore(dir_.Sub("dense"), 120, Codec::kZstd);
+    if (ragged && ragged_.empty()) ragged_ = MakeRaggedStore(dir_.Sub("ragged"), 120);
+    LoaderSpec s;
+    s.stores = {dense_};
+    if (ragged) s.stores.push_back(ragged_);
+    s.batch_size = 4;
+    s.mode = SamplerMode::kCyclic;
+    s.seed = 11;
+    s.rank = rank;
+    s.world_size = world;
+    s.group = "g";
+    s.group_mode = mode;
+    s.prefetch = 2;
+    return s;
+  }
+
+  std::unique_ptr<client::Loader> Open(const LoaderSpec& spec) {
+    auto c = Connect();
+    auto l = c->OpenLoader(spec);
+    EXPECT_TRUE(l.ok()) << l.status().ToString();
+    return l.ok() ? std::move(l).value() : nullptr;
+  }
+
+  Status OpenStatus(const LoaderSpec& spec) {
+    auto c = Connect();
+    return c->OpenLoader(spec).status();
+  }
+
+  // The embedded pipeline's batch of `step` for rank/world of `spec`.
+  Batch Embedded(const LoaderSpec& spec, uint64_t step) {
+    std::vector<std::shared_ptr<const Store>> streams;
+    for (auto& p : spec.stores) streams.push_back(Store::Open(p).value());
+    SamplerSpec ss{streams[0]->size(), spec.batch_size, spec.mode, spec.seed, spec.rank,
+                   spec.world_size};
+    PipelineOptions opt;
+    opt.start_step = step;
+    opt.prefetch = 1;
+    opt.num_threads = 1;
+    return Pipeline::Create(streams, ss, opt).value()->Next().value();
+  }
+
+  // Asserts that the daemon batch holds exactly the embedded batch's arrays.
+  void ExpectSameArrays(const client::Batch& got, const Batch& want, const std::string& what) {
+    ASSERT_EQ(got.step(), want.step) << what;
+    ASSERT_EQ(got.batch_size(), want.layout.batch_size) << what;
+    const uint8_t* base = want.memory->data();
+    for (size_t j = 0; j < want.layout.streams.size(); ++j) {
+      const StreamLayout& l = want.layout.streams[j];
+      if (l.kind == Kind::kDense) {
+        client::ArrayView v = got.Dense(j);
+        EXPECT_EQ(v.shape[0], want.layout.batch_size) << what;
+        EXPECT_EQ(std::memcmp(v.data, base + l.values_offset, l.values_bytes), 0) << what;
+        continue;
+      }
+      const auto* offsets = reinterpret_cast<const uint64_t*>(base + l.offsets_offset);
+      const auto* shapes = reinterpret_cast<const uint64_t*>(base + l.shapes_offset);
+      for (uint64_t k = 0; k < want.layout.batch_size; ++k) {
+        client::ArrayView r = got.Record(j, k);
+        ASSERT_EQ(r.shape, std::vector<uint64_t>({shapes[k]})) << what << " record " << k;
+        EXPECT_EQ(std::memcmp(r.data, base + l.values_offset + offsets[k],
+                              offsets[k + 1] - offsets[k]),
+                  0)
+            << what << " record " << k;
+      }
+    }
+  }
+
+  std::vector<uint8_t> BytesOf(const client::Batch& b) {
+    const uint8_t* p = b.lease()->base();
+    return std::vector<uint8_t>(p, p + 64);
+  }
+
+  void ShardRanksMatchEmbedded(uint64_t world, bool ragged) {
+    std::vector<std::unique_ptr<client::Loader>> ranks;
+    for (uint64_t r = 0; r < world; ++r) {
+      ranks.push_back(Open(Spec(GroupMode::kShard, r, world, ragged)));
+      ASSERT_TRUE(ranks.back());
+    }
+    for (uint64_t step = 0; step < 12; ++step) {
+      for (uint64_t r = 0; r < world; ++r) {
+        auto b = ranks[r]->Next();
+        ASSERT_TRUE(b.ok()) << b.status().ToString();
+        ExpectSameArrays(*b, Embedded(Spec(GroupMode::kShard, r, world, ragged), step),
+                         "rank " + std::to_string(r) + " step " + std::to_string(step));
+      }
+    }
+    // One global batch per step, whatever the number of ranks.
+    EXPECT_EQ(Stat("batches_gathered"), 12u);
+    EXPECT_EQ(Stat("batches_served"), 12u * world);
+  }
+
+  std::string dense_, ragged_;
+};
+
+TEST_F(GroupTest, ShardOfTwoDenseRanksAreByteIdenticalToEmbeddedRanks) {
+  ShardRanksMatchEmbedded(2, false);
+}
+
+TEST_F(GroupTest, ShardOfThreeDenseAndRaggedRanksAreByteIdenticalToEmbeddedRanks) {
+  ShardRanksMatchEmbedded(3, true);
+}
+
+TEST_F(GroupTest, ShardOfTwoRaggedRanksSliceTheOffsetTables) {
+  ShardRanksMatchEmbedded(2, true);
+}
+
+TEST_F(GroupTest, BroadcastMembersShareOneRingAndOneGatherPerStep) {
+  std::vector<std::unique_ptr<client::Loader>> members;
+  for (int i = 0; i < 3; ++i) members.push_back(Open(Spec(GroupMode::kBroadcast, 0, 1, true)));
+  const uint64_t ring = members[0]->ring_bytes();
+  EXPECT_EQ(Stat("groups"), 1u);
+  EXPECT_EQ(Stat("group_members"), 3u);
+  EXPECT_EQ(Stat("loaders"), 3u);
+  EXPECT_EQ(Stat("ring_bytes"), ring);  // charged once, not per member
+  EXPECT_EQ(Stat("uid_ring_bytes"), ring);
+  for (uint64_t step = 0; step < 15; ++step) {
+    std::vector<client::Batch> got;
+    for (auto& m : members) {
+      auto b = m->Next();
+      ASSERT_TRUE(b.ok()) << b.status().ToString();
+      ExpectSameArrays(*b, Embedded(Spec(GroupMode::kBroadcast, 0, 1, true), step), "member");
+      got.push_back(std::move(b).value());
+    }
+    EXPECT_EQ(BytesOf(got[1]), BytesOf(got[0]));
+    EXPECT_EQ(BytesOf(got[2]), BytesOf(got[0]));
+  }
+  EXPECT_EQ(Stat("batches_gathered"), 15u);
+  EXPECT_EQ(Stat("batches_served"), 45u);
+}
+
+TEST_F(GroupTest, LateBroadcastJoinerStartsAtTheCurrentStepByDefault) {
+  auto a = Open(Spec(GroupMode::kBroadcast));
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(a->Next().ok());
+  auto b = Open(Spec(GroupMode::kBroadcast));
+  EXPECT_EQ(b->Step(), 5u);
+  auto got = b->Next();
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ExpectSameArrays(*got, Embedded(Spec(GroupMode::kBroadcast), 5), "joiner");
+}
+
+TEST_F(GroupTest, LateJoinerAtAStepTheGroupDroppedIsOutOfRange) {
+  auto a = Open(Spec(GroupMode::kBroadcast));
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(a->Next().ok());
+  LoaderSpec late = Spec(GroupMode::kBroadcast);
+  late.join = GroupJoin::kStartStep;
+  late.start_step = 3;
+  Status st = OpenStatus(late);
+  EXPECT_EQ(st.code(), Status::Code::kIndexError) << st.ToString();
+  EXPECT_NE(st.message().find("no longer holds step 3"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("oldest step it still holds is 5"), std::string::npos);
+}
+
+TEST_F(GroupTest, LateJoinerAheadOfProductionWaitsForItsStartStep) {
+  auto a = Open(Spec(GroupMode::kBroadcast));
+  ASSERT_TRUE(a->Next().ok());  // a at step 1
+  LoaderSpec ahead = Spec(GroupMode::kBroadcast);
+  ahead.join = GroupJoin::kStartStep;
+  ahead.start_step = 1 + kSkew;  // within the skew of a
+  auto b = Open(ahead);
+  EXPECT_EQ(b->Step(), 1u + kSkew);
+  auto got = b->Next();
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ExpectSameArrays(*got, Embedded(ahead, 1 + kSkew), "ahead");
+  // a still gets every step in between (the group held them for it).
+  for (uint64_t step = 1; step <= 2 + kSkew; ++step) {
+    auto x = a->Next();
+    ASSERT_TRUE(x.ok());
+    EXPECT_EQ(x->step(), step);
+  }
+}
+
+TEST_F(GroupTest, LateShardRankGetsTheBatchesKeptForItFromTheStart) {
+  auto r0 = Open(Spec(GroupMode::kShard, 0, 2));
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(r0->Next().ok());
+  auto r1 = Open(Spec(GroupMode::kShard, 1, 2));  // join=start_step 0 by default
+  EXPECT_EQ(r1->Step(), 0u);
+  for (uint64_t step = 0; step < 6; ++step) {
+    auto b = r1->Next();
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    ExpectSameArrays(*b, Embedded(Spec(GroupMode::kShard, 1, 2), step), "late rank");
+  }
+  LoaderSpec cur = Spec(GroupMode::kShard, 1, 2);
+  cur.join = GroupJoin::kCurrent;
+  r1->Close();
+  // The rank is free again; join=current starts at the oldest step held
+  // (rank 0's cursor 3: rank 1's frozen cursor 6 needs nothing older).
+  std::unique_ptr<client::Loader> again;
+  for (int i = 0; i < 200 && !again; ++i) {
+    auto c = Connect();
+    auto l = c->OpenLoader(cur);
+    if (l.ok()) again = std::move(l).value();
+    else std::this_thread::sleep_for(milliseconds(10));  // r1's leave is asynchronous
+  }
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->Step(), 3u);
+}
+
+TEST_F(GroupTest, EverySpecFieldMismatchIsRefusedNamingBothValues) {
+  LoaderSpec base = Spec(GroupMode::kShard, 0, 2);
+  auto first = Open(base);
+  auto refused = [&](LoaderSpec s, const std::string& field, const std::string& mine,
+                     const std::string& theirs) {
+    Status st = OpenStatus(s);
+    EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << field << ": " << st.ToString();
+    EXPECT_NE(st.message().find(field + " " + mine), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("group's " + theirs), std::string::npos) << st.message();
+  };
+  LoaderSpec s = base;
+  s.rank = 1;
+  s.batch_size = 8;
+  refused(s, "batch_size", "8", "4");
+  s = base;
+  s.rank = 1;
+  s.seed = 12;
+  refused(s, "seed", "12", "11");
+  s = base;
+  s.rank = 1;
+  s.mode = SamplerMode::kIID;
+  refused(s, "mode", "IID", "Cyclic");
+  s = base;
+  s.rank = 1;
+  s.world_size = 3;
+  refused(s, "world_size", "3", "2");
+  s = base;
+  s.group_mode = GroupMode::kBroadcast;
+  refused(s, "group_mode", "broadcast", "shard");
+  s = base;
+  s.rank = 1;
+  s.stores = {MakeDenseStore(dir_.Sub("other"), 120)};
+  refused(s, "stream 0", "'" + s.stores[0] + "'", "'" + dense_ + "'");
+  s = base;
+  s.rank = 1;
+  s.stores.push_back(dense_);
+  refused(s, "number of streams", "2", "1");
+  // Broadcast members must be the same rank (they receive the same batches).
+  LoaderSpec b = Spec(GroupMode::kBroadcast, 0, 2);
+  b.group = "b";
+  auto bf = Open(b);
+  b.rank = 1;
+  refused(b, "rank", "1", "0");
+  // A group of another name is another group.
+  s = base;
+  s.group = "h";
+  s.batch_size = 8;
+  EXPECT_TRUE(OpenStatus(s).ok());
+}
+
+TEST_F(GroupTest, SecondLiveMemberForOneRankIsRefused) {
+  auto r1 = Open(Spec(GroupMode::kShard, 1, 2));
+  Status st = OpenStatus(Spec(GroupMode::kShard, 1, 2));
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << st.ToString();
+  EXPECT_NE(st.message().find("rank 1 of 2 is already taken"), std::string::npos) << st.message();
+  EXPECT_TRUE(OpenStatus(Spec(GroupMode::kShard, 0, 2)).ok());
+}
+
+TEST_F(GroupTest, BadGroupNamesAreRefusedByTheClient) {
+  LoaderSpec s = Spec(GroupMode::kBroadcast);
+  s.group = std::string(kMaxGroupName + 1, 'x');
+  Status st = OpenStatus(s);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(st.message().find("too long"), std::string::npos) << st.message();
+  s.group = std::string(kMaxGroupName, 'x');
+  EXPECT_TRUE(OpenStatus(s).ok());
+}
+
+TEST_F(GroupTest, BroadcastMemberLeavingMidRunLetsTheOthersGoOn) {
+  auto a = Open(Spec(GroupMode::kBroadcast));
+  auto b = Open(Spec(GroupMode::kBroadcast));
+  auto held = b->Next().value();
+  auto mine = a->Next().value();
+  EXPECT_TRUE(WaitStat("slots_held", 2));  // one slot, leased by both
+  mine.Reset();
+  b->Close();  // b stops at step 1: without it leaving, a would wait at 1 + kSkew
+  EXPECT_TRUE(WaitStat("group_members", 1));
+  EXPECT_TRUE(WaitStat("slots_held", 0));  // b's lease was dropped daemon-side
+  for (uint64_t step = 1; step < 1 + 5 * kSkew; ++step) {
+    auto x = a->NextFor(milliseconds(5000));
+    ASSERT_TRUE(x.ok() && x->has_value()) << "step " << step;
+    EXPECT_EQ((*x)->step(), step);
+  }
+  EXPECT_EQ(held.step(), 0u);  // still readable here
+}
+
+TEST_F(GroupTest, ShardRankLeavingFreezesItsCursorUntilTheRankRejoins) {
+  auto r0 = Open(Spec(GroupMode::kShard, 0, 2));
+  auto r1 = Open(Spec(GroupMode::kShard, 1, 2));
+  ASSERT_TRUE(r1->Next().ok());
+  r1->Close();  // rank 1 frozen at step 1
+  EXPECT_TRUE(WaitStat("group_members", 1));
+  for (uint64_t step = 0; step <= 1 + kSkew; ++step) {
+    auto x = r0->NextFor(milliseconds(5000));
+    ASSERT_TRUE(x.ok() && x->has_value()) << "step " << step;
+  }
+  // Now kSkew + 1 ahead of the frozen rank: rank 0 waits, without error.
+  auto waiting = r0->NextFor(milliseconds(300));
+  ASSERT_TRUE(waiting.ok()) << waiting.status().ToString();
+  EXPECT_FALSE(waiting->has_value());
+  // A process rejoining as rank 1 at its frozen step lets both go on.
+  LoaderSpec back = Spec(GroupMode::kShard, 1, 2);
+  back.start_step = 1;
+  auto r1b = Open(back);
+  ASSERT_TRUE(r1b);
+  for (uint64_t step = 1; step < 4 + kSkew; ++step) {
+    auto b = r1b->Next();
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    ExpectSameArrays(*b, Embedded(back, step), "rejoined rank");
+  }
+  auto x = r0->Next();  // the request that waited is answered now
+  ASSERT_TRUE(x.ok()) << x.status().ToString();
+  EXPECT_EQ(x->step(), 2u + kSkew);
+}
+
+TEST_F(GroupTest, CloseUnblocksAMemberWaitingOnSkew) {
+  auto r0 = Open(Spec(GroupMode::kShard, 0, 2));  // rank 1 never joins
+  for (uint64_t step = 0; step <= kSkew; ++step) ASSERT_TRUE(r0->Next().ok());
+  auto pending = std::async(std::launch::async, [&] { return r0->Next().status(); });
+  EXPECT_EQ(pending.wait_for(milliseconds(300)), std::future_status::timeout);  // waits
+  r0->Close();
+  ASSERT_EQ(pending.wait_for(milliseconds(3000)), std::future_status::ready);
+  EXPECT_EQ(pending.get().code(), Status::Code::kCancelled);
+  EXPECT_TRUE(WaitStat("groups", 0));
+}
+
+TEST_F(GroupTest, LastMemberLeavingClosesTheGroupAndFreesItsRing) {
+  {
+    auto a = Open(Spec(GroupMode::kBroadcast));
+    auto b = Open(Spec(GroupMode::kBroadcast));
+    auto x = a->Next().value();
+    auto y = b->Next().value();
+    EXPECT_GT(Stat("ring_bytes"), 0u);
+    a->Close();
+    EXPECT_TRUE(WaitStat("group_members", 1));
+    EXPECT_GT(Stat("ring_bytes"), 0u);  // b still uses it
+  }
+  EXPECT_TRUE(WaitStat("ring_bytes", 0));
+  EXPECT_TRUE(WaitStat("groups", 0));
+  EXPECT_TRUE(WaitStat("loaders", 0));
+  EXPECT_TRUE(WaitStat("slots_held", 0));
+  // The name is free: a new group of another spec may take it.
+  LoaderSpec other = Spec(GroupMode::kShard, 0, 2);
+  EXPECT_TRUE(OpenStatus(other).ok());
+}
+
+TEST_F(GroupTest, OnlyMemberSeekMovesThePipelineOthersMoveTheirCursor) {
+  auto a = Open(Spec(GroupMode::kBroadcast));
+  ASSERT_TRUE(a->Seek(50).ok());  // alone: exact resume anywhere
+  auto x = a->Next().value();
+  ExpectSameArrays(x, Embedded(Spec(GroupMode::kBroadcast), 50), "sought");
+  auto b = Open(Spec(GroupMode::kBroadcast));
+  EXPECT_EQ(b->Step(), 51u);
+  // Two members: a seek only moves that member, within what the group holds.
+  ASSERT_TRUE(a->Seek(53).ok());
+  auto y = a->Next().value();
+  ExpectSameArrays(y, Embedded(Spec(GroupMode::kBroadcast), 53), "cursor seek");
+  Status gone = a->Seek(10);
+  EXPECT_EQ(gone.code(), Status::Code::kIndexError) << gone.ToString();
+  EXPECT_NE(gone.message().find("oldest step it still holds is 51"), std::string::npos)
+      << gone.message();
+  EXPECT_EQ(a->Step(), 54u);  // a refused seek does not move
+  auto z = b->Next().value();
+  ExpectSameArrays(z, Embedded(Spec(GroupMode::kBroadcast), 51), "b unaffected");
+}
+
+TEST_F(GroupTest, SeekingBackToAHeldStepRedeliversTheSameSlotSafely) {
+  auto a = Open(Spec(GroupMode::kBroadcast));
+  auto b = Open(Spec(GroupMode::kBroadcast));  // keeps steps 0.. held
+  auto first = a->Next().value();
+  auto copy = BytesOf(first);
+  ASSERT_TRUE(a->Seek(0).ok());
+  auto again = a->Next().value();
+  EXPECT_EQ(again.step(), 0u);
+  EXPECT_EQ(again.lease()->base(), first.lease()->base());  // the same slot
+  EXPECT_TRUE(WaitStat("slots_held", 2));
+  first.Reset();
+  EXPECT_TRUE(WaitStat("slots_held", 1));  // the other delivery still holds it
+  EXPECT_TRUE(WaitStat("stale_releases", 0));
+  for (int i = 0; i < 30; ++i) {  // everyone moves on; the slot must not be reused
+    ASSERT_TRUE(b->NextFor(milliseconds(5000)).ok());
+    ASSERT_TRUE(a->NextFor(milliseconds(5000)).ok());
+  }
+  EXPECT_EQ(BytesOf(again), copy);
+}
+
+TEST_F(GroupTest, SlowestMemberAlwaysProgressesWhileOthersRunAheadHoldingLeases) {
+  LoaderSpec spec = Spec(GroupMode::kBroadcast);
+  spec.leases = 2;
+  auto slow = Open(spec);
+  auto fast = Open(spec);
+  std::deque<client::Batch> slow_held, fast_held;
+  for (uint64_t step = 0; step < 40; ++step) {
+    // fast runs as far ahead as the skew allows, keeping its last 2 batches.
+    while (true) {
+      if (fast_held.size() == 2) fast_held.pop_front();
+      auto f = fast->NextFor(milliseconds(100));
+      ASSERT_TRUE(f.ok()) << f.status().ToString();
+      if (!f->has_value()) break;  // waiting for slow: the skew bound
+      EXPECT_LE((*f)->step(), step + kSkew);
+      fast_held.push_back(std::move(**f));
+    }
+    if (slow_held.size() == 2) slow_held.pop_front();
+    auto s = slow->NextFor(milliseconds(5000));
+    ASSERT_TRUE(s.ok()) << "step " << step << ": " << s.status().ToString();
+    ASSERT_TRUE(s->has_value()) << "slowest member stalled at step " << step;
+    EXPECT_EQ((*s)->step(), step);
+    slow_held.push_back(std::move(**s));
+  }
+}
+
+}  // namespace
+}  // namespace loaderx::testing
