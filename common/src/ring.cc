@@ -1,5 +1,7 @@
 #include "loaderx/ring.h"
 
+#include <time.h>
+
 #include <cstring>
 #include <new>
 #include <string>
@@ -9,6 +11,12 @@ namespace loaderx {
 namespace {
 uint64_t RoundUp(uint64_t v, uint64_t align) { return (v + align - 1) / align * align; }
 }  // namespace
+
+uint64_t MonotonicNowNs() {
+  timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);  // vDSO: no syscall on the hand-off path
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+}
 
 Result<RingGeometry> RingGeometry::Compute(uint32_t slot_count, uint64_t min_payload_bytes) {
   if (slot_count == 0 || slot_count > kMaxRingSlots) {
@@ -79,12 +87,13 @@ void PublishSlot(uint8_t* base, const RingGeometry& g, uint32_t slot, uint64_t s
   e->step = step;
   e->offset = offset;
   e->bytes = bytes;
+  e->publish_ns = MonotonicNowNs();
   // Orders the fields above and the batch bytes before the epoch (see SlotEntry).
   e->seq.store(seq, std::memory_order_release);
 }
 
 Status CheckSlot(const uint8_t* base, const RingGeometry& g, uint32_t slot, uint64_t seq,
-                 uint64_t step, uint64_t offset, uint64_t bytes) {
+                 uint64_t step, uint64_t offset, uint64_t bytes, uint64_t* publish_ns) {
   if (slot >= g.slot_count) {
     return Status::Protocol("batch names slot " + std::to_string(slot) + " of " +
                             std::to_string(g.slot_count));
@@ -101,6 +110,27 @@ Status CheckSlot(const uint8_t* base, const RingGeometry& g, uint32_t slot, uint
     return Status::Protocol("slot " + std::to_string(slot) + " holds seq " + std::to_string(now) +
                             ", message announced seq " + std::to_string(seq));
   }
+  // The header is immutable after InitRing; ValidateRing checked the major.
+  uint16_t minor;
+  std::memcpy(&minor, base + offsetof(RingHeader, version_minor), sizeof(minor));
+  const uint64_t stamp = e->publish_ns;
+  if (minor >= 1) {
+    // The stamp was written before the epoch we just acquired, so it is in
+    // this process's past on the shared clock: 0 or a future time means the
+    // slot table does not hold what the daemon published.
+    if (stamp == 0) {
+      return Status::Protocol("slot " + std::to_string(slot) + " seq " + std::to_string(seq) +
+                              " carries no publish stamp (ring layout 1." +
+                              std::to_string(minor) + ")");
+    }
+    const uint64_t clock_now = MonotonicNowNs();
+    if (stamp > clock_now) {
+      return Status::Protocol("slot " + std::to_string(slot) + " seq " + std::to_string(seq) +
+                              " is stamped " + std::to_string(stamp - clock_now) +
+                              " ns in the future");
+    }
+  }
+  if (publish_ns != nullptr) *publish_ns = minor >= 1 ? stamp : 0;
   return Status::OK();
 }
 

@@ -106,5 +106,64 @@ TEST(RingTest, CheckSlotRejectsOutOfRangeSlotAndRegions) {
             Status::Code::kProtocol);
 }
 
+TEST(RingTest, PublishStampsMonotonicClockAndCheckReportsIt) {
+  auto g = RingGeometry::Compute(2, 1 << 14).value();
+  RingBuffer rb(g);
+  InitRing(rb.base, g, 1, 1);
+  const uint64_t before = MonotonicNowNs();
+  PublishSlot(rb.base, g, 0, /*seq=*/1, /*step=*/0, g.payload_offset, 64);
+  const uint64_t after = MonotonicNowNs();
+  uint64_t stamp = 0;
+  ASSERT_TRUE(CheckSlot(rb.base, g, 0, 1, 0, g.payload_offset, 64, &stamp).ok());
+  EXPECT_GE(stamp, before);
+  EXPECT_LE(stamp, after);
+  EXPECT_EQ(stamp, SlotAt(static_cast<const uint8_t*>(rb.base), g, 0)->publish_ns);
+}
+
+TEST(RingTest, SuccessivePublishStampsNeverDecrease) {
+  auto g = RingGeometry::Compute(1, 1 << 14).value();
+  RingBuffer rb(g);
+  InitRing(rb.base, g, 1, 1);
+  uint64_t last = 0;
+  for (uint64_t seq = 1; seq <= 100; ++seq) {
+    PublishSlot(rb.base, g, 0, seq, seq, g.payload_offset, 64);
+    uint64_t stamp = 0;
+    ASSERT_TRUE(CheckSlot(rb.base, g, 0, seq, seq, g.payload_offset, 64, &stamp).ok());
+    EXPECT_GE(stamp, last) << "seq " << seq;
+    last = stamp;
+  }
+}
+
+TEST(RingTest, CheckSlotRefusesMissingOrFutureStampInLayout11) {
+  auto g = RingGeometry::Compute(2, 1 << 14).value();
+  RingBuffer rb(g);
+  InitRing(rb.base, g, 1, 1);
+  PublishSlot(rb.base, g, 1, 3, 0, g.payload_offset, 64);
+  SlotEntry* e = SlotAt(rb.base, g, 1);
+
+  e->publish_ns = 0;
+  Status st = CheckSlot(rb.base, g, 1, 3, 0, g.payload_offset, 64);
+  EXPECT_EQ(st.code(), Status::Code::kProtocol);
+  EXPECT_NE(st.message().find("no publish stamp"), std::string::npos) << st.message();
+
+  e->publish_ns = MonotonicNowNs() + 60'000'000'000ull;  // a minute ahead
+  st = CheckSlot(rb.base, g, 1, 3, 0, g.payload_offset, 64);
+  EXPECT_EQ(st.code(), Status::Code::kProtocol);
+  EXPECT_NE(st.message().find("in the future"), std::string::npos) << st.message();
+}
+
+TEST(RingTest, Layout10RingWithoutStampsIsAcceptedAndReportsZero) {
+  auto g = RingGeometry::Compute(2, 1 << 14).value();
+  RingBuffer rb(g);
+  InitRing(rb.base, g, 1, 1);
+  reinterpret_cast<RingHeader*>(rb.base)->version_minor = 0;  // an older daemon
+  PublishSlot(rb.base, g, 0, 5, 2, g.payload_offset, 64);
+  SlotAt(rb.base, g, 0)->publish_ns = 0;  // 1.0 left the word reserved (zero)
+  ASSERT_TRUE(ValidateRing(rb.base, g.total_bytes).ok());
+  uint64_t stamp = 123;
+  EXPECT_TRUE(CheckSlot(rb.base, g, 0, 5, 2, g.payload_offset, 64, &stamp).ok());
+  EXPECT_EQ(stamp, 0u);
+}
+
 }  // namespace
 }  // namespace loaderx

@@ -15,6 +15,7 @@
 //   slot_table_offset       +---------------------------------------------+
 //   (= kRingHeaderBytes)    | SlotEntry[0]     64 B, one cache line each   |
 //                           | SlotEntry[1]     seq | step | offset | bytes |
+//                           |                  | publish_ns | reserved[3]  |
 //                           | ...                                          |
 //                           | SlotEntry[slot_count - 1]                    |
 //   payload_offset          +---------------------------------------------+
@@ -26,12 +27,19 @@
 //
 // Slot life cycle (daemon side): a slot is taken when the pipeline allocates
 // payload for a step; when the batch is complete the daemon writes step,
-// offset and bytes, then stores a new, never reused sequence number with
+// offset, bytes and the publish time (publish_ns), then stores a new, never reused sequence number with
 // release ordering, then sends the client a "batch" message naming (slot,
 // seq). The sequence number is the slot's epoch: a release naming an old seq
 // (a stale or duplicated release, a forked child's release) is ignored, and a
 // client that checks `seq` before building views can never mistake a
 // recycled slot for the batch it was told about.
+//
+// Versions: 1.0 had no stamp (publish_ns was reserved, always 0). 1.1 stamps
+// every publish with CLOCK_MONOTONIC nanoseconds, a system-wide clock, so a
+// client can measure the hand-off (publish -> holding the arrays) against
+// its own clock_gettime. A 1.1 client accepts a 1.0 ring (stamp reported as
+// 0); in a 1.1 ring a published slot without a stamp, or stamped later than
+// the client's "now", is refused as inconsistent.
 //
 // Thread-safety: the layout is plain data; see the ordering notes on
 // SlotEntry::seq. Ownership: functions here never own the mapping.
@@ -49,7 +57,7 @@ namespace loaderx {
 
 inline constexpr uint64_t kRingMagic = 0x0100474E4952584CULL;  // "LXRING\0\1" LE
 inline constexpr uint16_t kRingVersionMajor = 1;
-inline constexpr uint16_t kRingVersionMinor = 0;
+inline constexpr uint16_t kRingVersionMinor = 1;  // 1.1: SlotEntry::publish_ns
 inline constexpr uint64_t kRingHeaderBytes = 4096;
 inline constexpr uint64_t kRingPageBytes = 4096;
 inline constexpr uint32_t kMaxRingSlots = 4096;
@@ -83,7 +91,10 @@ struct alignas(64) SlotEntry {
   uint64_t step;    // sampler step of the batch
   uint64_t offset;  // from the start of the ring, 64-byte aligned, inside payload
   uint64_t bytes;   // BatchLayout::total_bytes
-  uint64_t reserved[4];
+  // CLOCK_MONOTONIC ns when the daemon published this seq (layout 1.1;
+  // written before `seq` like the fields above). Never 0 once published.
+  uint64_t publish_ns;
+  uint64_t reserved[3];
 };
 static_assert(std::atomic<uint64_t>::is_always_lock_free,
               "slot epochs must be lock-free to live in shared memory");
@@ -92,6 +103,11 @@ static_assert(sizeof(SlotEntry) == 64);
 static_assert(offsetof(SlotEntry, step) == 8);
 static_assert(offsetof(SlotEntry, offset) == 16);
 static_assert(offsetof(SlotEntry, bytes) == 24);
+static_assert(offsetof(SlotEntry, publish_ns) == 32);
+
+// CLOCK_MONOTONIC in nanoseconds: the clock of SlotEntry::publish_ns. The
+// same clock in every process of the machine (Python: time.monotonic_ns()).
+uint64_t MonotonicNowNs();
 
 // Where everything is in a ring of `slot_count` slots and at least
 // `min_payload_bytes` of payload.
@@ -122,13 +138,18 @@ inline const SlotEntry* SlotAt(const uint8_t* base, const RingGeometry& g, uint3
   return reinterpret_cast<const SlotEntry*>(base + g.slot_table_offset) + slot;
 }
 
-// Daemon: publishes a finished batch in `slot` (fields, then seq with release).
+// Daemon: publishes a finished batch in `slot` (fields and the publish_ns
+// stamp of MonotonicNowNs(), then seq with release).
 void PublishSlot(uint8_t* base, const RingGeometry& g, uint32_t slot, uint64_t seq,
                  uint64_t step, uint64_t offset, uint64_t bytes);
 
 // Client: checks that the announced (slot, seq, step, offset, bytes) is what
-// the slot table holds and lies inside the payload. Protocol error otherwise.
+// the slot table holds and lies inside the payload, and (ring layout >= 1.1)
+// that the slot carries a publish stamp no later than now. Protocol error
+// otherwise. On success `*publish_ns` (if given) is the slot's stamp, 0 for
+// a 1.0 ring.
 Status CheckSlot(const uint8_t* base, const RingGeometry& g, uint32_t slot, uint64_t seq,
-                 uint64_t step, uint64_t offset, uint64_t bytes);
+                 uint64_t step, uint64_t offset, uint64_t bytes,
+                 uint64_t* publish_ns = nullptr);
 
 }  // namespace loaderx
