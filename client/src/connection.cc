@@ -2,9 +2,11 @@
 
 #include <pthread.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 
 #include "loaderx/memfd.h"
@@ -20,17 +22,31 @@ namespace {
 constexpr size_t kForkTableSize = 1024;
 // Entries hold fd + 1 so that zero-initialisation means "empty".
 std::atomic<int> g_fork_fds[kForkTableSize];
+// This process's pid, kept current by the fork handler: CheckProcess runs on
+// every request and release, and getpid() is a real syscall in glibc >= 2.25.
+// 0 until the first connection registers the handler. Relaxed: fork() is the
+// synchronisation point (the child's handler runs before any child code).
+std::atomic<pid_t> g_pid{0};
 
 void CloseInChild() {
+  g_pid.store(::getpid(), std::memory_order_relaxed);
   for (auto& slot : g_fork_fds) {
     int fd = slot.exchange(0, std::memory_order_relaxed) - 1;
     if (fd >= 0) ::close(fd);
   }
 }
 
+pid_t CurrentPid() {
+  pid_t pid = g_pid.load(std::memory_order_relaxed);
+  return pid != 0 ? pid : ::getpid();
+}
+
 int RegisterForFork(int fd) {
   static std::once_flag once;
-  std::call_once(once, [] { ::pthread_atfork(nullptr, nullptr, &CloseInChild); });
+  std::call_once(once, [] {
+    g_pid.store(::getpid(), std::memory_order_relaxed);
+    ::pthread_atfork(nullptr, nullptr, &CloseInChild);
+  });
   for (size_t i = 0; i < kForkTableSize; ++i) {
     int expected = 0;
     // Relaxed: fork() itself is the synchronisation point with the handler.
@@ -49,7 +65,7 @@ Connection::Connection(UniqueFd fd, std::string path)
 }
 
 Connection::~Connection() {
-  if (::getpid() != owner_pid_) {
+  if (CurrentPid() != owner_pid_) {
     fd_.Release();  // closed by the fork handler; the number may be reused
     return;
   }
@@ -79,7 +95,7 @@ Result<std::shared_ptr<Connection>> Connection::Open(const std::string& path) {
 }
 
 Status Connection::CheckProcess() const {
-  if (::getpid() != owner_pid_) {
+  if (CurrentPid() != owner_pid_) {
     return Status::Daemon("this loaderxd session belongs to process " + std::to_string(owner_pid_) +
                           "; a forked child cannot use it (open a new loader in the child)");
   }
@@ -109,8 +125,8 @@ Result<Reply> Connection::AwaitReply(
       auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - Clock::now());
       wait = std::clamp(left, std::chrono::milliseconds(0), kPollInterval);
     }
-    LX_ASSIGN_OR_RETURN(bool ready, WaitReadable(fd_.get(), static_cast<int>(wait.count())));
-    if (!ready) {
+    LX_ASSIGN_OR_RETURN(Frame f, Receive(wait));
+    if (f.would_block) {
       if (hook) {
         Status st = hook();
         if (!st.ok()) {
@@ -125,8 +141,6 @@ Result<Reply> Connection::AwaitReply(
       }
       continue;
     }
-    LX_ASSIGN_OR_RETURN(Frame f, RecvFrame(fd_.get(), kMaxFrameBytes, 1));
-    if (f.would_block) continue;
     if (f.eof) {
       if (shut_down()) return Status::Cancelled("loader closed");
       return Status::Daemon(path_ + ": loaderxd closed the connection (stopped or crashed)");
@@ -172,8 +186,36 @@ Result<Reply> Connection::Call(const Message& req, std::span<const int> fds,
   return r;
 }
 
+Status Connection::SendAhead(const Message& req) {
+  LX_RETURN_IF_ERROR(CheckProcess());
+  std::lock_guard<std::mutex> lock(call_mu_);
+  if (owed_) return Status::OK();
+  LX_RETURN_IF_ERROR(FlushReleases());  // releases must precede the request
+  LX_RETURN_IF_ERROR(SendMessage(req, {}));
+  owed_ = true;
+  owed_index_ = req.index();
+  return Status::OK();
+}
+
+Result<Frame> Connection::Receive(std::chrono::milliseconds wait) {
+  if (wait.count() <= 0) return RecvFrame(fd_.get(), kMaxFrameBytes, 1, /*nonblocking=*/true);
+  // A blocking receive bounded by SO_RCVTIMEO (EAGAIN when it expires, which
+  // RecvFrame reports as would_block): one syscall whether or not the reply
+  // is already queued. Set only when the bound changes (rarely: waits are
+  // sliced at kPollInterval).
+  if (recv_timeout_ms_ != wait.count()) {
+    timeval tv{static_cast<time_t>(wait.count() / 1000),
+               static_cast<suseconds_t>((wait.count() % 1000) * 1000)};
+    if (::setsockopt(fd_.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0) {
+      return Status::FromErrno("setsockopt(SO_RCVTIMEO)", errno);
+    }
+    recv_timeout_ms_ = wait.count();
+  }
+  return RecvFrame(fd_.get(), kMaxFrameBytes, 1);
+}
+
 void Connection::Release(uint32_t slot, uint64_t seq) {
-  if (::getpid() != owner_pid_ || shut_down()) return;
+  if (CurrentPid() != owner_pid_ || shut_down()) return;
   std::lock_guard<std::mutex> lock(release_mu_);
   // Never block here: this runs in destructors (in Python, with the GIL
   // held). If the socket is full (a stopped daemon), keep the release for
@@ -198,7 +240,7 @@ Status Connection::FlushReleases() {
 
 void Connection::Shutdown() {
   if (shut_.exchange(true, std::memory_order_acq_rel)) return;
-  if (::getpid() == owner_pid_) ::shutdown(fd_.get(), SHUT_RDWR);
+  if (CurrentPid() == owner_pid_) ::shutdown(fd_.get(), SHUT_RDWR);
 }
 
 Status Connection::AttachRing(UniqueFd fd, uint64_t bytes, uint32_t slot_count) {

@@ -1,15 +1,18 @@
 // Connection: one socket to loaderxd with its request/reply discipline, the
 // ring mapping of the loader opened on it, and fork safety.
 //
-// Replies are awaited with poll() in kPollInterval steps so a dead daemon
+// Replies are awaited with ONE blocking recvmsg per attempt, bounded by
+// SO_RCVTIMEO = kPollInterval (or less near a deadline), so a dead daemon
 // (hang-up), Close() from another thread (shutdown of the socket) and the
-// caller's WaitHook (Ctrl-C) are all noticed promptly. A request whose wait
-// was aborted leaves its reply "owed"; the next call collects it first.
+// caller's WaitHook (Ctrl-C) are all noticed promptly, and a reply that is
+// already queued costs a single syscall (no poll first). A request whose
+// wait was aborted leaves its reply "owed"; the next call collects it first.
 //
 // Fork: every live socket fd is registered in a fixed lock-free table; a
-// pthread_atfork child handler closes them all in the child, and every
-// method checks the pid, so a forked child can neither keep the session
-// alive nor send on it.
+// pthread_atfork child handler closes them all in the child and records the
+// child's pid, and every method checks that pid (a load, not a getpid
+// syscall per call), so a forked child can neither keep the session alive
+// nor send on it.
 //
 // Thread-safety: Call/AwaitOwed serialise on call_mu_; Release and Shutdown
 // may be called from any thread at any time.
@@ -28,6 +31,7 @@
 #include "loaderx/client.h"
 #include "loaderx/fd.h"
 #include "loaderx/ring.h"
+#include "loaderx/unix_socket.h"
 #include "loaderx/wire.h"
 
 namespace loaderx::client {
@@ -55,6 +59,10 @@ class Connection {
                      bool reuse_owed,
                      std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt,
                      bool* timed_out = nullptr);
+  // Sends `req` now and leaves its reply owed without waiting for it
+  // (request ahead): the next Call of the same kind with reuse_owed collects
+  // it, typically already queued in the socket. No-op if a reply is owed.
+  Status SendAhead(const Message& req);
   // Fire-and-forget release of a slot lease (no reply).
   void Release(uint32_t slot, uint64_t seq);
   // Ends the session from any thread; wakes a blocked Call with Cancelled.
@@ -83,6 +91,9 @@ class Connection {
                            std::optional<std::chrono::steady_clock::time_point> deadline,
                            bool* owed, bool* timed_out);
   Status SendMessage(const Message& m, std::span<const int> fds);
+  // One recvmsg that waits at most `wait` (0: does not wait). Called with
+  // call_mu_ held (the only receiver).
+  Result<Frame> Receive(std::chrono::milliseconds wait);
   // Sends releases that found the socket full (blocking; called by Call).
   Status FlushReleases();
 
@@ -98,6 +109,8 @@ class Connection {
   std::mutex call_mu_;
   bool owed_ = false;            // guarded by call_mu_
   size_t owed_index_ = 0;        // Message index of the owed request
+  // SO_RCVTIMEO currently set on fd_ (ms, 0 = never set); guarded by call_mu_.
+  int64_t recv_timeout_ms_ = 0;
 
   std::mutex release_mu_;
   // Releases that could not be sent without blocking, oldest first; sent

@@ -9,6 +9,11 @@
 //
 // The GIL is released for every wait on the daemon; waits are sliced so
 // Ctrl-C (PyErr_CheckSignals) and a daemon hang-up surface promptly.
+//
+// The hand-off path builds the fewest Python objects it can: one capsule per
+// batch, one ndarray per dense stream (or per ragged record) made directly by
+// PyArray_NewFromDescr with the cached dtype, read-only from birth, the
+// (step, values) tuple and its list; no temporary shape/stride vectors.
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
@@ -98,38 +103,62 @@ class DaemonLoader {
   uint32_t leases_held() const { return loader_->leases_held(); }
   uint64_t ring_bytes() const { return loader_->ring_bytes(); }
   uint64_t size() const { return loader_->size(); }
+  uint64_t last_publish_ns() const { return last_publish_ns_; }
+  bool request_ahead() const { return loader_->request_ahead(); }
+  void set_request_ahead(bool on) { loader_->set_request_ahead(on); }
 
  private:
+  // A read-only C-contiguous view of `data` with `base` as its base object.
+  // `dims` are checked against the ring by the client (ValidateBatch).
+  static py::object View(const py::dtype& dtype, int nd, const Py_intptr_t* dims, const void* data,
+                         const py::capsule& base) {
+    auto& api = py::detail::npy_api::get();
+    // flags 0: not writeable (the ring is mapped read-only); NumPy derives
+    // contiguity and alignment itself. NewFromDescr steals the dtype ref.
+    PyObject* arr = api.PyArray_NewFromDescr_(api.PyArray_Type_, dtype.inc_ref().ptr(), nd,
+                                              dims, nullptr,
+                                              const_cast<void*>(data), 0, nullptr);
+    if (arr == nullptr) throw py::error_already_set();
+    py::object owned = py::reinterpret_steal<py::object>(arr);
+    // SetBaseObject steals the reference it is given, also on failure.
+    if (api.PyArray_SetBaseObject_(arr, base.inc_ref().ptr()) != 0) throw py::error_already_set();
+    return owned;
+  }
+
   py::object ToPython(client::Batch batch) {
+    last_publish_ns_ = batch.publish_ns();
     auto* owner = new std::shared_ptr<client::Lease>(batch.lease());
     py::capsule base(owner, "loaderx.DaemonLease",
                      [](void* p) { delete static_cast<std::shared_ptr<client::Lease>*>(p); });
-    auto readonly = [](py::array a) {
-      py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
-      return a;
-    };
-    py::list values;
-    for (size_t j = 0; j < batch.num_streams(); ++j) {
+    const size_t num_streams = batch.num_streams();
+    py::list values(num_streams);
+    Py_intptr_t dims[kMaxWireDims + 1];
+    for (size_t j = 0; j < num_streams; ++j) {
       const client::StreamInfo& s = loader_->streams()[j];
       if (s.kind == Kind::kDense) {
-        client::ArrayView v = batch.Dense(j);
-        std::vector<py::ssize_t> shape(v.shape.begin(), v.shape.end());
-        values.append(readonly(py::array(dtypes_[j], shape, {}, v.data, base)));
+        dims[0] = static_cast<Py_intptr_t>(batch.batch_size());
+        for (size_t d = 0; d < s.item_shape.size(); ++d) {
+          dims[d + 1] = static_cast<Py_intptr_t>(s.item_shape[d]);
+        }
+        values[j] = View(dtypes_[j], static_cast<int>(s.item_shape.size() + 1), dims,
+                         batch.values(j), base);
         continue;
       }
-      py::list records;
-      for (uint64_t k = 0; k < batch.batch_size(); ++k) {
+      const uint64_t b = batch.batch_size();
+      py::list records(b);
+      for (uint64_t k = 0; k < b; ++k) {
         client::ArrayView v = batch.Record(j, k);
-        std::vector<py::ssize_t> shape(v.shape.begin(), v.shape.end());
-        records.append(readonly(py::array(dtypes_[j], shape, {}, v.data, base)));
+        for (size_t d = 0; d < v.shape.size(); ++d) dims[d] = static_cast<Py_intptr_t>(v.shape[d]);
+        records[k] = View(dtypes_[j], static_cast<int>(v.shape.size()), dims, v.data, base);
       }
-      values.append(std::move(records));
+      values[j] = std::move(records);
     }
     return py::make_tuple(batch.step(), std::move(values));
   }
 
   std::unique_ptr<client::Loader> loader_;
   std::vector<py::dtype> dtypes_;
+  uint64_t last_publish_ns_ = 0;  // of the batch next() returned last
 };
 
 py::dict DaemonStats(const std::string& path) {
@@ -166,7 +195,16 @@ the daemon's shared-memory ring.)doc")
       .def_property_readonly("lease_cap", &DaemonLoader::lease_cap)
       .def_property_readonly("leases_held", &DaemonLoader::leases_held)
       .def_property_readonly("ring_bytes", &DaemonLoader::ring_bytes)
-      .def_property_readonly("size", &DaemonLoader::size);
+      .def_property_readonly("size", &DaemonLoader::size)
+      .def_property_readonly("last_publish_ns", &DaemonLoader::last_publish_ns,
+                             "When loaderxd published the batch next() returned last: "
+                             "CLOCK_MONOTONIC ns, comparable with time.monotonic_ns() "
+                             "(0 from a daemon without publish stamps).")
+      .def_property("request_ahead", &DaemonLoader::request_ahead,
+                    &DaemonLoader::set_request_ahead,
+                    "Ask for the following batch as soon as next() returns one, so the next "
+                    "next() finds it queued (one more slot held at the daemon; see "
+                    "loaderx.client.DaemonOptions).");
   m.def("daemon_stats", &DaemonStats, py::arg("path"),
         "loaderxd's counters as a dict (sessions, loaders, slots_held, ring_bytes, ...).");
   m.attr("HAVE_DAEMON_CLIENT") = true;
