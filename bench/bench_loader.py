@@ -231,9 +231,46 @@ def _write_once(path: Path, write: Any) -> Path:
     return path
 
 
+def _streaming() -> Any:
+    """The mosaicml-streaming package, importable on a CPU-only torch.
+
+    ``import streaming`` imports its torchvision-based dataset classes
+    (``streaming.vision``: ``VisionDataset`` and ``to_tensor``). PyPI only has
+    CUDA builds of torchvision, whose native ops fail to load next to this
+    machine's CPU torch wheel (``libc10_cuda.so`` missing), so the import
+    fails. The benchmark uses none of those classes: when torchvision does not
+    import, placeholder modules that provide just those two names stand in for
+    it (calling them raises). ``StreamingDataset`` and ``MDSWriter`` never
+    touch torchvision.
+    """
+    import importlib.machinery
+    import types
+    try:
+        import torchvision  # noqa: F401 - a working install is used as is
+    except (ImportError, OSError, RuntimeError):
+        for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
+            del sys.modules[name]  # the half-imported package
+
+        def unavailable(*_a: Any, **_k: Any) -> Any:
+            raise RuntimeError("torchvision is not usable here (CUDA build next to a CPU torch)")
+
+        mods = {n: types.ModuleType(n) for n in ("torchvision", "torchvision.datasets", "torchvision.transforms",
+                                                   "torchvision.transforms.functional")}
+        for name, mod in mods.items():  # importlib.util.find_spec (transformers asks) needs a spec
+            mod.__spec__ = importlib.machinery.ModuleSpec(name, None)
+        mods["torchvision.datasets"].VisionDataset = type("VisionDataset", (), {"__init__": unavailable})  # type: ignore[attr-defined]
+        mods["torchvision.transforms.functional"].to_tensor = unavailable  # type: ignore[attr-defined]
+        mods["torchvision"].datasets = mods["torchvision.datasets"]  # type: ignore[attr-defined]
+        mods["torchvision"].transforms = mods["torchvision.transforms"]  # type: ignore[attr-defined]
+        mods["torchvision.transforms"].functional = mods["torchvision.transforms.functional"]  # type: ignore[attr-defined]
+        sys.modules.update(mods)
+    import streaming
+    return streaming
+
+
 def _write_mds(out: Path) -> None:
     """MDS shards (uncompressed, 64 MiB) of ``{"image": uint8[3,224,224], "index": int64}``."""
-    from streaming import MDSWriter
+    MDSWriter = _streaming().MDSWriter
     src = np.load(SOURCE, mmap_mode="r")
     cols = {"image": "ndarray:uint8:" + ",".join(str(d) for d in src.shape[1:]), "index": "int64"}
     with MDSWriter(out=str(out), columns=cols, compression=None, size_limit=1 << 26) as w:
@@ -243,7 +280,7 @@ def _write_mds(out: Path) -> None:
 
 def _mosaic_iter(workers: int, total: int) -> tuple[Iterator[tuple[Any, Any]], Any]:
     import torch
-    from streaming import StreamingDataset
+    StreamingDataset = _streaming().StreamingDataset
     from streaming.base.util import clean_stale_shared_memory
     clean_stale_shared_memory()  # a killed earlier run may have left its /dev/shm state behind
     # One epoch long enough for every batch drawn (epoch_size > n: each sample
