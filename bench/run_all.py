@@ -4,8 +4,9 @@
 Prepares the real data (idempotent), then runs, each in its own interpreter so
 one failing benchmark does not hide the others:
 
-* bench/bench_store.py   - store gather/write vs NumPy, lmdb, h5py, Arrow, ArrayRecord
-* bench/bench_loader.py  - end-to-end loader vs reference wheel, torch, grain
+* bench/bench_store.py   - store gather/write vs NumPy, lmdb, h5py, Arrow IPC, Parquet, ArrayRecord
+* bench/bench_loader.py  - end-to-end loader vs reference wheel, torch, grain, mosaicml-streaming,
+  litdata
 * bench/bench_sampler.py, bench/bench_daemon.py - owned by the sampler and
   daemon engineers; run with no arguments when present.
 
