@@ -231,6 +231,29 @@ def _write_once(path: Path, write: Any) -> Path:
     return path
 
 
+def _torchvision_placeholders() -> dict[str, Any]:
+    """Modules standing in for a torchvision that cannot load: they provide just
+    ``torchvision.datasets.VisionDataset`` and
+    ``torchvision.transforms.functional.to_tensor`` (both raise when used), each
+    with a module spec (``importlib.util.find_spec`` needs one)."""
+    import importlib.machinery
+    import types
+
+    def unavailable(*_a: Any, **_k: Any) -> Any:
+        raise RuntimeError("torchvision is not usable here (CUDA build next to a CPU torch)")
+
+    names = ("torchvision", "torchvision.datasets", "torchvision.transforms", "torchvision.transforms.functional")
+    mods: dict[str, Any] = {n: types.ModuleType(n) for n in names}
+    for name, mod in mods.items():
+        mod.__spec__ = importlib.machinery.ModuleSpec(name, None)
+    mods["torchvision.datasets"].VisionDataset = type("VisionDataset", (), {"__init__": unavailable})
+    mods["torchvision.transforms.functional"].to_tensor = unavailable
+    mods["torchvision"].datasets = mods["torchvision.datasets"]
+    mods["torchvision"].transforms = mods["torchvision.transforms"]
+    mods["torchvision.transforms"].functional = mods["torchvision.transforms.functional"]
+    return mods
+
+
 def _streaming() -> Any:
     """The mosaicml-streaming package, importable on a CPU-only torch.
 
@@ -239,31 +262,15 @@ def _streaming() -> Any:
     CUDA builds of torchvision, whose native ops fail to load next to this
     machine's CPU torch wheel (``libc10_cuda.so`` missing), so the import
     fails. The benchmark uses none of those classes: when torchvision does not
-    import, placeholder modules that provide just those two names stand in for
-    it (calling them raises). ``StreamingDataset`` and ``MDSWriter`` never
-    touch torchvision.
+    import, :func:`_torchvision_placeholders` stand in for it.
+    ``StreamingDataset`` and ``MDSWriter`` never touch torchvision.
     """
-    import importlib.machinery
-    import types
     try:
         import torchvision  # noqa: F401 - a working install is used as is
     except (ImportError, OSError, RuntimeError):
         for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
             del sys.modules[name]  # the half-imported package
-
-        def unavailable(*_a: Any, **_k: Any) -> Any:
-            raise RuntimeError("torchvision is not usable here (CUDA build next to a CPU torch)")
-
-        mods = {n: types.ModuleType(n) for n in ("torchvision", "torchvision.datasets", "torchvision.transforms",
-                                                   "torchvision.transforms.functional")}
-        for name, mod in mods.items():  # importlib.util.find_spec (transformers asks) needs a spec
-            mod.__spec__ = importlib.machinery.ModuleSpec(name, None)
-        mods["torchvision.datasets"].VisionDataset = type("VisionDataset", (), {"__init__": unavailable})  # type: ignore[attr-defined]
-        mods["torchvision.transforms.functional"].to_tensor = unavailable  # type: ignore[attr-defined]
-        mods["torchvision"].datasets = mods["torchvision.datasets"]  # type: ignore[attr-defined]
-        mods["torchvision"].transforms = mods["torchvision.transforms"]  # type: ignore[attr-defined]
-        mods["torchvision.transforms"].functional = mods["torchvision.transforms.functional"]  # type: ignore[attr-defined]
-        sys.modules.update(mods)
+        sys.modules.update(_torchvision_placeholders())
     import streaming
     return streaming
 

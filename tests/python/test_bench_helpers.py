@@ -281,3 +281,20 @@ def test_write_once_publishes_by_rename_and_never_a_half_store(tmp_path):
     with pytest.raises(OSError, match="disk full"):
         bench_loader._write_once(other, broken)
     assert not other.exists()
+
+
+def test_torchvision_placeholders_satisfy_streamings_imports_and_refuse_use(monkeypatch):
+    import importlib.util
+
+    import bench_loader
+    mods = bench_loader._torchvision_placeholders()
+    for name, mod in mods.items():
+        monkeypatch.setitem(sys.modules, name, mod)
+    from torchvision.datasets import VisionDataset
+    from torchvision.transforms.functional import to_tensor
+    assert isinstance(VisionDataset, type)
+    assert importlib.util.find_spec("torchvision").name == "torchvision"
+    with pytest.raises(RuntimeError, match="torchvision is not usable here"):
+        VisionDataset()
+    with pytest.raises(RuntimeError, match="torchvision is not usable here"):
+        to_tensor(np.zeros((2, 2, 3), np.uint8))
