@@ -11,6 +11,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "loaderx/thread_pool.h"
@@ -149,6 +150,14 @@ class HeapAllocatorImpl final : public BatchAllocator {
   std::shared_ptr<BufferCache> cache_ = std::make_shared<BufferCache>();
 };
 
+// Producer threads and the gather pool. Each producer takes the next step
+// to make, fills and plans it, allocates its memory (which may block, e.g. on
+// ring credit) and gathers it through the pool; the producer itself only
+// waits during the gather (ThreadPool::Callers::kWait), so `num_threads` pool
+// workers are all the threads that gather, and a producer blocked in the
+// allocator never holds a gather thread. There are min(prefetch, gather
+// threads) producers: enough to keep every worker busy with batches of one
+// task each (small records), never more batches in production than prefetch.
 class PipelineImpl final : public Pipeline {
  public:
   PipelineImpl(std::vector<std::shared_ptr<const Store>> streams, Sampler sampler,
@@ -157,11 +166,12 @@ class PipelineImpl final : public Pipeline {
         sampler_(std::move(sampler)),
         prefetch_(options.prefetch),
         allocator_(std::move(allocator)),
-        pool_(std::make_unique<ThreadPool>(options.num_threads)),
+        pool_(std::make_unique<ThreadPool>(options.num_threads, ThreadPool::Callers::kWait)),
         next_step_(options.start_step),
         schedule_step_(options.start_step) {
-    std::lock_guard<std::mutex> lock(mu_);
-    PumpLocked();
+    const size_t producers = std::min<size_t>(prefetch_, pool_->size());
+    producers_.reserve(producers);
+    for (size_t i = 0; i < producers; ++i) producers_.emplace_back([this] { ProducerLoop(); });
   }
   ~PipelineImpl() override { Close(); }
 
@@ -189,13 +199,18 @@ class PipelineImpl final : public Pipeline {
       if (closed_) return Status::Cancelled("loader closed");
       ++generation_;
       dropped.swap(ready_);
+      // Still counted against prefetch until freed below, so memory never
+      // exceeds prefetch batches, not even for a moment.
+      discarding_ += dropped.size();
       next_step_ = schedule_step_ = step;
     }
-    // Free the discarded batches before producing new ones, so memory never
-    // exceeds prefetch batches, not even for a moment.
+    const uint64_t n = dropped.size();
     dropped.clear();
-    std::lock_guard<std::mutex> lock(mu_);
-    PumpLocked();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      discarding_ -= n;
+    }
+    work_cv_.notify_all();
     return Status::OK();
   }
 
@@ -206,7 +221,7 @@ class PipelineImpl final : public Pipeline {
 
   void Close() override {
     // close_mu_ serialises concurrent Close calls: each returns only after
-    // every worker was joined.
+    // every thread was joined.
     std::lock_guard<std::mutex> close_lock(close_mu_);
     std::map<uint64_t, Result<Batch>> dropped;
     {
@@ -217,19 +232,16 @@ class PipelineImpl final : public Pipeline {
       dropped.swap(ready_);
     }
     ready_cv_.notify_all();
+    work_cv_.notify_all();
     allocator_->Cancel();  // unblocks a producer waiting for ring credit
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      idle_cv_.wait(lock, [&] { return in_flight_ == 0; });
-    }
-    // No task is queued or running and none can be submitted (closed_), so
-    // joining is immediate. Reset without mu_: workers never take it again.
-    std::unique_ptr<ThreadPool> pool;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      pool = std::move(pool_);
-    }
-    pool.reset();
+    // Each producer finishes the batch it is making (its gather tasks run on
+    // the pool, which is still alive) and then sees closed_. producers_ is
+    // only touched here, under close_mu_.
+    for (std::thread& t : producers_) t.join();
+    producers_.clear();
+    // No producer is left, so no task is queued or running: joining the pool
+    // is immediate.
+    pool_.reset();
   }
 
  private:
@@ -238,47 +250,46 @@ class PipelineImpl final : public Pipeline {
     if (closed_) return Status::Cancelled("loader closed");
     auto node = ready_.extract(next_step_);
     ++next_step_;
-    PumpLocked();
     lock.unlock();
+    work_cv_.notify_one();  // one more step may be started
     return std::move(node.mapped());
   }
 
-  // Starts producers while fewer than prefetch_ batches are ready or being
-  // made (stale ones included, so a Seek cannot double the memory) and the
-  // window [next_step_, next_step_ + prefetch_) is not fully scheduled.
-  void PumpLocked() {
-    while (!closed_ && in_flight_ + ready_.size() < prefetch_ &&
-           schedule_step_ - next_step_ < prefetch_) {
+  // Whether a producer may start a step: fewer than prefetch_ batches are
+  // ready, being made or being freed (stale ones included, so a Seek cannot
+  // double the memory) and the window [next_step_, next_step_ + prefetch_)
+  // is not fully scheduled.
+  bool CanStartLocked() const {
+    return in_flight_ + ready_.size() + discarding_ < prefetch_ &&
+           schedule_step_ - next_step_ < prefetch_;
+  }
+
+  void ProducerLoop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      work_cv_.wait(lock, [&] { return closed_ || CanStartLocked(); });
+      if (closed_) return;
       const uint64_t step = schedule_step_++;
       const uint64_t generation = generation_;
       ++in_flight_;
-      pool_->Submit([this, step, generation] { Produce(step, generation); });
-    }
-  }
-
-  void Produce(uint64_t step, uint64_t generation) {
-    bool stale;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stale = closed_ || generation != generation_;
-    }
-    std::optional<Result<Batch>> result;
-    if (!stale) result.emplace(MakeBatch(step));
-    std::unique_lock<std::mutex> lock(mu_);
-    if (result && !closed_ && generation == generation_) {
-      ready_.emplace(step, std::move(*result));
-    } else if (result) {
-      // Stale: free it before this producer stops counting against prefetch.
       lock.unlock();
-      result.reset();
+      Result<Batch> result = MakeBatch(step);
       lock.lock();
+      if (!closed_ && generation == generation_) {
+        ready_.emplace(step, std::move(result));
+        --in_flight_;
+        lock.unlock();
+        ready_cv_.notify_all();
+        lock.lock();
+      } else {
+        // Stale (a Seek or Close came in between): free it while it still
+        // counts against prefetch.
+        lock.unlock();
+        { Result<Batch> drop = std::move(result); }
+        lock.lock();
+        --in_flight_;
+      }
     }
-    --in_flight_;
-    PumpLocked();
-    const bool idle = in_flight_ == 0;
-    lock.unlock();
-    ready_cv_.notify_all();
-    if (idle) idle_cv_.notify_all();
   }
 
   Result<Batch> MakeBatch(uint64_t step) {
@@ -306,23 +317,24 @@ class PipelineImpl final : public Pipeline {
   const uint64_t prefetch_;
   const std::shared_ptr<BatchAllocator> allocator_;
 
-  // The gather pool. Producers run on it and use it for their gathers
-  // (ParallelFor lets the caller help, so this cannot deadlock). Reset, and
-  // thereby joined, by Close; guarded by mu_ (read by PumpLocked).
+  // The gather pool (kWait: producers do not gather themselves). Used by the
+  // producers; reset, and thereby joined, by Close after they were joined.
   std::unique_ptr<ThreadPool> pool_;
+  std::vector<std::thread> producers_;  // started by the constructor, joined by Close
 
   std::mutex close_mu_;
   mutable std::mutex mu_;
-  std::condition_variable ready_cv_;  // ready_ gained next_step_, or closed_
-  std::condition_variable idle_cv_;   // in_flight_ dropped to 0
+  std::condition_variable ready_cv_;  // ready_ gained a batch, or closed_
+  std::condition_variable work_cv_;   // CanStartLocked() may have become true, or closed_
   // All below guarded by mu_.
   uint64_t next_step_;      // the step Next() delivers
-  uint64_t schedule_step_;  // the next step to hand to a producer
+  uint64_t schedule_step_;  // the next step a producer starts
   // Bumped by Seek and Close: a producer whose generation differs is stale
   // and its result is dropped, so it can never be delivered.
   uint64_t generation_ = 0;
   std::map<uint64_t, Result<Batch>> ready_;  // current generation only
-  uint64_t in_flight_ = 0;                   // producers queued or running
+  uint64_t in_flight_ = 0;                   // steps being made (or their stale result freed)
+  uint64_t discarding_ = 0;                  // batches a Seek dropped and is freeing
   bool closed_ = false;
 };
 

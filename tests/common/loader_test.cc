@@ -44,6 +44,9 @@ class FakeStore final : public Store {
 
   // Records in `bad` fail to gather with Corruption.
   std::set<uint64_t> bad;
+  // The threads that read records (guarded by readers_mu).
+  mutable std::mutex readers_mu;
+  mutable std::set<std::thread::id> readers;
   // Every Gather sleeps this long first (to keep batches in flight).
   std::chrono::milliseconds delay{0};
   mutable std::atomic<int> gathers{0};
@@ -77,6 +80,10 @@ class FakeStore final : public Store {
     return (1 + i % 3) * (2 + i % 4) * 4;
   }
   Status ReadRecord(uint64_t i, void* out, uint64_t out_len) const override {
+    {
+      std::lock_guard<std::mutex> lock(readers_mu);
+      readers.insert(std::this_thread::get_id());
+    }
     if (bad.contains(i)) return Status::Corruption("fake: record " + std::to_string(i) + " is bad");
     LX_ASSIGN_OR_RETURN(uint64_t bytes, RecordBytes(i));
     if (out_len != bytes) return Status::InvalidArgument("fake: wrong out_len");
@@ -606,6 +613,47 @@ TEST(PipelineTest, MemoryIsBoundedByPrefetchWithASlowConsumer) {
   // The consumer holds nothing now; at most prefetch batches were ever alive
   // besides the one being handed over.
   EXPECT_LE(alloc->max_live.load(), 3 + 1);
+}
+
+// Producers (the threads that allocate a batch) only wait while its records
+// are gathered: num_threads is exactly the number of threads reading records,
+// whatever the prefetch depth.
+TEST(PipelineTest, RecordsAreReadOnNumThreadsGatherThreadsNeverOnProducers) {
+  class ThreadRecordingAllocator final : public BatchAllocator {
+   public:
+    Result<std::shared_ptr<BatchMemory>> Allocate(uint64_t step, uint64_t bytes) override {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        producers.insert(std::this_thread::get_id());
+      }
+      return heap_->Allocate(step, bytes);
+    }
+    std::mutex mu;
+    std::set<std::thread::id> producers;  // guarded by mu
+
+   private:
+    std::shared_ptr<BatchAllocator> heap_ = HeapAllocator();
+  };
+  for (uint32_t prefetch : {1u, 2u, 8u}) {
+    auto dense = FakeStore::Dense(1000, {16});
+    auto alloc = std::make_shared<ThreadRecordingAllocator>();
+    const auto spec = Spec(1000, 64);
+    {
+      auto p = MakePipeline({dense}, spec, {.prefetch = prefetch, .num_threads = 2}, alloc);
+      for (uint64_t k = 0; k < 20; ++k) {
+        auto b = p->Next();
+        ASSERT_TRUE(b.ok()) << b.status().ToString();
+        ExpectBatchIs(*b, k, spec, {dense});
+      }
+    }  // joined: the sets are complete and no longer written
+    EXPECT_LE(dense->readers.size(), 2u) << "prefetch " << prefetch;
+    EXPECT_FALSE(alloc->producers.empty());
+    EXPECT_LE(alloc->producers.size(), std::min<size_t>(prefetch, 2)) << "prefetch " << prefetch;
+    for (const auto& id : alloc->producers) {
+      EXPECT_FALSE(dense->readers.contains(id)) << "a producer read records, prefetch " << prefetch;
+    }
+    EXPECT_FALSE(dense->readers.contains(std::this_thread::get_id()));
+  }
 }
 
 TEST(PipelineTest, AllocatorErrorIsReturnedForItsStep) {
