@@ -220,7 +220,13 @@ class DaemonLoader:
         prefetch: SupportsIndex,
         leases: SupportsIndex,
         ring_bytes: SupportsIndex,
-    ) -> None: ...
+        group: str = "",
+        group_mode: str = "shard",
+        join: str = "",
+    ) -> None:
+        """``group`` non-empty joins that loaderxd group (``group_mode`` 'shard' | 'broadcast',
+        ``join`` '' (the mode's default) | 'start_step' | 'current')."""
+
     def next(self, timeout: float | None = None) -> tuple[int, list[_Value]] | None:
         """``(step, values)`` of the next batch, or None after ``timeout`` seconds."""
 

@@ -13,7 +13,10 @@ shared-memory ring, no copy).
 * ``"auto"`` — the default socket if a daemon answers there, otherwise the
   embedded loader with a :class:`RuntimeWarning`;
 * a :class:`DaemonOptions` — a socket plus per-loader knobs (lease cap, ring
-  size, fallback).
+  size, fallback) and, optionally, a **group** to share one pipeline with
+  other processes of the same user (``group_mode="shard"``: DDP ranks each
+  receive their rows of one global batch; ``"broadcast"``: every member
+  receives the same batches, gathered once). See docs/daemon.md, "Groups".
 
 Zero-copy and leases: a dense stream's value is a read-only ``(B,
 *item_shape)`` ndarray, a ragged stream's a list of read-only ndarrays; all
@@ -41,6 +44,7 @@ from .errors import DaemonError
 
 __all__ = [
     "DEFAULT_LEASES",
+    "MAX_GROUP_NAME",
     "Client",
     "DaemonOptions",
     "DaemonSource",
@@ -81,12 +85,58 @@ class DaemonOptions:
     for dense streams; ragged rings assume records up to twice the mean, so
     raise it if a step fails with ``ResourceExhausted`` naming ring_bytes).
     ``fallback``: load in process (with a warning) if no daemon answers.
+    ``request_ahead``: as soon as ``next()`` returns a batch, ask the daemon
+    for the following one, so the next ``next()`` finds it already queued
+    (one receive, no round trip: the hand-off table in docs/benchmarks.md).
+    The batch in flight is one more slot held at the daemon (``slots_held``
+    counts it, and it counts against ``leases``); it is only requested while
+    you hold fewer than ``leases`` batches, and a ``seek`` releases it.
+
+    ``group``: a name (1..256 UTF-8 bytes) to join, or create, that group
+    of loaders of this user; every member must pass the same stores,
+    ``batch_size``, ``mode``, ``seed``, ``world_size`` and ``group_mode``.
+    ``group_mode``: ``"shard"`` (members are ranks ``0..world_size-1``; each
+    gets its own ``batch_size`` rows of every global batch, exactly as the
+    embedded loader with that ``rank``) or ``"broadcast"`` (every member gets
+    the same full batches). ``join``: where a member starts, ``"start_step"``
+    (its own ``start_step``; the default for shard) or ``"current"`` (the
+    group's oldest held step; the default for broadcast). Bad values raise
+    ``ValueError`` naming the argument.
     """
 
     path: str | None = None
     leases: int = DEFAULT_LEASES
     ring_bytes: int = 0
     fallback: bool = False
+    request_ahead: bool = False
+    group: str | None = None
+    group_mode: str = "shard"
+    join: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_group(self.group, self.group_mode, self.join)
+
+
+#: Longest group name in UTF-8 bytes (the protocol's limit).
+MAX_GROUP_NAME = 256
+_GROUP_MODES = ("shard", "broadcast")
+_JOINS = ("start_step", "current")
+
+
+def _check_group(group: object, group_mode: object, join: object) -> None:
+    """ValueError (TypeError for a non-str) naming the first bad group argument."""
+    if group is not None:
+        if not isinstance(group, str):
+            raise TypeError(f"group must be a str or None, got {type(group).__name__}")
+        size = len(group.encode("utf-8"))
+        if not 1 <= size <= MAX_GROUP_NAME:
+            raise ValueError(f"group must be 1..{MAX_GROUP_NAME} UTF-8 bytes, got {size}")
+    if group_mode not in _GROUP_MODES:
+        raise ValueError(f"group_mode must be 'shard' or 'broadcast', got {group_mode!r}")
+    if join is not None and join not in _JOINS:
+        raise ValueError(f"join must be 'start_step', 'current' or None, got {join!r}")
+    if group is None and join is not None:
+        raise ValueError("join only applies to a group member: pass group= as well")
 
 
 def _resolve(daemon: Any) -> str:
@@ -124,7 +174,11 @@ class DaemonSource:
         *,
         leases: int = DEFAULT_LEASES,
         ring_bytes: int = 0,
+        group: str | None = None,
+        group_mode: str = "shard",
+        join: str | None = None,
     ) -> None:
+        _check_group(group, group_mode, join)
         self._names = tuple(spec.names)
         self._path = path
         self._loader = _loaderx.DaemonLoader(
@@ -139,6 +193,9 @@ class DaemonSource:
             spec.prefetch,
             leases,
             ring_bytes,
+            group or "",
+            group_mode,
+            join or "",
         )
 
     @property
@@ -160,6 +217,15 @@ class DaemonSource:
     def leases_held(self) -> int:
         """Batches of this loader alive in this process right now."""
         return int(self._loader.leases_held)
+
+    @property
+    def request_ahead(self) -> bool:
+        """Whether the next batch is requested as soon as one is returned (DaemonOptions)."""
+        return bool(self._loader.request_ahead)
+
+    @request_ahead.setter
+    def request_ahead(self, on: bool) -> None:
+        self._loader.request_ahead = bool(on)
 
     def next_raw(self, timeout: float) -> tuple[int, dict[str, Any]] | None:
         """The next ``(step, {name: value})`` or ``None`` after ``timeout`` seconds."""
@@ -191,8 +257,11 @@ def daemon_source(
     auto = (isinstance(daemon, str) and daemon == "auto") or options.fallback
     try:
         path = _resolve(daemon)
-        return DaemonSource(path, streams, spec, leases=options.leases,
-                            ring_bytes=options.ring_bytes)
+        source = DaemonSource(path, streams, spec, leases=options.leases,
+                            ring_bytes=options.ring_bytes, group=options.group,
+                            group_mode=options.group_mode, join=options.join)
+        source.request_ahead = options.request_ahead
+        return source
     except DaemonError as exc:
         if not auto:
             raise
@@ -227,12 +296,21 @@ class Client:
         *,
         leases: int = DEFAULT_LEASES,
         ring_bytes: int = 0,
+        group: str | None = None,
+        group_mode: str = "shard",
+        join: str | None = None,
         **kwargs: Any,
     ) -> Any:
-        """``DataLoader(streams, batch_size, daemon=DaemonOptions(self.path, leases, ring_bytes), **kwargs)``."""
+        """``DataLoader(streams, batch_size, daemon=DaemonOptions(self.path, ...), **kwargs)``.
+
+        ``leases``, ``ring_bytes``, ``group``, ``group_mode`` and ``join`` are
+        :class:`DaemonOptions` fields (``group=`` shares one pipeline with
+        the group's other members).
+        """
         from .dataloader import DataLoader
 
-        options = DaemonOptions(self.path, leases=leases, ring_bytes=ring_bytes)
+        options = DaemonOptions(self.path, leases=leases, ring_bytes=ring_bytes, group=group,
+                                group_mode=group_mode, join=join)
         return DataLoader(streams, batch_size, daemon=options, **kwargs)
 
 

@@ -363,7 +363,9 @@ class DataLoader:
         # (step, future) in step order; the future holds the transformed batch
         # or the exception of that step.
         self._pending: deque[tuple[int, Future[Any]]] = deque()
-        self._step = start_step
+        # The source's first step: start_step, except for a loaderxd group
+        # member joining with join="current", which starts where the group is.
+        self._step = source.step
         self._lock = threading.Lock()  # serialises next/seek/load_state_dict
         self._close_lock = threading.Lock()
         self._closed = False

@@ -37,8 +37,27 @@ class DaemonLoader {
  public:
   DaemonLoader(const std::string& path, std::vector<std::string> stores, uint64_t batch_size,
                uint32_t mode, uint64_t seed, uint64_t rank, uint64_t world_size,
-               uint64_t start_step, uint32_t prefetch, uint32_t leases, uint64_t ring_bytes) {
+               uint64_t start_step, uint32_t prefetch, uint32_t leases, uint64_t ring_bytes,
+               std::string group, const std::string& group_mode, const std::string& join) {
     if (mode > 2) throw py::value_error("mode must be 0, 1 or 2");
+    if (group.size() > kMaxGroupName) {
+      throw py::value_error("group: at most " + std::to_string(kMaxGroupName) +
+                            " bytes, got " + std::to_string(group.size()));
+    }
+    GroupMode gm = GroupMode::kShard;
+    if (group_mode == "broadcast") {
+      gm = GroupMode::kBroadcast;
+    } else if (group_mode != "shard") {
+      throw py::value_error("group_mode must be 'shard' or 'broadcast', got '" + group_mode + "'");
+    }
+    GroupJoin gj = GroupJoin::kDefault;
+    if (join == "start_step") {
+      gj = GroupJoin::kStartStep;
+    } else if (join == "current") {
+      gj = GroupJoin::kCurrent;
+    } else if (!join.empty()) {
+      throw py::value_error("join must be 'start_step', 'current' or None, got '" + join + "'");
+    }
     client::LoaderSpec spec;
     spec.stores = std::move(stores);
     spec.batch_size = batch_size;
@@ -50,6 +69,9 @@ class DaemonLoader {
     spec.prefetch = prefetch;
     spec.leases = leases;
     spec.ring_bytes = ring_bytes;
+    spec.group = std::move(group);
+    spec.group_mode = gm;
+    spec.join = gj;
     Result<std::unique_ptr<client::Loader>> loader = Status::Internal("unset");
     {
       py::gil_scoped_release release;
@@ -183,10 +205,12 @@ A loader served by loaderxd (see loaderx.client). Opens the store files in
 this process and passes their fds; batches are read-only zero-copy views of
 the daemon's shared-memory ring.)doc")
       .def(py::init<const std::string&, std::vector<std::string>, uint64_t, uint32_t, uint64_t,
-                    uint64_t, uint64_t, uint64_t, uint32_t, uint32_t, uint64_t>(),
+                    uint64_t, uint64_t, uint64_t, uint32_t, uint32_t, uint64_t, std::string,
+                    const std::string&, const std::string&>(),
            py::arg("path"), py::arg("stores"), py::arg("batch_size"), py::arg("mode"),
            py::arg("seed"), py::arg("rank"), py::arg("world_size"), py::arg("start_step"),
-           py::arg("prefetch"), py::arg("leases"), py::arg("ring_bytes"))
+           py::arg("prefetch"), py::arg("leases"), py::arg("ring_bytes"), py::arg("group") = "",
+           py::arg("group_mode") = "shard", py::arg("join") = "")
       .def("next", &DaemonLoader::Next, py::arg("timeout") = py::none(),
            "(step, [values]) of the next batch, or None after `timeout` seconds.")
       .def("seek", &DaemonLoader::Seek, py::arg("step"))

@@ -1,0 +1,237 @@
+"""loaderxd groups end to end: several processes sharing one pipeline.
+
+A real daemon process, real sockets, real stores; shard members run in their
+own Python processes, as DDP ranks would (docs/daemon.md, "Groups").
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from loaderx import client as lxclient
+from loaderx.client import DaemonOptions
+from loaderx.dataloader import DataLoader
+from loaderx.zsampler import Sampler
+
+Mode = Sampler.Mode
+SKEW = 3
+
+
+def assert_same_batch(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for name, x in a.items():
+        y = b[name]
+        if isinstance(y, list):
+            assert isinstance(x, list) and len(x) == len(y), name
+            for u, v in zip(x, y):
+                assert u.dtype == v.dtype and u.shape == v.shape, name
+                np.testing.assert_array_equal(u, v)
+        else:
+            assert x.dtype == y.dtype and x.shape == y.shape, name
+            np.testing.assert_array_equal(x, y)
+
+
+def copy_batch(batch: dict) -> dict:
+    return {k: [t.copy() for t in v] if isinstance(v, list) else v.copy() for k, v in batch.items()}
+
+
+# One DDP rank: takes `steps` batches from the shard group and pickles copies.
+RANK = textwrap.dedent(
+    """
+    import pickle, sys
+    from loaderx.zrecord import Dense, Ragged
+    from loaderx.dataloader import DataLoader
+    from loaderx.client import DaemonOptions
+    from loaderx.zsampler import Sampler
+    sock, root, rank, world, steps, out = sys.argv[1:7]
+    s = {"image": Dense.open(root + "/images"), "label": Dense.open(root + "/labels"),
+         "tokens": Ragged.open(root + "/tokens")}
+    opts = DaemonOptions(sock, group="ddp", group_mode="shard")
+    got = []
+    with DataLoader(s, batch_size=6, mode=Sampler.Mode.Cyclic, seed=9, rank=int(rank),
+                    world_size=int(world), daemon=opts) as loader:
+        for _ in range(int(steps)):
+            b = next(loader)
+            got.append({k: [t.copy() for t in v] if isinstance(v, list) else v.copy()
+                        for k, v in b.items()})
+    with open(out, "wb") as f:
+        pickle.dump(got, f)
+    """
+)
+
+
+def env() -> dict:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_shard_ranks_in_separate_processes_get_the_embedded_rank_batches(
+    daemon_factory, stores, tmp_path: Path, world: int
+) -> None:
+    daemon = daemon_factory("--max-skew", str(SKEW))
+    steps = 12
+    outs = [tmp_path / f"rank{r}.pkl" for r in range(world)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", RANK, daemon.socket, str(stores["dir"]), str(r), str(world),
+             str(steps), str(outs[r])],
+            env=env(),
+        )
+        for r in range(world)
+    ]
+    for p in procs:
+        assert p.wait(timeout=120) == 0
+    for r in range(world):
+        got = pickle.loads(outs[r].read_bytes())
+        with DataLoader(stores["streams"], batch_size=6, mode=Mode.Cyclic, seed=9, rank=r,
+                        world_size=world) as local:
+            for step in range(steps):
+                assert_same_batch(got[step], next(local))
+    s = daemon.stats()
+    assert s["batches_gathered"] == steps  # one global batch per step for all ranks
+    assert s["batches_served"] == steps * world
+    assert s["groups"] == 0 and s["ring_bytes"] == 0  # the last rank closed the group
+
+
+def test_broadcast_members_get_equal_arrays_from_one_gather(daemon, stores) -> None:
+    s = stores["streams"]
+    opts = DaemonOptions(daemon.socket, group="sweep", group_mode="broadcast")
+    members = [DataLoader(s, batch_size=8, mode=Mode.IID, seed=4, daemon=opts) for _ in range(3)]
+    try:
+        stats = daemon.stats()
+        assert stats["groups"] == 1 and stats["group_members"] == 3 and stats["loaders"] == 3
+        ring = stats["ring_bytes"]
+        with DataLoader(s, batch_size=8, mode=Mode.IID, seed=4) as local:
+            for _ in range(10):
+                want = next(local)
+                got = [next(m) for m in members]
+                for g in got:
+                    assert_same_batch(g, want)
+                    assert not g["image"].flags.writeable
+        stats = daemon.stats()
+        assert stats["batches_gathered"] == 10  # once, not once per member
+        assert stats["batches_served"] == 30
+        assert stats["ring_bytes"] == ring == stats["uid_ring_bytes"]  # one ring, charged once
+    finally:
+        for m in members:
+            m.close()
+    assert daemon.wait_stat("groups", 0)["groups"] == 0
+    assert daemon.wait_stat("ring_bytes", 0)["ring_bytes"] == 0
+
+
+def test_late_broadcast_member_starts_at_the_group_step(daemon, stores) -> None:
+    s = stores["streams"]
+    opts = DaemonOptions(daemon.socket, group="sweep", group_mode="broadcast")
+    with DataLoader(s, batch_size=8, seed=4, daemon=opts) as first:
+        for _ in range(5):
+            next(first)
+        with DataLoader(s, batch_size=8, seed=4, daemon=opts) as late:
+            assert late.step == 5 and late.state_dict()["step"] == 5
+            with DataLoader(s, batch_size=8, seed=4, start_step=5) as local:
+                assert_same_batch(next(late), next(local))
+        gone = DaemonOptions(daemon.socket, group="sweep", group_mode="broadcast",
+                             join="start_step")
+        with pytest.raises(IndexError, match="oldest step it still holds is 5"):
+            DataLoader(s, batch_size=8, seed=4, start_step=2, daemon=gone)
+
+
+def test_mismatched_member_and_taken_rank_are_value_errors(daemon, stores) -> None:
+    s = stores["streams"]
+    opts = DaemonOptions(daemon.socket, group="ddp")
+    with DataLoader(s, batch_size=4, rank=0, world_size=2, daemon=opts):
+        with pytest.raises(ValueError, match="batch_size 8 differs from the group's 4"):
+            DataLoader(s, batch_size=8, rank=1, world_size=2, daemon=opts)
+        with pytest.raises(ValueError, match="rank 0 of 2 is already taken"):
+            DataLoader(s, batch_size=4, rank=0, world_size=2, daemon=opts)
+
+
+# A broadcast member that takes two batches, then holds them until killed.
+MEMBER_THAT_HOLDS = textwrap.dedent(
+    """
+    import sys, time
+    from loaderx.zrecord import Dense
+    from loaderx.dataloader import DataLoader
+    from loaderx.client import DaemonOptions
+    s = {"image": Dense.open(sys.argv[2])}
+    opts = DaemonOptions(sys.argv[1], group="sweep", group_mode="broadcast")
+    loader = DataLoader(s, batch_size=4, daemon=opts)
+    held = [next(loader) for _ in range(2)]
+    print("ready", flush=True)
+    time.sleep(60)
+    """
+)
+
+
+def test_sigkilled_member_leaves_and_the_others_go_on(daemon_factory, stores) -> None:
+    daemon = daemon_factory("--max-skew", str(SKEW))
+    s = {"image": stores["streams"]["image"]}
+    opts = DaemonOptions(daemon.socket, group="sweep", group_mode="broadcast")
+    with DataLoader(s, batch_size=4, daemon=opts) as mine:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", MEMBER_THAT_HOLDS, daemon.socket, str(stores["dir"] / "images")],
+            stdout=subprocess.PIPE, env=env(),
+        )
+        try:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+            assert daemon.stats()["group_members"] == 2
+            assert daemon.stats()["slots_held"] == 2
+        finally:
+            proc.kill()
+            proc.wait()
+        assert daemon.wait_stat("group_members", 1)["group_members"] == 1
+        assert daemon.wait_stat("slots_held", 0)["slots_held"] == 0
+        # The killed member stopped at step 2; we run far past 2 + max_skew.
+        result: list = []
+
+        def run() -> None:
+            result.extend(next(mine)["image"].copy() for _ in range(4 * SKEW + 4))
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        t.join(timeout=30)
+        assert not t.is_alive(), "the surviving member hung"
+        with DataLoader(s, batch_size=4) as local:
+            for got in result:
+                np.testing.assert_array_equal(got, next(local)["image"])
+        assert daemon.stats()["groups"] == 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "needle"),
+    [
+        ({"group": ""}, ValueError, "group must be 1..256 UTF-8 bytes, got 0"),
+        ({"group": "x" * 257}, ValueError, "got 257"),
+        ({"group": "\u00e9" * 129}, ValueError, "got 258"),
+        ({"group": 5}, TypeError, "group must be a str"),
+        ({"group": "g", "group_mode": "ring"}, ValueError, "group_mode must be"),
+        ({"group": "g", "join": "later"}, ValueError, "join must be"),
+        ({"join": "current"}, ValueError, "join only applies to a group member"),
+    ],
+)
+def test_daemon_options_validation_names_the_argument(kwargs, error, needle) -> None:
+    with pytest.raises(error, match=needle):
+        DaemonOptions("/nonexistent.sock", **kwargs)
+
+
+def test_client_loader_takes_group_arguments(daemon, stores) -> None:
+    c = lxclient.connect(daemon.socket)
+    with pytest.raises(ValueError, match="group_mode"):
+        c.loader(stores["streams"], 4, group="g", group_mode="all")
+    a = c.loader(stores["streams"], 4, group="g", group_mode="broadcast")
+    b = c.loader(stores["streams"], 4, group="g", group_mode="broadcast")
+    try:
+        assert_same_batch(next(a), next(b))
+        assert daemon.stats()["batches_gathered"] == 1
+    finally:
+        a.close()
+        b.close()
+    gc.collect()
