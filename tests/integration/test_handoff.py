@@ -1,0 +1,64 @@
+"""The batch hand-off from a real loaderxd: publish stamps and request-ahead."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from loaderx import _loaderx
+from loaderx.client import DaemonOptions
+from loaderx.dataloader import DataLoader
+from test_daemon import assert_same_batch
+
+
+def test_last_publish_ns_stamps_each_batch_on_the_monotonic_clock(daemon, stores) -> None:
+    opened = time.monotonic_ns()
+    src = _loaderx.DaemonLoader(daemon.socket, [str(stores["dir"] / "labels")], 4, 0, 1, 0, 1,
+                                0, 2, 4, 0)
+    try:
+        assert src.last_publish_ns == 0  # nothing returned yet
+        last = opened
+        for step in range(10):
+            got = src.next(None)
+            holding = time.monotonic_ns()
+            assert got is not None and got[0] == step
+            stamp = src.last_publish_ns
+            assert isinstance(stamp, int)
+            assert last <= stamp <= holding  # published in order, before we held it
+            last = stamp
+            np.testing.assert_array_equal(got[1][0], stores["labels"][4 * step:4 * step + 4])
+    finally:
+        src.close()
+
+
+def test_request_ahead_gives_the_embedded_batches(daemon, stores) -> None:
+    options = DaemonOptions(daemon.socket, request_ahead=True)
+    with DataLoader(stores["streams"], batch_size=8, seed=4, daemon=options) as remote, \
+            DataLoader(stores["streams"], batch_size=8, seed=4) as local:
+        assert remote._source.request_ahead is True
+        for _ in range(25):
+            assert_same_batch(next(remote), next(local))
+        assert remote.step == 25
+
+
+def test_request_ahead_holds_one_more_slot_and_seek_returns_it(daemon, stores) -> None:
+    options = DaemonOptions(daemon.socket, leases=4, request_ahead=True)
+    with DataLoader(stores["streams"], batch_size=8, seed=4, daemon=options) as remote, \
+            DataLoader(stores["streams"], batch_size=8, seed=4, start_step=9) as local:
+        held = next(remote)
+        # The batch of step 1 was requested ahead and is leased to us unseen.
+        assert daemon.wait_stat("slots_held", 2)["slots_held"] == 2
+        remote.seek(9)
+        assert remote.step == 9
+        assert daemon.wait_stat("slots_held", 1)["slots_held"] == 1  # only `held`
+        assert_same_batch(next(remote), next(local))
+        assert held["label"].shape == (8,)
+
+
+def test_request_ahead_off_by_default(daemon, stores) -> None:
+    with DataLoader(stores["streams"], batch_size=8, daemon=daemon.socket) as remote:
+        assert remote._source.request_ahead is False
+        batch = next(remote)
+        time.sleep(0.1)  # nothing is asked for behind our back
+        assert daemon.stats()["slots_held"] == 1
+        del batch
