@@ -32,12 +32,14 @@
 // production: at most `prefetch` (the Pipeline's bound); (b) batches held by
 // the group: steps in [c, c + max_skew], at most max_skew + 1; (c) batches
 // the group dropped that a client still leases: steps < c. If step c is held
-// S takes it without any allocation. Otherwise nothing is held ((b) = 0) and
+// S takes it without any allocation. Otherwise nothing is held (the held
+// steps are exactly [c, produced), so c missing means none; (b) = 0) and
 // the pipeline must allocate step c: with (c) <= leases there are at most
 // prefetch - 1 + leases slots live besides it, so a slot is free. (c) <=
-// leases holds when the members' leases lie within the `leases` steps before
-// the slowest cursor, i.e. members keep their recent batches (a training
-// loop does); a member hoarding older batches can exhaust the ring, and then
+// leases holds whenever every member holds only batches of its own last
+// `leases` steps (a training loop does): a member at cursor c' >= c then
+// leases steps in [c' - leases, c'), so all leased steps below c lie in
+// [c - leases, c). A member hoarding older batches can exhaust the ring; then
 // the ring refuses the step with ResourceExhausted (as for a solo client)
 // only once every live slot is leased by clients and none is held by the
 // group: the allocator counts held slots as "room may still come", so a
