@@ -332,8 +332,12 @@ class StoreImpl final : public Store {
   Status Decode(uint64_t i, const RecordRef& r, void* out) const {
     if (!r.compressed) return CopyRaw(i, r, 0, r.raw_len, out);
     const uint8_t* src = data_maps_[r.shard].data() + r.offset;
-    return codec::Decompress(src, r.stored_len, dict_.get(), out, r.raw_len,
-                             files_.label + ": record " + std::to_string(i));
+    // The message names the record only on failure: building it for every
+    // record would cost an allocation per small record.
+    static const std::string kFrame = "frame";
+    Status st = codec::Decompress(src, r.stored_len, dict_.get(), out, r.raw_len, kFrame);
+    if (st.ok()) return st;
+    return st.WithContext(files_.label + ": record " + std::to_string(i));
   }
 
   Status LoadTable(Table* t, const char* name, int fd, uint64_t row_bytes, uint64_t table_xxh3);

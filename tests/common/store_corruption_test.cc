@@ -203,6 +203,25 @@ TEST_F(CorruptionTest, FlippedRecordByteIsNamedByVerify) {
                    "record 1234 (data-00" + std::to_string(r.shard) + "): checksum mismatch");
 }
 
+TEST_F(CorruptionTest, BadFrameOfACompressedRecordIsCorruptionNamingTheRecordOnRead) {
+  auto s0 = Store::Open(path_);
+  ASSERT_TRUE(s0.ok());
+  uint64_t i = 1000;
+  while (!(*s0)->Locate(i).value().compressed) ++i;
+  const RecordRef r = (*s0)->Locate(i).value();
+  s0->reset();
+  FlipByte(format::DataFileName(r.shard), r.offset);  // the frame's magic number
+  auto s = Store::Open(path_);
+  ASSERT_TRUE(s.ok());
+  const std::string want = path_ + ": record " + std::to_string(i) + ": frame: zstd: ";
+  std::vector<uint8_t> buf(r.raw_len);
+  ExpectCorruption((*s)->ReadRecord(i, buf.data(), buf.size()), want);
+  std::vector<uint64_t> idx = {i - 1, i};
+  std::vector<uint8_t> a((*s)->RecordBytes(i - 1).value());
+  std::vector<void*> outs = {a.data(), buf.data()};
+  ExpectCorruption((*s)->Gather(idx, outs, &ThreadPool::Default()), want);
+}
+
 TEST_F(CorruptionTest, VerifyNamesTheLowestBadRecordAcrossParallelChunks) {
   auto s0 = Store::Open(path_);
   ASSERT_TRUE(s0.ok());
