@@ -281,6 +281,39 @@ TEST_F(GroupTest, SecondLiveMemberForOneRankIsRefused) {
   EXPECT_TRUE(OpenStatus(Spec(GroupMode::kShard, 0, 2)).ok());
 }
 
+// Protocol 1.1 is additive: a 1.0 client (hello minor 0, no group keys)
+// opens and reads a solo loader exactly as before, and its `opened` reply
+// carries no `step` key its strict decoder would reject.
+TEST_F(GroupTest, Protocol10ClientStillOpensASoloLoader) {
+  auto fd = ConnectSeqpacket(socket_).value();
+  ASSERT_TRUE(SendFrame(fd.get(), EncodeMessage(HelloMsg{1, 0, "loaderx 1.0"})).ok());
+  auto hello = DecodeMessage(RecvFrame(fd.get())->bytes).value();
+  ASSERT_TRUE(std::holds_alternative<HelloOkMsg>(hello));
+  LoaderSpec spec = Spec(GroupMode::kBroadcast);
+  StoreFiles files = Store::OpenFileSet(spec.stores[0]).value();
+  OpenMsg open;
+  open.streams = {{spec.stores[0], false, false, static_cast<uint32_t>(files.data.size())}};
+  open.batch_size = spec.batch_size;
+  open.mode = static_cast<uint32_t>(spec.mode);
+  open.seed = spec.seed;
+  std::vector<int> fds = {files.meta.get(), files.index.get()};
+  for (const UniqueFd& d : files.data) fds.push_back(d.get());
+  auto frame = EncodeMessage(open);
+  ASSERT_TRUE(SendFrame(fd.get(), frame, fds).ok());
+  auto reply = RecvFrame(fd.get()).value();
+  // The raw frame: exactly the six 1.0 keys ("t" + 5 fields), no "step".
+  auto opened = DecodeMessage(reply.bytes).value();
+  ASSERT_TRUE(std::holds_alternative<OpenedMsg>(opened));
+  EXPECT_FALSE(std::get<OpenedMsg>(opened).step.has_value());
+  EXPECT_EQ(EncodeMessage(std::get<OpenedMsg>(opened)), reply.bytes);
+  ASSERT_TRUE(SendFrame(fd.get(), EncodeMessage(NextMsg{})).ok());
+  auto batch = DecodeMessage(RecvFrame(fd.get())->bytes).value();
+  ASSERT_TRUE(std::holds_alternative<BatchMsg>(batch));
+  EXPECT_EQ(std::get<BatchMsg>(batch).step, 0u);
+  EXPECT_EQ(std::get<BatchMsg>(batch).batch_size, spec.batch_size);
+  EXPECT_EQ(Stat("groups"), 0u);  // a solo loader is not a named group
+}
+
 TEST_F(GroupTest, BadGroupNamesAreRefusedByTheClient) {
   LoaderSpec s = Spec(GroupMode::kBroadcast);
   s.group = std::string(kMaxGroupName + 1, 'x');
