@@ -319,42 +319,99 @@ TEST_F(CorruptionTest, WrongOutputSizeIsRejected) {
   EXPECT_EQ((*s)->ReadRecord(0, buf.data(), 100).code(), Status::Code::kInvalidArgument);
 }
 
-// Raw records of 64 KiB and more are read with pread, not through the mapping
-// (docs/format.md, "How reads work"), so a data file truncated under an open
-// store is reported for them instead of faulting (SIGBUS) on a mapped page.
-TEST(StoreReadTest, LargeRawRecordOfADataFileTruncatedAfterOpenIsCorruption) {
+// Raw records of 64 KiB and more, and compressed frames of 16 KiB..4 MiB, are
+// read with pread, not through the mapping (docs/format.md, "How reads
+// work"), so a data file truncated under an open store is reported for them
+// instead of faulting (SIGBUS) on a mapped page.
+TEST(StoreReadTest, LargeRecordOfADataFileTruncatedAfterOpenIsCorruption) {
+  for (Codec codec : {Codec::kRaw, Codec::kZstd}) {
+    SCOPED_TRACE(CodecName(codec));
+    TempDir dir;
+    const std::string path = dir.Sub("s");
+    constexpr uint64_t kItem = uint64_t{3} << 19;  // 1.5 MiB: split across the pool if raw
+    std::vector<uint8_t> values = MakeBytes(kItem, 5);  // each record half compressible
+    const std::vector<uint8_t> second = MakeBytes(kItem, 6);
+    values.insert(values.end(), second.begin(), second.end());
+    WriteOptions o;
+    o.codec = codec;
+    o.data_shards = 1;
+    auto w = StoreWriter::Create(path, DenseSchema("|u1", {kItem}), o);
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE((*w)->AppendDense(values.data(), 2).ok());
+    ASSERT_TRUE((*w)->Publish().ok());
+    auto s = Store::Open(path);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    const RecordRef r1 = (*s)->Locate(1).value();
+    ASSERT_EQ(r1.compressed, codec != Codec::kRaw);
+    ASSERT_GE(r1.stored_len, uint64_t{16} << 10);
+    std::vector<uint8_t> out(kItem);
+    ASSERT_TRUE((*s)->ReadRecord(1, out.data(), kItem).ok());
+    EXPECT_EQ(0, std::memcmp(out.data(), values.data() + kItem, kItem));
+
+    fs::resize_file(path + "/data-000", r1.offset + r1.stored_len / 2);  // record 1 loses its tail
+    Status st = (*s)->ReadRecord(1, out.data(), kItem);
+    EXPECT_EQ(st.code(), Status::Code::kCorruption) << st.ToString();
+    EXPECT_NE(st.message().find("record 1: " + path + "/data-000: truncated"), std::string::npos)
+        << st.ToString();
+    std::vector<uint64_t> idx = {0, 1};
+    std::vector<uint8_t> a(kItem), b(kItem);
+    std::vector<void*> outs = {a.data(), b.data()};
+    for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &ThreadPool::Default()}) {
+      st = (*s)->Gather(idx, outs, pool);
+      EXPECT_EQ(st.code(), Status::Code::kCorruption) << st.ToString();
+      EXPECT_NE(st.message().find("data-000: truncated"), std::string::npos) << st.ToString();
+    }
+    // Record 0 lies wholly before the cut and still reads exactly.
+    ASSERT_TRUE((*s)->ReadRecord(0, out.data(), kItem).ok());
+    EXPECT_EQ(0, std::memcmp(out.data(), values.data(), kItem));
+  }
+}
+
+// Frames below, inside and above the pread range decode alike, from any
+// thread (each thread has its own scratch buffer).
+TEST(StoreReadTest, CompressedFramesOfEverySizeDecodeExactlyThroughThePool) {
   TempDir dir;
   const std::string path = dir.Sub("s");
-  constexpr uint64_t kItem = uint64_t{3} << 19;  // 1.5 MiB: also split across the pool
-  const std::vector<uint8_t> values = MakeBytes(2 * kItem, 5);
+  // Record k has 2^(8+k) bytes, half of them incompressible: frames from
+  // ~150 bytes to ~5 MiB (above the 4 MiB pread cap).
+  std::vector<uint64_t> shapes;
+  std::vector<uint8_t> values;
+  for (uint64_t k = 0; k < 16; ++k) {
+    const auto rec = MakeBytes(uint64_t{1} << (8 + k), k);
+    values.insert(values.end(), rec.begin(), rec.end());
+    shapes.push_back(rec.size());
+  }
   WriteOptions o;
-  o.data_shards = 1;
-  auto w = StoreWriter::Create(path, DenseSchema("|u1", {kItem}), o);
+  o.codec = Codec::kZstd;
+  o.data_shards = 2;
+  auto w = StoreWriter::Create(path, RaggedSchema("|u1", 1), o);
   ASSERT_TRUE(w.ok());
-  ASSERT_TRUE((*w)->AppendDense(values.data(), 2).ok());
+  ASSERT_TRUE((*w)->AppendRagged(values.data(), shapes.data(), shapes.size()).ok());
   ASSERT_TRUE((*w)->Publish().ok());
   auto s = Store::Open(path);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
-  std::vector<uint8_t> out(kItem);
-  ASSERT_TRUE((*s)->ReadRecord(1, out.data(), kItem).ok());
-  EXPECT_EQ(0, std::memcmp(out.data(), values.data() + kItem, kItem));
-
-  fs::resize_file(path + "/data-000", kItem + 100);  // record 1 loses its tail
-  Status st = (*s)->ReadRecord(1, out.data(), kItem);
-  EXPECT_EQ(st.code(), Status::Code::kCorruption) << st.ToString();
-  EXPECT_NE(st.message().find("record 1: " + path + "/data-000: truncated"), std::string::npos)
-      << st.ToString();
-  std::vector<uint64_t> idx = {0, 1};
-  std::vector<uint8_t> a(kItem), b(kItem);
-  std::vector<void*> outs = {a.data(), b.data()};
-  for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &ThreadPool::Default()}) {
-    st = (*s)->Gather(idx, outs, pool);
-    EXPECT_EQ(st.code(), Status::Code::kCorruption) << st.ToString();
-    EXPECT_NE(st.message().find("data-000: truncated"), std::string::npos) << st.ToString();
+  ASSERT_GT((*s)->Locate(15).value().stored_len, uint64_t{4} << 20);
+  ASSERT_LT((*s)->Locate(2).value().stored_len, uint64_t{16} << 10);
+  // Every record twice, largest first, so thread scratch buffers shrink never
+  // and grow often.
+  std::vector<uint64_t> idx;
+  for (uint64_t k = 16; k-- > 0;) idx.push_back(k);
+  for (uint64_t k = 0; k < 16; ++k) idx.push_back(k);
+  std::vector<std::vector<uint8_t>> outs_buf;
+  std::vector<void*> outs;
+  for (uint64_t k : idx) outs_buf.emplace_back(shapes[k], 0);
+  for (auto& b : outs_buf) outs.push_back(b.data());
+  ASSERT_TRUE((*s)->Gather(idx, outs, &ThreadPool::Default()).ok());
+  uint64_t offset = 0;
+  std::vector<uint64_t> starts;
+  for (uint64_t len : shapes) {
+    starts.push_back(offset);
+    offset += len;
   }
-  // Record 0 lies wholly before the cut and still reads exactly.
-  ASSERT_TRUE((*s)->ReadRecord(0, out.data(), kItem).ok());
-  EXPECT_EQ(0, std::memcmp(out.data(), values.data(), kItem));
+  for (size_t j = 0; j < idx.size(); ++j) {
+    EXPECT_EQ(0, std::memcmp(outs_buf[j].data(), values.data() + starts[idx[j]], shapes[idx[j]]))
+        << "record " << idx[j];
+  }
 }
 
 // -- writer misuse -----------------------------------------------------------------
