@@ -20,19 +20,24 @@
 //   (total_bytes: end of the last section rounded up to 64)
 //
 // Pipeline semantics:
-//  * Steps start_step, start_step+1, ... are produced ahead on the gather pool,
-//    at most `prefetch` batches ready or in production at any time (stale ones
-//    after a Seek included), so memory is bounded by prefetch batches plus
-//    what the consumer still holds. Production is out of order; delivery is
-//    strictly in step order.
+//  * Steps start_step, start_step+1, ... are produced ahead by
+//    min(prefetch, num_threads) producer threads, at most `prefetch` batches
+//    ready, in production or being freed at any time (stale ones after a Seek
+//    included), so memory is bounded by prefetch batches plus what the
+//    consumer still holds. Production is out of order; delivery is strictly
+//    in step order.
+//  * A producer plans and allocates its batch, then only waits while the
+//    pool's `num_threads` workers gather it: num_threads is exactly the
+//    number of threads that read and decode records, and a producer blocked
+//    in Allocate (ring credit) holds no gather thread.
 //  * Per step: Sampler::Fill -> PlanBatch -> allocator->Allocate -> FillBatch.
 //    An error of a step (bad record, allocation failure) is returned by the
 //    Next() for that step, which still advances: the pipeline goes on.
 //  * Seek(step) discards ready and in-flight work; a generation counter makes
 //    sure a stale result is never delivered.
 //  * Close() is idempotent, wakes a blocked Next() with Cancelled, cancels the
-//    allocator, waits for the producers already running (at most one batch
-//    gather each) and joins the pool. Next/NextFor/Seek after Close return
+//    allocator, joins the producers (each finishes at most the batch it is
+//    making) and then the pool. Next/NextFor/Seek after Close return
 //    Cancelled. The destructor implies Close().
 //
 // Ownership: the Pipeline shares ownership of the stores and the allocator.
