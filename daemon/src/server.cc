@@ -546,6 +546,7 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
 
     const bool named = !m.group.empty();
     std::shared_ptr<Group> group;
+    bool created = false;
     uint64_t first_step = m.start_step;
     {
       std::unique_lock<std::mutex> lock(server_.groups_mu_, std::defer_lock);
@@ -572,6 +573,7 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
                                  : made.status());
         }
         group = std::move(made).value();
+        created = true;
         if (named) {
           server_.groups_.emplace(std::make_pair(cred_.uid, m.group), group);
           server_.CountGroup(1);
@@ -579,7 +581,14 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
       }
       Result<uint64_t> joined = group->Join(id_, m.rank, m.join, m.start_step);
       if (!joined.ok()) {
-        // Only a creator can be left alone in a fresh group; it joins always.
+        if (created) {  // never left behind without members
+          if (named) {
+            server_.groups_.erase({cred_.uid, m.group});
+            server_.CountGroup(-1);
+          }
+          group->Close();
+          server_.ReleaseRing(cred_.uid, group->ring()->geometry().total_bytes);
+        }
         return Error(joined.status());
       }
       first_step = *joined;
