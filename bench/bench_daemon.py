@@ -306,7 +306,7 @@ def plot(results: dict[int, list[Latency]], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 3.8), dpi=110,
+    fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 4.4), dpi=110,
                              sharey=True, squeeze=False)
     axes = axes[0]
     sizes = [f"{c[0]}\n({c[1]})" for c in CASES]
@@ -321,9 +321,8 @@ def plot(results: dict[int, list[Latency]], path: Path) -> None:
             p50 = [pct(getattr(lat, field), 50) for lat in lats]
             p99 = [pct(getattr(lat, field), 99) for lat in lats]
             xs = x + (i - 2) * 0.17
-            ax.bar(xs, p50, 0.15, color=color, label=f"{label} p50")
-            ax.scatter(xs, p99, color=color, marker="_", s=220, linewidths=2,
-                       label=f"{label} p99")
+            ax.bar(xs, p50, 0.15, color=color, label=label)
+            ax.scatter(xs, p99, color=color, marker="_", s=220, linewidths=2)
         ax.axhline(20, color="k", lw=0.8, ls="--")
         ax.text(x[-1] + 0.45, 21, "goal p50 20 µs", ha="right", va="bottom", fontsize=7)
         ax.set_yscale("log")
@@ -331,9 +330,10 @@ def plot(results: dict[int, list[Latency]], path: Path) -> None:
         ax.set_title(f"daemon at nice {nice}", fontsize=10)
         ax.grid(axis="y", alpha=0.3, which="both")
     axes[0].set_ylabel("µs (log)")
-    axes[-1].legend(fontsize=6.5, loc="upper left", ncol=1)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=7.5, frameon=False)
     fig.suptitle("loaderxd hand-off latency (bars p50, ticks p99)", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)
