@@ -154,6 +154,33 @@ def test_mismatched_member_and_taken_rank_are_value_errors(daemon, stores) -> No
             DataLoader(s, batch_size=4, rank=0, world_size=2, daemon=opts)
 
 
+def test_ctrl_c_while_a_rank_waits_for_the_others_consumes_no_step(daemon_factory, stores) -> None:
+    import _thread
+    import time
+
+    daemon = daemon_factory("--max-skew", str(SKEW))
+    s = stores["streams"]
+    opts = DaemonOptions(daemon.socket, group="ddp", group_mode="shard")
+    with DataLoader(s, batch_size=4, seed=2, rank=0, world_size=2, daemon=opts) as r0, \
+            DataLoader(s, batch_size=4, seed=2, rank=0, world_size=2) as local0:
+        for _ in range(SKEW + 1):  # as far as rank 1 (not joined yet) lets it run
+            assert_same_batch(next(r0), next(local0))
+        timer = threading.Timer(0.3, _thread.interrupt_main)
+        timer.start()
+        start = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            next(r0)  # waits for rank 1: no error, but Ctrl-C works
+        assert time.monotonic() - start < 1.5
+        assert r0.step == SKEW + 1
+        with DataLoader(s, batch_size=4, seed=2, rank=1, world_size=2, daemon=opts) as r1, \
+                DataLoader(s, batch_size=4, seed=2, rank=1, world_size=2) as local1:
+            for _ in range(3):
+                assert_same_batch(next(r1), next(local1))
+            # The owed reply is rank 0's next batch: nothing skipped or repeated.
+            assert_same_batch(next(r0), next(local0))
+            assert r0.step == SKEW + 2
+
+
 # A broadcast member that takes two batches, then holds them until killed.
 MEMBER_THAT_HOLDS = textwrap.dedent(
     """
