@@ -41,6 +41,7 @@ arguments (default: the DataLoader's defaults).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -305,15 +306,17 @@ def _mosaic_iter(workers: int, total: int) -> tuple[Iterator[tuple[Any, Any]], A
     return gen(), lambda: None
 
 
-_LITDATA_SRC: np.ndarray | None = None
+_LITDATA_SRC: dict[str, np.ndarray] = {}  # source path -> memmap, per process
 
 
-def _litdata_record(i: int) -> dict[str, Any]:
-    """``litdata.optimize``'s per-input function: record ``i`` and its index."""
-    global _LITDATA_SRC
-    if _LITDATA_SRC is None:
-        _LITDATA_SRC = np.load(SOURCE, mmap_mode="r")
-    return {"index": int(i), "image": np.array(_LITDATA_SRC[i])}
+def _litdata_record(source: str, i: int) -> dict[str, Any]:
+    """``litdata.optimize``'s per-input function: record ``i`` of the ``.npy`` at
+    ``source`` and its index. The path is an argument, not a module global: the
+    optimizer's worker processes import this module afresh."""
+    src = _LITDATA_SRC.get(source)
+    if src is None:
+        src = _LITDATA_SRC[source] = np.load(source, mmap_mode="r")
+    return {"index": int(i), "image": np.array(src[i])}
 
 
 def _litdata() -> Any:
@@ -327,8 +330,8 @@ def _litdata() -> Any:
 def _write_litdata(out: Path) -> None:
     ld = _litdata()
     n = int(np.load(SOURCE, mmap_mode="r").shape[0])
-    ld.optimize(fn=_litdata_record, inputs=list(range(n)), output_dir=str(out), chunk_bytes="64MB",
-                num_workers=1, verbose=False)
+    ld.optimize(fn=functools.partial(_litdata_record, str(SOURCE)), inputs=list(range(n)), output_dir=str(out),
+                chunk_bytes="64MB", num_workers=1, verbose=False)
 
 
 def _litdata_iter(workers: int, total: int) -> tuple[Iterator[tuple[Any, Any]], Any]:
@@ -352,6 +355,18 @@ def _litdata_iter(workers: int, total: int) -> tuple[Iterator[tuple[Any, Any]], 
     return gen(), lambda: None
 
 
+def check_batch(label: str, k: int, img: Any, ix: Any, truth: np.ndarray) -> None:
+    """Raises SystemExit naming loader ``label`` unless its batch ``k`` (images
+    ``img``, record indices ``ix``; NumPy arrays or torch tensors) is exactly
+    ``truth[ix]``: dtype, shape ``(BATCH, *record shape)`` and every byte."""
+    img, ix = np.asarray(img), np.asarray(ix).astype(np.int64)
+    if ix.shape != (BATCH,) or ix.min(initial=0) < 0 or ix.max(initial=0) >= truth.shape[0]:
+        raise SystemExit(f"{label}: batch {k} has record indices of shape {ix.shape} outside 0..{truth.shape[0] - 1}")
+    want = truth[ix]
+    if img.dtype != want.dtype or img.shape != (BATCH, *truth.shape[1:]) or not np.array_equal(img, want):
+        raise SystemExit(f"{label}: batch {k} differs from the source records (got {img.dtype}{img.shape})")
+
+
 def child(cfg: dict[str, Any]) -> dict[str, Any]:
     kind = cfg["kind"]
     t_open = time.perf_counter()
@@ -369,12 +384,7 @@ def child(cfg: dict[str, Any]) -> dict[str, Any]:
         raise SystemExit(f"unknown loader kind {kind}")
     truth = np.load(SOURCE, mmap_mode="r")
     for k in range(CHECK):
-        img, ix = next(it)
-        img, ix = np.asarray(img), np.asarray(ix).astype(np.int64)
-        want = truth[ix]
-        if img.dtype != want.dtype or img.shape != (BATCH, *truth.shape[1:]) or not np.array_equal(img, want):
-            raise SystemExit(f"{cfg['label']}: batch {k} differs from the source records "
-                             f"(got {img.dtype}{img.shape})")
+        check_batch(cfg["label"], k, *next(it), truth)
     first = time.perf_counter() - t_open
     for _ in range(WARMUP):
         next(it)

@@ -298,3 +298,53 @@ def test_torchvision_placeholders_satisfy_streamings_imports_and_refuse_use(monk
         VisionDataset()
     with pytest.raises(RuntimeError, match="torchvision is not usable here"):
         to_tensor(np.zeros((2, 2, 3), np.uint8))
+
+
+# --------------------------------------------------------------------------
+# Loader bench: the exactness check every loader passes before it is timed,
+# and the litdata peer end to end on a tiny source.
+# --------------------------------------------------------------------------
+
+def _tiny_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, n: int = 40) -> np.ndarray:
+    import bench_loader
+    src = (np.arange(n * 3 * 4 * 5, dtype=np.int64) * 37 % 251).astype(np.uint8).reshape(n, 3, 4, 5)
+    np.save(tmp_path / "src.npy", src)
+    monkeypatch.setattr(bench_loader, "SOURCE", tmp_path / "src.npy")
+    monkeypatch.setattr(bench_loader, "STORES", tmp_path / "stores")
+    monkeypatch.setattr(bench_loader, "BATCH", 8)
+    return src
+
+
+def test_check_batch_accepts_exact_batches_and_names_the_loader_otherwise(tmp_path, monkeypatch):
+    import bench_loader
+    src = _tiny_source(tmp_path, monkeypatch)
+    ix = np.array([3, 3, 0, 39, 7, 1, 2, 5])
+    bench_loader.check_batch("ok", 0, src[ix].copy(), ix, src)
+    bad = src[ix].copy()
+    bad[4, 2, 3, 4] ^= 1
+    with pytest.raises(SystemExit, match="peer: batch 2 differs"):
+        bench_loader.check_batch("peer", 2, bad, ix, src)
+    with pytest.raises(SystemExit, match=r"differs .*got int16"):
+        bench_loader.check_batch("peer", 0, src[ix].astype(np.int16), ix, src)
+    with pytest.raises(SystemExit, match="outside 0..39"):
+        bench_loader.check_batch("peer", 0, src[ix], np.array([0, 1, 2, 3, 4, 5, 6, 40]), src)
+    with pytest.raises(SystemExit, match=r"shape \(7,\)"):
+        bench_loader.check_batch("peer", 0, src[ix[:7]], ix[:7], src)
+
+
+def test_litdata_peer_serves_exact_shuffled_batches_without_epoch_end(tmp_path, monkeypatch):
+    pytest.importorskip("litdata")
+    import bench_loader
+    src = _tiny_source(tmp_path, monkeypatch)
+    total = 12  # > 40 / 8 batches of one pass over the records: needs the subsample repeat
+    it, close = bench_loader._litdata_iter(workers=0, total=total)
+    seen = []
+    for k in range(total):
+        img, ix = next(it)
+        bench_loader.check_batch("litdata", k, img, ix, src)
+        seen.extend(np.asarray(ix).tolist())
+    close()
+    assert sorted(set(seen)) == list(range(40))  # every record served
+    assert seen[:40] != list(range(40))  # shuffled
+    assert (tmp_path / "stores" / "litdata" / "raw" / "index.json").exists()
+    assert not list((tmp_path / "stores" / "litdata").glob(".*tmp*"))  # published by rename
