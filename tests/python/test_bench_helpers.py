@@ -348,3 +348,37 @@ def test_litdata_peer_serves_exact_shuffled_batches_without_epoch_end(tmp_path, 
     assert seen[:40] != list(range(40))  # shuffled
     assert (tmp_path / "stores" / "litdata" / "raw" / "index.json").exists()
     assert not list((tmp_path / "stores" / "litdata").glob(".*tmp*"))  # published by rename
+
+
+def test_mosaic_peer_serves_exact_shuffled_batches_in_its_own_venv(tmp_path):
+    """Runs in bench/.venv-mds (skipped where it was never created)."""
+    import subprocess
+
+    import refvenv
+    if refvenv.MDS.installed_version() is None:
+        pytest.skip("bench/.venv-mds not created (bench/refvenv.py mds)")
+    snippet = f"""
+import sys
+from pathlib import Path
+import numpy as np
+sys.path.insert(0, {str(BENCH)!r})
+import bench_loader
+tmp = Path({str(tmp_path)!r})
+src = (np.arange(40 * 60, dtype=np.int64) * 37 % 251).astype(np.uint8).reshape(40, 3, 4, 5)
+np.save(tmp / "src.npy", src)
+bench_loader.SOURCE, bench_loader.STORES, bench_loader.BATCH = tmp / "src.npy", tmp / "stores", 8
+it, close = bench_loader._mosaic_iter(workers=0, total=12)
+seen = []
+for k in range(12):
+    img, ix = next(it)
+    bench_loader.check_batch("mosaic", k, img, ix, src)
+    seen.extend(np.asarray(ix).tolist())
+close()
+assert sorted(set(seen)) == list(range(40)), sorted(set(seen))
+assert seen[:40] != list(range(40))
+print("ok", len(seen))
+"""
+    proc = subprocess.run([str(refvenv.MDS.python), "-c", snippet], capture_output=True, text=True, timeout=300,
+                          cwd=str(tmp_path), check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip().splitlines()[-1] == "ok 96"
