@@ -509,6 +509,11 @@ def render(rows: list[tuple[dict, dict]], batches: int) -> tuple[str, list[str]]
             if a:
                 notes.append(f"loaderx {c['codec']} / {c['label']}: {a['batches_s'] / r['batches_s']:.2f}x "
                              f"batches/s, {a['peak_pss'] / r['peak_pss']:.2f}x peak PSS")
+    raw = ref.get("loaderx raw")
+    for c, r in rows:  # the streaming peers (mosaicml-streaming, litdata)
+        if c["kind"] in ("mosaic", "litdata") and raw and "error" not in r:
+            notes.append(f"loaderx raw / {c['label']}: {raw['batches_s'] / r['batches_s']:.2f}x batches/s, "
+                         f"{raw['peak_pss'] / r['peak_pss']:.2f}x peak PSS")
     skipped = [f"{c['label']} ({r['error']})" for c, r in rows if "error" in r]
     if skipped:
         notes.append("Not measured: " + "; ".join(skipped))

@@ -382,3 +382,21 @@ print("ok", len(seen))
                           cwd=str(tmp_path), check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip().splitlines()[-1] == "ok 96"
+
+
+def test_loader_render_reports_streaming_peers_against_loaderx_raw():
+    import bench_loader
+    MiB = 1024 * 1024
+    rows = [({"kind": "loaderx", "codec": "raw", "label": "loaderx raw", "model": "threads", "storage": "z"},
+             {"batches_s": 40.0, "p95_ms": 70.0, "peak_pss": 400 * MiB, "peak_pss_anon": 250 * MiB}),
+            ({"kind": "mosaic", "label": "mosaic-streaming 2w", "model": "2 processes (fork)", "storage": "MDS"},
+             {"batches_s": 4.0, "p95_ms": 800.0, "peak_pss": 800 * MiB, "peak_pss_anon": 400 * MiB}),
+            ({"kind": "litdata", "label": "litdata 2w", "model": "2 processes (fork)", "storage": "chunks"},
+             {"error": "exit 1: boom"})]
+    md, notes = bench_loader.render(rows, 200)
+    lines = md.splitlines()
+    assert lines[2].startswith("| **loaderx raw** | threads | z | 40.0 | 70.0 ms | 400 MiB | 250 MiB |")
+    assert lines[3].startswith("| mosaic-streaming 2w | 2 processes (fork) | MDS | 4.0 | 800.0 ms | 800 MiB |")
+    assert len(lines) == 4  # the failed row is not in the table...
+    assert "loaderx raw / mosaic-streaming 2w: 10.00x batches/s, 0.50x peak PSS" in notes
+    assert notes[-1] == "Not measured: litdata 2w (exit 1: boom)"  # ...but named under it
