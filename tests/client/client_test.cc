@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <functional>
 #include <thread>
@@ -305,6 +307,81 @@ TEST(ClientTest, GroupOpenedReplyMustNameTheFirstStepAndSetsIt) {
     EXPECT_EQ((*loader)->Step(), 42u);  // join="current": where the group is
     (*loader)->Close();
   }
+}
+
+// Ring layout 1.1: the client reports the daemon's publish stamp, and a slot
+// whose stamp is missing or lies in the future is refused (and released) like
+// any other inconsistent slot.
+TEST(ClientTest, BatchCarriesThePublishStampOfItsSlot) {
+  auto script = std::make_shared<RingScript>();
+  auto published = std::make_shared<std::atomic<uint64_t>>(0);
+  script->make_batch = [published](const RingGeometry& g, uint8_t* base) {
+    PublishSlot(base, g, 1, 5, 0, g.payload_offset, 64);
+    published->store(SlotAt(static_cast<const uint8_t*>(base), g, 1)->publish_ns);
+    return BatchMsg{0, 1, 5, g.payload_offset, 2, 64, {{0, 0, 32, 0, 0}}};
+  };
+  FakeDaemon fake([script](int fd) { (*script)(fd); });
+  auto c = Client::Connect(fake.path()).value();
+  auto loader = c->OpenLoader(SpecWithStore(fake.dir())).value();
+  auto b = loader->Next();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_NE(b->publish_ns(), 0u);
+  EXPECT_EQ(b->publish_ns(), published->load());
+  EXPECT_LE(b->publish_ns(), MonotonicNowNs());
+  loader->Close();
+}
+
+TEST(ClientTest, SlotWithoutStampOrStampedInTheFutureIsRefusedAndReleased) {
+  auto script = std::make_shared<RingScript>();
+  auto call = std::make_shared<std::atomic<int>>(0);
+  script->make_batch = [call](const RingGeometry& g, uint8_t* base) {
+    PublishSlot(base, g, 0, 7, 0, g.payload_offset, 64);
+    SlotAt(base, g, 0)->publish_ns =
+        call->fetch_add(1) == 0 ? 0 : MonotonicNowNs() + 3'600'000'000'000ull;
+    return BatchMsg{0, 0, 7, g.payload_offset, 2, 64, {{0, 0, 32, 0, 0}}};
+  };
+  {
+    FakeDaemon fake([script](int fd) { (*script)(fd); });
+    auto c = Client::Connect(fake.path()).value();
+    auto loader = c->OpenLoader(SpecWithStore(fake.dir())).value();
+    for (const char* why : {"no publish stamp", "in the future"}) {
+      auto b = loader->Next();
+      ASSERT_FALSE(b.ok());
+      EXPECT_EQ(b.status().code(), Status::Code::kProtocol);
+      EXPECT_NE(b.status().message().find(why), std::string::npos) << b.status().ToString();
+    }
+    EXPECT_EQ(loader->leases_held(), 0u);
+    loader->Close();
+  }
+  EXPECT_EQ(script->releases.size(), 2u);
+}
+
+TEST(ClientTest, RequestAheadAsksForTheNextBatchBeforeTheCallerDoes) {
+  auto script = std::make_shared<RingScript>();
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  script->make_batch = [calls](const RingGeometry& g, uint8_t* base) {
+    const int k = calls->fetch_add(1);  // step k in slot k
+    const uint64_t off = g.payload_offset + static_cast<uint64_t>(k) * 64;
+    PublishSlot(base, g, static_cast<uint32_t>(k), k + 1, k, off, 64);
+    return BatchMsg{static_cast<uint64_t>(k), static_cast<uint32_t>(k), static_cast<uint64_t>(k + 1),
+                    off, 2, 64, {{0, 0, 32, 0, 0}}};
+  };
+  FakeDaemon fake([script](int fd) { (*script)(fd); });
+  auto c = Client::Connect(fake.path()).value();
+  auto loader = c->OpenLoader(SpecWithStore(fake.dir())).value();  // lease cap 2
+  loader->set_request_ahead(true);
+  auto b0 = loader->Next().value();
+  // The caller holds 1 of 2: the request for step 1 went out with no call.
+  for (int i = 0; i < 200 && calls->load() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(calls->load(), 2);
+  auto b1 = loader->Next().value();  // collects it; holds 2 of 2: asks no more
+  EXPECT_EQ(b1.step(), 1u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(calls->load(), 2);
+  EXPECT_EQ(loader->Step(), 2u);
+  loader->Close();
 }
 
 }  // namespace
