@@ -152,12 +152,14 @@ class HeapAllocatorImpl final : public BatchAllocator {
 
 // Producer threads and the gather pool. Each producer takes the next step
 // to make, fills and plans it, allocates its memory (which may block, e.g. on
-// ring credit) and gathers it through the pool; the producer itself only
-// waits during the gather (ThreadPool::Callers::kWait), so `num_threads` pool
-// workers are all the threads that gather, and a producer blocked in the
-// allocator never holds a gather thread. There are min(prefetch, gather
-// threads) producers: enough to keep every worker busy with batches of one
-// task each (small records), never more batches in production than prefetch.
+// ring credit) and gathers it itself, helped by the pool's workers
+// (ParallelFor lets the caller work). There are P = min(prefetch,
+// num_threads) producers, enough to keep every thread busy with batches of
+// one task each (small records), and num_threads - P pool workers, so exactly
+// num_threads threads ever read records. Measured against producers that
+// only wait while the pool gathers (docs/benchmarks.md): on a busy machine
+// the extra wake-up of a waiting producer per batch cost up to a third of the
+// batches/s.
 class PipelineImpl final : public Pipeline {
  public:
   PipelineImpl(std::vector<std::shared_ptr<const Store>> streams, Sampler sampler,
@@ -166,10 +168,13 @@ class PipelineImpl final : public Pipeline {
         sampler_(std::move(sampler)),
         prefetch_(options.prefetch),
         allocator_(std::move(allocator)),
-        pool_(std::make_unique<ThreadPool>(options.num_threads, ThreadPool::Callers::kWait)),
         next_step_(options.start_step),
         schedule_step_(options.start_step) {
-    const size_t producers = std::min<size_t>(prefetch_, pool_->size());
+    const size_t threads = options.num_threads != 0
+                               ? options.num_threads
+                               : std::max(1u, std::thread::hardware_concurrency());
+    const size_t producers = std::min<size_t>(prefetch_, threads);
+    if (threads > producers) pool_ = std::make_unique<ThreadPool>(threads - producers);
     producers_.reserve(producers);
     for (size_t i = 0; i < producers; ++i) producers_.emplace_back([this] { ProducerLoop(); });
   }
@@ -226,7 +231,7 @@ class PipelineImpl final : public Pipeline {
     std::map<uint64_t, Result<Batch>> dropped;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (pool_ == nullptr) return;  // already closed
+      if (closed_ && producers_.empty()) return;  // already closed
       closed_ = true;
       ++generation_;
       dropped.swap(ready_);
@@ -234,9 +239,9 @@ class PipelineImpl final : public Pipeline {
     ready_cv_.notify_all();
     work_cv_.notify_all();
     allocator_->Cancel();  // unblocks a producer waiting for ring credit
-    // Each producer finishes the batch it is making (its gather tasks run on
-    // the pool, which is still alive) and then sees closed_. producers_ is
-    // only touched here, under close_mu_.
+    // Each producer finishes the batch it is making (helped by the pool,
+    // which is still alive) and then sees closed_. producers_ is only
+    // touched here and in the constructor, under close_mu_ here.
     for (std::thread& t : producers_) t.join();
     producers_.clear();
     // No producer is left, so no task is queued or running: joining the pool
@@ -317,8 +322,8 @@ class PipelineImpl final : public Pipeline {
   const uint64_t prefetch_;
   const std::shared_ptr<BatchAllocator> allocator_;
 
-  // The gather pool (kWait: producers do not gather themselves). Used by the
-  // producers; reset, and thereby joined, by Close after they were joined.
+  // The producers' gather helpers (null when every gather thread is a
+  // producer). Reset, and thereby joined, by Close after the producers.
   std::unique_ptr<ThreadPool> pool_;
   std::vector<std::thread> producers_;  // started by the constructor, joined by Close
 

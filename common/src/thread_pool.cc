@@ -5,12 +5,7 @@
 
 namespace loaderx {
 
-namespace {
-// The pool whose worker the current thread is (nullptr: not a worker).
-thread_local const ThreadPool* current_pool = nullptr;
-}  // namespace
-
-ThreadPool::ThreadPool(size_t threads, Callers callers) : callers_(callers) {
+ThreadPool::ThreadPool(size_t threads) {
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   workers_.reserve(threads);
   for (size_t i = 0; i < threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
@@ -44,7 +39,6 @@ bool ThreadPool::RunOne(std::unique_lock<std::mutex>& lock) {
 }
 
 void ThreadPool::WorkerLoop() {
-  current_pool = this;
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
@@ -54,10 +48,6 @@ void ThreadPool::WorkerLoop() {
 
 void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
   if (n == 0) return;
-  if (callers_ == Callers::kWait && current_pool != this && !workers_.empty()) {
-    ParallelForOnWorkers(n, fn);
-    return;
-  }
   if (n == 1 || workers_.empty()) {
     for (size_t i = 0; i < n; ++i) fn(i);
     return;
@@ -98,37 +88,6 @@ void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t)>& fn) {
   std::unique_lock<std::mutex> lock(st->mu);
   st->closed = true;
   st->cv.wait(lock, [&] { return st->active == 0; });
-}
-
-void ThreadPool::ParallelForOnWorkers(size_t n, const std::function<void(size_t)>& fn) {
-  // Every helper runs (workers never block for good, see the REQUIRES), so
-  // the caller waits for all of them; the last one to finish wakes it.
-  struct State {
-    std::atomic<size_t> next{0};  // claims indices; relaxed: fn's effects are
-                                  // published by the mutex below
-    std::mutex mu;
-    std::condition_variable cv;
-    size_t running = 0;  // guarded by mu
-  };
-  auto st = std::make_shared<State>();
-  const std::function<void(size_t)>* fnp = &fn;
-  const size_t helpers = std::min(n, workers_.size());
-  st->running = helpers;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (size_t h = 0; h < helpers; ++h) {
-      queue_.push_back([st, n, fnp] {
-        for (size_t i; (i = st->next.fetch_add(1, std::memory_order_relaxed)) < n;) (*fnp)(i);
-        std::lock_guard<std::mutex> lock(st->mu);
-        // Notify under the lock: once running is 0 the caller may return and
-        // fn may be gone, but st lives on in this closure.
-        if (--st->running == 0) st->cv.notify_all();
-      });
-    }
-  }
-  for (size_t h = 0; h < helpers; ++h) cv_.notify_one();  // no idle worker woken in vain
-  std::unique_lock<std::mutex> lock(st->mu);
-  st->cv.wait(lock, [&] { return st->running == 0; });
 }
 
 ThreadPool& ThreadPool::Default() {

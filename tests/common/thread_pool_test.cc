@@ -1,6 +1,6 @@
 // Tests of ThreadPool (common/include/loaderx/thread_pool.h): every index runs
-// exactly once, nested use cannot deadlock, and a Callers::kWait pool never
-// runs work on a caller that is not one of its workers.
+// exactly once, on the workers and the caller only, nested use cannot
+// deadlock, and the destructor drains the queue.
 #include "loaderx/thread_pool.h"
 
 #include <gtest/gtest.h>
@@ -37,66 +37,43 @@ Recorded ParallelForRecording(ThreadPool& pool, size_t n) {
 }
 
 TEST(ThreadPoolTest, ParallelForRunsEveryIndexExactlyOnce) {
-  for (auto callers : {ThreadPool::Callers::kHelp, ThreadPool::Callers::kWait}) {
-    for (size_t threads : {1u, 3u}) {
-      ThreadPool pool(threads, callers);
-      for (size_t n : {0u, 1u, 2u, 1000u}) {
-        const Recorded r = ParallelForRecording(pool, n);
-        EXPECT_EQ(r.counts, std::vector<int>(n, 1)) << "n " << n << " threads " << threads;
-      }
+  for (size_t threads : {1u, 3u}) {
+    ThreadPool pool(threads);
+    for (size_t n : {0u, 1u, 2u, 1000u}) {
+      const Recorded r = ParallelForRecording(pool, n);
+      EXPECT_EQ(r.counts, std::vector<int>(n, 1)) << "n " << n << " threads " << threads;
+      EXPECT_LE(r.threads.size(), threads + 1) << "the workers and the caller only";
     }
   }
 }
 
-TEST(ThreadPoolTest, WaitingCallerNeverRunsTheWorkItself) {
-  ThreadPool pool(2, ThreadPool::Callers::kWait);
-  for (size_t n : {1u, 2u, 50u}) {
-    const Recorded r = ParallelForRecording(pool, n);
-    EXPECT_FALSE(r.threads.contains(std::this_thread::get_id())) << "n " << n;
-    EXPECT_LE(r.threads.size(), 2u);
-  }
-}
-
-TEST(ThreadPoolTest, ManyWaitingCallersShareTheWorkersOnly) {
-  ThreadPool pool(2, ThreadPool::Callers::kWait);
-  std::mutex mu;
-  std::set<std::thread::id> runners, callers;
+TEST(ThreadPoolTest, ManyCallersAtOnceEachGetEveryIndexOnce) {
+  ThreadPool pool(2);
   std::atomic<int> total{0};
-  std::vector<std::thread> threads;
+  std::vector<std::thread> callers;
   for (int c = 0; c < 4; ++c) {
-    threads.emplace_back([&] {
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        callers.insert(std::this_thread::get_id());
-      }
+    callers.emplace_back([&] {
       for (int rep = 0; rep < 20; ++rep) {
-        pool.ParallelFor(16, [&](size_t) {
-          ++total;
-          std::lock_guard<std::mutex> lock(mu);
-          runners.insert(std::this_thread::get_id());
-        });
+        const Recorded r = ParallelForRecording(pool, 16);
+        if (r.counts == std::vector<int>(16, 1)) ++total;
       }
     });
   }
-  for (auto& t : threads) t.join();
-  EXPECT_EQ(total.load(), 4 * 20 * 16);
-  EXPECT_LE(runners.size(), 2u) << "only the pool's 2 workers may run tasks";
-  for (const auto& id : callers) EXPECT_FALSE(runners.contains(id));
+  for (auto& t : callers) t.join();
+  EXPECT_EQ(total.load(), 4 * 20);
 }
 
-TEST(ThreadPoolTest, NestedParallelForFromAWorkerCompletesForBothModes) {
-  for (auto callers : {ThreadPool::Callers::kHelp, ThreadPool::Callers::kWait}) {
-    ThreadPool pool(1, callers);  // the only worker is busy in the outer task
-    std::promise<int> done;
-    pool.Submit([&] {
-      std::atomic<int> sum{0};
-      pool.ParallelFor(10, [&](size_t i) { sum += static_cast<int>(i); });
-      done.set_value(sum.load());
-    });
-    auto f = done.get_future();
-    ASSERT_EQ(f.wait_for(10s), std::future_status::ready) << "nested ParallelFor hung";
-    EXPECT_EQ(f.get(), 45);
-  }
+TEST(ThreadPoolTest, NestedParallelForFromAWorkerCompletes) {
+  ThreadPool pool(1);  // the only worker is busy in the outer task
+  std::promise<int> done;
+  pool.Submit([&] {
+    std::atomic<int> sum{0};
+    pool.ParallelFor(10, [&](size_t i) { sum += static_cast<int>(i); });
+    done.set_value(sum.load());
+  });
+  auto f = done.get_future();
+  ASSERT_EQ(f.wait_for(10s), std::future_status::ready) << "nested ParallelFor hung";
+  EXPECT_EQ(f.get(), 45);
 }
 
 TEST(ThreadPoolTest, DestructorRunsQueuedTasks) {

@@ -7,15 +7,6 @@
 //    thread*, returning when all calls finished. Safe to call from inside a
 //    worker (the caller helps, so nested use cannot deadlock).
 //
-// A pool made with Callers::kWait runs ParallelFor calls of threads that are
-// not its workers on the workers alone: the caller only waits. Then at most
-// size() threads run fn however many threads call in, so the pool's size is
-// an exact CPU budget (the loader's producer threads gather through such a
-// pool: num_threads is the number of gather threads). Calls from its own
-// workers still help, so nesting cannot deadlock. REQUIRES for kWait: no task
-// of the pool blocks waiting for another thread (a caller's work could wait
-// behind it forever).
-//
 // Thread-safety: all methods may be called from any thread. The destructor
 // drains queued tasks and joins the workers; no task may be submitted after it
 // started.
@@ -33,11 +24,8 @@ namespace loaderx {
 
 class ThreadPool {
  public:
-  // Whether a ParallelFor caller that is not a worker runs tasks itself.
-  enum class Callers { kHelp, kWait };
-
   // threads == 0 means std::thread::hardware_concurrency().
-  explicit ThreadPool(size_t threads, Callers callers = Callers::kHelp);
+  explicit ThreadPool(size_t threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -54,10 +42,7 @@ class ThreadPool {
  private:
   void WorkerLoop();
   bool RunOne(std::unique_lock<std::mutex>& lock);
-  // ParallelFor of a waiting (non-worker) caller of a kWait pool.
-  void ParallelForOnWorkers(size_t n, const std::function<void(size_t)>& fn);
 
-  const Callers callers_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;  // guarded by mu_
