@@ -26,10 +26,10 @@
 //    included), so memory is bounded by prefetch batches plus what the
 //    consumer still holds. Production is out of order; delivery is strictly
 //    in step order.
-//  * A producer plans and allocates its batch, then only waits while the
-//    pool's `num_threads` workers gather it: num_threads is exactly the
-//    number of threads that read and decode records, and a producer blocked
-//    in Allocate (ring credit) holds no gather thread.
+//  * A producer plans and allocates its batch, then gathers it, helped by
+//    num_threads - producers pool workers: num_threads is exactly the number
+//    of threads that read and decode records, and a producer blocked in
+//    Allocate (ring credit) holds no pool worker.
 //  * Per step: Sampler::Fill -> PlanBatch -> allocator->Allocate -> FillBatch.
 //    An error of a step (bad record, allocation failure) is returned by the
 //    Next() for that step, which still advances: the pipeline goes on.
