@@ -62,3 +62,16 @@ def test_request_ahead_off_by_default(daemon, stores) -> None:
         time.sleep(0.1)  # nothing is asked for behind our back
         assert daemon.stats()["slots_held"] == 1
         del batch
+
+
+def test_request_ahead_with_a_transform_pool_keeps_order_and_values(daemon, stores) -> None:
+    def shift(batch: dict) -> np.ndarray:
+        return batch["label"] + 1
+
+    options = DaemonOptions(daemon.socket, request_ahead=True)
+    with DataLoader(stores["streams"], batch_size=8, seed=2, transform=shift,
+                    transform_threads=2, daemon=options) as remote, \
+            DataLoader(stores["streams"], batch_size=8, seed=2) as local:
+        for _ in range(15):
+            np.testing.assert_array_equal(next(remote), next(local)["label"] + 1)
+        assert remote.step == 15
