@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
+import sys
 import time
 
 import numpy as np
+from conftest import ROOT
 from loaderx import _loaderx
 from loaderx.client import DaemonOptions
 from loaderx.dataloader import DataLoader
 from test_daemon import assert_same_batch
+from test_embedded_suite_via_daemon import FAKE_SOURCE_TESTS, SUITE
 
 
 def test_last_publish_ns_stamps_each_batch_on_the_monotonic_clock(daemon, stores) -> None:
@@ -75,3 +81,18 @@ def test_request_ahead_with_a_transform_pool_keeps_order_and_values(daemon, stor
         for _ in range(15):
             np.testing.assert_array_equal(next(remote), next(local)["label"] + 1)
         assert remote.step == 15
+
+
+def test_embedded_loader_suite_passes_with_request_ahead(daemon) -> None:
+    here = os.path.dirname(__file__)
+    env = dict(os.environ, LOADERX_FORCE_DAEMON=daemon.socket,
+               PYTHONPATH=os.pathsep.join([*sys.path, here]))
+    r = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
+         "daemon_ahead_everywhere", "-k", FAKE_SOURCE_TESTS, *SUITE],
+        cwd=ROOT, env=env, check=False, capture_output=True, text=True, timeout=600,
+    )
+    assert r.returncode == 0, r.stdout[-5000:] + r.stderr[-2000:]
+    match = re.search(r"(\d+) passed", r.stdout)
+    assert match is not None and int(match.group(1)) >= 40
+    assert daemon.stats()["batches_served"] > 100  # really served by the daemon
