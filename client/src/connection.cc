@@ -26,6 +26,9 @@ std::atomic<int> g_fork_fds[kForkTableSize];
 // every request and release, and getpid() is a real syscall in glibc >= 2.25.
 // 0 until the first connection registers the handler. Relaxed: fork() is the
 // synchronisation point (the child's handler runs before any child code).
+// Covers every fork(3) (os.fork, multiprocessing); a raw clone(2) child that
+// skips the atfork handlers would also keep the sockets, so it is not
+// supported either way.
 std::atomic<pid_t> g_pid{0};
 
 void CloseInChild() {
