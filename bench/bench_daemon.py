@@ -9,8 +9,9 @@ Real data only: the 3x224x224 uint8 photo crops of ``bench/prepare_vision.py``
 * 37 MiB  — 256 photo crops (36.75 MiB).
 
 Hand-off latency, per size, over ``--samples`` draws of a batch the daemon's
-pipeline already has (the loader prefetches; each draw sleeps a few batch
-times first). Three clocks are read around each draw, all CLOCK_MONOTONIC
+pipeline already has (the loader prefetches; each draw first sleeps
+``--pause``, the same for every size so that no size gets colder caches;
+longer if the batch takes longer to produce). Clocks are CLOCK_MONOTONIC
 (system-wide, so the daemon's stamp and ours compare):
 
 * **publish -> holding** (the goal's definition): the daemon stamps the slot
@@ -21,14 +22,20 @@ times first). Three clocks are read around each draw, all CLOCK_MONOTONIC
   views.
 * **round trip**: from calling ``next()`` to holding the arrays (request leg
   + publish -> holding).
-* **already queued**: ``next()`` -> holding when the ``batch`` message is
-  already in the client's socket buffer (``request_ahead``: the client asked
-  for it when the previous ``next()`` returned). One receive + decode +
-  views, no round trip: what a client also pays once the daemon pushes
-  ready batches. Its thread CPU time (``time.thread_time``) is reported too:
-  wall time above it is preemption on this shared machine.
+* **request_ahead**: ``next()`` -> holding when the ``batch`` message is
+  already in the client's socket buffer because the previous ``next()``
+  asked for it; the call also sends the request for the one after.
+* **pushed**: the same, but the timed call sends nothing (the request went
+  out before the pause, ``next(timeout=0)``): what a client pays once the
+  daemon pushes ready batches.
 * **embedded**: the in-process pipeline's ``next()`` of a batch it already
   has, after the same pause: the floor any hand-off is compared with.
+
+The last three also report the call's thread CPU time (``time.thread_time``;
+wall time above it is waiting for a core on this shared machine) and redraw
+a sample whose batch was not ready after the pause (production, not
+hand-off). A warm-cache figure (0.5 ms busy-wait instead of a sleep, 1 KiB)
+gives the instruction cost of the hand-off itself.
 
 The latency set runs twice: with the daemon at the same priority as the
 client (``nice 0``, the default) and at ``nice 10``, which isolates the CPU
