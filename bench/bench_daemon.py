@@ -64,6 +64,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -166,6 +167,24 @@ def pct(samples: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q / 100 * len(s)))]
 
 
+def _timed_ready_draw(src: Any, out: Latency, wall: list[float], cpu: list[float]) -> None:
+    """One timed next() whose batch was published before the call: appends its
+    wall and thread-CPU microseconds; a batch published during the call was
+    not ready within the pause (production, not hand-off) and is only counted
+    in ``out.skipped``."""
+    c0, t0 = time.thread_time_ns(), time.monotonic_ns()
+    _, values = src.next(None)
+    arr = values[0]  # holding the array: the hand-off is complete
+    t1, c1 = time.monotonic_ns(), time.thread_time_ns()
+    del values, arr
+    if src.last_publish_ns >= t0:
+        out.skipped += 1
+        return
+    wall.append((t1 - t0) / 1e3)
+    cpu.append((c1 - c0) / 1e3)
+
+
+
 def handoff(sock: str, store: Path, batch: int, samples: int, threads: int,
             min_pause: float) -> Latency:
     from loaderx import _loaderx
@@ -205,16 +224,7 @@ def handoff(sock: str, store: Path, batch: int, samples: int, threads: int,
         src.next(None)  # its return requests the first batch ahead
         while len(out.queued) < samples:
             time.sleep(pause)
-            c0, t0 = time.thread_time_ns(), time.monotonic_ns()
-            _, values = src.next(None)
-            arr = values[0]
-            t1, c1 = time.monotonic_ns(), time.thread_time_ns()
-            del values, arr
-            if src.last_publish_ns >= t0:  # not ready within the pause: not a hand-off
-                out.skipped += 1
-                continue
-            out.queued.append((t1 - t0) / 1e3)
-            out.queued_cpu.append((c1 - c0) / 1e3)
+            _timed_ready_draw(src, out, out.queued, out.queued_cpu)
         # A pushed batch, simulated: the request goes out before the pause
         # (next(timeout=0) returns None at once and leaves the reply owed),
         # so the timed call only receives; unlike request_ahead it sends
@@ -225,16 +235,7 @@ def handoff(sock: str, store: Path, batch: int, samples: int, threads: int,
             if src.next(0.0) is not None:  # answered at once: not a pushed draw
                 continue
             time.sleep(pause)
-            c0, t0 = time.thread_time_ns(), time.monotonic_ns()
-            _, values = src.next(None)
-            arr = values[0]
-            t1, c1 = time.monotonic_ns(), time.thread_time_ns()
-            del values, arr
-            if src.last_publish_ns >= t0:  # not ready within the pause: not a hand-off
-                out.skipped += 1
-                continue
-            out.pushed.append((t1 - t0) / 1e3)
-            out.pushed_cpu.append((c1 - c0) / 1e3)
+            _timed_ready_draw(src, out, out.pushed, out.pushed_cpu)
     finally:
         src.close()
     with Dense.open(str(store)) as s:
