@@ -156,10 +156,9 @@ class HeapAllocatorImpl final : public BatchAllocator {
 // (ParallelFor lets the caller work). There are P = min(prefetch,
 // num_threads) producers, enough to keep every thread busy with batches of
 // one task each (small records), and num_threads - P pool workers, so exactly
-// num_threads threads ever read records. Measured against producers that
-// only wait while the pool gathers (docs/benchmarks.md): on a busy machine
-// the extra wake-up of a waiting producer per batch cost up to a third of the
-// batches/s.
+// num_threads threads ever read records. Producers that only wait while the
+// pool gathers were tried (docs/benchmarks.md): no faster, and the waiting
+// producer's wake-up per batch sits on the path to delivering it.
 class PipelineImpl final : public Pipeline {
  public:
   PipelineImpl(std::vector<std::shared_ptr<const Store>> streams, Sampler sampler,
