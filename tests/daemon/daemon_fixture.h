@@ -15,6 +15,7 @@
 #include "common/store_test_util.h"
 #include "config.h"
 #include "loaderx/client.h"
+#include "loaderx/loader.h"
 #include "loaderx/memfd.h"
 #include "loaderx/store.h"
 #include "loaderx/unix_socket.h"
@@ -54,6 +55,20 @@ inline std::string MakeRaggedStore(const std::string& path, uint64_t n) {
   EXPECT_TRUE((*w)->AppendRagged(values.data(), shapes.data(), n).ok());
   EXPECT_TRUE((*w)->Publish().ok());
   return path;
+}
+
+// The embedded pipeline's batch of `step` for `spec` (its rank/world too):
+// the reference every daemon batch is compared with.
+inline Batch EmbeddedBatch(const client::LoaderSpec& spec, uint64_t step) {
+  std::vector<std::shared_ptr<const Store>> streams;
+  for (auto& p : spec.stores) streams.push_back(Store::Open(p).value());
+  SamplerSpec ss{streams[0]->size(), spec.batch_size, spec.mode, spec.seed, spec.rank,
+                 spec.world_size};
+  PipelineOptions opt;
+  opt.start_step = step;
+  opt.prefetch = 1;
+  opt.num_threads = 1;
+  return Pipeline::Create(streams, ss, opt).value()->Next().value();
 }
 
 class DaemonFixture : public ::testing::Test {

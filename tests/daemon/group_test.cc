@@ -54,19 +54,6 @@ class GroupTest : public DaemonFixture {
     return c->OpenLoader(spec).status();
   }
 
-  // The embedded pipeline's batch of `step` for rank/world of `spec`.
-  Batch Embedded(const LoaderSpec& spec, uint64_t step) {
-    std::vector<std::shared_ptr<const Store>> streams;
-    for (auto& p : spec.stores) streams.push_back(Store::Open(p).value());
-    SamplerSpec ss{streams[0]->size(), spec.batch_size, spec.mode, spec.seed, spec.rank,
-                   spec.world_size};
-    PipelineOptions opt;
-    opt.start_step = step;
-    opt.prefetch = 1;
-    opt.num_threads = 1;
-    return Pipeline::Create(streams, ss, opt).value()->Next().value();
-  }
-
   // Asserts that the daemon batch holds exactly the embedded batch's arrays.
   void ExpectSameArrays(const client::Batch& got, const Batch& want, const std::string& what) {
     ASSERT_EQ(got.step(), want.step) << what;
@@ -108,7 +95,7 @@ class GroupTest : public DaemonFixture {
       for (uint64_t r = 0; r < world; ++r) {
         auto b = ranks[r]->Next();
         ASSERT_TRUE(b.ok()) << b.status().ToString();
-        ExpectSameArrays(*b, Embedded(Spec(GroupMode::kShard, r, world, ragged), step),
+        ExpectSameArrays(*b, EmbeddedBatch(Spec(GroupMode::kShard, r, world, ragged), step),
                          "rank " + std::to_string(r) + " step " + std::to_string(step));
       }
     }
@@ -146,7 +133,7 @@ TEST_F(GroupTest, BroadcastMembersShareOneRingAndOneGatherPerStep) {
     for (auto& m : members) {
       auto b = m->Next();
       ASSERT_TRUE(b.ok()) << b.status().ToString();
-      ExpectSameArrays(*b, Embedded(Spec(GroupMode::kBroadcast, 0, 1, true), step), "member");
+      ExpectSameArrays(*b, EmbeddedBatch(Spec(GroupMode::kBroadcast, 0, 1, true), step), "member");
       got.push_back(std::move(b).value());
     }
     EXPECT_EQ(BytesOf(got[1]), BytesOf(got[0]));
@@ -163,7 +150,7 @@ TEST_F(GroupTest, LateBroadcastJoinerStartsAtTheCurrentStepByDefault) {
   EXPECT_EQ(b->Step(), 5u);
   auto got = b->Next();
   ASSERT_TRUE(got.ok()) << got.status().ToString();
-  ExpectSameArrays(*got, Embedded(Spec(GroupMode::kBroadcast), 5), "joiner");
+  ExpectSameArrays(*got, EmbeddedBatch(Spec(GroupMode::kBroadcast), 5), "joiner");
 }
 
 TEST_F(GroupTest, LateJoinerAtAStepTheGroupDroppedIsOutOfRange) {
@@ -188,7 +175,7 @@ TEST_F(GroupTest, LateJoinerAheadOfProductionWaitsForItsStartStep) {
   EXPECT_EQ(b->Step(), 1u + kSkew);
   auto got = b->Next();
   ASSERT_TRUE(got.ok()) << got.status().ToString();
-  ExpectSameArrays(*got, Embedded(ahead, 1 + kSkew), "ahead");
+  ExpectSameArrays(*got, EmbeddedBatch(ahead, 1 + kSkew), "ahead");
   // a still gets every step in between (the group held them for it).
   for (uint64_t step = 1; step <= 2 + kSkew; ++step) {
     auto x = a->Next();
@@ -205,7 +192,7 @@ TEST_F(GroupTest, LateShardRankGetsTheBatchesKeptForItFromTheStart) {
   for (uint64_t step = 0; step < 6; ++step) {
     auto b = r1->Next();
     ASSERT_TRUE(b.ok()) << b.status().ToString();
-    ExpectSameArrays(*b, Embedded(Spec(GroupMode::kShard, 1, 2), step), "late rank");
+    ExpectSameArrays(*b, EmbeddedBatch(Spec(GroupMode::kShard, 1, 2), step), "late rank");
   }
   LoaderSpec cur = Spec(GroupMode::kShard, 1, 2);
   cur.join = GroupJoin::kCurrent;
@@ -364,7 +351,7 @@ TEST_F(GroupTest, ShardRankLeavingFreezesItsCursorUntilTheRankRejoins) {
   for (uint64_t step = 1; step < 4 + kSkew; ++step) {
     auto b = r1b->Next();
     ASSERT_TRUE(b.ok()) << b.status().ToString();
-    ExpectSameArrays(*b, Embedded(back, step), "rejoined rank");
+    ExpectSameArrays(*b, EmbeddedBatch(back, step), "rejoined rank");
   }
   auto x = r0->Next();  // the request that waited is answered now
   ASSERT_TRUE(x.ok()) << x.status().ToString();
@@ -406,20 +393,20 @@ TEST_F(GroupTest, OnlyMemberSeekMovesThePipelineOthersMoveTheirCursor) {
   auto a = Open(Spec(GroupMode::kBroadcast));
   ASSERT_TRUE(a->Seek(50).ok());  // alone: exact resume anywhere
   auto x = a->Next().value();
-  ExpectSameArrays(x, Embedded(Spec(GroupMode::kBroadcast), 50), "sought");
+  ExpectSameArrays(x, EmbeddedBatch(Spec(GroupMode::kBroadcast), 50), "sought");
   auto b = Open(Spec(GroupMode::kBroadcast));
   EXPECT_EQ(b->Step(), 51u);
   // Two members: a seek only moves that member, within what the group holds.
   ASSERT_TRUE(a->Seek(53).ok());
   auto y = a->Next().value();
-  ExpectSameArrays(y, Embedded(Spec(GroupMode::kBroadcast), 53), "cursor seek");
+  ExpectSameArrays(y, EmbeddedBatch(Spec(GroupMode::kBroadcast), 53), "cursor seek");
   Status gone = a->Seek(10);
   EXPECT_EQ(gone.code(), Status::Code::kIndexError) << gone.ToString();
   EXPECT_NE(gone.message().find("oldest step it still holds is 51"), std::string::npos)
       << gone.message();
   EXPECT_EQ(a->Step(), 54u);  // a refused seek does not move
   auto z = b->Next().value();
-  ExpectSameArrays(z, Embedded(Spec(GroupMode::kBroadcast), 51), "b unaffected");
+  ExpectSameArrays(z, EmbeddedBatch(Spec(GroupMode::kBroadcast), 51), "b unaffected");
 }
 
 TEST_F(GroupTest, SeekingBackToAHeldStepRedeliversTheSameSlotSafely) {

@@ -25,16 +25,7 @@ class ServerTest : public DaemonFixture {
   }
   // The embedded pipeline's bytes for `step`, the reference for every check.
   std::vector<uint8_t> EmbeddedBytes(const LoaderSpec& spec, uint64_t step, BatchLayout* layout) {
-    std::vector<std::shared_ptr<const Store>> streams;
-    for (auto& p : spec.stores) streams.push_back(Store::Open(p).value());
-    SamplerSpec ss{streams[0]->size(), spec.batch_size, spec.mode, spec.seed, spec.rank,
-                   spec.world_size};
-    PipelineOptions opt;
-    opt.start_step = step;
-    opt.prefetch = 1;
-    opt.num_threads = 1;
-    auto p = Pipeline::Create(streams, ss, opt).value();
-    Batch b = p->Next().value();
+    Batch b = EmbeddedBatch(spec, step);
     *layout = b.layout;
     return std::vector<uint8_t>(b.memory->data(), b.memory->data() + b.layout.total_bytes);
   }
