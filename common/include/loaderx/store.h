@@ -12,7 +12,11 @@
 //    magic, version, the metadata checksum and every file's size in O(1);
 //    index blocks are checksummed lazily on first use; every index entry is
 //    bounds-checked before a read. Corruption is reported as
-//    Status::Corruption naming the file, never by crashing.
+//    Status::Corruption naming the file, never by crashing. Large records
+//    (raw >= 64 KiB, compressed frames of 16 KiB..4 MiB) are read with pread
+//    rather than through the mapping, so an epoch over a store does not
+//    leave the whole store mapped into the reader's RSS/PSS
+//    (docs/format.md, "How reads work").
 //
 // Thread-safety: a Store is immutable after Open and all const methods may be
 // called concurrently (the gather pool does). A StoreWriter is used by one
