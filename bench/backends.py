@@ -451,21 +451,34 @@ class _ArrowReader(Reader):
         self.src.close()
 
 
-class ArrowBackend(Backend):
-    requires = ("pyarrow",)
+class _BinaryColumnBackend(Backend):
+    """A store of one ``data`` column of binary values (Arrow IPC, Parquet);
+    ragged shapes go to a side ``shapes.npy``."""
+
+    prefix = ""
 
     def __init__(self, codec: str) -> None:
         self.codec = codec
-        self.name = f"arrow-ipc-{codec}"
+        self.name = f"{self.prefix}-{codec}"
         self.compressed = codec != "raw"
 
-    def write(self, w: Workload, path: Path) -> None:
+    def _begin(self, w: Workload, path: Path) -> tuple[Any, Any]:
+        """Creates the directory and the shapes file; returns (value type, schema)."""
         import pyarrow as pa
         path.mkdir()
         typ = _binary_type(w)
         if isinstance(w, RaggedWorkload):
             np.save(path / "shapes.npy", w.shapes)
-        schema = pa.schema([("data", typ)])
+        return typ, pa.schema([("data", typ)])
+
+
+class ArrowBackend(_BinaryColumnBackend):
+    requires = ("pyarrow",)
+    prefix = "arrow-ipc"
+
+    def write(self, w: Workload, path: Path) -> None:
+        import pyarrow as pa
+        typ, schema = self._begin(w, path)
         opts = pa.ipc.IpcWriteOptions(compression=None if self.codec == "raw" else "zstd")
         with pa.OSFile(str(path / "data.arrow"), "wb") as sink, pa.ipc.new_file(sink, schema, options=opts) as wr:
             for a, b in _chunks(w.n, ARROW_BATCH):
@@ -519,7 +532,7 @@ class _ParquetReader(Reader):
         self.pf.close()
 
 
-class ParquetBackend(Backend):
+class ParquetBackend(_BinaryColumnBackend):
     """One ``data`` column (``fixed_size_binary`` dense, ``large_binary``
     ragged; ragged shapes in a side ``shapes.npy`` as for Arrow IPC), written
     with one row group per :data:`PARQUET_GROUP` rows, plain encoding (no
@@ -528,20 +541,12 @@ class ParquetBackend(Backend):
     loaderx's and ArrayRecord's zstd."""
 
     requires = ("pyarrow.parquet",)
-
-    def __init__(self, codec: str) -> None:
-        self.codec = codec
-        self.name = f"parquet-{codec}"
-        self.compressed = codec != "raw"
+    prefix = "parquet"
 
     def write(self, w: Workload, path: Path) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
-        path.mkdir()
-        typ = _binary_type(w)
-        if isinstance(w, RaggedWorkload):
-            np.save(path / "shapes.npy", w.shapes)
-        schema = pa.schema([("data", typ)])
+        typ, schema = self._begin(w, path)
         kw: dict[str, Any] = {"compression": "none"} if self.codec == "raw" else {
             "compression": "zstd", "compression_level": 3}
         with pq.ParquetWriter(str(path / "data.parquet"), schema, use_dictionary=False, write_statistics=False,
