@@ -17,26 +17,13 @@ from pathlib import Path
 import msgpack
 import numpy as np
 import pytest
+from conftest import assert_same_batch
 from loaderx import client as lxclient
 from loaderx.dataloader import DataLoader
 from loaderx.errors import DaemonError, LoaderClosedError, ResourceExhausted
 from loaderx.zsampler import Sampler
 
 Mode = Sampler.Mode
-
-
-def assert_same_batch(a: dict, b: dict) -> None:
-    assert a.keys() == b.keys()
-    for name, x in a.items():
-        y = b[name]
-        if isinstance(y, list):
-            assert isinstance(x, list) and len(x) == len(y)
-            for u, v in zip(x, y):
-                assert u.dtype == v.dtype and u.shape == v.shape
-                np.testing.assert_array_equal(u, v)
-        else:
-            assert x.dtype == y.dtype and x.shape == y.shape, name
-            np.testing.assert_array_equal(x, y)
 
 
 @pytest.mark.parametrize("mode", [Mode.IID, Mode.Cyclic, Mode.Sequential])

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import assert_same_batch
 from loaderx import client as lxclient
 from loaderx.client import DaemonOptions
 from loaderx.dataloader import DataLoader
@@ -24,20 +25,6 @@ from loaderx.zsampler import Sampler
 
 Mode = Sampler.Mode
 SKEW = 3
-
-
-def assert_same_batch(a: dict, b: dict) -> None:
-    assert a.keys() == b.keys()
-    for name, x in a.items():
-        y = b[name]
-        if isinstance(y, list):
-            assert isinstance(x, list) and len(x) == len(y), name
-            for u, v in zip(x, y):
-                assert u.dtype == v.dtype and u.shape == v.shape, name
-                np.testing.assert_array_equal(u, v)
-        else:
-            assert x.dtype == y.dtype and x.shape == y.shape, name
-            np.testing.assert_array_equal(x, y)
 
 
 def copy_batch(batch: dict) -> dict:

@@ -9,11 +9,10 @@ import sys
 import time
 
 import numpy as np
-from conftest import ROOT
+from conftest import ROOT, assert_same_batch
 from loaderx import _loaderx
 from loaderx.client import DaemonOptions
 from loaderx.dataloader import DataLoader
-from test_daemon import assert_same_batch
 from test_embedded_suite_via_daemon import FAKE_SOURCE_TESTS, SUITE
 
 
