@@ -22,6 +22,7 @@ _Value: TypeAlias = npt.NDArray[Any] | list[npt.NDArray[Any]]
 # True when the extension was built with the loaderxd client (DaemonLoader,
 # daemon_stats); those two names are absent otherwise.
 HAVE_DAEMON_CLIENT: bool
+MAX_GROUP_NAME: int
 
 # --- bind_store.cc -----------------------------------------------------------
 

@@ -117,8 +117,8 @@ class DaemonOptions:
         _check_group(self.group, self.group_mode, self.join)
 
 
-#: Longest group name in UTF-8 bytes (the protocol's limit).
-MAX_GROUP_NAME = 256
+#: Longest group name in UTF-8 bytes (the protocol's limit, from wire.h).
+MAX_GROUP_NAME: int = _loaderx.MAX_GROUP_NAME
 _GROUP_MODES = ("shard", "broadcast")
 _JOINS = ("start_step", "current")
 

@@ -20,6 +20,7 @@
 #include <chrono>
 
 #include "bindings.h"
+#include "loaderx/wire.h"
 
 #ifdef LOADERX_HAVE_CLIENT
 #include "loaderx/client.h"
@@ -235,6 +236,8 @@ the daemon's shared-memory ring.)doc")
 #else
   m.attr("HAVE_DAEMON_CLIENT") = false;
 #endif
+  // The protocol's group-name limit (wire.h), so Python checks the same bound.
+  m.attr("MAX_GROUP_NAME") = kMaxGroupName;
 }
 
 }  // namespace loaderx::py_bind
