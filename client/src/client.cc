@@ -64,12 +64,13 @@ Status ValidateBatch(const BatchMsg& m, const std::vector<StreamInfo>& streams,
 
 Lease::Lease(std::shared_ptr<Connection> conn, uint32_t slot, uint64_t seq, const uint8_t* base)
     : conn_(std::move(conn)), slot_(slot), seq_(seq), base_(base) {
-  conn_->leases_held.fetch_add(1, std::memory_order_relaxed);
+  conn_->leases_held.fetch_add(1, std::memory_order_seq_cst);
 }
 
 Lease::~Lease() {
-  conn_->leases_held.fetch_sub(1, std::memory_order_relaxed);
+  conn_->leases_held.fetch_sub(1, std::memory_order_seq_cst);
   conn_->Release(slot_, seq_);
+  conn_->LeaseEnded();
 }
 
 const uint8_t* Batch::values(size_t j) const { return lease_->base() + layout_[j].values_offset; }
@@ -104,10 +105,10 @@ ArrayView Batch::Record(size_t j, uint64_t k) const {
 Loader::~Loader() { Close(); }
 
 void Loader::Close() {
-  if (conn_) conn_->Shutdown();
+  if (conn_) conn_->CloseLoader();
 }
 
-uint32_t Loader::leases_held() const { return conn_->leases_held.load(std::memory_order_relaxed); }
+uint32_t Loader::leases_held() const { return conn_->leases_held.load(std::memory_order_seq_cst); }
 
 uint64_t Loader::Step() const { return step_.load(std::memory_order_relaxed); }
 
@@ -126,7 +127,7 @@ Result<std::optional<Batch>> Loader::NextFor(std::chrono::milliseconds timeout,
 Result<std::optional<Batch>> Loader::NextImpl(
     std::optional<std::chrono::steady_clock::time_point> deadline, const WaitHook& hook) {
   LX_RETURN_IF_ERROR(conn_->CheckProcess());
-  if (conn_->shut_down()) return Status::Cancelled("loader closed");
+  if (conn_->shut_down() || conn_->closed()) return Status::Cancelled("loader closed");
   const uint32_t held = leases_held();
   if (held >= lease_cap_) {
     return Status::ResourceExhausted(
@@ -147,6 +148,9 @@ Result<std::optional<Batch>> Loader::NextImpl(
   if (m == nullptr) return Status::Protocol(std::string("expected batch, got ") + MessageName(r.msg));
   // Own the slot first, so every error path below still releases it.
   auto lease = std::make_shared<Lease>(conn_, m->slot, m->seq, conn_->ring_base() + m->offset);
+  // Closed meanwhile (another thread): CloseLoader may not have seen this
+  // lease, so the socket may be hanging up and the slot must not be used.
+  if (conn_->closed()) return Status::Cancelled("loader closed");
   uint64_t publish_ns = 0;
   LX_RETURN_IF_ERROR(CheckSlot(conn_->ring_base(), conn_->geometry(), m->slot, m->seq, m->step,
                                m->offset, m->total_bytes, &publish_ns));
@@ -168,7 +172,7 @@ Result<std::optional<Batch>> Loader::NextImpl(
 
 Status Loader::Seek(uint64_t step, const WaitHook& hook) {
   LX_RETURN_IF_ERROR(conn_->CheckProcess());
-  if (conn_->shut_down()) return Status::Cancelled("loader closed");
+  if (conn_->shut_down() || conn_->closed()) return Status::Cancelled("loader closed");
   LX_ASSIGN_OR_RETURN(Reply r, conn_->Call(SeekMsg{step}, {}, hook, /*reuse_owed=*/false));
   if (auto* err = std::get_if<ErrorMsg>(&r.msg)) return err->ToStatus();
   if (!std::holds_alternative<OkMsg>(r.msg)) return Status::Protocol("expected ok after seek");

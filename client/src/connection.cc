@@ -122,7 +122,7 @@ Result<Reply> Connection::AwaitReply(
   *owed = false;
   if (timed_out) *timed_out = false;
   while (true) {
-    if (shut_down()) return Status::Cancelled("loader closed");
+    if (shut_down() || closed()) return Status::Cancelled("loader closed");
     auto wait = kPollInterval;
     if (deadline) {
       auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - Clock::now());
@@ -163,6 +163,7 @@ Result<Reply> Connection::Call(const Message& req, std::span<const int> fds,
   LX_RETURN_IF_ERROR(CheckProcess());
   std::lock_guard<std::mutex> lock(call_mu_);
   if (timed_out) *timed_out = false;
+  if (closed()) return Status::Cancelled("loader closed");
   if (owed_) {
     bool owed = false;
     if (reuse_owed && owed_index_ == req.index()) {
@@ -192,7 +193,7 @@ Result<Reply> Connection::Call(const Message& req, std::span<const int> fds,
 Status Connection::SendAhead(const Message& req) {
   LX_RETURN_IF_ERROR(CheckProcess());
   std::lock_guard<std::mutex> lock(call_mu_);
-  if (owed_) return Status::OK();
+  if (owed_ || closed()) return Status::OK();
   LX_RETURN_IF_ERROR(FlushReleases());  // releases must precede the request
   LX_RETURN_IF_ERROR(SendMessage(req, {}));
   owed_ = true;
@@ -239,6 +240,24 @@ Status Connection::FlushReleases() {
   }
   for (const ReleaseMsg& r : pending) LX_RETURN_IF_ERROR(SendMessage(r, {}));
   return Status::OK();
+}
+
+void Connection::CloseLoader() {
+  if (closed_.exchange(true, std::memory_order_seq_cst)) return;
+  if (CurrentPid() != owner_pid_ || shut_down()) return;
+  if (leases_held.load(std::memory_order_seq_cst) == 0) return Shutdown();
+  // Batches are still viewed here: hanging up now would let the daemon
+  // reuse their slots. Ask it to stop the loader instead; the socket closes
+  // with the last lease. If the socket is full (a stalled daemon) the
+  // session simply lingers until then: late, never unsafe.
+  std::lock_guard<std::mutex> lock(release_mu_);
+  if (pending_releases_.empty()) {
+    (void)SendFrame(fd_.get(), EncodeMessage(CloseMsg{}), {}, /*nonblocking=*/true);
+  }
+}
+
+void Connection::LeaseEnded() {
+  if (closed() && leases_held.load(std::memory_order_seq_cst) == 0) Shutdown();
 }
 
 void Connection::Shutdown() {

@@ -68,6 +68,17 @@ class Connection {
   // Ends the session from any thread; wakes a blocked Call with Cancelled.
   void Shutdown();
   bool shut_down() const { return shut_.load(std::memory_order_acquire); }
+  // Closes the loader from any thread, never blocking. Requests are refused
+  // from now on (a blocked Call returns Cancelled within kPollInterval). With
+  // no lease alive this is Shutdown(); otherwise the daemon is sent `close`
+  // (it stops the loader but keeps this session's leases) and the socket
+  // stays open, still carrying releases, until the last lease is gone
+  // (LeaseEnded), so the daemon never reuses a slot this process still views.
+  void CloseLoader();
+  bool closed() const { return closed_.load(std::memory_order_seq_cst); }
+  // Called by ~Lease after its release: hangs up once a closed loader's last
+  // lease is gone.
+  void LeaseEnded();
   // Daemon error when called in a forked child.
   Status CheckProcess() const;
 
@@ -80,7 +91,7 @@ class Connection {
   const RingGeometry& geometry() const { return geometry_; }
 
   // Leases alive in this process (a Batch or its zero-copy owners).
-  // Relaxed: a counter for the lease-cap check and stats, orders nothing.
+  // Seq_cst: ordered against closed_ (see there).
   std::atomic<uint32_t> leases_held{0};
 
  private:
@@ -105,6 +116,10 @@ class Connection {
   // Set by Shutdown (any thread); read by waits. Release/acquire: a waiter
   // that sees it knows the socket was shut down on purpose.
   std::atomic<bool> shut_{false};
+  // Set by CloseLoader. Seq_cst with leases_held: a lease created while the
+  // loader closes is either seen by CloseLoader (the socket stays open) or
+  // sees closed() itself (NextImpl drops it).
+  std::atomic<bool> closed_{false};
 
   std::mutex call_mu_;
   bool owed_ = false;            // guarded by call_mu_

@@ -340,6 +340,9 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
         if (queue_.size() >= kMaxQueuedRequests) {
           return ProtocolViolation(Status::Protocol("too many outstanding requests"));
         }
+        // A `close` also cancels a `next`/`seek` the worker is waiting on
+        // (answered with a Cancelled error), so it never waits behind one.
+        if (std::holds_alternative<CloseMsg>(msg)) loader_closing_ = true;
         queue_.push_back(Request{std::move(msg), std::move(frame.fds)});
       }
       cv_.notify_all();
@@ -428,7 +431,7 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
             if constexpr (std::is_same_v<T, SeekMsg>) return DoSeek(m);
             if constexpr (std::is_same_v<T, StatsMsg>) return Send(server_.Stats(cred_.uid));
             if constexpr (std::is_same_v<T, CloseMsg>) {
-              CloseLoader();
+              LeaveGroup();
               return Send(OkMsg{0});
             }
             return Status::Internal("unreachable");
@@ -442,7 +445,10 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
         break;
       }
     }
-    CloseLoader();
+    // Group first: the pipeline must be stopped before the leased slots are
+    // freed, or a gather still running could reuse one.
+    LeaveGroup();
+    DropLeases();
     asio::post(server_.io_, [&s = server_, id = id_] { s.Finish(id); });
   }
 
@@ -450,10 +456,21 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
     std::lock_guard<std::mutex> lock(mu_);
     return closing_;
   }
+  // The session ends, or the client closed its loader: waits give up.
+  bool LoaderClosing() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return closing_ || loader_closing_;
+  }
+  // A wait cancelled by `close` is answered (the session goes on, holding
+  // its leases); one cancelled because the session ends is not.
+  Status Cancelled(const Status& st) {
+    if (Closing()) return Status::Cancelled("session closing");
+    return Error(st);
+  }
 
-  // Leaves the group (the last member closes it and returns its ring
-  // accounting) and drops this session's leases.
-  void CloseLoader() {
+  // Drops this session's leases: its client is gone (hang-up), so nothing
+  // views those slots any more.
+  void DropLeases() {
     size_t held = 0;
     {
       std::lock_guard<std::mutex> lock(lease_mu_);
@@ -461,6 +478,15 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
       leases_.clear();
     }
     server_.slots_held_.fetch_sub(held, std::memory_order_relaxed);
+    if (closed_ring_bytes_ != 0) server_.ReleaseRing(cred_.uid, closed_ring_bytes_);
+    closed_ring_bytes_ = 0;
+  }
+
+  // Leaves the group; the last member closes it (pipeline stopped, held
+  // batches dropped). The session's leases stay: after a `close` the client
+  // may still view those slots (they are dropped on hang-up), and while a
+  // closed group's ring is leased its bytes stay charged to the uid.
+  void LeaveGroup() {
     if (!group_) return;
     const bool named = !group_->name().empty();
     bool last;
@@ -477,7 +503,17 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
     server_.CountLoader(named, -1);
     if (last) {
       group_->Close();
-      server_.ReleaseRing(cred_.uid, group_->ring()->geometry().total_bytes);
+      const uint64_t ring_bytes = group_->ring()->geometry().total_bytes;
+      bool leased;
+      {
+        std::lock_guard<std::mutex> lock(lease_mu_);
+        leased = !leases_.empty();
+      }
+      if (leased) {
+        closed_ring_bytes_ += ring_bytes;  // released with the leases
+      } else {
+        server_.ReleaseRing(cred_.uid, ring_bytes);
+      }
       if (named) server_.CountGroup(-1);
       LX_LOG(kDebug) << "session " << id_ << ": last member left group '" << group_->name()
                      << "', closed";
@@ -491,6 +527,9 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
 
   Status DoOpen(const OpenMsg& m, std::vector<UniqueFd> fds) {
     if (group_) return Error(Status::State("a loader is already open on this connection"));
+    if (LoaderClosing()) {
+      return Error(Status::State("the loader of this connection was closed; open a new connection"));
+    }
     Group::MemberSpec spec;
     spec.mode = m.group.empty() ? GroupMode::kBroadcast : m.group_mode;
     size_t next_fd = 0;
@@ -631,9 +670,9 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
             " batches, its lease cap; drop references to old batches before drawing more"));
       }
     }
-    Result<Delivery> got = group_->Next(id_, [this] { return Closing(); }, kWorkerPoll);
+    Result<Delivery> got = group_->Next(id_, [this] { return LoaderClosing(); }, kWorkerPoll);
     if (!got.ok()) {
-      if (got.status().code() == Status::Code::kCancelled) return Status::Cancelled("session closing");
+      if (got.status().code() == Status::Code::kCancelled) return Cancelled(got.status());
       return Error(got.status());
     }
     Delivery& d = got.value();
@@ -668,8 +707,8 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
 
   Status DoSeek(const SeekMsg& m) {
     if (!group_) return Error(Status::State("no loader is open on this connection"));
-    Status st = group_->Seek(id_, m.step, [this] { return Closing(); }, kWorkerPoll);
-    if (st.code() == Status::Code::kCancelled) return Status::Cancelled("session closing");
+    Status st = group_->Seek(id_, m.step, [this] { return LoaderClosing(); }, kWorkerPoll);
+    if (st.code() == Status::Code::kCancelled) return Cancelled(st);
     if (!st.ok()) return Error(st);
     return Send(OkMsg{m.step});
   }
@@ -690,10 +729,12 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
   std::condition_variable cv_;   // queue_ gained a request, or closing_
   std::deque<Request> queue_;    // guarded by mu_
   bool closing_ = false;         // guarded by mu_
+  bool loader_closing_ = false;  // a `close` arrived; guarded by mu_
 
   // Worker thread only.
   std::shared_ptr<Group> group_;  // the group this session's loader is a member of
   uint32_t lease_cap_ = 0;
+  uint64_t closed_ring_bytes_ = 0;  // of a closed group whose slots stay leased
 
   std::mutex lease_mu_;
   std::map<uint32_t, Lease> leases_;  // slot -> lease; guarded by lease_mu_

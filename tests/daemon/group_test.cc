@@ -320,13 +320,18 @@ TEST_F(GroupTest, BroadcastMemberLeavingMidRunLetsTheOthersGoOn) {
   mine.Reset();
   b->Close();  // b stops at step 1: without it leaving, a would wait at 1 + kSkew
   EXPECT_TRUE(WaitStat("group_members", 1));
-  EXPECT_TRUE(WaitStat("slots_held", 0));  // b's lease was dropped daemon-side
+  // b still views step 0, so its lease outlives its membership: the group
+  // must not reuse that slot while a goes round the ring.
+  EXPECT_TRUE(WaitStat("slots_held", 1));
   for (uint64_t step = 1; step < 1 + 5 * kSkew; ++step) {
     auto x = a->NextFor(milliseconds(5000));
     ASSERT_TRUE(x.ok() && x->has_value()) << "step " << step;
     EXPECT_EQ((*x)->step(), step);
   }
-  EXPECT_EQ(held.step(), 0u);  // still readable here
+  EXPECT_EQ(held.step(), 0u);
+  ExpectSameArrays(held, EmbeddedBatch(Spec(GroupMode::kBroadcast), 0), "held past close");
+  held.Reset();  // b's last lease: its session ends
+  EXPECT_TRUE(WaitStat("slots_held", 0));
 }
 
 TEST_F(GroupTest, ShardRankLeavingFreezesItsCursorUntilTheRankRejoins) {

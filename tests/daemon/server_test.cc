@@ -170,6 +170,67 @@ TEST_F(ServerTest, ClosingTheLoaderReclaimsItsSlotsAndRing) {
   EXPECT_TRUE(WaitStat("ring_bytes", 0));
 }
 
+TEST_F(ServerTest, BatchesHeldPastCloseKeepTheirSlotsUntilFreed) {
+  // Close() with batches held and a request ahead in flight: the daemon
+  // stops the loader but must not reuse the held slots, and the session
+  // ends only once they are freed (docs/protocol.md, `close`).
+  auto c = Connect();
+  LoaderSpec spec = DenseSpec();
+  spec.prefetch = 2;
+  for (uint64_t start = 0; start < 10; ++start) {
+    spec.start_step = start;
+    auto loader = c->OpenLoader(spec).value();
+    loader->set_request_ahead(true);
+    std::vector<client::Batch> held;
+    for (int i = 0; i < 2; ++i) held.push_back(loader->Next().value());
+    loader->Close();
+    EXPECT_EQ(loader->Next().status().code(), Status::Code::kCancelled);
+    EXPECT_EQ(loader->Seek(0).code(), Status::Code::kCancelled);
+    EXPECT_TRUE(WaitStat("loaders", 0));  // the loader itself is gone at once
+    EXPECT_GE(Stat("slots_held"), 2u);    // ...but not the slots viewed here
+    EXPECT_GT(Stat("ring_bytes"), 0u);    // whose ring stays charged
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    for (int i = 0; i < 2; ++i) {
+      BatchLayout layout;
+      auto want = EmbeddedBytes(spec, start + i, &layout);
+      EXPECT_EQ(held[i].step(), start + i);
+      EXPECT_EQ(BytesOf(held[i], layout.total_bytes), want) << "start " << start << " i " << i;
+    }
+    held.clear();  // the last lease ends the session
+    EXPECT_TRUE(WaitStat("slots_held", 0));
+    EXPECT_TRUE(WaitStat("ring_bytes", 0));
+    EXPECT_TRUE(WaitStat("sessions", 1));  // only the stats query
+  }
+}
+
+TEST_F(ServerTest, CloseAnswersAWaitingNextAndRefusesALaterOpen) {
+  auto fd = RawHello();
+  ASSERT_TRUE(SendFrame(fd.get(), EncodeMessage(NextMsg{})).ok());  // no loader: an error
+  ASSERT_TRUE(SendFrame(fd.get(), EncodeMessage(CloseMsg{})).ok());
+  auto expect = [&](auto check) {
+    auto frame = RecvFrame(fd.get()).value();
+    auto m = DecodeMessage(frame.bytes).value();
+    check(m);
+  };
+  expect([](const Message& m) {
+    ASSERT_TRUE(std::holds_alternative<ErrorMsg>(m));
+    EXPECT_EQ(std::get<ErrorMsg>(m).code, static_cast<uint32_t>(Status::Code::kState));
+  });
+  expect([](const Message& m) { EXPECT_TRUE(std::holds_alternative<OkMsg>(m)); });
+  OpenMsg open;
+  open.streams = {{"x", false, false, 1}};
+  open.batch_size = 1;
+  auto mem = CreateMemfd("junk", 4096).value();
+  int fds[] = {mem.get(), mem.get(), mem.get()};
+  ASSERT_TRUE(SendFrame(fd.get(), EncodeMessage(open), fds).ok());
+  expect([](const Message& m) {
+    ASSERT_TRUE(std::holds_alternative<ErrorMsg>(m));
+    const auto& err = std::get<ErrorMsg>(m);
+    EXPECT_EQ(err.code, static_cast<uint32_t>(Status::Code::kState));
+    EXPECT_NE(err.message.find("was closed"), std::string::npos) << err.message;
+  });
+}
+
 TEST_F(ServerTest, StoreOpenedByTwoClientsIsMappedOnce) {
   auto c = Connect();
   LoaderSpec spec = DenseSpec();

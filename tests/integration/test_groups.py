@@ -112,6 +112,8 @@ def test_broadcast_members_get_equal_arrays_from_one_gather(daemon, stores) -> N
         for m in members:
             m.close()
     assert daemon.wait_stat("groups", 0)["groups"] == 0
+    assert daemon.stats()["ring_bytes"] == ring  # the last step's arrays still view it
+    del got, g
     assert daemon.wait_stat("ring_bytes", 0)["ring_bytes"] == 0
 
 
@@ -249,3 +251,33 @@ def test_client_loader_takes_group_arguments(daemon, stores) -> None:
         a.close()
         b.close()
     gc.collect()
+
+
+def test_batches_held_past_close_are_not_rewritten_while_the_group_goes_on(daemon, stores) -> None:
+    # A member that closes while holding batches keeps their slots: the group
+    # (still running for the other member) must not reuse them until the
+    # arrays are freed.
+    s = stores["streams"]
+    opts = DaemonOptions(daemon.socket, group="sweep", group_mode="broadcast")
+    stay = DataLoader(s, batch_size=8, mode=Mode.IID, seed=4, daemon=opts)
+    try:
+        with DataLoader(s, batch_size=8, mode=Mode.IID, seed=4, daemon=opts) as leaving:
+            kept = [next(leaving) for _ in range(2)]
+        want = [copy_batch(b) for b in kept]
+        with DataLoader(s, batch_size=8, mode=Mode.IID, seed=4) as local:
+            for b in want:
+                assert_same_batch(b, next(local))
+        for _ in range(40):  # many times round the ring
+            next(stay)
+        for got, w in zip(kept, want):
+            assert_same_batch(got, w)
+        stats = daemon.stats()
+        assert stats["loaders"] == 1 and stats["group_members"] == 1  # it left the group
+        assert stats["sessions"] == 3  # stay, the closed member (holding), this query
+        del kept, got
+        gc.collect()
+        # Freeing the arrays ends the closed member's session and its leases.
+        assert daemon.wait_stat("sessions", 2)["sessions"] == 2
+    finally:
+        stay.close()
+    assert daemon.wait_stat("groups", 0)["groups"] == 0

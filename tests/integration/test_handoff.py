@@ -60,6 +60,23 @@ def test_request_ahead_holds_one_more_slot_and_seek_returns_it(daemon, stores) -
         assert held["label"].shape == (8,)
 
 
+def test_batches_held_past_close_keep_their_values_with_request_ahead(daemon, stores) -> None:
+    # close() with a request ahead outstanding: the daemon must stop the
+    # pipeline before it could reuse the slots the client still views.
+    options = DaemonOptions(daemon.socket, request_ahead=True)
+    for start in range(30):
+        with DataLoader(stores["streams"], batch_size=8, seed=4, start_step=start,
+                        daemon=options) as remote:
+            kept = [next(remote) for _ in range(2)]
+        time.sleep(0.02)  # time for anything still running in the daemon to land
+        with DataLoader(stores["streams"], batch_size=8, seed=4, start_step=start) as local:
+            for got in kept:
+                assert_same_batch(got, next(local))
+    del kept, got
+    assert daemon.wait_stat("slots_held", 0)["slots_held"] == 0
+    assert daemon.wait_stat("loaders", 0)["loaders"] == 0
+
+
 def test_request_ahead_off_by_default(daemon, stores) -> None:
     with DataLoader(stores["streams"], batch_size=8, daemon=daemon.socket) as remote:
         assert remote._source.request_ahead is False

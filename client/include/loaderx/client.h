@@ -177,8 +177,12 @@ class Loader {
   // The next batch is `step`.
   Status Seek(uint64_t step, const WaitHook& hook = nullptr);
   uint64_t Step() const;
-  // Ends the session (the daemon reclaims everything not leased out; leased
-  // slots stay readable here). Idempotent, thread-safe, never blocks.
+  // Closes the loader: Next/Seek return Cancelled from now on (a blocked
+  // one within kPollInterval), the daemon stops its pipeline and reclaims
+  // everything not leased out. Batches still held stay readable AND
+  // unchanged: their slots stay leased (the session lives on, sending only
+  // releases) until the last of them is freed, then the session ends.
+  // Idempotent, thread-safe, never blocks.
   void Close();
 
   const std::vector<StreamInfo>& streams() const { return *streams_; }
