@@ -44,6 +44,7 @@ import argparse
 import functools
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -330,8 +331,15 @@ def _litdata() -> Any:
 def _write_litdata(out: Path) -> None:
     ld = _litdata()
     n = int(np.load(SOURCE, mmap_mode="r").shape[0])
-    ld.optimize(fn=functools.partial(_litdata_record, str(SOURCE)), inputs=list(range(n)), output_dir=str(out),
-                chunk_bytes="64MB", num_workers=1, verbose=False)
+    # optimize() installs a process-wide SIGINT handler that calls
+    # os._exit(0) and never removes it: a later Ctrl-C would end this
+    # process silently with status 0. Put the caller's handler back.
+    sigint = signal.getsignal(signal.SIGINT)
+    try:
+        ld.optimize(fn=functools.partial(_litdata_record, str(SOURCE)), inputs=list(range(n)),
+                    output_dir=str(out), chunk_bytes="64MB", num_workers=1, verbose=False)
+    finally:
+        signal.signal(signal.SIGINT, sigint)
 
 
 def _litdata_iter(workers: int, total: int) -> tuple[Iterator[tuple[Any, Any]], Any]:

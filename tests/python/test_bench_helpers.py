@@ -9,6 +9,7 @@ token record splitter, the doc-section rewriter and the process-tree PSS sum.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -337,7 +338,11 @@ def test_litdata_peer_serves_exact_shuffled_batches_without_epoch_end(tmp_path, 
     import bench_loader
     src = _tiny_source(tmp_path, monkeypatch)
     total = 12  # > 40 / 8 batches of one pass over the records: needs the subsample repeat
+    sigint = signal.getsignal(signal.SIGINT)
     it, close = bench_loader._litdata_iter(workers=0, total=total)
+    # litdata's optimize() leaves a SIGINT handler that os._exit(0)s: a later
+    # Ctrl-C (or a test's interrupt_main) would end pytest silently, "green".
+    assert signal.getsignal(signal.SIGINT) is sigint
     seen = []
     for k in range(total):
         img, ix = next(it)
