@@ -477,9 +477,11 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
       for (const auto& [slot, lease] : leases_) held += lease.count;
       leases_.clear();
     }
-    server_.slots_held_.fetch_sub(held, std::memory_order_relaxed);
+    // The ring's accounting before slots_held: once a stats reader sees the
+    // slots gone, it also sees the ring gone.
     if (closed_ring_bytes_ != 0) server_.ReleaseRing(cred_.uid, closed_ring_bytes_);
     closed_ring_bytes_ = 0;
+    server_.slots_held_.fetch_sub(held, std::memory_order_relaxed);
   }
 
   // Leaves the group; the last member closes it (pipeline stopped, held
