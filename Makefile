@@ -26,8 +26,13 @@ test: build test-cpp test-py test-asan test-tsan
 test-cpp: build
 	cd build && ctest --output-on-failure -j $(JOBS) --timeout 600
 
+# The report is written only when pytest finishes its session: a test that
+# ends the process early (os._exit(0) from some library's signal handler)
+# must not pass for a green run.
 test-py: build
-	PYTHONPATH=python LOADERXD=$(CURDIR)/build/daemon/loaderxd $(PY) -m pytest -q -p no:cacheprovider --timeout 600
+	rm -f build/pytest-report.xml
+	PYTHONPATH=python LOADERXD=$(CURDIR)/build/daemon/loaderxd $(PY) -m pytest -q -p no:cacheprovider --timeout 600 --junitxml=build/pytest-report.xml
+	@test -s build/pytest-report.xml || { echo "pytest ended without finishing its session (no build/pytest-report.xml)"; exit 1; }
 
 test-asan: setup
 	@$(CMAKE) -S . -B build-asan $(CMAKE_COMMON) -DCMAKE_BUILD_TYPE=Debug -DLOADERX_BUILD_PYTHON=OFF -DLOADERX_SANITIZE=address,undefined >/dev/null
