@@ -112,6 +112,17 @@ uint32_t Loader::leases_held() const { return conn_->leases_held.load(std::memor
 
 uint64_t Loader::Step() const { return step_.load(std::memory_order_relaxed); }
 
+Status Loader::set_spin_wait(std::chrono::microseconds spin) {
+  if (spin.count() < 0 || spin > kMaxSpinWait) {
+    return Status::InvalidArgument("spin wait must be in 0.." + std::to_string(kMaxSpinWait.count()) +
+                                   " us, got " + std::to_string(spin.count()));
+  }
+  conn_->set_spin_wait(spin);
+  return Status::OK();
+}
+
+std::chrono::microseconds Loader::spin_wait() const { return conn_->spin_wait(); }
+
 Result<Batch> Loader::Next(const WaitHook& hook) {
   Result<std::optional<Batch>> r = NextImpl(std::nullopt, hook);
   if (!r.ok()) return r.status();

@@ -121,15 +121,23 @@ Result<Reply> Connection::AwaitReply(
   using Clock = std::chrono::steady_clock;
   *owed = false;
   if (timed_out) *timed_out = false;
+  const std::chrono::microseconds spin = spin_wait();
+  const Clock::time_point spin_end =
+      spin.count() > 0 ? Clock::now() + spin : Clock::time_point::min();
   while (true) {
     if (shut_down() || closed()) return Status::Cancelled("loader closed");
-    auto wait = kPollInterval;
-    if (deadline) {
-      auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - Clock::now());
+    const Clock::time_point now = Clock::now();
+    // Spinning: non-blocking receives (no hook: a spin is far shorter than
+    // kPollInterval), never past the caller's deadline.
+    const bool spinning = now < spin_end && (!deadline || now < *deadline);
+    auto wait = spinning ? std::chrono::milliseconds(0) : kPollInterval;
+    if (deadline && !spinning) {
+      auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - now);
       wait = std::clamp(left, std::chrono::milliseconds(0), kPollInterval);
     }
     LX_ASSIGN_OR_RETURN(Frame f, Receive(wait));
     if (f.would_block) {
+      if (spinning) continue;
       if (hook) {
         Status st = hook();
         if (!st.ok()) {

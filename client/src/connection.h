@@ -8,6 +8,12 @@
 // already queued costs a single syscall (no poll first). A request whose
 // wait was aborted leaves its reply "owed"; the next call collects it first.
 //
+// Spin (off by default, Loader::set_spin_wait): a wait may first poll the
+// socket with non-blocking receives for up to spin_wait(), so a reply that
+// arrives within it is taken without the sleep and wake-up of a blocking
+// recvmsg, at the price of a busy core meanwhile (docs/daemon.md
+// "Performance" has the measurement and the decision).
+//
 // Fork: every live socket fd is registered in a fixed lock-free table; a
 // pthread_atfork child handler closes them all in the child and records the
 // child's pid, and every method checks that pid (a load, not a getpid
@@ -81,6 +87,14 @@ class Connection {
   void LeaseEnded();
   // Daemon error when called in a forked child.
   Status CheckProcess() const;
+  // How long a wait polls before blocking (0: never; see the header
+  // comment). Any thread; applies from the next wait on.
+  void set_spin_wait(std::chrono::microseconds spin) {
+    spin_wait_us_.store(spin.count(), std::memory_order_relaxed);
+  }
+  std::chrono::microseconds spin_wait() const {
+    return std::chrono::microseconds(spin_wait_us_.load(std::memory_order_relaxed));
+  }
 
   const HelloOkMsg& hello() const { return hello_; }
   const std::string& path() const { return path_; }
@@ -120,6 +134,9 @@ class Connection {
   // loader closes is either seen by CloseLoader (the socket stays open) or
   // sees closed() itself (NextImpl drops it).
   std::atomic<bool> closed_{false};
+
+  // Relaxed: a tuning value, read once per wait; no other data hangs on it.
+  std::atomic<int64_t> spin_wait_us_{0};
 
   std::mutex call_mu_;
   bool owed_ = false;            // guarded by call_mu_

@@ -384,5 +384,72 @@ TEST(ClientTest, RequestAheadAsksForTheNextBatchBeforeTheCallerDoes) {
   loader->Close();
 }
 
+TEST(ClientTest, SpinWaitOutsideItsRangeIsRefusedAndKeepsTheSetting) {
+  auto script = std::make_shared<RingScript>();
+  script->make_batch = [](const RingGeometry& g, uint8_t* base) {
+    PublishSlot(base, g, 0, 1, 0, g.payload_offset, 64);
+    return BatchMsg{0, 0, 1, g.payload_offset, 2, 64, {{0, 0, 32, 0, 0}}};
+  };
+  FakeDaemon fake([script](int fd) { (*script)(fd); });
+  auto c = Client::Connect(fake.path()).value();
+  auto loader = c->OpenLoader(SpecWithStore(fake.dir())).value();
+  EXPECT_EQ(loader->spin_wait().count(), 0);  // off by default
+  ASSERT_TRUE(loader->set_spin_wait(std::chrono::microseconds(200)).ok());
+  EXPECT_EQ(loader->spin_wait().count(), 200);
+  for (auto bad : {std::chrono::microseconds(-1), client::kMaxSpinWait + std::chrono::microseconds(1)}) {
+    Status st = loader->set_spin_wait(bad);
+    EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+    EXPECT_NE(st.message().find("spin wait"), std::string::npos) << st.message();
+  }
+  EXPECT_EQ(loader->spin_wait().count(), 200);
+  loader->Close();
+}
+
+// A reply within the spin is taken by a non-blocking receive, a later one by
+// the blocking wait that follows the spin: both deliver the right batch.
+TEST(ClientTest, SpinningWaitDeliversRepliesArrivingDuringAndAfterTheSpin) {
+  auto script = std::make_shared<RingScript>();
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  script->make_batch = [calls](const RingGeometry& g, uint8_t* base) {
+    const int k = calls->fetch_add(1);
+    if (k == 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));  // past the spin
+    const uint64_t off = g.payload_offset + static_cast<uint64_t>(k) * 64;
+    PublishSlot(base, g, static_cast<uint32_t>(k), k + 1, k, off, 64);
+    return BatchMsg{static_cast<uint64_t>(k), static_cast<uint32_t>(k), static_cast<uint64_t>(k + 1),
+                    off, 2, 64, {{0, 0, 32, 0, 0}}};
+  };
+  FakeDaemon fake([script](int fd) { (*script)(fd); });
+  auto c = Client::Connect(fake.path()).value();
+  auto loader = c->OpenLoader(SpecWithStore(fake.dir())).value();
+  ASSERT_TRUE(loader->set_spin_wait(client::kMaxSpinWait).ok());
+  for (uint64_t step = 0; step < 2; ++step) {
+    auto b = loader->Next();
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    EXPECT_EQ(b->step(), step);
+  }
+  EXPECT_EQ(loader->Step(), 2u);
+  loader->Close();
+}
+
+TEST(ClientTest, SpinNeverOutlastsTheCallersDeadline) {
+  auto script = std::make_shared<RingScript>();
+  script->make_batch = [](const RingGeometry& g, uint8_t* base) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    PublishSlot(base, g, 2, 9, 0, g.payload_offset, 64);
+    return BatchMsg{0, 2, 9, g.payload_offset, 2, 64, {{0, 0, 32, 0, 0}}};
+  };
+  FakeDaemon fake([script](int fd) { (*script)(fd); });
+  auto c = Client::Connect(fake.path()).value();
+  auto loader = c->OpenLoader(SpecWithStore(fake.dir())).value();
+  ASSERT_TRUE(loader->set_spin_wait(client::kMaxSpinWait).ok());
+  auto none = loader->NextFor(std::chrono::milliseconds(0));  // answered later: not now
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_FALSE(none->has_value());
+  auto b = loader->Next();  // collects the owed reply, nothing skipped
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(b->step(), 0u);
+  loader->Close();
+}
+
 }  // namespace
 }  // namespace loaderx::testing

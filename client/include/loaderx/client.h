@@ -52,6 +52,10 @@ class Client;
 namespace client {
 
 inline constexpr std::chrono::milliseconds kPollInterval{50};
+// Upper bound of Loader::set_spin_wait: a spin is a busy core, and a longer
+// one would delay noticing Close() or a WaitHook abort beyond kPollInterval.
+inline constexpr std::chrono::microseconds kMaxSpinWait{1000};
+static_assert(kMaxSpinWait < kPollInterval);
 inline constexpr std::chrono::milliseconds kDeadPeerDetection{1000};
 static_assert(kPollInterval * 4 <= kDeadPeerDetection,
               "a blocked wait must notice a dead daemon well within the promise");
@@ -201,6 +205,16 @@ class Loader {
   void set_request_ahead(bool on) { request_ahead_ = on; }
   bool request_ahead() const { return request_ahead_; }
   uint64_t ring_bytes() const { return ring_bytes_; }
+
+  // Spin wait (off by default): a wait for the daemon's reply first polls
+  // the socket without blocking for up to `spin`, then blocks as usual. A
+  // reply arriving within it skips the sleep/wake-up of a blocking receive;
+  // the price is a core kept busy for up to `spin` per wait, which on a
+  // small machine is a core the daemon's gather threads do not get (see
+  // docs/daemon.md "Performance" for the measurement and why it is off).
+  // InvalidArgument outside [0, kMaxSpinWait]; 0 turns it off. Any thread.
+  Status set_spin_wait(std::chrono::microseconds spin);
+  std::chrono::microseconds spin_wait() const;
 
  private:
   friend class ::loaderx::Client;
