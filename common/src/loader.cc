@@ -3,8 +3,12 @@
 #include "loaderx/loader.h"
 
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <cstring>
 #include <map>
@@ -43,6 +47,21 @@ Status TooLarge(size_t stream) {
 
 std::string StreamName(const std::vector<std::shared_ptr<const Store>>& streams, size_t j) {
   return "stream " + std::to_string(j) + " (" + streams[j]->label() + ")";
+}
+
+// Relaxed: a configuration value set before pipelines are created.
+std::atomic<int> g_default_gather_nice{0};
+
+// Raises the calling thread's nice value by `increment` (capped at 19). A
+// new thread starts with its creator's nice value, so this is relative to
+// the thread that made the Pipeline. Best effort (see PipelineOptions).
+void LowerOwnPriority(int increment) {
+  if (increment <= 0) return;
+  const pid_t tid = ::gettid();
+  errno = 0;
+  const int current = ::getpriority(PRIO_PROCESS, tid);
+  if (current == -1 && errno != 0) return;
+  (void)::setpriority(PRIO_PROCESS, tid, std::min(current + increment, kMaxGatherNice));
 }
 
 // Batch buffers are large (tens of MiB for image batches) and of the same or
@@ -173,9 +192,17 @@ class PipelineImpl final : public Pipeline {
                                ? options.num_threads
                                : std::max(1u, std::thread::hardware_concurrency());
     const size_t producers = std::min<size_t>(prefetch_, threads);
-    if (threads > producers) pool_ = std::make_unique<ThreadPool>(threads - producers);
+    const int nice = options.gather_nice;
+    if (threads > producers) {
+      pool_ = std::make_unique<ThreadPool>(threads - producers, [nice] { LowerOwnPriority(nice); });
+    }
     producers_.reserve(producers);
-    for (size_t i = 0; i < producers; ++i) producers_.emplace_back([this] { ProducerLoop(); });
+    for (size_t i = 0; i < producers; ++i) {
+      producers_.emplace_back([this, nice] {
+        LowerOwnPriority(nice);
+        ProducerLoop();
+      });
+    }
   }
   ~PipelineImpl() override { Close(); }
 
@@ -445,6 +472,12 @@ Status FillBatch(const std::vector<std::shared_ptr<const Store>>& streams,
   return Status::OK();
 }
 
+void SetDefaultGatherNice(int increment) {
+  g_default_gather_nice.store(increment, std::memory_order_relaxed);
+}
+
+int DefaultGatherNice() { return g_default_gather_nice.load(std::memory_order_relaxed); }
+
 std::shared_ptr<BatchAllocator> HeapAllocator() {
   return std::make_shared<HeapAllocatorImpl>();
 }
@@ -478,6 +511,10 @@ Result<std::unique_ptr<Pipeline>> Pipeline::Create(
   if (options.num_threads > kMaxThreads) {
     return Status::InvalidArgument("num_threads must be in 0.." + std::to_string(kMaxThreads) +
                                    ", got " + std::to_string(options.num_threads));
+  }
+  if (options.gather_nice < 0 || options.gather_nice > kMaxGatherNice) {
+    return Status::InvalidArgument("gather_nice must be in 0.." + std::to_string(kMaxGatherNice) +
+                                   ", got " + std::to_string(options.gather_nice));
   }
   LX_ASSIGN_OR_RETURN(Sampler s, Sampler::Make(sampler, options.start_step));
   if (allocator == nullptr) allocator = HeapAllocator();

@@ -5,10 +5,17 @@
 
 namespace loaderx {
 
-ThreadPool::ThreadPool(size_t threads) {
+ThreadPool::ThreadPool(size_t threads) : ThreadPool(threads, nullptr) {}
+
+ThreadPool::ThreadPool(size_t threads, std::function<void()> on_start) {
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   workers_.reserve(threads);
-  for (size_t i = 0; i < threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+  for (size_t i = 0; i < threads; ++i) {
+    workers_.emplace_back([this, on_start] {
+      if (on_start) on_start();
+      WorkerLoop();
+    });
+  }
 }
 
 ThreadPool::~ThreadPool() {

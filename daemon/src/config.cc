@@ -9,6 +9,8 @@
 #include <limits>
 #include <map>
 
+#include "loaderx/loader.h"
+
 namespace loaderx::daemon {
 
 namespace {
@@ -25,6 +27,8 @@ constexpr const char* kUsage =
     "  --max-prefetch N      prefetch cap per loader (default 64)\n"
     "  --max-skew N          steps a group member may run ahead of the slowest (default 8)\n"
     "  --socket-mode OCTAL   socket permissions (default 0660)\n"
+    "  --gather-nice N       gather threads run N nice levels below the daemon's\n"
+    "                        other threads, 0..19 (default 10; 0 = same priority)\n"
     "  --config FILE         read `key = value` settings (same names, no dashes)\n"
     "  --check-config        validate the configuration and exit\n"
     "  --foreground          do not detach (always the case under systemd)\n"
@@ -72,6 +76,9 @@ Status Apply(Config& c, const std::string& key, const std::string& v) {
   } else if (key == "max-skew") {
     LX_ASSIGN_OR_RETURN(uint64_t n, ParseUint(key, v, 1024));
     c.max_skew = static_cast<uint32_t>(n);
+  } else if (key == "gather-nice") {
+    LX_ASSIGN_OR_RETURN(uint64_t n, ParseUint(key, v, kMaxGatherNice));
+    c.gather_nice = static_cast<int>(n);
   } else if (key == "socket-mode") {
     if (v.empty() || v.find_first_not_of("01234567") != std::string::npos || v.size() > 4) {
       return Status::InvalidArgument("socket-mode: '" + v + "' is not an octal mode");
@@ -167,7 +174,7 @@ Result<Config> ParseArgs(const std::vector<std::string>& args, std::string* help
     }
     static const char* const kKnown[] = {"socket", "threads", "memory-limit", "memory-per-uid",
                                          "sessions-per-uid", "max-leases", "max-prefetch", "max-skew",
-                                         "socket-mode", "log-level", "config"};
+                                         "socket-mode", "log-level", "gather-nice", "config"};
     if (std::find(std::begin(kKnown), std::end(kKnown), key) == std::end(kKnown)) {
       return Status::InvalidArgument("unknown option --" + key + " (see --help)");
     }

@@ -3,7 +3,7 @@
 // The file holds `key = value` lines ('#' starts a comment) using the long
 // flag names without dashes (socket, threads, memory-limit, log-level,
 // sessions-per-uid, memory-per-uid, max-leases, max-prefetch, max-skew,
-// socket-mode).
+// socket-mode, gather-nice).
 // Flags given on the command line win over the file. Sizes accept K/M/G/T
 // binary suffixes. Every problem is InvalidArgument naming the key and, for
 // the file, the line.
@@ -20,6 +20,10 @@
 
 namespace loaderx::daemon {
 
+// The measured choice (docs/daemon.md "Performance"): gather threads run
+// this many nice levels below the io and session threads.
+inline constexpr int kDefaultGatherNice = 10;
+
 struct Config {
   std::string socket_path;       // default: DefaultSocketPath()
   uint32_t threads = 0;          // gather threads per loader; 0 = hardware concurrency
@@ -31,6 +35,9 @@ struct Config {
   // Steps a group member may run ahead of its group's slowest member before
   // its `next` waits (docs/daemon.md "Groups"); also sizes group rings.
   uint32_t max_skew = 8;
+  // Nice increment of every pipeline's gather threads over the daemon's
+  // own (PipelineOptions::gather_nice; docs/daemon.md "Performance").
+  int gather_nice = kDefaultGatherNice;
   mode_t socket_mode = 0660;
   bool foreground = false;
   bool check_config = false;

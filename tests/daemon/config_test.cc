@@ -98,10 +98,41 @@ TEST(ConfigTest, DefaultSocketFollowsXdgRuntimeDirForUsers) {
   EXPECT_EQ(DefaultSocketPath().value(), "/run/user/1234/loaderx/loaderxd.sock");
 }
 
+TEST(ConfigTest, GatherNiceDefaultsToTenAndAcceptsZeroToNineteen) {
+  auto c = Parse({"--socket", "/s"});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->gather_nice, 10);
+  EXPECT_EQ(c->gather_nice, kDefaultGatherNice);
+  EXPECT_EQ(Parse({"--socket", "/s", "--gather-nice", "0"})->gather_nice, 0);
+  EXPECT_EQ(Parse({"--socket", "/s", "--gather-nice=19"})->gather_nice, 19);
+  testing::TempDir dir;
+  std::string path = dir.Sub("nice.conf");
+  std::ofstream(path) << "gather-nice = 4\n";
+  EXPECT_EQ(Parse({"--socket", "/s", "--config", path})->gather_nice, 4);
+  EXPECT_EQ(Parse({"--socket", "/s", "--config", path, "--gather-nice", "2"})->gather_nice, 2);
+}
+
+TEST(ConfigTest, GatherNiceOutOfRangeNamesTheSettingAndTheBound) {
+  for (const char* v : {"20", "-1", "ten", ""}) {
+    auto c = Parse({"--socket", "/s", "--gather-nice", v});
+    ASSERT_FALSE(c.ok()) << v;
+    EXPECT_EQ(c.status().code(), Status::Code::kInvalidArgument);
+    EXPECT_NE(c.status().message().find("gather-nice"), std::string::npos) << c.status().message();
+  }
+  EXPECT_NE(Parse({"--gather-nice", "20"}).status().message().find("19"), std::string::npos);
+  testing::TempDir dir;
+  std::string path = dir.Sub("bad.conf");
+  std::ofstream(path) << "gather-nice = 25\n";
+  auto c = Parse({"--socket", "/s", "--config", path});
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("bad.conf:1"), std::string::npos) << c.status().message();
+}
+
 TEST(ConfigTest, HelpAndSizes) {
   std::string help;
   ASSERT_TRUE(ParseArgs({"--help"}, &help).ok());
   EXPECT_NE(help.find("--memory-limit"), std::string::npos);
+  EXPECT_NE(help.find("--gather-nice N"), std::string::npos);
   EXPECT_EQ(ParseSize("3K").value(), 3072u);
   EXPECT_EQ(ParseSize("1t").value(), uint64_t{1} << 40);
   EXPECT_FALSE(ParseSize("99999999999999999999").ok());

@@ -125,10 +125,26 @@ struct Batch {
   std::shared_ptr<BatchMemory> memory;
 };
 
+// The process-wide default of PipelineOptions::gather_nice: 0 until set.
+// loaderxd sets it once from --gather-nice at start-up, before any pipeline
+// exists, so every pipeline it creates gets it. Thread-safe.
+void SetDefaultGatherNice(int increment);
+int DefaultGatherNice();
+inline constexpr int kMaxGatherNice = 19;  // the span of Linux nice values
+
 struct PipelineOptions {
   uint64_t start_step = 0;
   uint32_t prefetch = 4;     // batches produced ahead of the consumer (>= 1)
   uint32_t num_threads = 0;  // gather threads; 0 = hardware concurrency
+  // Nice increment of the gather threads (the producers and their pool
+  // helpers; nothing else): each raises its own nice value to that of the
+  // thread that created the Pipeline plus this, capped at 19, when it
+  // starts (Linux nice values are per thread). Then the threads that hand
+  // batches out (the consumer; loaderxd's io and session threads) win a
+  // contended core over a gather running ahead. Lowering one's own priority
+  // needs no privilege; if setpriority fails anyway the thread keeps its
+  // priority (advisory). 0..kMaxGatherNice, else InvalidArgument.
+  int gather_nice = DefaultGatherNice();
 };
 
 class Pipeline {
