@@ -4,7 +4,6 @@
 
 #include <exception>
 #include <limits>
-#include <set>
 #include <string_view>
 
 namespace loaderx {
@@ -169,6 +168,7 @@ class Fields {
       st_ = Status::Protocol(what_ + ": expected a map");
       return;
     }
+    keys_.reserve(map.via.map.size);
     for (uint32_t i = 0; i < map.via.map.size; ++i) {
       const msgpack::object_kv& kv = map.via.map.ptr[i];
       if (kv.key.type != msgpack::type::STR) {
@@ -176,25 +176,26 @@ class Fields {
         return;
       }
       std::string_view k(kv.key.via.str.ptr, kv.key.via.str.size);
-      if (!keys_.emplace(k, &kv.val).second) {
+      if (Find(k) != nullptr) {
         st_ = Status::Protocol(what_ + ": duplicate key '" + std::string(k) + "'");
         return;
       }
+      keys_.push_back(Entry{k, &kv.val, false});
     }
   }
 
   // True if the (optional) key is present; Get() it to consume it.
-  bool Has(std::string_view key) const { return st_.ok() && keys_.count(key) != 0; }
+  bool Has(std::string_view key) const { return st_.ok() && Find(key) != nullptr; }
 
   const msgpack::object* Get(std::string_view key) {
     if (!st_.ok()) return nullptr;
-    auto it = keys_.find(key);
-    if (it == keys_.end()) {
+    Entry* e = Find(key);
+    if (e == nullptr) {
       Fail("missing key '" + std::string(key) + "'");
       return nullptr;
     }
-    used_.insert(key);
-    return it->second;
+    e->used = true;
+    return e->value;
   }
 
   uint64_t U64(std::string_view key, uint64_t max = std::numeric_limits<uint64_t>::max()) {
@@ -260,18 +261,33 @@ class Fields {
   // OK iff nothing failed and every key was consumed.
   Status Finish() {
     if (!st_.ok()) return st_;
-    for (const auto& [k, v] : keys_) {
-      if (!used_.count(k)) return Status::Protocol(what_ + ": unknown key '" + std::string(k) + "'");
+    for (const Entry& e : keys_) {
+      if (!e.used) return Status::Protocol(what_ + ": unknown key '" + std::string(e.key) + "'");
     }
     return Status::OK();
   }
   bool ok() const { return st_.ok(); }
 
  private:
+  struct Entry {
+    std::string_view key;
+    const msgpack::object* value;
+    bool used;  // consumed by Get
+  };
+  // A message has a handful of keys (at most 128, the unpack limit): a flat
+  // list searched linearly, one allocation, instead of a tree node per key
+  // and per consumed key. Every batch hand-off decodes one of these.
+  Entry* Find(std::string_view key) {
+    for (Entry& e : keys_) {
+      if (e.key == key) return &e;
+    }
+    return nullptr;
+  }
+  const Entry* Find(std::string_view key) const { return const_cast<Fields*>(this)->Find(key); }
+
   std::string what_;
   Status st_;
-  std::map<std::string_view, const msgpack::object*, std::less<>> keys_;
-  std::set<std::string_view, std::less<>> used_;
+  std::vector<Entry> keys_;  // in message order
 };
 
 template <typename T>
@@ -510,16 +526,22 @@ Result<Message> DecodeMessage(std::span<const uint8_t> frame) {
   // claiming a 4 GiB array is refused, not honoured.
   msgpack::unpack_limit limit(/*array=*/4096, /*map=*/128, /*str=*/kMaxWireString,
                               /*bin=*/0, /*ext=*/0, /*depth=*/6);
+  // The parsed objects live in this thread's zone, emptied when the decode
+  // ends (every field is copied into the Message first): one chunk reused
+  // for every message instead of a zone allocated and freed per message.
+  thread_local msgpack::zone zone;
+  struct ClearZone {
+    ~ClearZone() { zone.clear(); }
+  } clear_zone;
   try {
     size_t off = 0;
-    msgpack::object_handle oh =
-        msgpack::unpack(reinterpret_cast<const char*>(frame.data()), frame.size(), off,
+    const msgpack::object root =
+        msgpack::unpack(zone, reinterpret_cast<const char*>(frame.data()), frame.size(), off,
                         nullptr, nullptr, limit);
     if (off != frame.size()) {
       return Status::Protocol("trailing bytes after the message (" +
                               std::to_string(frame.size() - off) + ")");
     }
-    const msgpack::object& root = oh.get();
     Fields f(root, "message");
     if (!f.ok()) return f.Finish();
     const msgpack::object* t = f.Get("t");
