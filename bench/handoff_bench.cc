@@ -1,0 +1,435 @@
+// loaderx_handoff_bench: the C++ client's batch hand-off, measured where it
+// is decided (bench/bench_daemon.py starts loaderxd and runs this; results in
+// docs/benchmarks.md, section "loaderxd").
+//
+//   loaderx_handoff_bench --socket PATH --store DIR --batch N [--samples N]
+//                         [--pause-ms F] [--warm-us N] [--spin-us N]
+//   loaderx_handoff_bench --socket PATH --store DIR --batch N --throughput N
+//                         [--work-us N] [--spin-us N]
+//   loaderx_handoff_bench --calibrate [--samples N] [--pause-ms F]
+//
+// Prints one JSON object of raw microsecond samples (the caller computes the
+// percentiles). Clocks: CLOCK_MONOTONIC (the clock of the slot's publish_ns
+// stamp, system-wide) and CLOCK_THREAD_CPUTIME_ID for the call's own CPU.
+//
+// Regimes, each of a batch the daemon's pipeline already has:
+//  * reply:  request/reply; the client sends `next` and blocks in recvmsg
+//            while the daemon publishes. publish -> holding = the moment
+//            Loader::Next() returned a Batch whose views are built, minus the
+//            slot's publish stamp (the reply leg: daemon send, wake-up,
+//            receive, decode, checks, views); round_trip = from the call.
+//  * queued: request_ahead; the `batch` message is already in the socket
+//            (the previous Next() asked for it), cold: the client slept
+//            --pause-ms before the call, as bench_daemon.py's Python draws.
+//  * pushed: as queued, but the timed call sends nothing (the request went
+//            out before the pause via NextFor(0)): the receive side alone.
+//  * warm:   as queued, but a busy-wait instead of the sleep (caches and the
+//            core stay ours): the instruction cost of the hand-off.
+// A queued/pushed/warm draw whose batch was published after the call began
+// was not ready (production, not hand-off): it is redrawn, counted in
+// "skipped".
+//
+// --throughput N draws N batches back to back with request_ahead, the
+// caller busy for --work-us per batch (a training step on the CPU), and
+// reports batches/s and this thread's CPU per batch: what a spin or the
+// daemon's gather priority cost or give when the consumer competes for the
+// same cores.
+//
+// --calibrate measures the floor under any socket design on this machine,
+// with no loaderx code on the path: a forked process sends a 200-byte
+// SEQPACKET message while this one is blocked in recvmsg (wake), or after
+// this one slept (queued_cold recvmsg), and the warm per-stage costs of the
+// client's Next() (RecvFrame of a queued frame, DecodeMessage of a batch
+// message, CheckSlot, SendFrame of the `next` request).
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "loaderx/client.h"
+#include "loaderx/loader.h"
+#include "loaderx/ring.h"
+#include "loaderx/sampler.h"
+#include "loaderx/store.h"
+#include "loaderx/unix_socket.h"
+#include "loaderx/wire.h"
+
+namespace {
+
+using loaderx::MonotonicNowNs;
+using loaderx::Status;
+using Samples = std::vector<double>;
+
+constexpr uint64_t kSeed = 7;
+constexpr int kVerifySteps = 3;
+
+struct Args {
+  std::string socket;
+  std::string store;
+  uint64_t batch = 0;
+  int samples = 300;
+  double pause_ms = 80;
+  double warm_us = 500;
+  int64_t spin_us = 0;
+  int throughput = 0;
+  double work_us = 0;
+  bool calibrate = false;
+};
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "loaderx_handoff_bench: %s\n", what.c_str());
+  std::exit(1);
+}
+
+template <typename T>
+T Check(loaderx::Result<T> r, const char* what) {
+  if (!r.ok()) Die(std::string(what) + ": " + r.status().ToString());
+  return std::move(r).value();
+}
+
+void Check(const Status& st, const char* what) {
+  if (!st.ok()) Die(std::string(what) + ": " + st.ToString());
+}
+
+uint64_t ThreadCpuNs() {
+  timespec ts;
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
+}
+
+void SleepMs(double ms) {
+  std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
+}
+
+void BusyWaitUs(double us) {
+  const uint64_t end = MonotonicNowNs() + static_cast<uint64_t>(us * 1e3);
+  while (MonotonicNowNs() < end) {
+  }
+}
+
+double Us(uint64_t from, uint64_t to) { return (double(to) - double(from)) / 1e3; }
+
+// Bytes of dense stream 0 (the only stream this bench opens).
+uint64_t DenseBytes(const loaderx::client::Batch& b) {
+  loaderx::client::ArrayView v = b.Dense(0);
+  uint64_t n = v.itemsize;
+  for (uint64_t d : v.shape) n *= d;
+  return n;
+}
+
+// Every bench batch is compared with the embedded pipeline's for the same
+// steps before anything is timed: a fast wrong hand-off is worthless.
+void VerifyAgainstEmbedded(loaderx::client::Loader& loader, const std::string& store,
+                           uint64_t batch) {
+  auto s = Check(loaderx::Store::Open(store), "open store");
+  loaderx::SamplerSpec spec;
+  spec.n = s->size();
+  spec.batch_size = batch;
+  spec.mode = loaderx::SamplerMode::kIID;
+  spec.seed = kSeed;
+  auto pipe = Check(loaderx::Pipeline::Create({s}, spec, loaderx::PipelineOptions{}),
+                    "embedded pipeline");
+  for (int i = 0; i < kVerifySteps; ++i) {
+    loaderx::Batch want = Check(pipe->Next(), "embedded next");
+    loaderx::client::Batch got = Check(loader.Next(), "daemon next");
+    const uint64_t bytes = DenseBytes(got);
+    if (got.step() != want.step || bytes != want.layout.streams[0].values_bytes ||
+        std::memcmp(got.Dense(0).data, want.memory->data() + want.layout.streams[0].values_offset,
+                    bytes) != 0) {
+      Die("daemon batch of step " + std::to_string(got.step()) + " differs from embedded");
+    }
+  }
+  pipe->Close();
+}
+
+// One timed draw of a batch that should already be in the socket. False if
+// it was published after the call began (not ready: redraw).
+bool TimedQueuedDraw(loaderx::client::Loader& loader, Samples* wall, Samples* cpu) {
+  const uint64_t c0 = ThreadCpuNs(), t0 = MonotonicNowNs();
+  loaderx::client::Batch b = Check(loader.Next(), "next");
+  loaderx::client::ArrayView v = b.Dense(0);  // holding the views: hand-off complete
+  const uint64_t t1 = MonotonicNowNs(), c1 = ThreadCpuNs();
+  if (v.data == nullptr) Die("batch without values");
+  if (b.publish_ns() >= t0) return false;
+  wall->push_back(Us(t0, t1));
+  cpu->push_back(Us(c0, c1));
+  return true;
+}
+
+void PrintSamples(const char* name, const Samples& s, bool last = false) {
+  std::printf("\"%s\": [", name);
+  for (size_t i = 0; i < s.size(); ++i) std::printf(i ? ",%.3f" : "%.3f", s[i]);
+  std::printf("]%s\n", last ? "" : ",");
+}
+
+int RunThroughput(const Args& a, loaderx::client::Loader& loader) {
+  loader.set_request_ahead(true);
+  for (int i = 0; i < 3; ++i) (void)Check(loader.Next(), "next");
+  const uint64_t c0 = ThreadCpuNs(), t0 = MonotonicNowNs();
+  for (int i = 0; i < a.throughput; ++i) {
+    loaderx::client::Batch b = Check(loader.Next(), "next");
+    if (b.Dense(0).data == nullptr) Die("batch without values");
+    BusyWaitUs(a.work_us);
+  }
+  const uint64_t t1 = MonotonicNowNs(), c1 = ThreadCpuNs();
+  loader.Close();
+  std::printf("{\"batches\": %d, \"batches_per_s\": %.3f, \"cpu_ms_per_batch\": %.4f,"
+              " \"work_us\": %.1f, \"spin_us\": %" PRId64 "}\n",
+              a.throughput, a.throughput / (Us(t0, t1) / 1e6), Us(c0, c1) / 1e3 / a.throughput,
+              a.work_us, a.spin_us);
+  return 0;
+}
+
+int RunLoader(const Args& a) {
+  auto client = Check(loaderx::Client::Connect(a.socket), "connect");
+  loaderx::client::LoaderSpec spec;
+  spec.stores = {a.store};
+  spec.batch_size = a.batch;
+  spec.mode = loaderx::SamplerMode::kIID;
+  spec.seed = kSeed;
+  spec.prefetch = 2;
+  spec.leases = 4;
+  auto loader = Check(client->OpenLoader(spec), "open loader");
+  Check(loader->set_spin_wait(std::chrono::microseconds(a.spin_us)), "--spin-us");
+  VerifyAgainstEmbedded(*loader, a.store, a.batch);
+  if (a.throughput > 0) return RunThroughput(a, *loader);
+
+  // The daemon's steady production time per batch (back to back, prefetch
+  // drained), so that every timed draw finds its batch ready after a pause
+  // of a few of those; one pause for every size (--pause-ms) so a size
+  // dependence is not a difference in how cold the caches got.
+  uint64_t nbytes = 0;
+  for (int i = 0; i < 3; ++i) nbytes = DenseBytes(Check(loader->Next(), "next"));
+  const uint64_t p0 = MonotonicNowNs();
+  for (int i = 0; i < 8; ++i) (void)Check(loader->Next(), "next");
+  const double produce_ms = Us(p0, MonotonicNowNs()) / 8e3;
+  const double pause_ms = std::max(a.pause_ms, 1 + 3 * produce_ms);
+
+  Samples p2h, round_trip, reply_cpu;
+  for (int i = 0; i < a.samples; ++i) {
+    SleepMs(pause_ms);
+    const uint64_t c0 = ThreadCpuNs(), t0 = MonotonicNowNs();
+    loaderx::client::Batch b = Check(loader->Next(), "next");
+    loaderx::client::ArrayView v = b.Dense(0);
+    const uint64_t t1 = MonotonicNowNs(), c1 = ThreadCpuNs();
+    const uint64_t stamp = b.publish_ns();
+    if (stamp < t0 || stamp > t1 || v.data == nullptr) {
+      Die("publish stamp outside the request/reply draw");
+    }
+    p2h.push_back(Us(stamp, t1));
+    round_trip.push_back(Us(t0, t1));
+    reply_cpu.push_back(Us(c0, c1));
+  }
+
+  int skipped = 0;
+  const int max_attempts = 10 * a.samples;
+  // `before` waits; `on_skip` reacts to a draw whose batch was not ready.
+  auto draw_until = [&](Samples* wall, Samples* cpu, auto&& before, auto&& on_skip) {
+    for (int attempts = 0; int(wall->size()) < a.samples; ++attempts) {
+      if (attempts >= max_attempts) Die("batches were rarely ready: raise --pause-ms");
+      before();
+      if (!TimedQueuedDraw(*loader, wall, cpu)) {
+        ++skipped;
+        on_skip();
+      }
+    }
+  };
+  Samples queued, queued_cpu, warm, warm_cpu, pushed, pushed_cpu;
+  loader->set_request_ahead(true);
+  (void)Check(loader->Next(), "next");  // its return requests the first batch ahead
+  draw_until(&queued, &queued_cpu, [&] { SleepMs(pause_ms); }, [] {});
+  // A busy client slows production on a small machine: a busy-wait that
+  // proved too short for the batch to be made is doubled (up to the pause).
+  double warm_us = std::max(a.warm_us, 2e3 * produce_ms);
+  draw_until(&warm, &warm_cpu, [&] { BusyWaitUs(warm_us); },
+             [&] { warm_us = std::min(2 * warm_us, 1e3 * pause_ms); });
+  // Pushed, simulated: NextFor(0) sends `next` and returns at once with the
+  // reply owed, so the timed Next() after the pause only receives.
+  loader->set_request_ahead(false);
+  (void)Check(loader->Next(), "next");  // collects the batch requested ahead
+  draw_until(&pushed, &pushed_cpu, [&] {
+    for (;;) {
+      auto early = Check(loader->NextFor(std::chrono::milliseconds(0)), "next_for");
+      if (!early.has_value()) break;  // owed: the pushed draw follows
+    }
+    SleepMs(pause_ms);
+  }, [] {});
+  loader->Close();
+
+  std::printf("{\"nbytes\": %" PRIu64 ", \"pause_ms\": %.3f, \"warm_us\": %.1f, \"spin_us\": %" PRId64
+              ", \"skipped\": %d,\n",
+              nbytes, pause_ms, warm_us, a.spin_us, skipped);
+  PrintSamples("publish_to_holding", p2h);
+  PrintSamples("round_trip", round_trip);
+  PrintSamples("reply_cpu", reply_cpu);
+  PrintSamples("queued", queued);
+  PrintSamples("queued_cpu", queued_cpu);
+  PrintSamples("warm", warm);
+  PrintSamples("warm_cpu", warm_cpu);
+  PrintSamples("pushed", pushed);
+  PrintSamples("pushed_cpu", pushed_cpu, true);
+  std::printf("}\n");
+  return 0;
+}
+
+// A frame about the size of a one-stream `batch` message.
+constexpr size_t kFrameBytes = 200;
+
+Samples CrossProcessWake(int samples, double pause_ms, bool receiver_sleeps) {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) Die("socketpair");
+  const pid_t pid = ::fork();
+  if (pid < 0) Die("fork");
+  if (pid == 0) {
+    ::close(sv[0]);
+    uint8_t frame[kFrameBytes] = {};
+    for (int i = 0; i < samples; ++i) {
+      if (!receiver_sleeps) SleepMs(pause_ms);  // the receiver is blocked meanwhile
+      const uint64_t t = MonotonicNowNs();
+      std::memcpy(frame, &t, sizeof(t));
+      if (::send(sv[1], frame, sizeof(frame), 0) != ssize_t(sizeof(frame))) ::_exit(1);
+      char ack;  // one message in flight at a time
+      if (::recv(sv[1], &ack, 1, 0) != 1) ::_exit(1);
+    }
+    ::_exit(0);
+  }
+  ::close(sv[1]);
+  Samples out;
+  uint8_t frame[kFrameBytes];
+  for (int i = 0; i < samples; ++i) {
+    if (receiver_sleeps) SleepMs(pause_ms);  // the frame is queued meanwhile
+    const uint64_t t0 = MonotonicNowNs();
+    if (::recv(sv[0], frame, sizeof(frame), 0) != ssize_t(sizeof(frame))) Die("recv");
+    const uint64_t t1 = MonotonicNowNs();
+    uint64_t sent;
+    std::memcpy(&sent, frame, sizeof(sent));
+    out.push_back(receiver_sleeps ? Us(t0, t1) : Us(sent, t1));
+    if (::send(sv[0], "a", 1, 0) != 1) Die("send ack");
+  }
+  ::close(sv[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return out;
+}
+
+// Warm per-stage costs of the client's Next() (same functions it calls):
+// `timed` is timed, `untimed` runs after it each time.
+template <typename F, typename G>
+Samples Stage(int n, F&& timed, G&& untimed) {
+  Samples out;
+  for (int i = 0; i < n; ++i) {
+    const uint64_t t0 = MonotonicNowNs();
+    timed();
+    out.push_back(Us(t0, MonotonicNowNs()));
+    untimed();
+  }
+  return out;
+}
+
+int RunCalibrate(const Args& a) {
+  Samples wake = CrossProcessWake(a.samples, a.pause_ms, /*receiver_sleeps=*/false);
+  Samples cold_recv = CrossProcessWake(a.samples, a.pause_ms, /*receiver_sleeps=*/true);
+
+  constexpr int kStageRuns = 20000;
+  loaderx::BatchMsg bm;
+  bm.step = 123456;
+  bm.slot = 3;
+  bm.seq = 987654;
+  bm.offset = 1 << 20;
+  bm.batch_size = 256;
+  bm.total_bytes = 38535168;
+  bm.streams.push_back({0, 0, 38535168, 0, 0});
+  const std::vector<uint8_t> frame = loaderx::EncodeMessage(bm);
+  const std::vector<uint8_t> next = loaderx::EncodeMessage(loaderx::NextMsg{});
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) Die("socketpair");
+  Check(loaderx::SendFrame(sv[1], frame), "send");
+  Samples recv = Stage(
+      kStageRuns, [&] { (void)Check(loaderx::RecvFrame(sv[0]), "recv"); },
+      [&] { Check(loaderx::SendFrame(sv[1], frame), "send"); });
+  (void)Check(loaderx::RecvFrame(sv[0]), "recv");
+  Samples send = Stage(
+      kStageRuns, [&] { Check(loaderx::SendFrame(sv[1], next), "send"); },
+      [&] { (void)Check(loaderx::RecvFrame(sv[0]), "recv"); });
+  ::close(sv[0]);
+  ::close(sv[1]);
+  Samples decode = Stage(
+      kStageRuns, [&] { (void)Check(loaderx::DecodeMessage(frame), "decode"); }, [] {});
+  auto g = Check(loaderx::RingGeometry::Compute(8, 1 << 20), "geometry");
+  // Ring memory as the daemon's memfd would be: zeroed, page aligned.
+  std::vector<uint64_t> words(g.total_bytes / 8 + 1);
+  uint8_t* ring = reinterpret_cast<uint8_t*>(words.data());
+  loaderx::InitRing(ring, g, 1, 1);
+  loaderx::PublishSlot(ring, g, 3, 987654, 123456, g.payload_offset, 4096);
+  Samples check = Stage(
+      kStageRuns,
+      [&] {
+        uint64_t stamp = 0;
+        Check(loaderx::CheckSlot(ring, g, 3, 987654, 123456, g.payload_offset, 4096, &stamp),
+              "check");
+      },
+      [] {});
+  std::printf("{\n");
+  PrintSamples("wake", wake);
+  PrintSamples("queued_cold_recv", cold_recv);
+  PrintSamples("stage_recv", recv);
+  PrintSamples("stage_send", send);
+  PrintSamples("stage_decode", decode);
+  PrintSamples("stage_check_slot", check, true);
+  std::printf("}\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    if (k == "--calibrate") {
+      a.calibrate = true;
+      continue;
+    }
+    if (i + 1 >= argc) Die(k + ": missing value");
+    const char* v = argv[++i];
+    if (k == "--socket") {
+      a.socket = v;
+    } else if (k == "--store") {
+      a.store = v;
+    } else if (k == "--batch") {
+      a.batch = std::strtoull(v, nullptr, 10);
+    } else if (k == "--samples") {
+      a.samples = std::atoi(v);
+    } else if (k == "--pause-ms") {
+      a.pause_ms = std::atof(v);
+    } else if (k == "--warm-us") {
+      a.warm_us = std::atof(v);
+    } else if (k == "--spin-us") {
+      a.spin_us = std::atoll(v);
+    } else if (k == "--throughput") {
+      a.throughput = std::atoi(v);
+    } else if (k == "--work-us") {
+      a.work_us = std::atof(v);
+    } else {
+      Die("unknown option " + k);
+    }
+  }
+  if (a.samples < 1) Die("--samples must be >= 1");
+  if (a.calibrate) return RunCalibrate(a);
+  if (a.socket.empty() || a.store.empty() || a.batch == 0) {
+    Die("usage: --socket PATH --store DIR --batch N [--samples N] [--pause-ms F] [--warm-us N]"
+        " [--spin-us N] [--throughput N [--work-us N]] | --calibrate");
+  }
+  return RunLoader(a);
+}
