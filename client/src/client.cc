@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <utility>
+
 #include "connection.h"
 #include "loaderx/unix_socket.h"
 
@@ -105,7 +107,17 @@ ArrayView Batch::Record(size_t j, uint64_t k) const {
 Loader::~Loader() { Close(); }
 
 void Loader::Close() {
-  if (conn_) conn_->CloseLoader();
+  if (!conn_) return;
+  // A batch a Seek collected ends its lease first, so that CloseLoader sees
+  // only the batches the caller still views.
+  std::optional<Collected> dropped = TakeCollected();
+  dropped.reset();
+  conn_->CloseLoader();
+}
+
+std::optional<Loader::Collected> Loader::TakeCollected() {
+  std::lock_guard<std::mutex> lock(collected_mu_);
+  return std::exchange(collected_, std::nullopt);
 }
 
 uint32_t Loader::leases_held() const { return conn_->leases_held.load(std::memory_order_seq_cst); }
@@ -136,9 +148,20 @@ Result<std::optional<Batch>> Loader::NextFor(std::chrono::milliseconds timeout,
 }
 
 Result<std::optional<Batch>> Loader::NextImpl(
-    std::optional<std::chrono::steady_clock::time_point> deadline, const WaitHook& hook) {
+    std::optional<std::chrono::steady_clock::time_point> deadline, const WaitHook& hook,
+    bool ask_ahead) {
   LX_RETURN_IF_ERROR(conn_->CheckProcess());
   if (conn_->shut_down() || conn_->closed()) return Status::Cancelled("loader closed");
+  // Collected by a refused Seek: it is this step's reply (already counted
+  // by the lease cap, so it is returned before that check).
+  if (std::optional<Collected> c = TakeCollected()) {
+    step_.store(c->step_after, std::memory_order_relaxed);
+    if (!c->status.ok()) return c->status;
+    if (ask_ahead && request_ahead_ && leases_held() < lease_cap_) {
+      (void)conn_->SendAhead(NextMsg{});
+    }
+    return std::move(c->batch);
+  }
   const uint32_t held = leases_held();
   if (held >= lease_cap_) {
     return Status::ResourceExhausted(
@@ -177,16 +200,49 @@ Result<std::optional<Batch>> Loader::NextImpl(
   // Ask for the next step now (see set_request_ahead) if the daemon will
   // grant it: it counts this caller's leases, including the one above. A
   // failed send is not this batch's error; the next call meets it again.
-  if (request_ahead_ && leases_held() < lease_cap_) (void)conn_->SendAhead(NextMsg{});
+  if (ask_ahead && request_ahead_ && leases_held() < lease_cap_) {
+    (void)conn_->SendAhead(NextMsg{});
+  }
   return std::optional<Batch>(std::move(b));
 }
 
 Status Loader::Seek(uint64_t step, const WaitHook& hook) {
   LX_RETURN_IF_ERROR(conn_->CheckProcess());
   if (conn_->shut_down() || conn_->closed()) return Status::Cancelled("loader closed");
+  // A `next` already sent is answered before the seek, and the daemon's
+  // cursor has moved past its step. Dropping that batch and then having the
+  // seek refused (IndexError in a group) would silently skip the step, so
+  // collect it first and keep it until the seek is accepted.
+  bool have_collected;
+  {
+    std::lock_guard<std::mutex> lock(collected_mu_);
+    have_collected = collected_.has_value();
+  }
+  if (!have_collected && conn_->Owes(NextMsg{})) {
+    const uint64_t before = Step();
+    Result<std::optional<Batch>> early = NextImpl(std::nullopt, hook, /*ask_ahead=*/false);
+    if (conn_->Owes(NextMsg{}) || conn_->shut_down() || conn_->closed()) {
+      return early.ok() ? Status::Cancelled("loader closed") : early.status();  // nothing moved
+    }
+    if (!early.ok() && (early.status().code() == Status::Code::kDaemon ||
+                        early.status().code() == Status::Code::kProtocol)) {
+      return early.status();  // the session is over anyway
+    }
+    Collected c;
+    c.step_after = Step();
+    if (early.ok()) {
+      c.batch = std::move(*early);
+    } else {
+      c.status = early.status();  // the step's error, e.g. its gather failed
+    }
+    step_.store(before, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lock(collected_mu_);
+    collected_ = std::move(c);
+  }
   LX_ASSIGN_OR_RETURN(Reply r, conn_->Call(SeekMsg{step}, {}, hook, /*reuse_owed=*/false));
   if (auto* err = std::get_if<ErrorMsg>(&r.msg)) return err->ToStatus();
   if (!std::holds_alternative<OkMsg>(r.msg)) return Status::Protocol("expected ok after seek");
+  TakeCollected().reset();  // accepted: that batch is not wanted any more (released)
   step_.store(step, std::memory_order_relaxed);
   return Status::OK();
 }

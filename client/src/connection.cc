@@ -198,6 +198,11 @@ Result<Reply> Connection::Call(const Message& req, std::span<const int> fds,
   return r;
 }
 
+bool Connection::Owes(const Message& req) {
+  std::lock_guard<std::mutex> lock(call_mu_);
+  return owed_ && owed_index_ == req.index();
+}
+
 Status Connection::SendAhead(const Message& req) {
   LX_RETURN_IF_ERROR(CheckProcess());
   std::lock_guard<std::mutex> lock(call_mu_);

@@ -69,6 +69,9 @@ class Connection {
   // (request ahead): the next Call of the same kind with reuse_owed collects
   // it, typically already queued in the socket. No-op if a reply is owed.
   Status SendAhead(const Message& req);
+  // True if the reply to a request of `req`'s type is owed (sent ahead, or
+  // its wait ended early): the next Call collects it before anything else.
+  bool Owes(const Message& req);
   // Fire-and-forget release of a slot lease (no reply).
   void Release(uint32_t slot, uint64_t seq);
   // Ends the session from any thread; wakes a blocked Call with Cancelled.

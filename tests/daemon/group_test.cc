@@ -414,6 +414,51 @@ TEST_F(GroupTest, OnlyMemberSeekMovesThePipelineOthersMoveTheirCursor) {
   ExpectSameArrays(z, EmbeddedBatch(Spec(GroupMode::kBroadcast), 51), "b unaffected");
 }
 
+TEST_F(GroupTest, RefusedSeekWithABatchRequestedAheadSkipsNothing) {
+  // Found by tests/integration/test_daemon_model.py: the `next` sent ahead
+  // for step 51 had been answered (the daemon's cursor was at 52) when the
+  // seek was refused; the client used to drop that batch, so the following
+  // Next returned step 52 while Step() said 51.
+  auto a = Open(Spec(GroupMode::kBroadcast));
+  ASSERT_TRUE(a->Seek(50).ok());
+  a->set_request_ahead(true);
+  auto b = Open(Spec(GroupMode::kBroadcast));  // joins at 50: the group holds 50..
+  auto x = a->Next().value();                  // 50; the `next` for 51 goes out now
+  EXPECT_TRUE(WaitStat("slots_held", 2));      // ... and is answered
+  EXPECT_EQ(a->Step(), 51u);
+  Status gone = a->Seek(10);
+  EXPECT_EQ(gone.code(), Status::Code::kIndexError) << gone.ToString();
+  EXPECT_EQ(a->Step(), 51u);
+  EXPECT_EQ(Stat("slots_held"), 2u);  // the batch of 51 is still leased, unseen
+  auto y = a->Next().value();
+  ExpectSameArrays(y, EmbeddedBatch(Spec(GroupMode::kBroadcast), 51), "after the refused seek");
+  EXPECT_EQ(a->Step(), 52u);
+  // An accepted seek releases the batch requested ahead, as before.
+  ASSERT_TRUE(a->Seek(51).ok());
+  auto z = a->Next().value();
+  ExpectSameArrays(z, EmbeddedBatch(Spec(GroupMode::kBroadcast), 51), "after the seek");
+  auto w = b->Next().value();
+  ExpectSameArrays(w, EmbeddedBatch(Spec(GroupMode::kBroadcast), 50), "b unaffected");
+}
+
+TEST_F(GroupTest, CloseDropsABatchCollectedByARefusedSeek) {
+  auto a = Open(Spec(GroupMode::kBroadcast));
+  a->set_request_ahead(true);
+  auto b = Open(Spec(GroupMode::kBroadcast));
+  ASSERT_TRUE(b->Seek(3).ok());  // b ahead: the group still holds 0.. for a
+  { auto x = a->Next().value(); }  // 0, freed; the `next` for 1 is answered
+  EXPECT_TRUE(WaitStat("slots_held", 1));
+  ASSERT_TRUE(a->Seek(2).ok());   // accepted: 1 is released
+  EXPECT_TRUE(WaitStat("slots_held", 0));
+  { auto x = a->Next().value(); }  // 2; the `next` for 3 is answered
+  EXPECT_TRUE(WaitStat("slots_held", 1));
+  EXPECT_EQ(a->Seek(0).code(), Status::Code::kIndexError);  // keeps 3 collected
+  a->Close();  // nothing viewed here: the session ends, the lease with it
+  EXPECT_TRUE(WaitStat("slots_held", 0));
+  EXPECT_TRUE(WaitStat("group_members", 1));
+  EXPECT_TRUE(WaitStat("sessions", 2));  // b and the stats query
+}
+
 TEST_F(GroupTest, SeekingBackToAHeldStepRedeliversTheSameSlotSafely) {
   auto a = Open(Spec(GroupMode::kBroadcast));
   auto b = Open(Spec(GroupMode::kBroadcast));  // keeps steps 0.. held

@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -178,7 +179,10 @@ class Loader {
   // batch up, so nothing is skipped or duplicated.
   Result<std::optional<Batch>> NextFor(std::chrono::milliseconds timeout,
                                        const WaitHook& hook = nullptr);
-  // The next batch is `step`.
+  // The next batch is `step`. A refused seek (e.g. IndexError: a group
+  // member asking for a step its group dropped) changes nothing: the next
+  // batch is still Step()'s, even if its `next` had already been sent
+  // (request ahead, or a NextFor that timed out).
   Status Seek(uint64_t step, const WaitHook& hook = nullptr);
   uint64_t Step() const;
   // Closes the loader: Next/Seek return Cancelled from now on (a blocked
@@ -225,8 +229,23 @@ class Loader {
   uint32_t lease_cap_ = 0;
   uint64_t ring_bytes_ = 0;
   bool request_ahead_ = false;
+  // `ask_ahead`: send the following `next` early if request_ahead_ is set.
   Result<std::optional<Batch>> NextImpl(
-      std::optional<std::chrono::steady_clock::time_point> deadline, const WaitHook& hook);
+      std::optional<std::chrono::steady_clock::time_point> deadline, const WaitHook& hook,
+      bool ask_ahead = true);
+  // The reply to a `next` sent before a Seek (request ahead, or a NextFor
+  // that timed out): Seek collects it first and keeps it until the daemon
+  // accepts the seek. If the seek is refused, Next returns it, so a refused
+  // seek skips nothing. Holds a lease; Close() drops it.
+  struct Collected {
+    Status status;               // the reply's error, if it was one
+    std::optional<Batch> batch;  // else its batch
+    uint64_t step_after = 0;     // Step() once it is returned
+  };
+  std::optional<Collected> TakeCollected();
+  // Guards collected_: Close() may drop it from any thread.
+  std::mutex collected_mu_;
+  std::optional<Collected> collected_;
   // The step the next batch will have. Relaxed: read by Step() from any
   // thread for display; Next/Seek are serialised by the caller.
   std::atomic<uint64_t> step_{0};

@@ -1,0 +1,733 @@
+"""Model-based test of loaderxd and its client: no silent wrong data, no hang.
+
+A hypothesis ``RuleBasedStateMachine`` drives ONE real ``loaderxd`` process
+through the Python ``DataLoader(..., daemon=DaemonOptions(...))`` API: solo
+loaders and members of named groups (broadcast, and shard with world size 2),
+with ``request_ahead`` on or off, small ``leases`` and ``prefetch``, a small
+``--max-skew``; rules take batches, hold some (whole, or only one view of
+them) and drop others, ``seek`` / ``load_state_dict``, let a ``next`` time out
+while a member waits at the skew limit, close loaders while they hold
+batches, and open new members late.
+
+The model is a re-implementation of the group rules of docs/daemon.md
+("Groups": cursors, held steps, skew, join and seek rules) plus the expected
+batch of every step (the sampler's indices over the records the stores were
+written from, i.e. what the embedded DataLoader returns). After EVERY rule:
+
+* every batch a loader returned equals the expected batch of its step, and
+  every batch (or view) still held equals it too: a slot the daemon rewrote
+  while a client viewed it fails here, at the first rule after it happened;
+* the daemon's ``stats`` agree with the model (bounded wait): batches served
+  and gathered, leases held (``slots_held``, incl. batches held past
+  ``close()`` and replies requested ahead), sessions, loaders, groups and
+  group members;
+* at teardown, after every loader is closed and every batch freed,
+  ``slots_held``, ``ring_bytes``, ``loaders``, ``groups`` return to zero.
+
+Every call that may block runs in a helper thread and must finish within
+``CALL_TIMEOUT`` seconds: a hang fails the test (and the loaders are closed,
+which unblocks it) instead of hanging CI.
+
+Blocking, modelled rather than avoided: one test thread drives every member,
+so a ``next`` the daemon would make wait (a member ``--max-skew`` steps ahead
+of its group's slowest, including shard ranks that left or never joined) is
+only issued by the ``next_waits_at_skew`` rule, with a short timeout that
+must expire; its request stays owed and the model delivers it (as the daemon
+does, asynchronously) once the slowest catches up. Requests sent ahead
+(``request_ahead``) are modelled the same way. Rules whose effect would
+depend on timing are not issued: a group member takes a batch only while the
+distinct batches leased from its ring (plus requests outstanding) stay
+within the ring's lease budget, the condition under which group.h proves the
+ring never runs out (hoarding beyond it may legitimately wait or fail), and a
+member with a request outstanding that cannot be delivered yet is only
+closed, never sought. Solo loaders are unrestricted.
+
+``LOADERX_MODEL_EXAMPLES`` (default 30) and ``LOADERX_MODEL_STEPS`` (default
+40) scale the run: e.g. ``LOADERX_MODEL_EXAMPLES=500`` for a long local hunt.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+from loaderx.client import DaemonOptions
+from loaderx.dataloader import DataLoader
+from loaderx.errors import ResourceExhausted
+from loaderx.zsampler import Sampler
+
+MAX_SKEW = 2
+WORLD = 2  # shard groups
+MAX_OPEN = 6  # loaders open at once
+CALL_TIMEOUT = 20.0  # seconds; far above any legitimate wait on this box
+EXAMPLES = int(os.environ.get("LOADERX_MODEL_EXAMPLES", "30"))
+STEPS = int(os.environ.get("LOADERX_MODEL_STEPS", "40"))
+SHRINK = os.environ.get("LOADERX_MODEL_SHRINK", "1") != "0"
+RANDOM = os.environ.get("LOADERX_MODEL_RANDOM", "0") != "0"  # off: the same examples each run
+MODES = (Sampler.Mode.Sequential, Sampler.Mode.IID, Sampler.Mode.Cyclic)
+
+
+TRACE = os.environ.get("LOADERX_MODEL_TRACE")  # a file: every rule and failure, for hunts
+
+
+def traced(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Logs the rule and any exception it raises to TRACE (if set)."""
+    if not TRACE:
+        return fn
+    import functools
+    import traceback
+
+    @functools.wraps(fn)
+    def wrapper(self: Any, **kwargs: Any) -> Any:
+        with open(TRACE, "a") as log:
+            log.write(f"{self.prefix} {fn.__name__} {kwargs}\n")
+        try:
+            return fn(self, **kwargs)
+        except Exception:
+            with open(TRACE, "a") as log:
+                log.write(traceback.format_exc())
+            raise
+
+    return wrapper
+
+
+class Hang(AssertionError):
+    """A call into the daemon client did not return within CALL_TIMEOUT."""
+
+
+# ---------------------------------------------------------------- the model
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What the sampler of one loader draws: (batch_size, mode, seed, rank, world)."""
+
+    batch_size: int
+    mode: Any
+    seed: int
+    rank: int = 0
+    world_size: int = 1
+
+
+@dataclass
+class GroupModel:
+    """docs/daemon.md "Groups" (and group.h), step for step.
+
+    A solo loader is the only member of a private broadcast group with no
+    skew. ``held`` are the steps the group keeps (published once, retained
+    until every cursor that needs them passed); ``epoch`` changes when the
+    pipeline restarts (the only member seeks), so (uid, epoch, step) names
+    one gathered batch, i.e. one ring slot while it is leased or held.
+    """
+
+    uid: int
+    name: str  # "" for a solo loader
+    mode: str  # "broadcast" | "shard"
+    spec: Spec  # the creator's (rank ignored for shard)
+    leases: int  # the creator's granted lease cap: the ring's lease budget
+    skew: int
+    start: int
+    members: dict[int, int] = field(default_factory=dict)  # loader uid -> rank
+    cursors: dict[int, int] = field(default_factory=dict)  # broadcast: loader uid -> cursor
+    rank_cursor: list[int] = field(default_factory=list)  # shard
+    produced: int = 0
+    held: set[int] = field(default_factory=set)
+    epoch: int = 0
+    gathered: int = 0
+
+    def __post_init__(self) -> None:
+        self.produced = self.start
+        if self.mode == "shard":
+            self.rank_cursor = [self.start] * self.spec.world_size
+
+    def cursor(self, lid: int) -> int:
+        if self.mode == "shard":
+            return self.rank_cursor[self.members[lid]]
+        return self.cursors[lid]
+
+    def set_cursor(self, lid: int, step: int) -> None:
+        if self.mode == "shard":
+            self.rank_cursor[self.members[lid]] = step
+        else:
+            self.cursors[lid] = step
+
+    def slowest(self) -> int:
+        if self.mode == "shard":
+            return min(self.rank_cursor)
+        return min(self.cursors.values()) if self.cursors else 1 << 62
+
+    def oldest(self) -> int:
+        return min(self.held) if self.held else self.produced
+
+    def trim(self) -> None:
+        low = self.slowest()
+        self.held = {s for s in self.held if s >= low}
+
+    def blocked(self, lid: int) -> bool:
+        """A `next` of this member would wait for the slowest (skew)."""
+        c = self.cursor(lid)
+        return c not in self.held and c > self.slowest() + self.skew
+
+    def take(self, lid: int) -> tuple[int, int]:
+        """Group::Next: fetches until the cursor's step is held, delivers it."""
+        assert not self.blocked(lid)
+        c = self.cursor(lid)
+        while c not in self.held:
+            target = max(self.produced, self.slowest())
+            self.held.add(target)
+            self.produced = target + 1
+            self.gathered += 1
+        self.set_cursor(lid, c + 1)
+        self.trim()
+        return self.epoch, c
+
+    def join(self, lid: int, rank: int, join: str, start: int) -> int:
+        if join == "default":
+            join = "start_step" if self.mode == "shard" else "current"
+        cursor = self.oldest()
+        if join == "start_step" and self.members:
+            if start < cursor:
+                raise IndexError(cursor)
+            cursor = start
+        elif not self.members:
+            cursor = start
+        self.members[lid] = rank
+        self.set_cursor(lid, cursor)
+        self.trim()
+        return cursor
+
+    def leave(self, lid: int) -> bool:
+        """True if it was the last member (the group closes)."""
+        self.members.pop(lid)
+        self.cursors.pop(lid, None)  # shard: the rank's cursor stays, frozen
+        self.trim()
+        return not self.members
+
+    def seek(self, lid: int, step: int) -> None:
+        if len(self.members) > 1:
+            if step < self.oldest():
+                raise IndexError(self.oldest())
+            self.set_cursor(lid, step)
+            self.trim()
+            return
+        self.held.clear()
+        self.produced = step
+        self.epoch += 1
+        self.rank_cursor = [step] * len(self.rank_cursor)
+        self.set_cursor(lid, step)
+
+
+@dataclass
+class LoaderModel:
+    uid: int
+    dl: DataLoader
+    group: GroupModel
+    spec: Spec
+    cap: int
+    ahead: bool
+    named: bool
+    step: int  # the DataLoader's step (the next batch it returns)
+    owed: bool = False  # a `next` sent, not answered yet (ahead, or timed out)
+    pending: tuple[int, int] | None = None  # answered, not collected: (epoch, step)
+    closed: bool = False
+    session: bool = True  # the daemon session is alive
+
+    @property
+    def label(self) -> str:
+        g = self.group
+        kind = f"{g.mode} '{g.name}' rank {self.group.members.get(self.uid, '-')}" if self.named else "solo"
+        return f"loader {self.uid} ({kind}, ahead={self.ahead}, cap={self.cap})"
+
+
+@dataclass
+class Held:
+    """Arrays a test keeps from one delivered batch (all of it or one view)."""
+
+    loader: LoaderModel
+    ident: tuple[int, int, int]  # (group uid, epoch, step): the ring slot it leases
+    step: int
+    arrays: list[np.ndarray]
+    want: list[np.ndarray]
+
+
+# ---------------------------------------------------------------- the test
+
+
+def flatten(batch: dict[str, Any]) -> list[np.ndarray]:
+    out: list[np.ndarray] = []
+    for name in ("image", "label", "tokens"):
+        v = batch[name]
+        out.extend(v if isinstance(v, list) else [v])
+    return out
+
+
+def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
+    streams = data["streams"]
+    n = len(data["labels"])
+    cache: dict[tuple[Spec, int], list[np.ndarray]] = {}
+
+    def expected(spec: Spec, step: int) -> list[np.ndarray]:
+        key = (spec, step)
+        if key not in cache:
+            s = Sampler(n, spec.batch_size, spec.mode, spec.seed, rank=spec.rank,
+                        world_size=spec.world_size)
+            idx = np.array(s.peek(step), copy=True)
+            cache[key] = [data["images"][idx], data["labels"][idx],
+                          *[data["tokens"][int(i)] for i in idx]]
+        return cache[key]
+
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model-call")
+    counter = itertools.count(1)
+
+    class DaemonModel(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.all: list[LoaderModel] = []
+            self.groups: dict[str, GroupModel] = {}  # live named groups by name
+            self.held: list[Held] = []
+            self.served = 0
+            self.gathered_closed = 0  # of groups no longer in self.groups
+            number = next(counter)
+            self.prefix = f"m{number}-"
+            # A daemon per example: a leak found by one example must not
+            # leak into the next (hypothesis replays examples to shrink).
+            self.daemon = daemon_factory("--max-skew", str(MAX_SKEW), name=f"m{number}.sock")
+            self.broken = False
+            self.closed_groups: set[int] = set()  # group uids that ended
+            self.group_uids = itertools.count(1)
+            self.loader_uids = itertools.count(1)
+
+        # -- plumbing --------------------------------------------------------
+
+        def call(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+            """fn(*args) in the helper thread, bounded: a hang fails the test."""
+            fut = pool.submit(fn, *args)
+            try:
+                return fut.result(timeout=CALL_TIMEOUT)
+            except FutureTimeout:
+                self.broken = True
+                for lm in self.all:  # unblocks the helper thread
+                    lm.dl.close()
+                raise Hang(f"{what} did not return within {CALL_TIMEOUT} s") from None
+
+        def open_loaders(self) -> list[LoaderModel]:
+            return [lm for lm in self.all if not lm.closed]
+
+        def all_groups(self) -> list[GroupModel]:
+            seen: dict[int, GroupModel] = {}
+            for lm in self.all:
+                seen[lm.group.uid] = lm.group
+            return list(seen.values())
+
+        def leased(self, group: GroupModel) -> set[tuple[int, int, int]]:
+            """Distinct batches of `group`'s ring leased by clients right now."""
+            out = {h.ident for h in self.held if h.loader.group is group and h.loader.session}
+            for lm in self.all:
+                if lm.group is group and lm.session and lm.pending is not None:
+                    out.add((group.uid, *lm.pending))
+            return out
+
+        def outstanding(self, group: GroupModel) -> int:
+            return sum(1 for lm in self.all if lm.group is group and not lm.closed and lm.owed)
+
+        def within_budget(self, lm: LoaderModel, extra: int) -> bool:
+            """Group rings: leased batches + requests outstanding stay in the budget."""
+            if not lm.named:
+                return True
+            g = lm.group
+            return len(self.leased(g)) + self.outstanding(g) + extra <= g.leases
+
+        def client_held(self, lm: LoaderModel) -> int:
+            return sum(1 for h in self.held if h.loader is lm)
+
+        def deliver_owed(self) -> None:
+            """What the daemon does on its own: answers owed `next`s it can."""
+            changed = True
+            while changed:
+                changed = False
+                for lm in self.all:
+                    if lm.closed or not lm.owed or lm.group.blocked(lm.uid):
+                        continue
+                    epoch, step = lm.group.take(lm.uid)
+                    lm.owed = False
+                    lm.pending = (epoch, step)
+                    self.served += 1
+                    changed = True
+
+        def end_session_if_done(self, lm: LoaderModel) -> None:
+            if lm.closed and lm.session and self.client_held(lm) == 0:
+                lm.session = False  # the client hangs up with its last lease
+                lm.pending = None
+
+        def drop(self, h: Held) -> None:
+            self.held.remove(h)
+            h.arrays.clear()
+            self.end_session_if_done(h.loader)
+
+        def expect_stats(self) -> None:
+            live_named = [g for g in self.groups.values() if g.members]
+            want = {
+                "batches_served": self.served,
+                "batches_gathered": self.gathered_closed
+                + sum(g.gathered for g in self.all_groups() if g.uid not in self.closed_groups),
+                "slots_held": sum(self.client_held(lm) + (lm.pending is not None)
+                                  for lm in self.all if lm.session),
+                "sessions": 1 + sum(1 for lm in self.all if lm.session),
+                "loaders": len(self.open_loaders()),
+                "group_members": sum(1 for lm in self.open_loaders() if lm.named),
+                "groups": len(live_named),
+            }
+            got: dict[str, int] = {}
+            for _ in range(250):  # releases and answers are asynchronous: <= 5 s
+                s = self.daemon.stats()
+                got = {k: s[k] for k in want}
+                if got == want:
+                    return
+                threading.Event().wait(0.02)
+            extra = {k: s[k] for k in ("releases", "stale_releases", "protocol_errors")}
+            raise AssertionError(f"daemon stats {got} != model {want} ({extra})")
+
+        # -- opening ---------------------------------------------------------
+
+        def open(self, group: GroupModel | None, *, name: str, gmode: str, spec: Spec,
+                 rank: int, join: str, start: int, leases: int, prefetch: int,
+                 ahead: bool) -> LoaderModel | None:
+            uid = next(self.loader_uids)
+            options = DaemonOptions(
+                self.daemon.socket, leases=leases, request_ahead=ahead,
+                group=self.prefix + name if name else None, group_mode=gmode,
+                join=None if join == "default" else join,
+            )
+
+            def make() -> DataLoader:
+                return DataLoader(streams, batch_size=spec.batch_size, mode=spec.mode,
+                                  seed=spec.seed, rank=rank, world_size=spec.world_size,
+                                  start_step=start, prefetch=prefetch, daemon=options)
+
+            created = group is None
+            if created:
+                group = GroupModel(uid=next(self.group_uids), name=name, mode=gmode, spec=spec,
+                                   leases=leases, skew=MAX_SKEW if name else 0, start=start)
+            assert group is not None
+            try:
+                first = group.join(uid, rank, join, start)
+            except IndexError as exc:
+                with pytest.raises(IndexError, match=f"oldest step it still holds is {exc.args[0]}"):
+                    self.call("open", make)
+                return None
+            dl = self.call("open", make)
+            cap = min(leases, group.leases)
+            lm = LoaderModel(uid=uid, dl=dl, group=group, spec=Spec(
+                spec.batch_size, spec.mode, spec.seed, rank, spec.world_size),
+                cap=cap, ahead=ahead, named=bool(name), step=first)
+            self.all.append(lm)
+            if name:
+                self.groups[name] = group
+            assert dl.step == first, f"{lm.label} starts at {dl.step}, model {first}"
+            assert dl._source.lease_cap == cap
+            self.deliver_owed()  # a member joining ahead may unblock others
+            return lm
+
+        @precondition(lambda self: len(self.open_loaders()) < MAX_OPEN)
+        @rule(mode=st.sampled_from(MODES), batch=st.sampled_from([3, 4]),
+              seed=st.integers(0, 3), start=st.integers(0, 30), leases=st.integers(1, 3),
+              prefetch=st.integers(1, 2), ahead=st.booleans())
+        @traced
+        def open_solo(self, mode: Any, batch: int, seed: int, start: int, leases: int,
+                      prefetch: int, ahead: bool) -> None:
+            self.open(None, name="", gmode="broadcast", spec=Spec(batch, mode, seed),
+                           rank=0, join="default", start=start, leases=leases,
+                           prefetch=prefetch, ahead=ahead)
+
+        @precondition(lambda self: len(self.open_loaders()) < MAX_OPEN)
+        @rule(name=st.sampled_from(["b0", "b1", "s0"]),
+              mode=st.sampled_from(MODES), seed=st.integers(0, 3), start=st.integers(0, 12),
+              rank=st.integers(0, WORLD - 1),
+              join=st.sampled_from(["default", "current", "start_step"]),
+              leases=st.integers(1, 3), prefetch=st.integers(1, 2), ahead=st.booleans())
+        @traced
+        def open_member(self, name: str, mode: Any, seed: int, start: int, rank: int, join: str,
+                        leases: int, prefetch: int, ahead: bool) -> None:
+            gmode = "shard" if name.startswith("s") else "broadcast"
+            group = self.groups.get(name)
+            if group is not None and not group.members:
+                group = None
+            if group is not None:
+                spec = group.spec  # the same spec, or the open is refused
+                if gmode == "shard" and rank in group.members.values():
+                    with pytest.raises(ValueError, match=f"rank {rank} of {WORLD} is already taken"):
+                        self.call("open", lambda: DataLoader(
+                            streams, batch_size=spec.batch_size, mode=spec.mode, seed=spec.seed,
+                            rank=rank, world_size=WORLD,
+                            daemon=DaemonOptions(self.daemon.socket, group=self.prefix + name,
+                                                 group_mode=gmode)))
+                    return
+            else:
+                spec = Spec(4 if gmode == "broadcast" else 2, mode, seed,
+                            world_size=WORLD if gmode == "shard" else 1)
+            if gmode == "broadcast":
+                rank = 0
+            self.open(group, name=name, gmode=gmode, spec=spec, rank=rank, join=join,
+                      start=start, leases=leases, prefetch=prefetch, ahead=ahead)
+
+        @precondition(lambda self: any(g.members for g in self.groups.values()))
+        @rule(name=st.sampled_from(["b0", "b1", "s0"]))
+        @traced
+        def open_mismatched_member_is_refused(self, name: str) -> None:
+            group = self.groups.get(name)
+            if group is None or not group.members:
+                return
+            spec = group.spec
+            options = DaemonOptions(self.daemon.socket, group=self.prefix + name, group_mode=group.mode)
+            free = [r for r in range(spec.world_size) if r not in group.members.values()]
+            rank = free[0] if group.mode == "shard" and free else 0
+            with pytest.raises(ValueError, match=f"batch_size 5 differs from the group's {spec.batch_size}"):
+                self.call("open", lambda: DataLoader(
+                    streams, batch_size=5, mode=spec.mode, seed=spec.seed, rank=rank,
+                    world_size=spec.world_size, daemon=options))
+
+        # -- taking batches --------------------------------------------------
+
+        def can_take(self, lm: LoaderModel) -> bool:
+            """next() returns at once (never waits, never refused)."""
+            if lm.closed or self.client_held(lm) >= lm.cap:
+                return False
+            g = lm.group
+            if lm.pending is not None:
+                return self.within_budget(lm, int(lm.ahead))
+            if lm.owed or g.blocked(lm.uid):
+                return False  # would wait: next_waits_at_skew covers it
+            new_lease = 0 if any(h.ident == (g.uid, g.epoch, g.cursor(lm.uid))
+                                 for h in self.held if h.loader.session) else 1
+            return self.within_budget(lm, new_lease + int(lm.ahead))
+
+        def pick(self, data: st.DataObject, ok: Callable[[LoaderModel], bool]) -> LoaderModel:
+            eligible = [lm for lm in self.all if ok(lm)]
+            return eligible[data.draw(st.integers(0, len(eligible) - 1), label="loader")]
+
+        @precondition(lambda self: any(self.can_take(lm) for lm in self.all))
+        @rule(data=st.data(), keep=st.sampled_from(["all", "all", "image", "record", "none"]))
+        @traced
+        def take(self, data: st.DataObject, keep: str) -> None:
+            self.take_one(self.pick(data, self.can_take), keep)
+
+        @precondition(lambda self: any(self.can_take(lm) for lm in self.all))
+        @rule(data=st.data(), keep=st.sampled_from(["all", "none"]))
+        @traced
+        def take_again(self, data: st.DataObject, keep: str) -> None:  # takes are most of a run
+            self.take_one(self.pick(data, self.can_take), keep)
+
+        @precondition(lambda self: any(self.can_take(lm) for lm in self.all))
+        @rule(data=st.data())
+        @traced
+        def take_and_drop(self, data: st.DataObject) -> None:
+            self.take_one(self.pick(data, self.can_take), "none")
+
+        def take_one(self, lm: LoaderModel, keep: str) -> None:
+            g = lm.group
+            batch = self.call(f"next() of {lm.label}", next, lm.dl)
+            if lm.pending is not None:
+                epoch, step = lm.pending
+                lm.pending = None
+            else:
+                epoch, step = g.take(lm.uid)
+                self.served += 1
+            assert step == lm.step, f"{lm.label}: model step {step} != loader step {lm.step}"
+            lm.step = step + 1
+            assert lm.dl.step == lm.step
+            arrays = flatten(batch)
+            del batch
+            want = expected(lm.spec, step)
+            check_arrays(arrays, want, f"{lm.label} step {step}")
+            for a in arrays:
+                assert not a.flags.writeable
+            if lm.ahead and self.client_held(lm) + 1 < lm.cap:
+                lm.owed = True  # the client asked for step + 1 already
+            ident = (g.uid, epoch, step)
+            if keep == "all":
+                self.held.append(Held(lm, ident, step, arrays, list(want)))
+            elif keep == "image":
+                self.held.append(Held(lm, ident, step, [arrays[0][1:]], [want[0][1:]]))
+            elif keep == "record":
+                self.held.append(Held(lm, ident, step, [arrays[-1]], [want[-1]]))
+            del arrays
+            self.deliver_owed()
+
+        def at_cap(self, lm: LoaderModel) -> bool:
+            return not lm.closed and self.client_held(lm) >= lm.cap
+
+        @precondition(lambda self: any(self.at_cap(lm) for lm in self.all))
+        @rule(data=st.data())
+        @traced
+        def take_at_lease_cap_is_refused(self, data: st.DataObject) -> None:
+            lm = self.pick(data, self.at_cap)
+            with pytest.raises(ResourceExhausted, match="lease cap"):
+                self.call(f"next() of {lm.label}", next, lm.dl)
+            assert lm.dl.step == lm.step
+
+        def waits(self, lm: LoaderModel) -> bool:
+            """next() would wait for the group's slowest member."""
+            return not (lm.closed or lm.owed or lm.pending is not None
+                        or not lm.group.blocked(lm.uid) or self.client_held(lm) >= lm.cap
+                        or not self.within_budget(lm, 1))
+
+        @precondition(lambda self: any(self.waits(lm) for lm in self.all))
+        @rule(data=st.data())
+        @traced
+        def next_waits_at_skew(self, data: st.DataObject) -> None:
+            lm = self.pick(data, self.waits)
+            got = self.call(f"next_raw(0.1) of {lm.label}", lm.dl._source.next_raw, 0.1)
+            assert got is None, f"{lm.label} got step {got[0]} past the skew limit"
+            lm.owed = True
+
+        @precondition(lambda self: self.held)
+        @rule(data=st.data())
+        @traced
+        def drop_held(self, data: st.DataObject) -> None:
+            if self.held:  # an index: hypothesis may keep what it draws, for its report
+                self.drop(self.held[data.draw(st.integers(0, len(self.held) - 1))])
+
+        @precondition(lambda self: self.held)
+        @rule(data=st.data())
+        @traced
+        def drop_all_of_a_loader(self, data: st.DataObject) -> None:
+            if self.held:
+                lm = self.held[data.draw(st.integers(0, len(self.held) - 1))].loader
+                for h in [h for h in self.held if h.loader is lm]:
+                    self.drop(h)
+
+        # -- position --------------------------------------------------------
+
+        def can_seek(self, lm: LoaderModel) -> bool:
+            # An owed `next` is collected first: only once it can be answered.
+            return not lm.closed and not (lm.owed and lm.group.blocked(lm.uid))
+
+        @precondition(lambda self: any(self.can_seek(lm) for lm in self.all))
+        @rule(data=st.data(), step=st.integers(0, 40), via_state=st.booleans())
+        @traced
+        def seek(self, data: st.DataObject, step: int, via_state: bool) -> None:
+            lm = self.pick(data, self.can_seek)
+            g = lm.group
+            # A member that is not alone moves only its cursor, and not
+            # below what the group still holds.
+            refused = len(g.members) > 1 and step < g.oldest()
+            if via_state:
+                state = dict(lm.dl.state_dict(), step=step)
+                action: Callable[[], None] = lambda: lm.dl.load_state_dict(state)
+            else:
+                action = lambda: lm.dl.seek(step)
+            if refused:
+                with pytest.raises(IndexError, match=f"oldest step it still holds is {g.oldest()}"):
+                    self.call(f"seek({step}) of {lm.label}", action)
+                # A refused seek changes nothing: the loader stays where it was.
+                assert lm.dl.step == lm.step
+                return
+            self.call(f"seek({step}) of {lm.label}", action)
+            lm.pending = None  # a batch requested ahead is released unseen
+            lm.owed = False
+            g.seek(lm.uid, step)
+            lm.step = step
+            assert lm.dl.step == step
+            self.deliver_owed()
+
+        # -- closing ---------------------------------------------------------
+
+        @precondition(lambda self: self.open_loaders())
+        @rule(data=st.data())
+        @traced
+        def close(self, data: st.DataObject) -> None:
+            lm = self.pick(data, lambda lm: not lm.closed)
+            self.call(f"close() of {lm.label}", lm.dl.close)
+            lm.closed = True
+            lm.owed = False  # cancelled by `close` or the hang-up
+            g = lm.group
+            last = g.leave(lm.uid)
+            if last:
+                self.closed_groups.add(g.uid)
+                self.gathered_closed += g.gathered
+                g.held.clear()
+                if lm.named and self.groups.get(g.name) is g:
+                    del self.groups[g.name]
+            self.end_session_if_done(lm)
+            self.deliver_owed()
+
+        # -- invariants ------------------------------------------------------
+
+        @invariant()
+        @traced
+        def held_batches_are_unchanged(self) -> None:
+            for h in self.held:
+                check_arrays(h.arrays, h.want, f"held step {h.step} of {h.loader.label}")
+
+        @invariant()
+        @traced
+        def stats_agree_with_the_model(self) -> None:
+            self.expect_stats()
+
+        def teardown(self) -> None:
+            try:
+                self.settle_and_check_zero()
+            finally:
+                self.daemon.kill()
+
+        def settle_and_check_zero(self) -> None:
+            if self.broken:
+                for lm in self.all:
+                    lm.dl.close()
+                return
+            for lm in self.open_loaders():
+                self.call(f"close() of {lm.label}", lm.dl.close)
+            # Batches held past close() are still intact; then free them all.
+            for h in self.held:
+                check_arrays(h.arrays, h.want, f"held step {h.step} past close")
+            for h in list(self.held):
+                self.drop(h)
+            gc.collect()
+            zero = {"slots_held": 0, "ring_bytes": 0, "loaders": 0, "groups": 0,
+                    "group_members": 0, "sessions": 1}
+            for name, value in zero.items():
+                got = self.daemon.wait_stat(name, value)[name]
+                assert got == value, f"after everything was closed and freed: {name} = {got}"
+
+    phases = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target]
+    if SHRINK:
+        phases.append(Phase.shrink)
+    DaemonModel.TestCase.settings = settings(
+        max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None, phases=phases,
+        derandomize=not RANDOM, suppress_health_check=list(HealthCheck), database=None,
+    )
+    try:
+        run_state_machine_as_test(DaemonModel, settings=DaemonModel.TestCase.settings)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def check_arrays(got: list[np.ndarray], want: list[np.ndarray], what: str) -> None:
+    assert len(got) == len(want), what
+    for k, (a, b) in enumerate(zip(got, want)):
+        assert a.dtype == b.dtype and a.shape == b.shape, f"{what}: array {k} {a.dtype}{a.shape}"
+        if a.tobytes() != b.tobytes():
+            raise AssertionError(f"{what}: array {k} differs from the embedded batch")
+
+
+@pytest.mark.daemon
+def test_daemon_model(daemon_factory, stores) -> None:
+    run_model(daemon_factory, stores)
