@@ -304,7 +304,12 @@ Result<Delivery> Group::Next(uint64_t id, const std::function<bool()>& closing,
     // slowest cursor: skip them by seeking instead of gathering them.
     fetching_ = true;
     const uint64_t target = std::max(produced_, slowest);
+    const uint64_t before = produced_;
     const bool reseek = target != produced_;
+    // Production goes on from `target` as of now, not once the fetch is
+    // back: a member seeking (or joining) meanwhile must be refused below
+    // it, since the steps it skips are never produced.
+    produced_ = target;
     lock.unlock();
     Status sought = reseek ? pipeline_->Seek(target) : Status::OK();
     Result<std::optional<Batch>> got = std::optional<Batch>();
@@ -313,8 +318,10 @@ Result<Delivery> Group::Next(uint64_t id, const std::function<bool()>& closing,
     fetching_ = false;
     cv_.notify_all();
     if (closed_) return Status::Cancelled("loader closed");
-    if (!sought.ok()) return sought;
-    produced_ = target;
+    if (!sought.ok()) {
+      produced_ = before;
+      return sought;
+    }
     if (got.ok() && !got->has_value()) continue;  // not ready yet
     if (!got.ok() && got.status().code() == Status::Code::kCancelled) {
       return got.status();

@@ -459,6 +459,40 @@ TEST_F(GroupTest, CloseDropsABatchCollectedByARefusedSeek) {
   EXPECT_TRUE(WaitStat("sessions", 2));  // b and the stats query
 }
 
+TEST_F(GroupTest, CursorSeekDuringARefetchNeverLandsBelowTheRefetchedStep) {
+  // Race: a re-seeking fetch (every member ahead of what was produced) runs
+  // unlocked; a member seeking meanwhile to a step between the old produced
+  // step and the fetch target used to be accepted, and its next `next` then
+  // failed with Internal ("produced but is not held"). The seek must either
+  // precede the fetch (then the fetch starts at it) or be refused.
+  int refused = 0;
+  for (int attempt = 0; attempt < 30; ++attempt) {
+    LoaderSpec spec = Spec(GroupMode::kBroadcast);
+    spec.group = "race" + std::to_string(attempt);
+    auto a = Open(spec);
+    ASSERT_TRUE(a->Seek(5).ok());  // alone: produced = 5, nothing held
+    auto b = Open(spec);           // joins at 5
+    ASSERT_EQ(b->Step(), 5u);
+    ASSERT_TRUE(a->Seek(10).ok());  // cursor seeks, both ahead of production
+    ASSERT_TRUE(b->Seek(12).ok());
+    auto fetched = std::async(std::launch::async, [&] { return a->NextFor(milliseconds(5000)); });
+    std::this_thread::sleep_for(std::chrono::microseconds(200 * (attempt % 5)));
+    Status st = b->Seek(6);
+    auto x = fetched.get();
+    ASSERT_TRUE(x.ok() && x->has_value()) << x.status().ToString();
+    ExpectSameArrays(**x, EmbeddedBatch(spec, 10), "a");
+    if (!st.ok()) {
+      EXPECT_EQ(st.code(), Status::Code::kIndexError) << st.ToString();
+      ++refused;
+      continue;
+    }
+    auto y = b->NextFor(milliseconds(5000));
+    ASSERT_TRUE(y.ok() && y->has_value()) << "attempt " << attempt << ": " << y.status().ToString();
+    ExpectSameArrays(**y, EmbeddedBatch(spec, 6), "b");
+  }
+  RecordProperty("refused", refused);
+}
+
 TEST_F(GroupTest, SeekingBackToAHeldStepRedeliversTheSameSlotSafely) {
   auto a = Open(Spec(GroupMode::kBroadcast));
   auto b = Open(Spec(GroupMode::kBroadcast));  // keeps steps 0.. held
