@@ -70,8 +70,11 @@ Lease::Lease(std::shared_ptr<Connection> conn, uint32_t slot, uint64_t seq, cons
 }
 
 Lease::~Lease() {
-  conn_->leases_held.fetch_sub(1, std::memory_order_seq_cst);
+  // The release goes out before the count drops: a Next on another thread
+  // that sees the lease gone must find the release ahead of its `next` on
+  // the socket, or the daemon (still counting it) would refuse at the cap.
   conn_->Release(slot_, seq_);
+  conn_->leases_held.fetch_sub(1, std::memory_order_seq_cst);
   conn_->LeaseEnded();
 }
 

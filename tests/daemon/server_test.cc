@@ -3,6 +3,7 @@
 
 #include <cstring>
 #include <random>
+#include <thread>
 
 #include "daemon_fixture.h"
 #include "loaderx/loader.h"
@@ -131,6 +132,28 @@ TEST_F(ServerTest, LeaseCapRefusesWithResourceExhaustedAndFreeingRestores) {
   auto b = loader->Next();
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   EXPECT_EQ(b->step(), 3u);
+}
+
+TEST_F(ServerTest, BatchFreedOnAnotherThreadNeverMakesTheNextNextRefused) {
+  // A Batch may be destroyed on any thread. Once leases_held() shows its
+  // lease gone, a Next at the cap must be granted: the release has to be
+  // on the socket before the count drops, or the daemon, still counting
+  // the lease, refuses the `next` with ResourceExhausted.
+  auto c = Connect();
+  LoaderSpec spec = DenseSpec();
+  spec.leases = 1;
+  auto loader = c->OpenLoader(spec).value();
+  auto held = loader->Next().value();
+  for (uint64_t step = 1; step < 400; ++step) {
+    std::thread freer([&] { held.Reset(); });
+    while (loader->leases_held() != 0) {
+    }
+    auto next = loader->Next();
+    freer.join();
+    ASSERT_TRUE(next.ok()) << "step " << step << ": " << next.status().ToString();
+    ASSERT_EQ(next->step(), step);
+    held = std::move(next).value();
+  }
 }
 
 TEST_F(ServerTest, HeldBatchesStayIntactWhileTheLoaderRunsOn) {
