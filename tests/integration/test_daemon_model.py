@@ -281,17 +281,12 @@ def flatten(batch: dict[str, Any]) -> list[np.ndarray]:
 
 def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
     streams = data["streams"]
-    n = len(data["labels"])
     cache: dict[tuple[Spec, int], list[np.ndarray]] = {}
 
     def expected(spec: Spec, step: int) -> list[np.ndarray]:
         key = (spec, step)
         if key not in cache:
-            s = Sampler(n, spec.batch_size, spec.mode, spec.seed, rank=spec.rank,
-                        world_size=spec.world_size)
-            idx = np.array(s.peek(step), copy=True)
-            cache[key] = [data["images"][idx], data["labels"][idx],
-                          *[data["tokens"][int(i)] for i in idx]]
+            cache[key] = expected_batch(data, spec, step)
         return cache[key]
 
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="model-call")
@@ -731,3 +726,35 @@ def check_arrays(got: list[np.ndarray], want: list[np.ndarray], what: str) -> No
 @pytest.mark.daemon
 def test_daemon_model(daemon_factory, stores) -> None:
     run_model(daemon_factory, stores)
+
+
+@pytest.mark.daemon
+def test_refused_seek_with_a_batch_requested_ahead_skips_nothing(daemon, stores) -> None:
+    # The model's first find, at the DataLoader level: the batch requested
+    # ahead was answered when the group refused the seek; it used to be
+    # dropped, so next() returned the following step's batch.
+    streams = stores["streams"]
+    spec = Spec(4, Sampler.Mode.Cyclic, 1)
+    ahead = DaemonOptions(daemon.socket, request_ahead=True, group="sweep", group_mode="broadcast")
+    plain = DaemonOptions(daemon.socket, group="sweep", group_mode="broadcast")
+    with DataLoader(streams, batch_size=4, mode=spec.mode, seed=1, daemon=ahead) as a:
+        a.seek(6)  # alone: the group restarts at 6
+        with DataLoader(streams, batch_size=4, mode=spec.mode, seed=1, daemon=plain) as b:
+            assert b.step == 6
+            next(a)  # 6; the request for 7 goes out and is answered
+            assert daemon.wait_stat("slots_held", 1)["slots_held"] == 1
+            with pytest.raises(IndexError, match="oldest step it still holds is 6"):
+                a.load_state_dict(dict(a.state_dict(), step=2))
+            assert a.step == 7
+            got = flatten(next(a))
+            check_arrays(got, expected_batch(stores, spec, 7), "step 7 after the refused seek")
+            assert a.step == 8
+            check_arrays(flatten(next(b)), expected_batch(stores, spec, 6), "the other member")
+
+
+def expected_batch(data: dict, spec: Spec, step: int) -> list[np.ndarray]:
+    """The embedded batch of `step` as flatten() lists it: the sampler's indices over the records."""
+    n = len(data["labels"])
+    idx = np.array(Sampler(n, spec.batch_size, spec.mode, spec.seed, rank=spec.rank,
+                           world_size=spec.world_size).peek(step), copy=True)
+    return [data["images"][idx], data["labels"][idx], *[data["tokens"][int(i)] for i in idx]]
