@@ -28,7 +28,7 @@ constexpr const char* kUsage =
     "  --max-skew N          steps a group member may run ahead of the slowest (default 8)\n"
     "  --socket-mode OCTAL   socket permissions (default 0660)\n"
     "  --gather-nice N       gather threads run N nice levels below the daemon's\n"
-    "                        other threads, 0..19 (default 10; 0 = same priority)\n"
+    "                        other threads, 0..19 (default 0: same priority)\n"
     "  --config FILE         read `key = value` settings (same names, no dashes)\n"
     "  --check-config        validate the configuration and exit\n"
     "  --foreground          do not detach (always the case under systemd)\n"

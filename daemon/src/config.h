@@ -20,9 +20,11 @@
 
 namespace loaderx::daemon {
 
-// The measured choice (docs/daemon.md "Performance"): gather threads run
-// this many nice levels below the io and session threads.
-inline constexpr int kDefaultGatherNice = 10;
+// Gather threads at the daemon's priority unless --gather-nice says
+// otherwise: lowering them showed no consistent hand-off gain on the 2-core
+// box and risks starving the loader of a busy machine (docs/daemon.md
+// "Performance").
+inline constexpr int kDefaultGatherNice = 0;
 
 struct Config {
   std::string socket_path;       // default: DefaultSocketPath()

@@ -98,11 +98,12 @@ TEST(ConfigTest, DefaultSocketFollowsXdgRuntimeDirForUsers) {
   EXPECT_EQ(DefaultSocketPath().value(), "/run/user/1234/loaderx/loaderxd.sock");
 }
 
-TEST(ConfigTest, GatherNiceDefaultsToTenAndAcceptsZeroToNineteen) {
+TEST(ConfigTest, GatherNiceDefaultsToZeroAndAcceptsZeroToNineteen) {
   auto c = Parse({"--socket", "/s"});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
-  EXPECT_EQ(c->gather_nice, 10);
+  EXPECT_EQ(c->gather_nice, 0);
   EXPECT_EQ(c->gather_nice, kDefaultGatherNice);
+  EXPECT_EQ(Parse({"--socket", "/s", "--gather-nice", "10"})->gather_nice, 10);
   EXPECT_EQ(Parse({"--socket", "/s", "--gather-nice", "0"})->gather_nice, 0);
   EXPECT_EQ(Parse({"--socket", "/s", "--gather-nice=19"})->gather_nice, 19);
   testing::TempDir dir;
