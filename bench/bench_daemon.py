@@ -209,6 +209,8 @@ class CppLatency:
     pushed_cpu: list[float]
     warm: list[float]
     warm_cpu: list[float]
+    pushed_warm: list[float]
+    pushed_warm_cpu: list[float]
     skipped: int
 
     @classmethod
@@ -429,7 +431,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--gather-nice", type=int, nargs="+", default=[0, 5, 10],
                     help="daemon --gather-nice values for the latency set and the priority throughput")
-    ap.add_argument("--default-gather-nice", type=int, default=10,
+    ap.add_argument("--default-gather-nice", type=int, default=0,
                     help="loaderxd's default --gather-nice, used for the spin and throughput runs")
     ap.add_argument("--spin-us", type=int, nargs="+", default=[0, 100, 1000],
                     help="C++ client spin waits to compare (Loader::set_spin_wait)")
@@ -463,7 +465,8 @@ def main() -> int:
                       f" {pct(lat.queued_cpu, 50):.1f}), embedded {p50_99(lat.embedded, 1)}; C++"
                       f" publish->holding {p50_99(c.publish_to_holding, 1)} (CPU {pct(c.reply_cpu, 50):.1f}),"
                       f" queued {p50_99(c.queued, 1)} (CPU {pct(c.queued_cpu, 50):.1f}), pushed"
-                      f" {p50_99(c.pushed, 1)}, warm {p50_99(c.warm, 1)} (CPU {pct(c.warm_cpu, 50):.1f});"
+                      f" {p50_99(c.pushed, 1)}, warm {p50_99(c.warm, 1)} (CPU {pct(c.warm_cpu, 50):.1f}),"
+                      f" pushed warm {p50_99(c.pushed_warm, 1)} (CPU {pct(c.pushed_warm_cpu, 50):.1f});"
                       f" pause {lat.pause * 1e3:.0f} ms, not ready {lat.skipped} / {c.skipped}", flush=True)
             if gnice == default_gnice:
                 hot = hot_queued(daemon.sock, args.samples)
@@ -536,7 +539,8 @@ def main() -> int:
                              p50_99(c.round_trip), f"{pct(c.reply_cpu, 50):.1f}",
                              p50_99(c.queued, 1), f"{pct(c.queued_cpu, 50):.1f}",
                              p50_99(c.pushed, 1), f"{pct(c.pushed_cpu, 50):.1f}",
-                             p50_99(c.warm, 1), f"{pct(c.warm_cpu, 50):.1f}"])
+                             p50_99(c.warm, 1), f"{pct(c.warm_cpu, 50):.1f}",
+                             p50_99(c.pushed_warm, 1), f"{pct(c.pushed_warm_cpu, 50):.1f}"])
     tp_rows = []
     for r, ((e, ec), (d, dc), (a, ac)) in enumerate(runs, 1):
         tp_rows.append([str(r), f"{e:.1f}", f"{d:.1f} ({d / e:.2f}x)", f"{a:.1f} ({a / e:.2f}x)",
@@ -585,11 +589,14 @@ def main() -> int:
         "",
         "The C++ client (`bench/handoff_bench.cc`, target `loaderx_handoff_bench`) in detail;",
         "*warm*: request_ahead with a busy-wait instead of the sleep between draws (the core",
-        "and its caches stay the client's; at least twice the batch's production time):",
+        "and its caches stay the client's; at least twice the batch's production time);",
+        "*pushed warm*: the same for a pushed draw (nothing sent in the call): the cost of the",
+        "hand-off itself — receive, decode, checks, views:",
         "",
         markdown_table(["batch", "gather-nice", "publish→holding", "round trip", "CPU",
-                        "request_ahead", "CPU", "pushed", "CPU", "warm", "CPU"],
-                       cpp_rows, "lrrrrrrrrrr"),
+                        "request_ahead", "CPU", "pushed", "CPU", "warm", "CPU", "pushed warm",
+                        "CPU"],
+                       cpp_rows, "lrrrrrrrrrrrr"),
         "",
         (f"Floor of this machine, no loaderx code ({args.samples} draws, same sleep): a forked"
          " process sending a 200-byte SEQPACKET message wakes a receiver blocked in `recv` in"

@@ -24,7 +24,9 @@
 //  * pushed: as queued, but the timed call sends nothing (the request went
 //            out before the pause via NextFor(0)): the receive side alone.
 //  * warm:   as queued, but a busy-wait instead of the sleep (caches and the
-//            core stay ours): the instruction cost of the hand-off.
+//            core stay ours).
+//  * pushed_warm: as pushed, with the busy-wait: the instruction cost of the
+//            hand-off itself (receive, decode, checks, views; nothing sent).
 // A queued/pushed/warm draw whose batch was published after the call began
 // was not ready (production, not hand-off): it is redrawn, counted in
 // "skipped".
@@ -245,7 +247,7 @@ int RunLoader(const Args& a) {
       }
     }
   };
-  Samples queued, queued_cpu, warm, warm_cpu, pushed, pushed_cpu;
+  Samples queued, queued_cpu, warm, warm_cpu, pushed, pushed_cpu, pushed_warm, pushed_warm_cpu;
   loader->set_request_ahead(true);
   (void)Check(loader->Next(), "next");  // its return requests the first batch ahead
   draw_until(&queued, &queued_cpu, [&] { SleepMs(pause_ms); }, [] {});
@@ -258,13 +260,20 @@ int RunLoader(const Args& a) {
   // reply owed, so the timed Next() after the pause only receives.
   loader->set_request_ahead(false);
   (void)Check(loader->Next(), "next");  // collects the batch requested ahead
-  draw_until(&pushed, &pushed_cpu, [&] {
+  auto send_early = [&] {
     for (;;) {
       auto early = Check(loader->NextFor(std::chrono::milliseconds(0)), "next_for");
-      if (!early.has_value()) break;  // owed: the pushed draw follows
+      if (!early.has_value()) return;  // owed: the pushed draw follows
     }
+  };
+  draw_until(&pushed, &pushed_cpu, [&] {
+    send_early();
     SleepMs(pause_ms);
   }, [] {});
+  draw_until(&pushed_warm, &pushed_warm_cpu, [&] {
+    send_early();
+    BusyWaitUs(warm_us);
+  }, [&] { warm_us = std::min(2 * warm_us, 1e3 * pause_ms); });
   loader->Close();
 
   std::printf("{\"nbytes\": %" PRIu64 ", \"pause_ms\": %.3f, \"warm_us\": %.1f, \"spin_us\": %" PRId64
@@ -278,7 +287,9 @@ int RunLoader(const Args& a) {
   PrintSamples("warm", warm);
   PrintSamples("warm_cpu", warm_cpu);
   PrintSamples("pushed", pushed);
-  PrintSamples("pushed_cpu", pushed_cpu, true);
+  PrintSamples("pushed_cpu", pushed_cpu);
+  PrintSamples("pushed_warm", pushed_warm);
+  PrintSamples("pushed_warm_cpu", pushed_warm_cpu, true);
   std::printf("}\n");
   return 0;
 }
