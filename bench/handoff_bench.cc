@@ -276,8 +276,8 @@ int RunLoader(const Args& a) {
   }, [&] { warm_us = std::min(2 * warm_us, 1e3 * pause_ms); });
   loader->Close();
 
-  std::printf("{\"nbytes\": %" PRIu64 ", \"pause_ms\": %.3f, \"warm_us\": %.1f, \"spin_us\": %" PRId64
-              ", \"skipped\": %d,\n",
+  std::printf("{\"nbytes\": %" PRIu64 ", \"pause_ms\": %.3f, \"warm_us\": %.1f,"
+              " \"spin_us\": %" PRId64 ", \"skipped\": %d,\n",
               nbytes, pause_ms, warm_us, a.spin_us, skipped);
   PrintSamples("publish_to_holding", p2h);
   PrintSamples("round_trip", round_trip);

@@ -129,8 +129,9 @@ uint64_t Loader::Step() const { return step_.load(std::memory_order_relaxed); }
 
 Status Loader::set_spin_wait(std::chrono::microseconds spin) {
   if (spin.count() < 0 || spin > kMaxSpinWait) {
-    return Status::InvalidArgument("spin wait must be in 0.." + std::to_string(kMaxSpinWait.count()) +
-                                   " us, got " + std::to_string(spin.count()));
+    return Status::InvalidArgument("spin wait must be in 0.." +
+                                   std::to_string(kMaxSpinWait.count()) + " us, got " +
+                                   std::to_string(spin.count()));
   }
   conn_->set_spin_wait(spin);
   return Status::OK();

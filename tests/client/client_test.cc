@@ -396,7 +396,8 @@ TEST(ClientTest, SpinWaitOutsideItsRangeIsRefusedAndKeepsTheSetting) {
   EXPECT_EQ(loader->spin_wait().count(), 0);  // off by default
   ASSERT_TRUE(loader->set_spin_wait(std::chrono::microseconds(200)).ok());
   EXPECT_EQ(loader->spin_wait().count(), 200);
-  for (auto bad : {std::chrono::microseconds(-1), client::kMaxSpinWait + std::chrono::microseconds(1)}) {
+  const auto too_long = client::kMaxSpinWait + std::chrono::microseconds(1);
+  for (auto bad : {std::chrono::microseconds(-1), too_long}) {
     Status st = loader->set_spin_wait(bad);
     EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
     EXPECT_NE(st.message().find("spin wait"), std::string::npos) << st.message();
@@ -414,9 +415,9 @@ TEST(ClientTest, SpinningWaitDeliversRepliesArrivingDuringAndAfterTheSpin) {
     const int k = calls->fetch_add(1);
     if (k == 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));  // past the spin
     const uint64_t off = g.payload_offset + static_cast<uint64_t>(k) * 64;
-    PublishSlot(base, g, static_cast<uint32_t>(k), k + 1, k, off, 64);
-    return BatchMsg{static_cast<uint64_t>(k), static_cast<uint32_t>(k), static_cast<uint64_t>(k + 1),
-                    off, 2, 64, {{0, 0, 32, 0, 0}}};
+    const uint64_t step = static_cast<uint64_t>(k);
+    PublishSlot(base, g, static_cast<uint32_t>(k), step + 1, step, off, 64);
+    return BatchMsg{step, static_cast<uint32_t>(k), step + 1, off, 2, 64, {{0, 0, 32, 0, 0}}};
   };
   FakeDaemon fake([script](int fd) { (*script)(fd); });
   auto c = Client::Connect(fake.path()).value();
