@@ -1,13 +1,15 @@
 """Model-based test of loaderxd and its client: no silent wrong data, no hang.
 
-A hypothesis ``RuleBasedStateMachine`` drives ONE real ``loaderxd`` process
-through the Python ``DataLoader(..., daemon=DaemonOptions(...))`` API: solo
-loaders and members of named groups (broadcast, and shard with world size 2),
-with ``request_ahead`` on or off, small ``leases`` and ``prefetch``, a small
+A hypothesis ``RuleBasedStateMachine`` drives a real ``loaderxd`` process (a
+fresh one per example, so that a leak one example causes cannot fail the next
+one, which hypothesis must be able to replay) through the Python
+``DataLoader(..., daemon=DaemonOptions(...))`` API: solo loaders and members
+of named groups (broadcast, and shard with world size 2 and 3), with
+``request_ahead`` on or off, small ``leases`` and ``prefetch``, a small
 ``--max-skew``; rules take batches, hold some (whole, or only one view of
-them) and drop others, ``seek`` / ``load_state_dict``, let a ``next`` time out
-while a member waits at the skew limit, close loaders while they hold
-batches, and open new members late.
+them) and drop others, ``seek`` / ``load_state_dict`` (also to steps a group
+no longer holds), let a ``next`` time out while a member waits at the skew
+limit, close loaders while they hold batches, and open new members late.
 
 The model is a re-implementation of the group rules of docs/daemon.md
 ("Groups": cursors, held steps, skew, join and seek rules) plus the expected
@@ -43,7 +45,11 @@ member with a request outstanding that cannot be delivered yet is only
 closed, never sought. Solo loaders are unrestricted.
 
 ``LOADERX_MODEL_EXAMPLES`` (default 30) and ``LOADERX_MODEL_STEPS`` (default
-40) scale the run: e.g. ``LOADERX_MODEL_EXAMPLES=500`` for a long local hunt.
+40) scale the run; ``LOADERX_MODEL_RANDOM=1`` draws new examples (default:
+the same ones every run), ``LOADERX_MODEL_SHRINK=0`` skips shrinking and
+``LOADERX_MODEL_TRACE=FILE`` logs every rule and failure, for long hunts
+(``LOADERXD=`` a TSan or ASan build of the daemon checks its side too).
+Races between members on their own threads are tests/daemon/group_stress_test.cc's.
 """
 
 from __future__ import annotations
@@ -75,8 +81,9 @@ from loaderx.errors import ResourceExhausted
 from loaderx.zsampler import Sampler
 
 MAX_SKEW = 2
-WORLD = 2  # shard groups
-MAX_OPEN = 6  # loaders open at once
+WORLDS = {"s2": 2, "s3": 3}  # shard groups by name: their world size
+GROUPS = ["b0", "b1", *WORLDS]
+MAX_OPEN = 7  # loaders open at once
 CALL_TIMEOUT = 20.0  # seconds; far above any legitimate wait on this box
 EXAMPLES = int(os.environ.get("LOADERX_MODEL_EXAMPLES", "30"))
 STEPS = int(os.environ.get("LOADERX_MODEL_STEPS", "40"))
@@ -453,38 +460,40 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
                            prefetch=prefetch, ahead=ahead)
 
         @precondition(lambda self: len(self.open_loaders()) < MAX_OPEN)
-        @rule(name=st.sampled_from(["b0", "b1", "s0"]),
+        @rule(name=st.sampled_from(GROUPS),
               mode=st.sampled_from(MODES), seed=st.integers(0, 3), start=st.integers(0, 12),
-              rank=st.integers(0, WORLD - 1),
+              rank=st.integers(0, max(WORLDS.values()) - 1),
               join=st.sampled_from(["default", "current", "start_step"]),
               leases=st.integers(1, 3), prefetch=st.integers(1, 2), ahead=st.booleans())
         @traced
         def open_member(self, name: str, mode: Any, seed: int, start: int, rank: int, join: str,
                         leases: int, prefetch: int, ahead: bool) -> None:
-            gmode = "shard" if name.startswith("s") else "broadcast"
+            gmode = "shard" if name in WORLDS else "broadcast"
+            world = WORLDS.get(name, 1)
+            rank %= world
             group = self.groups.get(name)
             if group is not None and not group.members:
                 group = None
             if group is not None:
                 spec = group.spec  # the same spec, or the open is refused
                 if gmode == "shard" and rank in group.members.values():
-                    with pytest.raises(ValueError, match=f"rank {rank} of {WORLD} is already taken"):
+                    with pytest.raises(ValueError, match=f"rank {rank} of {world} is already taken"):
                         self.call("open", lambda: DataLoader(
                             streams, batch_size=spec.batch_size, mode=spec.mode, seed=spec.seed,
-                            rank=rank, world_size=WORLD,
+                            rank=rank, world_size=world,
                             daemon=DaemonOptions(self.daemon.socket, group=self.prefix + name,
                                                  group_mode=gmode)))
                     return
             else:
                 spec = Spec(4 if gmode == "broadcast" else 2, mode, seed,
-                            world_size=WORLD if gmode == "shard" else 1)
+                            world_size=world)
             if gmode == "broadcast":
                 rank = 0
             self.open(group, name=name, gmode=gmode, spec=spec, rank=rank, join=join,
                       start=start, leases=leases, prefetch=prefetch, ahead=ahead)
 
         @precondition(lambda self: any(g.members for g in self.groups.values()))
-        @rule(name=st.sampled_from(["b0", "b1", "s0"]))
+        @rule(name=st.sampled_from(GROUPS))
         @traced
         def open_mismatched_member_is_refused(self, name: str) -> None:
             group = self.groups.get(name)
