@@ -240,8 +240,16 @@ Status Loader::Seek(uint64_t step, const WaitHook& hook) {
       c.status = early.status();  // the step's error, e.g. its gather failed
     }
     step_.store(before, std::memory_order_relaxed);
-    std::lock_guard<std::mutex> lock(collected_mu_);
-    collected_ = std::move(c);
+    {
+      std::lock_guard<std::mutex> lock(collected_mu_);
+      collected_ = std::move(c);
+    }
+    // Closed meanwhile (another thread), maybe before the batch was kept:
+    // drop it here, so the session can end.
+    if (conn_->closed()) {
+      TakeCollected().reset();
+      return Status::Cancelled("loader closed");
+    }
   }
   LX_ASSIGN_OR_RETURN(Reply r, conn_->Call(SeekMsg{step}, {}, hook, /*reuse_owed=*/false));
   if (auto* err = std::get_if<ErrorMsg>(&r.msg)) return err->ToStatus();
