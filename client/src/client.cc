@@ -156,6 +156,7 @@ Result<std::optional<Batch>> Loader::NextImpl(
     bool ask_ahead) {
   LX_RETURN_IF_ERROR(conn_->CheckProcess());
   if (conn_->shut_down() || conn_->closed()) return Status::Cancelled("loader closed");
+  LX_RETURN_IF_ERROR(SettleSeek(hook));
   // Collected by a refused Seek: it is this step's reply (already counted
   // by the lease cap, so it is returned before that check).
   if (std::optional<Collected> c = TakeCollected()) {
@@ -210,9 +211,32 @@ Result<std::optional<Batch>> Loader::NextImpl(
   return std::optional<Batch>(std::move(b));
 }
 
+Status Loader::SettleSeek(const WaitHook& hook) {
+  if (!seek_in_flight_) return Status::OK();
+  const uint64_t target = *seek_in_flight_;
+  if (!conn_->Owes(SeekMsg{})) {  // collected elsewhere: outcome unknown
+    seek_in_flight_.reset();
+    return Status::OK();
+  }
+  // Same kind with reuse_owed: waits for the owed reply, sends nothing.
+  Result<Reply> got = conn_->Call(SeekMsg{target}, {}, hook, /*reuse_owed=*/true);
+  if (!got.ok()) {
+    if (!conn_->Owes(SeekMsg{})) seek_in_flight_.reset();
+    return got.status();  // interrupted again: still in flight
+  }
+  seek_in_flight_.reset();
+  if (std::holds_alternative<OkMsg>(got->msg)) {
+    TakeCollected().reset();  // the seek happened: a batch kept for a refusal is stale
+    step_.store(target, std::memory_order_relaxed);
+  }
+  // Refused (an error reply): nothing moved, as for a refused Seek().
+  return Status::OK();
+}
+
 Status Loader::Seek(uint64_t step, const WaitHook& hook) {
   LX_RETURN_IF_ERROR(conn_->CheckProcess());
   if (conn_->shut_down() || conn_->closed()) return Status::Cancelled("loader closed");
+  LX_RETURN_IF_ERROR(SettleSeek(hook));
   // A `next` already sent is answered before the seek, and the daemon's
   // cursor has moved past its step. Dropping that batch and then having the
   // seek refused (IndexError in a group) would silently skip the step, so
@@ -251,7 +275,14 @@ Status Loader::Seek(uint64_t step, const WaitHook& hook) {
       return Status::Cancelled("loader closed");
     }
   }
-  LX_ASSIGN_OR_RETURN(Reply r, conn_->Call(SeekMsg{step}, {}, hook, /*reuse_owed=*/false));
+  Result<Reply> got = conn_->Call(SeekMsg{step}, {}, hook, /*reuse_owed=*/false);
+  if (!got.ok()) {
+    // Interrupted (Ctrl-C) after the seek went out: the daemon performs it
+    // anyway, so the next call must learn its outcome before anything else.
+    if (conn_->Owes(SeekMsg{})) seek_in_flight_ = step;
+    return got.status();
+  }
+  Reply& r = got.value();
   if (auto* err = std::get_if<ErrorMsg>(&r.msg)) return err->ToStatus();
   if (!std::holds_alternative<OkMsg>(r.msg)) return Status::Protocol("expected ok after seek");
   TakeCollected().reset();  // accepted: that batch is not wanted any more (released)

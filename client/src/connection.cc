@@ -263,10 +263,10 @@ void Connection::CloseLoader() {
   // reuse their slots. Ask it to stop the loader instead; the socket closes
   // with the last lease. If the socket is full (a stalled daemon) the
   // session simply lingers until then: late, never unsafe.
+  // Sent even with releases still queued (it may overtake them: the daemon
+  // applies releases after `close` alike), so the loader leaves its group now.
   std::lock_guard<std::mutex> lock(release_mu_);
-  if (pending_releases_.empty()) {
-    (void)SendFrame(fd_.get(), EncodeMessage(CloseMsg{}), {}, /*nonblocking=*/true);
-  }
+  (void)SendFrame(fd_.get(), EncodeMessage(CloseMsg{}), {}, /*nonblocking=*/true);
 }
 
 void Connection::LeaseEnded() {

@@ -501,6 +501,34 @@ def test_ctrl_c_in_a_blocked_next_consumes_no_step(daemon, stores) -> None:
         assert loader.step == 4
 
 
+@pytest.mark.parametrize("ahead", [False, True])
+def test_ctrl_c_in_a_seek_then_next_returns_the_sought_step(daemon, stores, ahead) -> None:
+    # The seek left before Ctrl-C, so the daemon performs it: the next next()
+    # must be the sought step's batch, not one collected before the seek.
+    import _thread
+
+    from loaderx.client import DaemonOptions
+
+    s = stores["streams"]
+    opts = DaemonOptions(daemon.socket, request_ahead=ahead)
+    with DataLoader(s, batch_size=4, seed=2, daemon=opts) as loader, \
+            DataLoader(s, batch_size=4, seed=2, start_step=7) as local:
+        next(loader)
+        if ahead:  # the batch of step 1, requested ahead, is already answered
+            assert daemon.wait_stat("slots_held", 1)["slots_held"] == 1
+        daemon.proc.send_signal(signal.SIGSTOP)  # the seek's reply is late
+        timer = threading.Timer(0.2, _thread.interrupt_main)
+        timer.start()
+        start = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            loader.seek(7)
+        assert time.monotonic() - start < 1.0
+        daemon.proc.send_signal(signal.SIGCONT)
+        assert_same_batch(next(loader), next(local))
+        assert loader.step == 8
+        assert_same_batch(next(loader), next(local))
+
+
 def test_daemon_options_set_the_lease_cap_and_ring_size(daemon, stores) -> None:
     from loaderx.client import DaemonOptions
 

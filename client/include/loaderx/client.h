@@ -179,7 +179,10 @@ class Loader {
   // batch up, so nothing is skipped or duplicated.
   Result<std::optional<Batch>> NextFor(std::chrono::milliseconds timeout,
                                        const WaitHook& hook = nullptr);
-  // The next batch is `step`. A refused seek (e.g. IndexError: a group
+  // The next batch is `step`. If the WaitHook interrupts the wait (Ctrl-C),
+  // the seek may still take effect at the daemon: the next Next()/Seek()
+  // settles it first, so Next() then returns the sought step's batch if it
+  // was accepted (Step() says which). A refused seek (e.g. IndexError: a group
   // member asking for a step its group dropped) changes nothing: the next
   // batch is still Step()'s, even if its `next` had already been sent
   // (request ahead, or a NextFor that timed out).
@@ -243,6 +246,13 @@ class Loader {
     uint64_t step_after = 0;     // Step() once it is returned
   };
   std::optional<Collected> TakeCollected();
+  // A Seek interrupted by its WaitHook (Ctrl-C) after the request went out:
+  // the daemon still performs (or refuses) it. The next Next/Seek first
+  // waits for that reply (SettleSeek): accepted -> Step() is the target and
+  // a batch collected for a refusal is dropped; refused -> nothing moved.
+  // Caller's thread only (Next/Seek are serialised by the caller).
+  std::optional<uint64_t> seek_in_flight_;
+  Status SettleSeek(const WaitHook& hook);
   // Guards collected_: Close() may drop it from any thread.
   std::mutex collected_mu_;
   std::optional<Collected> collected_;
