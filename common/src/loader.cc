@@ -49,9 +49,6 @@ std::string StreamName(const std::vector<std::shared_ptr<const Store>>& streams,
   return "stream " + std::to_string(j) + " (" + streams[j]->label() + ")";
 }
 
-// Relaxed: a configuration value set before pipelines are created.
-std::atomic<int> g_default_gather_nice{0};
-
 // Raises the calling thread's nice value by `increment` (capped at 19). A
 // new thread starts with its creator's nice value, so this is relative to
 // the thread that made the Pipeline. Best effort (see PipelineOptions).
@@ -471,12 +468,6 @@ Status FillBatch(const std::vector<std::shared_ptr<const Store>>& streams,
   pad_to(layout.total_bytes);
   return Status::OK();
 }
-
-void SetDefaultGatherNice(int increment) {
-  g_default_gather_nice.store(increment, std::memory_order_relaxed);
-}
-
-int DefaultGatherNice() { return g_default_gather_nice.load(std::memory_order_relaxed); }
 
 std::shared_ptr<BatchAllocator> HeapAllocator() {
   return std::make_shared<HeapAllocatorImpl>();

@@ -70,6 +70,7 @@ Result<std::shared_ptr<Group>> Group::Create(std::string name, MemberSpec spec,
   po.start_step = options.start_step;
   po.prefetch = options.prefetch;
   po.num_threads = options.threads;
+  po.gather_nice = options.gather_nice;
   LX_ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> pipeline,
                       Pipeline::Create(spec.streams, PipelineSpec(spec), po, ring));
   return std::shared_ptr<Group>(

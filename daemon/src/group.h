@@ -99,6 +99,7 @@ class Group {
     uint32_t leases = 8;  // the lease cap the ring is sized for
     uint32_t max_skew = 0;
     uint32_t threads = 0;
+    int gather_nice = 0;  // PipelineOptions::gather_nice (loaderxd --gather-nice)
     uint64_t ring_bytes = 0;  // 0: sized from the streams
     uint64_t incarnation = 0;
     uint64_t session = 0;  // creator's session id (names the memfd)

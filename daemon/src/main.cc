@@ -86,9 +86,6 @@ int main(int argc, char** argv) {
   }
   Config config = std::move(parsed).value();
   SetLogLevel(config.log_level);
-  // Before any pipeline exists: every group's pipeline takes it as its
-  // PipelineOptions::gather_nice.
-  loaderx::SetDefaultGatherNice(config.gather_nice);
   if (config.check_config) {
     std::printf("loaderxd: configuration OK (socket %s, memory limit %llu bytes)\n",
                 config.socket_path.c_str(), static_cast<unsigned long long>(config.memory_limit));

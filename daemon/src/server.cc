@@ -579,6 +579,7 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
     // ring is prefetch + leases + 1 slots, as before groups existed.
     options.max_skew = m.group.empty() ? 0 : server_.config_.max_skew;
     options.threads = server_.config_.threads;
+    options.gather_nice = server_.config_.gather_nice;
     options.ring_bytes = m.ring_bytes;
     options.incarnation = server_.incarnation_;
     options.session = id_;

@@ -138,16 +138,5 @@ TEST(GatherPriorityTest, OutOfRangeIncrementIsInvalidArgumentNamingIt) {
   }
 }
 
-TEST(GatherPriorityTest, ProcessDefaultIsTheOptionsDefault) {
-  EXPECT_EQ(PipelineOptions{}.gather_nice, 0);
-  SetDefaultGatherNice(7);
-  EXPECT_EQ(PipelineOptions{}.gather_nice, 7);
-  PipelineOptions explicit_zero;
-  explicit_zero.gather_nice = 0;  // an explicit value still wins
-  EXPECT_EQ(explicit_zero.gather_nice, 0);
-  SetDefaultGatherNice(0);
-  EXPECT_EQ(PipelineOptions{}.gather_nice, 0);
-}
-
 }  // namespace
 }  // namespace loaderx

@@ -125,11 +125,6 @@ struct Batch {
   std::shared_ptr<BatchMemory> memory;
 };
 
-// The process-wide default of PipelineOptions::gather_nice: 0 until set.
-// loaderxd sets it once from --gather-nice at start-up, before any pipeline
-// exists, so every pipeline it creates gets it. Thread-safe.
-void SetDefaultGatherNice(int increment);
-int DefaultGatherNice();
 inline constexpr int kMaxGatherNice = 19;  // the span of Linux nice values
 
 struct PipelineOptions {
@@ -144,7 +139,8 @@ struct PipelineOptions {
   // contended core over a gather running ahead. Lowering one's own priority
   // needs no privilege; if setpriority fails anyway the thread keeps its
   // priority (advisory). 0..kMaxGatherNice, else InvalidArgument.
-  int gather_nice = DefaultGatherNice();
+  // loaderxd passes its --gather-nice (daemon/src/group.h Options).
+  int gather_nice = 0;
 };
 
 class Pipeline {
