@@ -155,7 +155,7 @@ Result<std::optional<Batch>> Loader::NextImpl(
     std::optional<std::chrono::steady_clock::time_point> deadline, const WaitHook& hook,
     bool ask_ahead) {
   LX_RETURN_IF_ERROR(conn_->CheckProcess());
-  if (conn_->shut_down() || conn_->closed()) return Status::Cancelled("loader closed");
+  if (conn_->closed()) return Status::Cancelled("loader closed");
   LX_RETURN_IF_ERROR(SettleSeek(hook));
   // Collected by a refused Seek: it is this step's reply (already counted
   // by the lease cap, so it is returned before that check).
@@ -235,7 +235,7 @@ Status Loader::SettleSeek(const WaitHook& hook) {
 
 Status Loader::Seek(uint64_t step, const WaitHook& hook) {
   LX_RETURN_IF_ERROR(conn_->CheckProcess());
-  if (conn_->shut_down() || conn_->closed()) return Status::Cancelled("loader closed");
+  if (conn_->closed()) return Status::Cancelled("loader closed");
   LX_RETURN_IF_ERROR(SettleSeek(hook));
   // A `next` already sent is answered before the seek, and the daemon's
   // cursor has moved past its step. Dropping that batch and then having the
@@ -249,7 +249,7 @@ Status Loader::Seek(uint64_t step, const WaitHook& hook) {
   if (!have_collected && conn_->Owes(NextMsg{})) {
     const uint64_t before = Step();
     Result<std::optional<Batch>> early = NextImpl(std::nullopt, hook, /*ask_ahead=*/false);
-    if (conn_->Owes(NextMsg{}) || conn_->shut_down() || conn_->closed()) {
+    if (conn_->Owes(NextMsg{}) || conn_->closed()) {
       return early.ok() ? Status::Cancelled("loader closed") : early.status();  // nothing moved
     }
     if (!early.ok() && (early.status().code() == Status::Code::kDaemon ||

@@ -125,7 +125,7 @@ Result<Reply> Connection::AwaitReply(
   const Clock::time_point spin_end =
       spin.count() > 0 ? Clock::now() + spin : Clock::time_point::min();
   while (true) {
-    if (shut_down() || closed()) return Status::Cancelled("loader closed");
+    if (closed()) return Status::Cancelled("loader closed");
     const Clock::time_point now = Clock::now();
     // Spinning: non-blocking receives (no hook: a spin is far shorter than
     // kPollInterval), never past the caller's deadline.
@@ -256,8 +256,8 @@ Status Connection::FlushReleases() {
 }
 
 void Connection::CloseLoader() {
-  if (closed_.exchange(true, std::memory_order_seq_cst)) return;
-  if (CurrentPid() != owner_pid_ || shut_down()) return;
+  if (closed_.exchange(true, std::memory_order_seq_cst)) return;  // also after Shutdown()
+  if (CurrentPid() != owner_pid_) return;
   if (leases_held.load(std::memory_order_seq_cst) == 0) return Shutdown();
   // Batches are still viewed here: hanging up now would let the daemon
   // reuse their slots. Ask it to stop the loader instead; the socket closes
@@ -274,6 +274,7 @@ void Connection::LeaseEnded() {
 }
 
 void Connection::Shutdown() {
+  closed_.store(true, std::memory_order_seq_cst);
   if (shut_.exchange(true, std::memory_order_acq_rel)) return;
   if (CurrentPid() == owner_pid_) ::shutdown(fd_.get(), SHUT_RDWR);
 }

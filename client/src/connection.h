@@ -84,6 +84,7 @@ class Connection {
   // stays open, still carrying releases, until the last lease is gone
   // (LeaseEnded), so the daemon never reuses a slot this process still views.
   void CloseLoader();
+  // True once CloseLoader() or Shutdown() ran: no request is sent any more.
   bool closed() const { return closed_.load(std::memory_order_seq_cst); }
   // Called by ~Lease after its release: hangs up once a closed loader's last
   // lease is gone.
@@ -133,7 +134,7 @@ class Connection {
   // Set by Shutdown (any thread); read by waits. Release/acquire: a waiter
   // that sees it knows the socket was shut down on purpose.
   std::atomic<bool> shut_{false};
-  // Set by CloseLoader. Seq_cst with leases_held: a lease created while the
+  // Set by CloseLoader and Shutdown. Seq_cst with leases_held: a lease created while the
   // loader closes is either seen by CloseLoader (the socket stays open) or
   // sees closed() itself (NextImpl drops it).
   std::atomic<bool> closed_{false};

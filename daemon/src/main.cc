@@ -15,7 +15,6 @@
 
 #include "config.h"
 #include "log.h"
-#include "loaderx/loader.h"
 #include "loaderx/unix_socket.h"
 #include "server.h"
 #include "systemd.h"
