@@ -4,7 +4,10 @@ SHELL := /bin/bash
 PY    := .venv/bin/python
 JOBS  ?= $(shell nproc)
 CMAKE := .venv/bin/cmake
-CMAKE_COMMON := -G Ninja -DCMAKE_MAKE_PROGRAM=$(CURDIR)/.venv/bin/ninja -DPython_EXECUTABLE=$(CURDIR)/$(PY)
+# ccache, where installed, shares compiled objects between checkouts (CCACHE_BASEDIR).
+CCACHE := $(shell command -v ccache 2>/dev/null)
+CMAKE_COMMON := -G Ninja -DCMAKE_MAKE_PROGRAM=$(CURDIR)/.venv/bin/ninja -DPython_EXECUTABLE=$(CURDIR)/$(PY) \
+  $(if $(CCACHE),-DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE) -DCMAKE_C_COMPILER_LAUNCHER=$(CCACHE))
 
 .PHONY: setup build demo demo-daemon test test-cpp test-asan test-tsan test-py bench clean wheel lint
 
