@@ -117,7 +117,6 @@ class StoreImpl final : public Store {
   uint64_t nbytes() const override { return meta_.nbytes; }
   uint64_t stored_bytes() const override { return stored_bytes_; }
   const std::string& label() const override { return files_.label; }
-  std::pair<uint64_t, uint64_t> identity() const override { return identity_; }
 
   Status RecordShape(uint64_t i, uint64_t* dims) const override {
     LX_RETURN_IF_ERROR(CheckIndex(i));
@@ -367,7 +366,6 @@ class StoreImpl final : public Store {
   std::shared_ptr<const codec::ZstdDictionary> dict_;
   uint64_t item_bytes_ = 0;
   uint64_t stored_bytes_ = 0;
-  std::pair<uint64_t, uint64_t> identity_;
 };
 
 Status StoreImpl::LoadTable(Table* t, const char* name, int fd, uint64_t row_bytes,
@@ -407,7 +405,6 @@ Result<std::shared_ptr<Store>> StoreImpl::Make(StoreFiles files) {
   const format::Metadata& m = s->meta_;
   struct stat st;
   if (::fstat(s->files_.meta.get(), &st) != 0) return Status::FromErrno(label, errno);
-  s->identity_ = {static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
   s->stored_bytes_ = static_cast<uint64_t>(st.st_size);
 
   // Every file the metadata lists must be present with exactly its size.

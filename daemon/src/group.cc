@@ -122,8 +122,10 @@ Status Group::CheckCompatible(const MemberSpec& spec) const {
                    std::to_string(spec_.streams.size()));
   }
   for (size_t j = 0; j < spec.streams.size(); ++j) {
-    // The store registry hands out one Store per (device, inode) while it is
-    // in use, and the group keeps its stores in use: identity is equality.
+    // The store registry hands out one Store per set of passed files (the
+    // (device, inode) of each) while it is in use, and the group keeps its
+    // stores in use: identity is equality, so a member that passed even one
+    // other file (say, its own data shard) is refused, never served ours.
     if (spec.streams[j] != spec_.streams[j]) {
       return differs("stream " + std::to_string(j), "'" + spec.streams[j]->label() + "'",
                      "'" + spec_.streams[j]->label() + "' (another file)");

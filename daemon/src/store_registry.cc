@@ -8,34 +8,48 @@
 namespace loaderx::daemon {
 
 namespace {
-Status CheckReadableFile(const UniqueFd& fd, const std::string& what) {
+// A descriptor proves read access only if it was opened for reading: an
+// O_PATH handle (openable with search permission on the directory alone)
+// reports O_RDONLY as its access mode, so it is refused by name.
+Result<StoreRegistry::FileId> CheckReadableFile(const UniqueFd& fd, const std::string& what) {
   if (!fd.valid()) return Status::InvalidArgument(what + ": missing fd");
   struct stat st;
   if (::fstat(fd.get(), &st) != 0) return Status::FromErrno(what, errno);
   if (!S_ISREG(st.st_mode)) {
     return Status::InvalidArgument(what + ": passed fd is not a regular file");
   }
-  int flags = ::fcntl(fd.get(), F_GETFL);
-  if (flags < 0 || (flags & O_ACCMODE) == O_WRONLY) {
+  const int flags = ::fcntl(fd.get(), F_GETFL);
+  if (flags < 0 || (flags & O_PATH) != 0 || (flags & O_ACCMODE) == O_WRONLY) {
     return Status::InvalidArgument(what + ": passed fd is not open for reading");
   }
-  return Status::OK();
+  return StoreRegistry::FileId{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
 }
 }  // namespace
 
-Result<std::shared_ptr<const Store>> StoreRegistry::Get(StoreFiles files) {
-  LX_RETURN_IF_ERROR(CheckReadableFile(files.meta, files.label + " (metadata)"));
-  LX_RETURN_IF_ERROR(CheckReadableFile(files.index, files.label + " (index)"));
-  if (files.shapes.valid()) LX_RETURN_IF_ERROR(CheckReadableFile(files.shapes, files.label + " (shapes)"));
-  if (files.dict.valid()) LX_RETURN_IF_ERROR(CheckReadableFile(files.dict, files.label + " (dictionary)"));
+Result<StoreRegistry::Key> StoreRegistry::KeyOf(const StoreFiles& files) {
+  Key key;
+  key.reserve(4 + files.data.size());
+  auto add = [&](const UniqueFd& fd, const std::string& what, bool optional) -> Status {
+    if (optional && !fd.valid()) {
+      key.push_back(FileId{});
+      return Status::OK();
+    }
+    LX_ASSIGN_OR_RETURN(FileId id, CheckReadableFile(fd, files.label + " (" + what + ")"));
+    key.push_back(id);
+    return Status::OK();
+  };
+  LX_RETURN_IF_ERROR(add(files.meta, "metadata", false));
+  LX_RETURN_IF_ERROR(add(files.index, "index", false));
+  LX_RETURN_IF_ERROR(add(files.shapes, "shapes", true));
+  LX_RETURN_IF_ERROR(add(files.dict, "dictionary", true));
   for (size_t i = 0; i < files.data.size(); ++i) {
-    LX_RETURN_IF_ERROR(
-        CheckReadableFile(files.data[i], files.label + " (data " + std::to_string(i) + ")"));
+    LX_RETURN_IF_ERROR(add(files.data[i], "data " + std::to_string(i), false));
   }
-  struct stat st;
-  if (::fstat(files.meta.get(), &st) != 0) return Status::FromErrno(files.label, errno);
-  const std::pair<uint64_t, uint64_t> key{static_cast<uint64_t>(st.st_dev),
-                                          static_cast<uint64_t>(st.st_ino)};
+  return key;
+}
+
+Result<std::shared_ptr<const Store>> StoreRegistry::Get(StoreFiles files) {
+  LX_ASSIGN_OR_RETURN(Key key, KeyOf(files));
   {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = stores_.find(key);

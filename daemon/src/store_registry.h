@@ -1,11 +1,16 @@
 // StoreRegistry: a store opened by several clients is validated and mapped
-// once. Keyed by (device, inode) of the metadata fd the client passed, never
-// by a path string (paths lie: bind mounts, symlinks, renames).
+// once, and shared only between clients that passed descriptors of the very
+// same files.
 //
 // The daemon never opens a store path itself: every Store here was built
 // from fds a client opened, so a client can only reach data it could read.
-// A second client naming the same store still has to pass its own fds (which
-// proves its access) before it shares the mapping.
+// The key is the (device, inode) of *every* fd the client passed (metadata,
+// index, shapes, dictionary, each data shard), in their protocol order, so a
+// mapping is reused only for a client that holds a readable descriptor of
+// each file it would be served from. Keying on one file (the metadata) would
+// let a client that may read `meta` but not `data-*` pass its own data files
+// and be served the owner's (docs/daemon.md, "Security"). Paths are never
+// keys (bind mounts, symlinks, renames).
 //
 // Entries are weak: the store is unmapped when the last loader using it
 // closes. Thread-safety: all methods are thread-safe.
@@ -14,7 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <utility>
+#include <vector>
 
 #include "loaderx/store.h"
 
@@ -22,16 +27,27 @@ namespace loaderx::daemon {
 
 class StoreRegistry {
  public:
-  // Checks every fd (a readable regular file), then returns the registered
-  // store with the same metadata (dev, ino) or builds one with
-  // Store::FromFiles.
+  // (device, inode) of one passed file; {0, 0} marks an absent optional file
+  // (shapes, dictionary), which no real file has.
+  struct FileId {
+    uint64_t dev = 0;
+    uint64_t ino = 0;
+    auto operator<=>(const FileId&) const = default;
+  };
+  using Key = std::vector<FileId>;
+
+  // Checks every fd (a regular file open for reading, not an O_PATH handle),
+  // then returns the registered store whose every file is the same or builds
+  // one with Store::FromFiles.
   Result<std::shared_ptr<const Store>> Get(StoreFiles files);
+  // Checks the fds of `files` as Get does and returns their key.
+  static Result<Key> KeyOf(const StoreFiles& files);
   // Stores currently mapped.
   size_t size() const;
 
  private:
   mutable std::mutex mu_;
-  std::map<std::pair<uint64_t, uint64_t>, std::weak_ptr<const Store>> stores_;  // guarded by mu_
+  std::map<Key, std::weak_ptr<const Store>> stores_;  // guarded by mu_
 };
 
 }  // namespace loaderx::daemon

@@ -58,7 +58,6 @@ class FakeStore final : public Store {
   uint64_t nbytes() const override { return 0; }
   uint64_t stored_bytes() const override { return 0; }
   const std::string& label() const override { return label_; }
-  std::pair<uint64_t, uint64_t> identity() const override { return {0, 0}; }
   Result<RecordRef> Locate(uint64_t i) const override { return Status::Internal("unused"); }
   Status Verify(const std::function<void(uint64_t, uint64_t)>&) const override {
     return Status::OK();

@@ -140,8 +140,6 @@ class Store {
   virtual uint64_t nbytes() const = 0;        // logical (decoded) bytes of all records
   virtual uint64_t stored_bytes() const = 0;  // bytes of every file of the store
   virtual const std::string& label() const = 0;
-  // Device and inode of the metadata file: identity for the daemon's registry.
-  virtual std::pair<uint64_t, uint64_t> identity() const = 0;
 
   // Ragged: writes the ndim dims of record i. Dense: writes item_shape.
   virtual Status RecordShape(uint64_t i, uint64_t* dims) const = 0;

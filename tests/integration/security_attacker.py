@@ -1,0 +1,120 @@
+"""A second user attacking a store of the first through loaderxd.
+
+Run as root by tests/integration/test_security.py: it imports everything it
+needs, then drops to ``uid``/``gid`` for good (so every file it opens and the
+credentials loaderxd reads with SO_PEERCRED are the second user's) and runs
+one attack. It prints one JSON object: ``{"served": [...bytes as ints...]}``
+for the first batch it was served (``{"served": reply}`` for a raw protocol
+attack), or ``{"error": class, "mro": [...], "message": str}``.
+
+Usage: security_attacker.py UID GID SOCKET OWNER_STORE WORKDIR ATTACK
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import traceback
+
+import loaderx.client  # noqa: F401 - imported before the uid drop
+import msgpack
+import numpy as np
+from loaderx.client import DaemonOptions
+from loaderx.dataloader import DataLoader
+from loaderx.zrecord import Dense
+from loaderx.zsampler import Sampler
+
+BATCH = 8
+
+
+def forge(owner: str, work: str, data: str) -> str:
+    """A store directory of our own: links to the owner's meta and index, and
+    data files that are zero-filled files of ours (``data="own"``) or links
+    to the owner's (``data="link"``)."""
+    forged = os.path.join(work, "forged")
+    os.mkdir(forged)
+    for name in os.listdir(owner):
+        src, dst = os.path.join(owner, name), os.path.join(forged, name)
+        if not name.startswith("data-") or data == "link":
+            os.symlink(src, dst)
+        else:
+            with open(dst, "wb") as f:
+                f.truncate(os.stat(src).st_size)
+    return forged
+
+
+def through_daemon(path: str, sock: str, **group: str) -> list[int]:
+    with Dense.open(path) as ds, DataLoader({"x": ds}, batch_size=BATCH, mode=Sampler.Mode.Sequential,
+                                            daemon=DaemonOptions(sock, **group)) as loader:
+        return np.asarray(next(loader)["x"]).reshape(-1).tolist()
+
+
+def raw_open(sock: str, fds: list[int], data_files: int) -> dict:
+    """A hand-written protocol client: hello, then one ``open`` of one dense
+    stream announcing ``data_files`` shards and carrying exactly ``fds``.
+    Returns the daemon's reply to the open, or {"t": "hangup"}."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.connect(sock)
+    s.send(msgpack.packb({"t": "hello", "major": 1, "minor": 1, "client_version": "attacker"}))
+    hello = msgpack.unpackb(s.recv(1 << 16))
+    assert hello["t"] == "hello_ok", hello
+    msg = {"t": "open", "streams": [{"label": "x", "has_shapes": False, "has_dict": False,
+                                     "data_files": data_files}],
+           "batch_size": BATCH, "mode": 0, "seed": 0, "rank": 0, "world_size": 1, "start_step": 0,
+           "prefetch": 1, "leases": 1, "ring_bytes": 0}
+    socket.send_fds(s, [msgpack.packb(msg)], fds)
+    data, got, _, _ = socket.recv_fds(s, 1 << 18, 4)
+    for fd in got:
+        os.close(fd)
+    s.close()
+    return msgpack.unpackb(data) if data else {"t": "hangup"}
+
+
+def attack(kind: str, sock: str, owner: str, work: str) -> object:
+    shards = sorted(n for n in os.listdir(owner) if n.startswith("data-"))
+    if kind == "forged-own-data":
+        return through_daemon(forge(owner, work, "own"), sock)
+    if kind == "forged-own-data-group":
+        return through_daemon(forge(owner, work, "own"), sock, group="shared", group_mode="broadcast")
+    if kind == "forged-linked-data":
+        return through_daemon(forge(owner, work, "link"), sock)
+    if kind == "owner-path":
+        return through_daemon(owner, sock)
+    meta = os.open(os.path.join(owner, "meta"), os.O_RDONLY)
+    index = os.open(os.path.join(owner, "index"), os.O_RDONLY)
+    if kind == "raw-fewer-fds":  # announces every shard, passes none
+        return raw_open(sock, [meta, index], len(shards))
+    if kind == "raw-o-path":  # a handle that needs no read permission
+        paths = [os.open(os.path.join(owner, n), os.O_PATH) for n in shards]
+        return raw_open(sock, [meta, index, *paths], len(shards))
+    own = []
+    for n in shards:  # other files of exactly the right size
+        p = os.path.join(work, "other-" + n)
+        with open(p, "wb") as f:
+            f.truncate(os.stat(os.path.join(owner, n)).st_size)
+        own.append(os.open(p, os.O_RDONLY))
+    if kind == "raw-other-files":
+        return raw_open(sock, [meta, index, *own], len(shards))
+    if kind == "raw-fewer-shards":  # announces and passes one shard of several
+        return raw_open(sock, [meta, index, own[0]], 1)
+    raise SystemExit(f"unknown attack {kind}")
+
+
+def main() -> None:
+    uid, gid, sock, owner, work, kind = sys.argv[1:]
+    os.setgroups([])
+    os.setgid(int(gid))
+    os.setuid(int(uid))
+    assert os.geteuid() == int(uid) and os.getuid() == int(uid)
+    try:
+        out: object = {"served": attack(kind, sock, owner, work)}
+    except Exception as e:  # noqa: BLE001 - reported to the test
+        out = {"error": type(e).__name__, "mro": [c.__name__ for c in type(e).__mro__],
+               "message": str(e), "trace": traceback.format_exc()}
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
