@@ -84,11 +84,46 @@ def test_activation_with_a_wrong_socket_type_is_refused(tmp_path: Path) -> None:
     assert b"ListenSequentialPacket" in r.stderr
 
 
+def _install(tmp_path: Path) -> Path:
+    """`cmake --install` of the build tree that made loaderxd, into a prefix of its own."""
+    build = Path(loaderxd_binary()).resolve().parents[1]
+    if not (build / "cmake_install.cmake").exists():
+        pytest.skip(f"{build} is not a CMake build tree")
+    cmake = shutil.which("cmake", path=str(Path(sys.executable).parent)) or shutil.which("cmake")
+    assert cmake, "cmake not found"
+    prefix = tmp_path / "usr"
+    subprocess.run([cmake, "--install", str(build), "--prefix", str(prefix)], check=True,
+                   capture_output=True, timeout=120)
+    return prefix
+
+
+def _verify(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> None:
+    r = subprocess.run(["systemd-analyze", *args], cwd=cwd, check=False, capture_output=True,
+                       text=True, timeout=60, env=env)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", ""), r.stdout + r.stderr
+
+
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
-def test_units_verify_cleanly(tmp_path: Path) -> None:
-    for name in ("loaderxd.service", "loaderxd.socket"):
-        text = (ROOT / "systemd" / name).read_text().replace("/usr/bin/loaderxd", loaderxd_binary())
-        (tmp_path / name).write_text(text)
-    r = subprocess.run(["systemd-analyze", "verify", "loaderxd.socket", "loaderxd.service"],
-                       cwd=tmp_path, check=False, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0 and r.stdout == "" and r.stderr == "", r.stderr
+def test_installed_units_verify_cleanly_and_name_what_was_installed(tmp_path: Path) -> None:
+    prefix = _install(tmp_path)
+    system, user = prefix / "lib/systemd/system", prefix / "lib/systemd/user"
+    for unit in (system / "loaderxd.service", system / "loaderxd.socket",
+                 user / "loaderxd-user.service", user / "loaderxd-user.socket"):
+        text = unit.read_text()
+        assert "@LOADERX" not in text, unit
+        docs = [ln.split("=", 1)[1] for ln in text.splitlines() if ln.startswith("Documentation=")]
+        assert docs == [f"file://{prefix}/share/doc/loaderx/daemon.md"], unit
+        assert (prefix / "share/doc/loaderx/daemon.md").is_file()
+        for line in text.splitlines():
+            if line.startswith(("ExecStart=", "ExecStartPre=")):
+                exe = line.split("=", 1)[1].split()[0]
+                assert exe == str(prefix / "bin/loaderxd") and os.access(exe, os.X_OK), line
+    service = (system / "loaderxd.service").read_text()
+    assert "MemoryHigh=" in service and "MemoryMax=" in service
+    assert (prefix / "lib/tmpfiles.d/loaderx.conf").is_file()
+    assert (prefix / "lib/sysusers.d/loaderx.conf").is_file()
+    _verify(["verify", "loaderxd.socket", "loaderxd.service"], cwd=system)
+    runtime = tmp_path / "xdg"
+    runtime.mkdir(mode=0o700)
+    _verify(["--user", "verify", "loaderxd-user.socket", "loaderxd-user.service"], cwd=user,
+            env=dict(os.environ, XDG_RUNTIME_DIR=str(runtime)))
