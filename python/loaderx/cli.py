@@ -1,23 +1,48 @@
-"""The ``loaderx`` command line: inspect and check Zrecord stores.
+"""The ``loaderx`` command line (also ``python -m loaderx``).
 
-    loaderx info PATH [--json]   schema, count, codec, sizes and compression ratio
-    loaderx verify PATH          check every checksum; exit 1 naming the first bad record
+    loaderx info PATH [--json]          a store's schema, count, codec, sizes, ratio and
+                                        metadata; for a directory of stores (a converter
+                                        output), one line per store
+    loaderx verify PATH [-q]            check every checksum; names the first bad record
+    loaderx convert SOURCE OUTPUT       Hugging Face dataset (Hub id, save_to_disk
+                                        directory, directory of data files) -> stores
+    loaderx train-dict STORE OUTPUT     train a zstd dictionary from a store's records
+    loaderx bench STORE                 quick random-gather benchmark beside NumPy
+    loaderx --version
 
-Exit status: 0 success, 1 corrupt or unreadable store, 2 usage error.
+Exit status (documented in docs/guide.md, "Command line"):
+    0    success
+    1    the operation failed: corrupt, missing or unreadable store, conversion
+         refused (the one-line message says why)
+    2    usage error (unknown command or option, bad option value)
+    130  interrupted (Ctrl-C)
+    141  stdout was closed early (``loaderx info ... | head -1``); nothing is printed
+
+Errors are one line on stderr, ``loaderx CMD: ErrorClass: message``; ``--debug``
+shows the traceback instead. Progress bars go to stderr, only when it is a
+terminal (never into a pipe or a log file).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
-from . import _loaderx
-from .errors import LoaderxError
+from . import __version__
 
 __all__ = ["main"]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+EXIT_PIPE = 141
 
 
 def _human(n: int) -> str:
@@ -29,17 +54,33 @@ def _human(n: int) -> str:
     raise AssertionError("unreachable")
 
 
+def _bar(total: int, desc: str, quiet: bool = False) -> Any:
+    """A tqdm bar on stderr when it is a terminal, else None."""
+    if quiet or not sys.stderr.isatty():
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover - tqdm is a dependency
+        return None
+    return tqdm(total=total, unit="rec", desc=desc, file=sys.stderr, leave=False)
+
+
+def _open(path: str) -> Any:
+    from . import _loaderx
+
+    return _loaderx.Store.open(path)
+
+
 def _info(store: Any) -> dict[str, Any]:
     import numpy as np
 
-    dense = store.kind == "dense"
     info: dict[str, Any] = {
         "path": store.label,
         "kind": store.kind,
         "dtype": store.dtype,
         "dtype_name": np.dtype(store.dtype).name,
     }
-    if dense:
+    if store.kind == "dense":
         info["item_shape"] = list(store.item_shape)
     else:
         info["ndim"] = store.ndim
@@ -51,41 +92,72 @@ def _info(store: Any) -> dict[str, Any]:
         "stored_bytes": store.stored_bytes,
         "ratio": round(store.nbytes / store.stored_bytes, 3) if store.stored_bytes else None,
     })
+    metadata = getattr(store, "metadata", None)
+    if metadata is not None:
+        info["metadata"] = metadata
     return info
 
 
+def _stores_under(root: Path) -> Iterator[Path]:
+    """Store directories below `root` (a directory holding a ``meta`` file), sorted."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        if "meta" in filenames:
+            dirnames[:] = []
+            yield Path(dirpath)
+
+
 def _cmd_info(args: argparse.Namespace) -> int:
-    info = _info(_loaderx.Store.open(args.path))
+    root = Path(args.path)
+    if root.is_dir() and not (root / "meta").exists():
+        stores = list(_stores_under(root))
+        if stores:
+            return _info_many(root, stores, args.json)
+    info = _info(_open(args.path))
     if args.json:
         print(json.dumps(info))
-        return 0
+        return EXIT_OK
     shape = (f"item_shape   {tuple(info['item_shape'])}" if "item_shape" in info
              else f"ndim         {info['ndim']} (ragged: every axis may vary)")
     ratio = f"{info['ratio']:.2f}x" if info["ratio"] is not None else "n/a"
-    print(f"path         {info['path']}\n"
-          f"kind         {info['kind']}\n"
-          f"dtype        {info['dtype']} ({info['dtype_name']})\n"
-          f"{shape}\n"
-          f"records      {info['count']}\n"
-          f"codec        {info['codec']}\n"
-          f"data_shards  {info['data_shards']}\n"
-          f"logical      {_human(info['logical_bytes'])}\n"
-          f"stored       {_human(info['stored_bytes'])}\n"
-          f"ratio        {ratio} (logical / stored)")
-    return 0
+    lines = [f"path         {info['path']}",
+             f"kind         {info['kind']}",
+             f"dtype        {info['dtype']} ({info['dtype_name']})",
+             shape,
+             f"records      {info['count']}",
+             f"codec        {info['codec']}",
+             f"data_shards  {info['data_shards']}",
+             f"logical      {_human(info['logical_bytes'])}",
+             f"stored       {_human(info['stored_bytes'])}",
+             f"ratio        {ratio} (logical / stored)"]
+    if "metadata" in info:
+        lines.append(f"metadata     {json.dumps(info['metadata'], sort_keys=True)}")
+    print("\n".join(lines))
+    return EXIT_OK
+
+
+def _info_many(root: Path, stores: list[Path], as_json: bool) -> int:
+    infos = []
+    for p in stores:
+        info = _info(_open(str(p)))
+        info["path"] = str(p.relative_to(root))
+        infos.append(info)
+    if as_json:
+        print(json.dumps({"root": str(root), "stores": infos}))
+        return EXIT_OK
+    width = max(len(i["path"]) for i in infos)
+    for i in infos:
+        shape = (f"item_shape={tuple(i['item_shape'])}" if "item_shape" in i
+                 else f"ndim={i['ndim']}")
+        print(f"{i['path']:<{width}}  {i['kind']:<6}  {i['dtype_name']:<8}  {shape:<22}  "
+              f"{i['count']:>10} records  {i['codec']:<9}  {_human(i['stored_bytes'])}")
+    return EXIT_OK
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    store = _loaderx.Store.open(args.path)
+    store = _open(args.path)
     n = len(store)
-    bar = None
-    if not args.quiet:
-        try:
-            from tqdm import tqdm
-
-            bar = tqdm(total=n, unit="rec", desc="verify", file=sys.stderr, leave=False)
-        except ImportError:  # tqdm is a dependency, but verify must work without it
-            bar = None
+    bar = _bar(n, "verify", args.quiet)
 
     def progress(done: int, total: int) -> None:
         if bar is not None:
@@ -97,34 +169,216 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         if bar is not None:
             bar.close()
     print(f"{args.path}: OK ({n} records, every checksum verified)")
-    return 0
+    return EXIT_OK
+
+
+def _cmd_convert(args: argparse.Namespace) -> int:
+    from .converter import convert, huggingface
+
+    dataset = huggingface(args.source, config=args.config, revision=args.revision,
+                          endpoint=args.endpoint)
+    out = convert(dataset, args.output, codec=args.codec, image_layout=args.image_layout,
+                  image_mode=args.image_mode, data_shards=args.data_shards,
+                  progress=False if args.quiet else None)
+    n = sum(len(ds) for ds in dataset.values())
+    print(f"{out}: {len(dataset)} split(s), {n} records")
+    return EXIT_OK
+
+
+def _cmd_train_dict(args: argparse.Namespace) -> int:
+    from .utils import train_dict
+    from .zrecord import Dense, Ragged
+
+    native = _open(args.store)
+    cls = Dense if native.kind == "dense" else Ragged
+    with cls.open(args.store) as store:
+        d = train_dict(store, size=args.size)
+    out = Path(args.output)
+    if out.exists():
+        from .errors import StoreExistsError
+
+        raise StoreExistsError(f"{out}: already exists")
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    tmp.write_bytes(d)
+    os.replace(tmp, out)
+    print(f"{out}: {len(d)} bytes (use with codec='zstd_dict', dict_bytes=open(...).read())")
+    return EXIT_OK
+
+
+def _time_loop(fn: Callable[[Any], Any], plans: list[Any], min_seconds: float) -> tuple[float, float,
+                                                                                         int]:
+    """(wall seconds, CPU seconds, batches) of repeating fn over plans for at least min_seconds."""
+    fn(plans[0])  # warm-up
+    count = 0
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    while True:
+        for p in plans:
+            fn(p)
+            count += 1
+        wall = time.perf_counter() - wall0
+        if wall >= min_seconds:
+            return wall, time.process_time() - cpu0, count
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from .errors import InvalidArgumentError
+    from .zrecord import Dense, Ragged
+
+    native = _open(args.store)
+    dense = native.kind == "dense"
+    n = len(native)
+    if n == 0:
+        raise InvalidArgumentError(f"{args.store}: the store is empty")
+    store = (Dense if dense else Ragged).open(args.store)
+    try:
+        # The NumPy side holds a prefix of the store in memory (at most --numpy-mib);
+        # both sides gather the same random batches from that prefix.
+        per = max(1, native.nbytes // n)
+        m = int(min(n, max(1, (args.numpy_mib << 20) // per)))
+        rng = np.random.default_rng(args.seed)
+        plans = [rng.integers(0, m, args.batch, dtype=np.int64) for _ in range(args.plans)]
+        ref = store[:m]
+        if dense:
+            def numpy_gather(idx: Any) -> Any:
+                return ref[idx]
+        else:
+            def numpy_gather(idx: Any) -> Any:
+                return [ref[i] for i in idx]
+        got: Any = store[plans[0]]
+        want = numpy_gather(plans[0])
+        same = (np.array_equal(got, want) if dense else
+                all(np.array_equal(a, b) for a, b in zip(got, want)))
+        if not same:  # pragma: no cover - would be a gather bug
+            raise RuntimeError("the store and NumPy returned different records")
+        batch_bytes = got.nbytes if dense else sum(a.nbytes for a in got)
+        rows = []
+        for name, fn in (("loaderx", lambda idx: store[idx]), ("numpy", numpy_gather)):
+            wall, cpu, count = _time_loop(fn, plans, args.seconds)
+            rows.append({"backend": name, "batches": count,
+                         "batches_per_s": count / wall,
+                         "records_per_s": count * args.batch / wall,
+                         "mib_per_s": batch_bytes * count / wall / (1 << 20),
+                         "cpu_per_batch_ms": cpu / count * 1e3})
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps({"store": args.store, "batch": args.batch, "records_in_numpy": m,
+                          "results": rows}))
+        return EXIT_OK
+    print(f"{args.store}: {native.kind} {native.dtype} codec={native.codec}, random batches of "
+          f"{args.batch} from the first {m} of {n} records (NumPy holds them in memory)")
+    for r in rows:
+        print(f"  {r['backend']:<8} {r['batches_per_s']:10.1f} batches/s "
+              f"{r['records_per_s'] / 1e3:10.1f} krec/s {r['mib_per_s']:9.1f} MiB/s "
+              f"{r['cpu_per_batch_ms']:8.3f} ms CPU/batch")
+    print(f"  ratio    {rows[0]['batches_per_s'] / rows[1]['batches_per_s']:.2f}x "
+          "(loaderx / numpy, one run: a quick look, not a published benchmark)")
+    return EXIT_OK
+
+
+def _positive(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {v}")
+    return v
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="loaderx", description="Inspect and check Zrecord stores.")
-    sub = p.add_subparsers(dest="command", required=True)
-    pi = sub.add_parser("info", help="print a store's schema, size and compression ratio")
-    pi.add_argument("path")
+    p = argparse.ArgumentParser(prog="loaderx",
+                                description="Inspect, check, build and time Zrecord stores.",
+                                epilog="exit status: 0 ok, 1 failed, 2 usage, 130 interrupted, "
+                                       "141 stdout closed")
+    p.add_argument("--version", action="version", version=f"loaderx {__version__}")
+    p.add_argument("--debug", action="store_true", help="show the traceback of an error")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    pi = sub.add_parser("info", help="a store's schema, size, ratio and metadata")
+    pi.add_argument("path", help="a store, or a directory of stores")
     pi.add_argument("--json", action="store_true", help="one JSON object instead of text")
     pi.set_defaults(func=_cmd_info)
+
     pv = sub.add_parser("verify", help="check every checksum of a store")
     pv.add_argument("path")
     pv.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     pv.set_defaults(func=_cmd_verify)
+
+    pc = sub.add_parser("convert", help="a Hugging Face dataset -> aligned stores",
+                        description="SOURCE is a Hub id, a save_to_disk directory or a directory "
+                                    "of data files; OUTPUT/<split>/<column> stores are published "
+                                    "atomically. A Hub token comes from HF_TOKEN or "
+                                    "`hf auth login` (never a command-line argument).")
+    pc.add_argument("source")
+    pc.add_argument("output")
+    pc.add_argument("--codec", choices=("raw", "zstd"), default="zstd")
+    pc.add_argument("--config", help="configuration (subset) name")
+    pc.add_argument("--revision", default="main", help="Hub branch, tag or commit")
+    pc.add_argument("--endpoint", help="Hub base URL (mirror or private Hub)")
+    pc.add_argument("--image-layout", choices=("HWC", "CHW"), default="HWC")
+    pc.add_argument("--image-mode", help="PIL mode every image is converted to, e.g. RGB")
+    pc.add_argument("--data-shards", type=_positive, default=4)
+    pc.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    pc.set_defaults(func=_cmd_convert)
+
+    pt = sub.add_parser("train-dict", help="train a zstd dictionary from a store's records")
+    pt.add_argument("store")
+    pt.add_argument("output", help="file to write the dictionary to (must not exist)")
+    pt.add_argument("--size", type=_positive, default=110 * 1024, help="capacity in bytes")
+    pt.set_defaults(func=_cmd_train_dict)
+
+    pb = sub.add_parser("bench", help="quick random-gather benchmark of a store beside NumPy")
+    pb.add_argument("store")
+    pb.add_argument("--batch", type=_positive, default=256)
+    pb.add_argument("--plans", type=_positive, default=20, help="distinct random batches")
+    pb.add_argument("--seconds", type=float, default=1.0, help="time per backend (default 1)")
+    pb.add_argument("--numpy-mib", type=_positive, default=512,
+                    help="records NumPy holds in memory, in MiB (default 512)")
+    pb.add_argument("--seed", type=int, default=0)
+    pb.add_argument("--json", action="store_true")
+    pb.set_defaults(func=_cmd_bench)
+    # `loaderx status` (loaderxd sessions, groups, rings; docs/daemon.md) is registered here by
+    # the daemon-operations work, with the same error and exit-status rules.
     return p
+
+
+def _quiet_stdout() -> None:
+    """After a closed pipe: point stdout at /dev/null so interpreter exit flushes nothing."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # pragma: no cover - stdout without a descriptor
+        pass
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``loaderx`` command; returns the exit status."""
     args = _parser().parse_args(argv)
     try:
-        return int(args.func(args))
-    except LoaderxError as e:
-        print(f"loaderx {args.command}: {type(e).__name__}: {e}", file=sys.stderr)
-        return 1
+        status = int(args.func(args))
+        sys.stdout.flush()
+        return status
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_PIPE
     except KeyboardInterrupt:
         print(f"loaderx {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+    except Exception as e:  # every failure becomes one line (or --debug)
+        if args.debug:
+            raise
+        from .errors import LoaderxError
+
+        name = type(e).__name__
+        if not isinstance(e, (LoaderxError, OSError, ValueError, TypeError, ImportError)):
+            name = f"unexpected {name} (run with --debug for the traceback)"
+        message = str(e).splitlines()[0] if str(e) else ""
+        print(f"loaderx {args.command}: {name}: {message}", file=sys.stderr)
+        return EXIT_FAILED
 
 
 if __name__ == "__main__":

@@ -16,10 +16,12 @@ from loaderx.zrecord import Dense, Ragged
 PKG_ROOT = str(Path(loaderx.__file__).resolve().parent.parent)
 
 
+ENV = dict(os.environ, PYTHONPATH=PKG_ROOT)
+
+
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PYTHONPATH=PKG_ROOT)
     return subprocess.run([sys.executable, "-m", "loaderx", *args], capture_output=True, text=True,
-                          env=env, timeout=120, check=False)
+                          env=ENV, timeout=120, check=False)
 
 
 @pytest.fixture()
@@ -106,3 +108,145 @@ def test_main_is_callable_in_process(dense: Path, capsys: pytest.CaptureFixture[
 
     assert main(["verify", str(dense), "-q"]) == 0
     assert "OK" in capsys.readouterr().out
+
+
+def test_version() -> None:
+    r = run("--version")
+    assert r.returncode == 0 and r.stdout == f"loaderx {loaderx.__version__}\n"
+
+
+def test_errors_are_one_line_unless_debug(tmp_path: Path) -> None:
+    r = run("verify", str(tmp_path / "nope"))
+    assert r.returncode == 1
+    assert r.stderr == f"loaderx verify: StoreNotFoundError: {tmp_path / 'nope'}: no such store\n"
+    r = run("--debug", "verify", str(tmp_path / "nope"))
+    assert r.returncode == 1
+    assert "Traceback (most recent call last)" in r.stderr and "StoreNotFoundError" in r.stderr
+
+
+def test_usage_errors_exit_2(dense: Path) -> None:
+    for args in ((), ("frobnicate",), ("info",), ("bench", str(dense), "--batch", "0"),
+                 ("convert", "a", "b", "--codec", "lz4")):
+        r = run(*args)
+        assert r.returncode == 2, args
+        assert "usage: loaderx" in r.stderr
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path: Path) -> None:
+    for k in range(30):  # a directory of stores: one line each, more than a pipe read takes
+        with Dense.create(tmp_path / "root" / f"s{k:02d}", np.int16, (2,), codec="raw") as w:
+            w.append(np.zeros((k + 1, 2), np.int16))
+    p = subprocess.Popen([sys.executable, "-m", "loaderx", "info", str(tmp_path / "root")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.close()  # the reader is gone before the command writes a byte
+    err = p.stderr.read()
+    assert p.wait(timeout=120) == 141
+    assert err == b""
+
+
+def test_progress_bar_only_on_a_terminal(dense: Path) -> None:
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    r = run("verify", str(dense))  # stderr is a pipe: no bar, no carriage returns anywhere
+    assert r.returncode == 0 and r.stderr == "" and "\r" not in r.stdout
+    master, slave = pty.openpty()
+    # A new pty is 0x0; tqdm draws nothing in zero columns.
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+    try:
+        p = subprocess.run([sys.executable, "-m", "loaderx", "verify", str(dense)],
+                           stdout=subprocess.PIPE, stderr=slave, env=ENV, timeout=120, check=False)
+        os.close(slave)
+        tty = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the terminal's other side is closed
+                break
+            if not chunk:
+                break
+            tty += chunk
+    finally:
+        os.close(master)
+    assert p.returncode == 0
+    assert b"verify" in tty and b"\r" in tty  # tqdm redraws in place on a terminal
+    assert b"\r" not in p.stdout
+
+
+def test_info_of_a_directory_of_stores(tmp_path: Path) -> None:
+    root = tmp_path / "conv"
+    with Dense.create(root / "train" / "label", np.int64, (), codec="zstd") as w:
+        w.append(np.arange(7, dtype=np.int64))
+    with Ragged.create(root / "train" / "tok", np.int32, 1, codec="raw") as rs:
+        rs.append([np.arange(k, dtype=np.int32) for k in range(7)])
+    r = run("info", str(root), "--json")
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["root"] == str(root)
+    assert [(s["path"], s["kind"], s["count"]) for s in got["stores"]] == [
+        ("train/label", "dense", 7), ("train/tok", "ragged", 7)]
+    r = run("info", str(root))
+    lines = r.stdout.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("train/label  dense   int64")
+    assert "7 records" in lines[1] and "ndim=1" in lines[1]
+
+
+def test_train_dict_writes_a_usable_dictionary(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    recs = [rng.integers(0, 50, 40 + k % 30).astype(np.int32) for k in range(3000)]
+    with Ragged.create(tmp_path / "tok", np.int32, 1, codec="raw") as rs:
+        rs.append(recs)
+    r = run("train-dict", str(tmp_path / "tok"), str(tmp_path / "tok.dict"), "--size", "4096")
+    assert r.returncode == 0, r.stderr
+    d = (tmp_path / "tok.dict").read_bytes()
+    assert 0 < len(d) <= 4096
+    with Ragged.create(tmp_path / "z", np.int32, 1, codec="zstd_dict", dict_bytes=d) as rs:
+        rs.append(recs)
+    with Ragged.open(tmp_path / "z") as rs:
+        assert all(np.array_equal(a, b) for a, b in zip(rs[:], recs))
+    again = run("train-dict", str(tmp_path / "tok"), str(tmp_path / "tok.dict"))
+    assert again.returncode == 1 and "already exists" in again.stderr
+    assert (tmp_path / "tok.dict").read_bytes() == d
+
+
+def test_bench_reports_both_backends(dense: Path, tmp_path: Path) -> None:
+    r = run("bench", str(dense), "--batch", "8", "--plans", "3", "--seconds", "0.05", "--json")
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["batch"] == 8 and got["records_in_numpy"] == 20
+    assert [row["backend"] for row in got["results"]] == ["loaderx", "numpy"]
+    for row in got["results"]:
+        assert row["batches"] >= 3 and row["records_per_s"] == pytest.approx(
+            row["batches_per_s"] * 8)
+        assert row["mib_per_s"] == pytest.approx(row["batches_per_s"] * 8 * 64 / (1 << 20))
+    with Ragged.create(tmp_path / "r", np.int32, 2, codec="zstd") as rs:
+        rs.append([np.ones((k % 4, 3), np.int32) for k in range(50)])
+    r = run("bench", str(tmp_path / "r"), "--batch", "5", "--seconds", "0.05")
+    assert r.returncode == 0, r.stderr
+    assert "ragged" in r.stdout and "ratio" in r.stdout
+
+
+def test_convert_command(tmp_path: Path) -> None:
+    datasets = pytest.importorskip("datasets")
+    feats = datasets.Features({"x": datasets.Sequence(datasets.Value("int16")),
+                               "label": datasets.ClassLabel(names=["a", "b"])})
+    xs = [np.arange(k, dtype=np.int16) for k in range(9)]
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict(
+        {"x": xs, "label": [k % 2 for k in range(9)]}, features=feats)}).save_to_disk(
+        str(tmp_path / "src"))
+    r = run("convert", str(tmp_path / "src"), str(tmp_path / "out"), "--codec", "raw")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == f"{tmp_path / 'out'}: 1 split(s), 9 records\n"
+    assert "\r" not in r.stderr  # not a terminal: no progress bar
+    with Ragged.open(tmp_path / "out" / "train" / "x") as rs:
+        assert all(np.array_equal(a, b) for a, b in zip(rs[:], xs))
+    with Dense.open(tmp_path / "out" / "train" / "label") as ds:
+        assert ds[:].tolist() == [k % 2 for k in range(9)]
+    datasets.Dataset.from_dict({"s": ["a", "b"]}).save_to_disk(str(tmp_path / "strings"))
+    r = run("convert", str(tmp_path / "strings"), str(tmp_path / "out2"))
+    assert r.returncode == 1
+    assert r.stderr.count("\n") == 1 and "SchemaError: column 's'" in r.stderr
+    assert not (tmp_path / "out2").exists()
