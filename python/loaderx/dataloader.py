@@ -387,6 +387,10 @@ class DataLoader:
     def __len__(self) -> int:
         raise TypeError("DataLoader is endless (step-based): it has no length")
 
+    def __bool__(self) -> bool:
+        """True while the loader is open (``len()`` raises: the loader is endless)."""
+        return not self._closed
+
     def __next__(self) -> Any:
         self._check_open()
         with self._lock:
