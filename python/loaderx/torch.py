@@ -7,6 +7,20 @@ loader; :func:`device_transform` builds a ``transform`` that copies each batch
 to a device, from pinned memory when asked, so ``non_blocking`` copies really
 overlap with compute.
 
+:class:`StatefulLoader` wraps a :class:`~loaderx.dataloader.DataLoader` for a
+torch training loop: it yields those tensors and has ``state_dict()`` /
+``load_state_dict()`` in the manner of torchdata's ``StatefulDataLoader``, with
+a state of plain ints and strings that ``torch.save`` and
+``torch.load(weights_only=True)`` carry unchanged::
+
+    loader = StatefulLoader(DataLoader(streams, 256, mode="Cyclic", seed=1))
+    for batch in loader:                      # {name: Tensor}, endless
+        ...
+        torch.save({"model": model.state_dict(), "loader": loader.state_dict()}, path)
+
+    ckpt = torch.load(path, weights_only=True)
+    loader.load_state_dict(ckpt["loader"])    # the next batch is the one after the saved step
+
 ``torch`` is imported lazily: importing this module does not need it, calling
 a helper does (``ModuleNotFoundError`` otherwise).
 
@@ -18,7 +32,7 @@ write into them in place (copy first, e.g. ``t.clone()``).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -26,7 +40,9 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["device_transform", "iter_torch", "to_torch"]
+    from .dataloader import DataLoader
+
+__all__ = ["StatefulLoader", "device_transform", "iter_torch", "to_torch"]
 
 
 def _tensor(array: np.ndarray) -> torch.Tensor:
@@ -94,3 +110,68 @@ def device_transform(
         return value
 
     return move
+
+
+class StatefulLoader:
+    """A loaderx DataLoader as a torch data loader with ``state_dict`` / ``load_state_dict``.
+
+    Iterating yields ``to_torch(batch)`` for every batch of ``loader``
+    (tensors sharing the batch memory; endless like the loader). The
+    conventions of torchdata's ``StatefulDataLoader``:
+
+    * ``state_dict()`` may be called at any time and describes the position
+      after the last batch yielded: loading it makes the next batch the one
+      that would have come next. It holds only ints and strings (``step``,
+      ``seed``, ``mode``, ``n``, ``global_batch_size``, ``version``), so it
+      survives ``torch.save`` / ``torch.load(weights_only=True)`` and JSON.
+    * ``load_state_dict(state)`` is called before iterating again; the next
+      batch is step ``state["step"]``, exactly, whatever ``num_threads``,
+      ``prefetch``, embedded or loaderxd, and also with another
+      ``world_size`` (and ``batch_size``) of the same global batch. A state
+      of another sample order (seed, mode, length, global batch) raises
+      ``ValueError`` naming the field.
+
+    The wrapped loader is owned: ``close()`` (or the ``with`` block) closes it.
+    """
+
+    def __init__(self, loader: DataLoader) -> None:
+        from .dataloader import DataLoader
+
+        if not isinstance(loader, DataLoader):
+            raise TypeError(f"StatefulLoader wraps a loaderx DataLoader, got {type(loader).__name__}")
+        self.loader = loader
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        return to_torch(next(self.loader))
+
+    def state_dict(self) -> dict[str, Any]:
+        """The position after the last batch yielded (plain ints and strings)."""
+        return self.loader.state_dict()
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Continues at ``state_dict["step"]``; see the class docstring."""
+        state = dict(state_dict)
+        for key, value in state.items():  # a loaded checkpoint may hold 0-d tensors
+            if hasattr(value, "item") and not isinstance(value, (int, str)):
+                state[key] = value.item()
+        self.loader.load_state_dict(state)
+
+    @property
+    def step(self) -> int:
+        """The step of the next batch."""
+        return self.loader.step
+
+    def close(self) -> None:
+        self.loader.close()
+
+    def __bool__(self) -> bool:
+        return bool(self.loader)
+
+    def __enter__(self) -> StatefulLoader:  # noqa: PYI034 - Self needs Python 3.11
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
