@@ -114,13 +114,18 @@ def save_checkpoint(path: Path, params: dict[str, Any], loader: DataLoader) -> N
 def main() -> None:
     args = training_args(__doc__.splitlines()[0], "checkpoint dir (default ROOT/jax.ckpt)")
 
-    if not HAVE_JAX:
+    if HAVE_JAX:
+        print(f"using jax {jax.__version__} on {jax.devices()[0].platform}")
+    else:
         print("jax is not installed: running the same functional step with NumPy")
     root = build_stores(args.root, args.limit)
     ckpt = Path(args.ckpt or root / "jax.ckpt")
     params = init_params(0)
     streams = open_split(root, "train")
-    loader = DataLoader(streams, args.batch_size, to_device, mode="Cyclic", seed=7)
+    # One batch of prefetch: while the step runs, the loader gathers the next
+    # batch and one transform thread puts it on the device.
+    loader = DataLoader(streams, args.batch_size, to_device, mode="Cyclic", seed=7,
+                        prefetch=1, transform_threads=1)
     if args.resume:
         with np.load(ckpt / "params.npz") as saved:
             params = {k: saved[k] for k in saved.files}
