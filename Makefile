@@ -9,7 +9,7 @@ CCACHE := $(shell command -v ccache 2>/dev/null)
 CMAKE_COMMON := -G Ninja -DCMAKE_MAKE_PROGRAM=$(CURDIR)/.venv/bin/ninja -DPython_EXECUTABLE=$(CURDIR)/$(PY) \
   $(if $(CCACHE),-DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE) -DCMAKE_C_COMPILER_LAUNCHER=$(CCACHE))
 
-.PHONY: setup build demo demo-daemon test test-cpp test-asan test-tsan test-py bench clean wheel lint
+.PHONY: setup build demo demo-daemon test test-cpp test-asan test-tsan test-py bench clean wheel lint fuzz fuzz-long fuzz-seeds
 
 setup:
 	@scripts/setup.sh
@@ -24,7 +24,7 @@ demo: build
 demo-daemon: build
 	PYTHONPATH=python $(PY) scripts/demo.py --daemon
 
-test: build test-cpp test-py test-asan test-tsan
+test: build test-cpp test-py test-asan test-tsan fuzz
 
 test-cpp: build
 	cd build && ctest --output-on-failure -j $(JOBS) --timeout 600
@@ -47,6 +47,34 @@ test-tsan: setup
 	@$(CMAKE) --build build-tsan -j $(JOBS)
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j $(JOBS) --timeout 900
 
+# libFuzzer targets (tests/fuzz: the wire decoder, the client's ring
+# validation, open-and-read of a mutated store), built with Debian's clang
+# under ASan/UBSan and run FUZZ_SECONDS each from the checked-in seed corpus
+# (copied: the repo corpus is not rewritten). CI runs 20 s each;
+# `make fuzz-long` runs 10 minutes each. A crash leaves its input in
+# build-fuzz/artifacts/ and fails the target.
+FUZZ_SECONDS ?= 20
+FUZZ_TARGETS := fuzz_wire fuzz_ring fuzz_store
+fuzz: setup
+	@CXX=clang++ $(CMAKE) -S . -B build-fuzz $(CMAKE_COMMON) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOADERX_FUZZ=ON -DLOADERX_SANITIZE=address,undefined -DLOADERX_BUILD_PYTHON=OFF -DLOADERX_BUILD_TESTS=OFF -DLOADERX_BUILD_DAEMON=OFF -DLOADERX_BUILD_BENCH=OFF >/dev/null
+	@$(CMAKE) --build build-fuzz -j $(JOBS)
+	@mkdir -p build-fuzz/artifacts
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  work=build-fuzz/corpus/$$t; rm -rf $$work; mkdir -p $$work; \
+	  if [ -d tests/fuzz/corpus/$$t ]; then cp tests/fuzz/corpus/$$t/* $$work/; fi; \
+	  echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
+	  build-fuzz/tests/fuzz/$$t -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -timeout=10 -rss_limit_mb=2048 \
+	    -artifact_prefix=build-fuzz/artifacts/$$t- -print_final_stats=1 $$work 2>build-fuzz/$$t.log \
+	    || { tail -40 build-fuzz/$$t.log; exit 1; }; \
+	  grep -E "^(Done|stat::number_of_executed_units|stat::peak_rss_mb)" build-fuzz/$$t.log || true; \
+	done
+
+fuzz-long:
+	$(MAKE) fuzz FUZZ_SECONDS=600
+
+fuzz-seeds: build
+	PYTHONPATH=python $(PY) tests/fuzz/make_seeds.py
+
 # Typing and lint gates (the same commands as tests/python/test_typing.py).
 lint: build
 	PYTHONPATH=python $(PY) -m mypy.stubtest loaderx._loaderx --mypy-config-file pyproject.toml --allowlist tests/python/stubtest_allowlist.txt
@@ -60,4 +88,4 @@ bench: build
 	PYTHONPATH=python $(PY) bench/run_all.py
 
 clean:
-	rm -rf build build-asan build-tsan dist python/loaderx/_loaderx*.so
+	rm -rf build build-asan build-tsan build-fuzz dist python/loaderx/_loaderx*.so

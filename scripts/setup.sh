@@ -9,6 +9,7 @@ APT_PACKAGES=(
   g++ make pkg-config ninja-build
   libboost-dev libzstd-dev libmsgpack-cxx-dev libgtest-dev libxxhash-dev
   dataset-fashion-mnist
+  clang libclang-rt-14-dev clang-tidy clang-format
 )
 
 scripts/apt-install.sh setup "${APT_PACKAGES[@]}"
