@@ -21,8 +21,8 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "python"))
 
-from loaderx.utils import train_dict  # noqa: E402
-from loaderx.zrecord import Dense, Ragged  # noqa: E402
+from loaderx.utils import train_dict
+from loaderx.zrecord import Dense, Ragged
 
 
 def pack(path: Path) -> bytes:
