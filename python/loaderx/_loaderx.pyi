@@ -119,6 +119,12 @@ class Store:
     def verify(self, progress: Callable[[int, int], object] | None = None) -> None:
         """Checks every checksum; ``progress(done, total)`` is called between rounds."""
 
+def mixed_store(parts: list[Store], counts: list[int]) -> Store:
+    """One stream of a mixture: position start_k + j is record j mod len(parts[k])."""
+
+def mix_source_store(counts: list[int]) -> Store:
+    """Dense int64 scalars: the dataset number k of every mixture position."""
+
 def train_dictionary(
     samples: Sequence[Buffer | npt.NDArray[Any]], capacity: SupportsIndex
 ) -> bytes:

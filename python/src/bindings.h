@@ -29,5 +29,6 @@ void BindStore(py::module_& m);
 void BindSampler(py::module_& m);
 void BindLoader(py::module_& m);
 void BindClient(py::module_& m);
+void BindMix(py::module_& m);
 
 }  // namespace loaderx::py_bind

@@ -41,4 +41,5 @@ PYBIND11_MODULE(_loaderx, m) {
   BindSampler(m);
   BindLoader(m);
   BindClient(m);
+  BindMix(m);
 }

@@ -1,0 +1,31 @@
+// _loaderx.mixed_store / mix_source_store: the virtual stores of weighted
+// mixing (common/include/loaderx/mix.h), returned as ordinary _loaderx.Store
+// handles so readers, the DataLoader and the pipeline use them unchanged.
+// The weights -> counts apportionment lives in python/loaderx/mix.py.
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <vector>
+
+#include "bindings.h"
+#include "loaderx/mix.h"
+
+namespace loaderx::py_bind {
+
+void BindMix(py::module_& m) {
+  m.def(
+      "mixed_store",
+      [](const std::vector<std::shared_ptr<Store>>& parts, std::vector<uint64_t> counts) {
+        return Unwrap(MixedStore(std::vector<std::shared_ptr<const Store>>(parts.begin(),
+                                                                           parts.end()),
+                                 std::move(counts)));
+      },
+      py::arg("parts"), py::arg("counts"),
+      "One stream of a mixture: position start_k + j is record j mod len(parts[k]).");
+  m.def(
+      "mix_source_store",
+      [](std::vector<uint64_t> counts) { return Unwrap(MixSourceStore(std::move(counts))); },
+      py::arg("counts"), "Dense int64 scalars: the dataset number k of every mixture position.");
+}
+
+}  // namespace loaderx::py_bind
