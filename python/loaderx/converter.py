@@ -28,6 +28,10 @@ bytes, nested dicts, audio and other non-numeric features raise
 :class:`~loaderx.errors.SchemaError` naming the column, before anything is
 written, unless ``encoders={column: fn}`` turns each value into an ndarray.
 
+Streamed datasets (``IterableDataset`` / ``IterableDatasetDict``) are read in
+one pass as well; since they cannot be scanned first, a column whose feature
+leaves an axis open (images, lists without a length) becomes ``Ragged``.
+
 Memory is bounded: each split is read once, in batches of at most
 ``_TARGET_BATCH_BYTES`` of decoded values, and appended to every column's
 builder as it goes, so a dataset larger than RAM converts. The result is
@@ -386,7 +390,7 @@ def _component(name: Any, what: str) -> str:
     return name
 
 
-def _progress_bar(enabled: bool | None, total: int, desc: str) -> Any:
+def _progress_bar(enabled: bool | None, total: int | None, desc: str) -> Any:
     if enabled is None:
         enabled = sys.stderr.isatty()
     if not enabled:
@@ -398,13 +402,24 @@ def _progress_bar(enabled: bool | None, total: int, desc: str) -> Any:
     return tqdm(total=total, desc=desc, unit="rec", file=sys.stderr, leave=False)
 
 
-def _write_split(ds: Any, target: Path, columns: list[_Column], layout: str, codec: str,
-                 data_shards: int, dict_bytes: bytes | None, progress: bool | None,
-                 desc: str) -> None:
+def _batches(ds: Any, columns: list[_Column], step: int) -> Iterator[dict[str, Any]]:
+    """The split's records in batches of at most `step`: {column: values}."""
+    if _is_streamed(ds):
+        # A streamed dataset is read once, as Python values (exact: no formatter casts).
+        yield from ds.select_columns([c.name for c in columns]).iter(batch_size=step)
+        return
     n = len(ds)
     view = ds.select_columns([c.name for c in columns])
     plain = [c.name for c in columns if c.encoder is None]
     view = view.with_format("numpy", dtype=None, columns=plain, output_all_columns=True)
+    for lo in range(0, n, step):
+        yield view[lo:min(n, lo + step)]
+
+
+def _write_split(ds: Any, target: Path, columns: list[_Column], layout: str, codec: str,
+                 data_shards: int, dict_bytes: bytes | None, progress: bool | None,
+                 desc: str) -> None:
+    n = None if _is_streamed(ds) else len(ds)
     step = _decode_records(columns)
     bar = _progress_bar(progress, n, desc)
     try:
@@ -414,39 +429,73 @@ def _write_split(ds: Any, target: Path, columns: list[_Column], layout: str, cod
                               _column_metadata(c, layout))) for c in columns}
             pending: dict[str, list[np.ndarray]] = {c.name: [] for c in columns}
             pending_bytes = 0
-            for lo in range(0, n, step):
-                hi = min(n, lo + step)
-                batch = view[lo:hi]
+            lo = 0
+            for batch in _batches(ds, columns, step):
+                count = len(batch[columns[0].name]) if columns else 0
                 values: Any = None
                 for c in columns:
                     values = batch[c.name]
                     if (c.kind == "dense" and c.encoder is None and not c.image
                             and isinstance(values, np.ndarray) and values.dtype != object
-                            and values.shape == (hi - lo, *c.shape)):
+                            and values.shape == (count, *c.shape)):
                         block = np.ascontiguousarray(values.astype(c.dtype, copy=False))
                         pending[c.name].append(block)  # the whole batch as one block
                         pending_bytes += block.nbytes
                         continue
-                    for k in range(hi - lo):
+                    for k in range(count):
                         r = _record(c, values[k], lo + k, layout)
                         if c.kind == "dense" and r.shape != c.shape:
                             raise SchemaError(f"column {c.name!r}: record {lo + k} has shape "
                                               f"{r.shape}, record 0 {c.shape}")
+                        if c.kind == "ragged" and r.ndim != c.ndim:
+                            raise SchemaError(f"column {c.name!r}: record {lo + k} has rank "
+                                              f"{r.ndim}, record 0 {c.ndim}")
                         pending[c.name].append(r[None] if c.kind == "dense" else r)
                         pending_bytes += r.nbytes
                 del batch, values  # the decoded batch is not kept while appending
+                lo += count
                 if pending_bytes >= _TARGET_BATCH_BYTES:
                     _flush(columns, writers, pending)
                     pending_bytes = 0
                 if bar is not None:
-                    bar.update(hi - lo)
+                    bar.update(count)
             _flush(columns, writers, pending)
             counts = {name: len(w) for name, w in writers.items()}
-            if set(counts.values()) != {n}:
+            if len(set(counts.values())) > 1 or (n is not None and set(counts.values()) != {n}):
                 raise SchemaError(f"{desc}: columns disagree on record count: {counts}")
+            if lo == 0:
+                raise InvalidArgumentError(f"{desc}: the dataset is empty")
     finally:
         if bar is not None:
             bar.close()
+
+
+def _is_streamed(ds: Any) -> bool:
+    return type(ds).__name__ == "IterableDataset"
+
+
+def _plan_streamed(ds: Any, name: str, layout: str, encoder: Encoder | None,
+                   first: Any) -> _Column:
+    """A streamed column's plan from its feature (no scan is possible) and record 0."""
+    feature = ds.features[name] if ds.features is not None else None
+    col = _Column(name, feature, encoder=encoder)
+    if encoder is not None or feature is None:
+        if encoder is None:
+            raise SchemaError(f"column {name!r}: a streamed dataset without features cannot be "
+                              "planned; cast it to known features or pass an encoder")
+        r = _encoded(col, first, 0)
+        col.dtype, col.shape = r.dtype, r.shape
+        col.kind = "dense" if r.ndim == 0 else "ragged"
+        return col
+    dtype, declared, image = _declared(name, feature)
+    col.dtype, col.image = dtype, image
+    if all(d is not None for d in declared):
+        col.shape = tuple(int(d) for d in declared)  # type: ignore[arg-type]
+        return col
+    # An open axis: Ragged (a stream cannot be scanned first), rank from record 0.
+    col.shape = _record(col, first, 0, layout).shape
+    col.kind = "ragged"
+    return col
 
 
 def _decode_records(columns: list[_Column]) -> int:
@@ -510,9 +559,10 @@ def convert(dataset: Any, output: str | os.PathLike[str], *, codec: str,
     for name, fn in encoders.items():
         if not callable(fn):
             raise TypeError(f"encoders[{name!r}] must be callable, got {type(fn).__name__}")
-    if isinstance(dataset, datasets.Dataset):
+    single = (datasets.Dataset, datasets.IterableDataset)
+    if isinstance(dataset, single):
         splits: dict[str | None, Any] = {None: dataset}
-    elif isinstance(dataset, Mapping) and not isinstance(dataset, datasets.Dataset):
+    elif isinstance(dataset, Mapping):
         if not dataset:
             raise InvalidArgumentError("dataset has no splits")
         splits = {_component(k, "split"): v for k, v in dataset.items()}
@@ -520,10 +570,10 @@ def convert(dataset: Any, output: str | os.PathLike[str], *, codec: str,
         raise TypeError("dataset must be a datasets Dataset or DatasetDict (see huggingface()), "
                         f"got {type(dataset).__name__}")
     for split, ds in splits.items():
-        if not isinstance(ds, datasets.Dataset):
+        if not isinstance(ds, single):
             raise TypeError(f"split {split!r} must be a datasets Dataset, got {type(ds).__name__}")
         for name in encoders:
-            if name not in ds.column_names:
+            if ds.column_names is not None and name not in ds.column_names:
                 raise InvalidArgumentError(f"encoders names column {name!r}, which split "
                                            f"{split!r} does not have")
     output = Path(output)
@@ -533,8 +583,8 @@ def convert(dataset: Any, output: str | os.PathLike[str], *, codec: str,
     if image_mode is not None:
         splits = {k: _cast_images(datasets, ds, image_mode, encoders) for k, ds in splits.items()}
     # Every column's plan, for every split, before anything is written.
-    plans = {split: [_plan(ds, _component(c, "column"), image_layout, encoders.get(c), image_mode)
-                     for c in ds.column_names] for split, ds in splits.items()}
+    plans = {split: _plans(ds, image_layout, encoders, image_mode, split)
+             for split, ds in splits.items()}
     output.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{output.name}.converting-", dir=output.parent))
     try:
@@ -550,6 +600,18 @@ def convert(dataset: Any, output: str | os.PathLike[str], *, codec: str,
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return output
+
+
+def _plans(ds: Any, layout: str, encoders: Mapping[str, Encoder], mode: str | None,
+           split: str | None) -> list[_Column]:
+    if not _is_streamed(ds):
+        return [_plan(ds, _component(c, "column"), layout, encoders.get(c), mode)
+                for c in ds.column_names]
+    first = next(iter(ds), None)  # a streamed dataset starts again at each iteration
+    if first is None:
+        raise InvalidArgumentError(f"split {split or 'dataset'!r} is empty")
+    return [_plan_streamed(ds, _component(c, "column"), layout, encoders.get(c), first[c])
+            for c in first]
 
 
 def _cast_images(datasets: Any, ds: Any, mode: str, encoders: Mapping[str, Encoder]) -> Any:

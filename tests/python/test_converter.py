@@ -433,3 +433,51 @@ def test_store_metadata_records_features_layout_and_class_names(tmp_path: Path) 
         assert meta["feature"] == {"names": ["a", "b", "c"], "_type": "ClassLabel"}
     with Dense.open(root / "train" / "image") as s:
         assert s.metadata["image_layout"] == "CHW"  # type: ignore[attr-defined]
+
+
+def test_streamed_datasets_convert_exactly_in_one_pass(tmp_path: Path) -> None:
+    rng = np.random.default_rng(8)
+    n = 700
+    floats = rng.standard_normal(n)  # float64: nothing may be narrowed on the way
+    small = rng.integers(-30000, 30000, n).astype(np.int16)
+    seqs = [rng.integers(0, 255, k % 9).astype(np.uint8) for k in range(n)]
+    imgs = [rng.integers(0, 256, (4 + k % 3, 5, 3), dtype=np.uint8) for k in range(n)]
+    feats = datasets.Features({"f": datasets.Value("float64"), "i": datasets.Value("int16"),
+                               "s": datasets.Sequence(datasets.Value("uint8")),
+                               "img": datasets.Image(), "t": datasets.Value("string")})
+    ds = datasets.Dataset.from_dict({"f": floats, "i": small, "s": seqs, "img": imgs,
+                                     "t": [str(k) for k in range(n)]}, features=feats)
+    streamed = datasets.IterableDatasetDict({"train": ds.to_iterable_dataset(num_shards=3)})
+    root = convert(streamed, tmp_path / "st", codec="zstd", progress=False,
+                   encoders={"t": lambda v: np.frombuffer(v.encode(), np.uint8)})
+    with Dense.open(root / "train" / "f") as s:
+        assert s.dtype == np.float64 and np.array_equal(s[:], floats)
+    with Dense.open(root / "train" / "i") as s:
+        assert s.dtype == np.int16 and np.array_equal(s[:], small)
+    with Ragged.open(root / "train" / "s") as s:
+        assert all(np.array_equal(a, b) for a, b in zip(s[:], seqs))
+    with Ragged.open(root / "train" / "img") as s:  # an open axis in a stream: Ragged, HWC
+        assert s.ndim == 3 and all(np.array_equal(a, b) for a, b in zip(s[:], imgs))
+    with Ragged.open(root / "train" / "t") as s:
+        assert [bytes(r).decode() for r in s[:]] == [str(k) for k in range(n)]
+    one = convert(ds.select_columns(["i"]).to_iterable_dataset(), tmp_path / "one", codec="raw",
+                  progress=False)
+    with Dense.open(one / "i") as s:
+        assert np.array_equal(s[:], small)
+    with pytest.raises(SchemaError, match="'t'"):
+        convert(ds.to_iterable_dataset(), tmp_path / "bad", codec="raw", progress=False)
+    assert not (tmp_path / "bad").exists()
+
+
+def test_an_empty_dataset_is_refused(tmp_path: Path) -> None:
+    empty = datasets.Dataset.from_dict({"x": []}, features=datasets.Features({"x": datasets.Value("int32")}))
+    with pytest.raises(InvalidArgumentError, match="empty"):
+        convert(empty, tmp_path / "e", codec="raw", progress=False)
+    with pytest.raises(InvalidArgumentError, match="empty"):
+        convert(datasets.IterableDataset.from_generator(_no_rows, features=empty.features),
+                tmp_path / "e", codec="raw", progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def _no_rows() -> Any:
+    yield from ()
