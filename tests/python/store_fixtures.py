@@ -1,0 +1,86 @@
+"""The stores checked in under tests/data/zrecord-1.0/ and the records they hold.
+
+They were written by the format 1.0 writer (loaderx before the 1.1 format change) with
+``python tests/python/store_fixtures.py tests/data/zrecord-1.0``; the current code must
+keep reading them exactly (tests/python/test_store_compat.py). Re-running the script now
+writes format 1.1 stores of the same content, which the same test also reads.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+
+def _photo(i: int) -> np.ndarray:
+    return ((np.arange(3 * 8 * 8, dtype=np.uint32) // 16 + i) % 251).astype(np.uint8).reshape(3, 8, 8)
+
+
+def _tokens(i: int) -> np.ndarray:
+    n = 1 + (i * 37) % 90
+    return ((np.arange(n, dtype=np.int64) * 31 + i) % 1000).astype(np.int32)
+
+
+def _grid(i: int) -> np.ndarray:
+    h, w = 1 + i % 5, 1 + (i * 3) % 4
+    return (np.arange(h * w, dtype=np.float32) + i).reshape(h, w)
+
+
+def dense_records(name: str) -> np.ndarray:
+    """Every record of the dense fixture ``name``, stacked."""
+    if name == "labels_raw":
+        return (np.arange(5000, dtype=np.int64) * 7 % 10).astype(np.uint8)
+    if name in ("photo_raw", "photo_zstd", "photo_dict"):
+        return np.stack([_photo(i) for i in range(60)])
+    if name == "floats_zstd":
+        return np.stack([np.full(33, i, np.float64) + np.arange(33) for i in range(300)])
+    raise KeyError(name)
+
+
+def ragged_records(name: str) -> list[np.ndarray]:
+    """Every record of the ragged fixture ``name``, in order."""
+    if name in ("tokens_raw", "tokens_zstd"):
+        return [_tokens(i) for i in range(200)] + [np.zeros(0, np.int32)]
+    if name == "grid_zstd":
+        return [_grid(i) for i in range(50)]
+    raise KeyError(name)
+
+
+# name -> (kind, codec, data_shards)
+FIXTURES = {
+    "labels_raw": ("dense", "raw", 2),
+    "photo_raw": ("dense", "raw", 3),
+    "photo_zstd": ("dense", "zstd", 2),
+    "photo_dict": ("dense", "zstd_dict", 1),
+    "floats_zstd": ("dense", "zstd", 4),
+    "tokens_raw": ("ragged", "raw", 2),
+    "tokens_zstd": ("ragged", "zstd", 3),
+    "grid_zstd": ("ragged", "zstd", 1),
+}
+
+
+def write_all(root: str) -> None:
+    from loaderx.utils import train_dict
+    from loaderx.zrecord import Dense, Ragged
+
+    for name, (kind, codec, shards) in FIXTURES.items():
+        path = os.path.join(root, name)
+        if kind == "dense":
+            recs = dense_records(name)
+            d = train_dict(recs, size=1024) if codec == "zstd_dict" else None
+            with Dense.create(path, recs.dtype, recs.shape[1:], codec=codec,
+                              data_shards=shards, dict_bytes=d) as ds:
+                # Two appends: a run boundary that is not a chunk boundary.
+                ds.append(recs[: len(recs) // 3])
+                ds.append(recs[len(recs) // 3:])
+        else:
+            rr = ragged_records(name)
+            with Ragged.create(path, rr[0].dtype, rr[0].ndim, codec=codec, data_shards=shards) as rs:
+                rs.append(rr[:7])
+                rs.append(rr[7:])
+
+
+if __name__ == "__main__":
+    write_all(sys.argv[1])
