@@ -1,5 +1,6 @@
 #include "codec.h"
 
+#define ZSTD_STATIC_LINKING_ONLY  // ZSTD_c_format / ZSTD_d_format (magicless frames)
 #include <zdict.h>
 #include <zstd.h>
 
@@ -28,6 +29,38 @@ ZSTD_DCtx* ThreadDCtx() {
   thread_local std::unique_ptr<ZSTD_DCtx, DCtxDeleter> ctx(ZSTD_createDCtx());
   return ctx.get();
 }
+
+ZSTD_format_e FormatOf(Frames f) {
+  return f == Frames::kCompact ? ZSTD_f_zstd1_magicless : ZSTD_f_zstd1;
+}
+
+// Compression context for kCompact frames, with its frame parameters set
+// once (they are sticky); level and dictionary are set per call.
+ZSTD_CCtx* ThreadCompactCCtx() {
+  thread_local std::unique_ptr<ZSTD_CCtx, CCtxDeleter> ctx([] {
+    ZSTD_CCtx* c = ZSTD_createCCtx();
+    if (c != nullptr) {
+      ZSTD_CCtx_setParameter(c, ZSTD_c_format, ZSTD_f_zstd1_magicless);
+      ZSTD_CCtx_setParameter(c, ZSTD_c_contentSizeFlag, 1);
+      ZSTD_CCtx_setParameter(c, ZSTD_c_checksumFlag, 0);
+      ZSTD_CCtx_setParameter(c, ZSTD_c_dictIDFlag, 0);
+    }
+    return c;
+  }());
+  return ctx.get();
+}
+
+// Decompression context for kCompact frames.
+ZSTD_DCtx* ThreadCompactDCtx() {
+  thread_local std::unique_ptr<ZSTD_DCtx, DCtxDeleter> ctx([] {
+    ZSTD_DCtx* d = ZSTD_createDCtx();
+    if (d != nullptr) ZSTD_DCtx_setParameter(d, ZSTD_d_format, ZSTD_f_zstd1_magicless);
+    return d;
+  }());
+  return ctx.get();
+}
+
+ZSTD_DCtx* DCtxFor(Frames f) { return f == Frames::kCompact ? ThreadCompactDCtx() : ThreadDCtx(); }
 
 std::string ZstdError(size_t code) { return ZSTD_getErrorName(code); }
 
@@ -63,7 +96,18 @@ ZstdDictionary::~ZstdDictionary() {
 size_t CompressBound(size_t n) { return ZSTD_compressBound(n); }
 
 Result<size_t> Compress(const void* src, size_t n, int level, const ZstdDictionary* dict,
-                        void* dst, size_t capacity) {
+                        void* dst, size_t capacity, Frames frames) {
+  if (frames == Frames::kCompact) {
+    ZSTD_CCtx* cctx = ThreadCompactCCtx();
+    if (cctx == nullptr) return Status::ResourceExhausted("ZSTD_createCCtx failed");
+    size_t r = ZSTD_CCtx_refCDict(cctx, dict != nullptr ? dict->cdict() : nullptr);
+    if (!ZSTD_isError(r) && dict == nullptr) {
+      r = ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
+    }
+    if (!ZSTD_isError(r)) r = ZSTD_compress2(cctx, dst, capacity, src, n);
+    if (ZSTD_isError(r)) return Status::Internal("zstd compression failed: " + ZstdError(r));
+    return r;
+  }
   ZSTD_CCtx* cctx = ThreadCCtx();
   if (cctx == nullptr) return Status::ResourceExhausted("ZSTD_createCCtx failed");
   size_t r = dict != nullptr
@@ -73,9 +117,20 @@ Result<size_t> Compress(const void* src, size_t n, int level, const ZstdDictiona
   return r;
 }
 
+Result<uint64_t> FrameContentSize(const void* src, size_t n, Frames frames) {
+  ZSTD_frameHeader h;
+  const size_t r = ZSTD_getFrameHeader_advanced(&h, src, n, FormatOf(frames));
+  if (ZSTD_isError(r)) return Status::Corruption(std::string("zstd frame header: ") + ZstdError(r));
+  if (r != 0) return Status::Corruption("zstd frame header truncated");
+  if (h.frameType != ZSTD_frame || h.frameContentSize == ZSTD_CONTENTSIZE_UNKNOWN) {
+    return Status::Corruption("zstd frame header has no content size");
+  }
+  return static_cast<uint64_t>(h.frameContentSize);
+}
+
 Status Decompress(const void* src, size_t n, const ZstdDictionary* dict, void* out,
-                  size_t out_len, const std::string& what) {
-  ZSTD_DCtx* dctx = ThreadDCtx();
+                  size_t out_len, const std::string& what, Frames frames) {
+  ZSTD_DCtx* dctx = DCtxFor(frames);
   if (dctx == nullptr) return Status::ResourceExhausted("ZSTD_createDCtx failed");
   size_t r = dict != nullptr ? ZSTD_decompress_usingDDict(dctx, out, out_len, src, n, dict->ddict())
                              : ZSTD_decompressDCtx(dctx, out, out_len, src, n);
@@ -88,7 +143,7 @@ Status Decompress(const void* src, size_t n, const ZstdDictionary* dict, void* o
 }
 
 Status CompressStream(const void* src, uint64_t n, int level, const ZstdDictionary* dict,
-                      const std::function<Status(const void*, size_t)>& sink) {
+                      const std::function<Status(const void*, size_t)>& sink, Frames frames) {
   ZSTD_CCtx* cctx = ThreadCCtx();
   if (cctx == nullptr) return Status::ResourceExhausted("ZSTD_createCCtx failed");
   ZSTD_CCtx_reset(cctx, ZSTD_reset_session_and_parameters);
@@ -99,6 +154,10 @@ Status CompressStream(const void* src, uint64_t n, int level, const ZstdDictiona
   } reset{cctx};
   size_t r = dict != nullptr ? ZSTD_CCtx_refCDict(cctx, dict->cdict())
                              : ZSTD_CCtx_setParameter(cctx, ZSTD_c_compressionLevel, level);
+  if (!ZSTD_isError(r) && frames == Frames::kCompact) {
+    r = ZSTD_CCtx_setParameter(cctx, ZSTD_c_format, ZSTD_f_zstd1_magicless);
+    if (!ZSTD_isError(r)) r = ZSTD_CCtx_setParameter(cctx, ZSTD_c_dictIDFlag, 0);
+  }
   if (!ZSTD_isError(r)) r = ZSTD_CCtx_setPledgedSrcSize(cctx, n);
   if (ZSTD_isError(r)) return Status::Internal("zstd setup failed: " + ZstdError(r));
 
@@ -126,7 +185,7 @@ Status CompressStream(const void* src, uint64_t n, int level, const ZstdDictiona
 
 Status DecompressStream(const void* src, uint64_t n, const ZstdDictionary* dict,
                         uint64_t out_len, const std::function<void(const void*, size_t)>& sink,
-                        const std::string& what) {
+                        const std::string& what, Frames frames) {
   ZSTD_DCtx* dctx = ThreadDCtx();
   if (dctx == nullptr) return Status::ResourceExhausted("ZSTD_createDCtx failed");
   ZSTD_DCtx_reset(dctx, ZSTD_reset_session_and_parameters);
@@ -134,6 +193,7 @@ Status DecompressStream(const void* src, uint64_t n, const ZstdDictionary* dict,
     ZSTD_DCtx* c;
     ~Reset() { ZSTD_DCtx_reset(c, ZSTD_reset_session_and_parameters); }
   } reset{dctx};
+  if (frames == Frames::kCompact) ZSTD_DCtx_setParameter(dctx, ZSTD_d_format, ZSTD_f_zstd1_magicless);
   if (dict != nullptr) ZSTD_DCtx_refDDict(dctx, dict->ddict());
   std::vector<uint8_t> piece(kStreamPiece);
   ZSTD_inBuffer in{src, static_cast<size_t>(n), 0};

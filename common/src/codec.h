@@ -41,28 +41,39 @@ class ZstdDictionary {
   ZSTD_DDict_s* ddict_ = nullptr;
 };
 
+// Frame flavour. kStandard (format 1.0): zstd's default frame (magic number,
+// dictionary id, content size). kCompact (format 1.1): no magic number
+// (ZSTD_f_zstd1_magicless), no dictionary id, no checksum, content size kept;
+// 4-8 bytes fewer per record, which counts for 100-byte records.
+enum class Frames : uint8_t { kStandard = 0, kCompact = 1 };
+
 // Worst-case compressed size of n input bytes.
 size_t CompressBound(size_t n);
 
 // Compresses [src, src+n) as one frame into dst (capacity >= CompressBound(n)).
 // `dict` may be null. Returns the frame size.
 Result<size_t> Compress(const void* src, size_t n, int level, const ZstdDictionary* dict,
-                        void* dst, size_t capacity);
+                        void* dst, size_t capacity, Frames frames = Frames::kCompact);
+
+// The decoded size a frame's header announces; Corruption if the header is
+// bad or has no content size.
+Result<uint64_t> FrameContentSize(const void* src, size_t n, Frames frames);
 
 // Decodes one record into exactly out_len bytes; any other outcome (bad frame,
 // wrong dictionary, longer or shorter output) is Corruption("<what>: ...").
 Status Decompress(const void* src, size_t n, const ZstdDictionary* dict, void* out,
-                  size_t out_len, const std::string& what);
+                  size_t out_len, const std::string& what, Frames frames);
 
 // Streaming compression of a large record: the frame is handed to `sink` in
 // pieces of at most a few MiB, so memory stays bounded whatever n is.
 Status CompressStream(const void* src, uint64_t n, int level, const ZstdDictionary* dict,
-                      const std::function<Status(const void*, size_t)>& sink);
+                      const std::function<Status(const void*, size_t)>& sink,
+                      Frames frames = Frames::kCompact);
 
 // Streaming decode (verify path): decoded pieces go to `sink`; the total must
 // equal out_len.
 Status DecompressStream(const void* src, uint64_t n, const ZstdDictionary* dict,
                         uint64_t out_len, const std::function<void(const void*, size_t)>& sink,
-                        const std::string& what);
+                        const std::string& what, Frames frames);
 
 }  // namespace loaderx::codec

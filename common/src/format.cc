@@ -15,6 +15,15 @@ std::string DataFileName(uint32_t shard) {
 
 uint64_t Hash64(const void* data, size_t len) { return XXH3_64bits(data, len); }
 
+const char* LayoutName(Layout l) {
+  switch (l) {
+    case Layout::kEntries: return "entries";
+    case Layout::kComputed: return "computed";
+    case Layout::kEnds: return "ends";
+  }
+  return "?";
+}
+
 namespace {
 
 const char* KindName(Kind k) { return k == Kind::kDense ? "dense" : "ragged"; }
@@ -31,7 +40,8 @@ void PackStr(Packer& p, std::string_view s) {
 std::string EncodeMetadata(const Metadata& m) {
   msgpack::sbuffer buf;
   Packer p(buf);
-  p.pack_map(17);
+  const bool v11 = m.layout != Layout::kEntries;
+  p.pack_map(v11 ? 22 : 17);
   PackStr(p, "magic"); PackStr(p, kMagic);
   PackStr(p, "major"); p.pack(m.major);
   PackStr(p, "minor"); p.pack(m.minor);
@@ -58,6 +68,13 @@ std::string EncodeMetadata(const Metadata& m) {
     p.pack(info.xxh3);
   }
   PackStr(p, "writer"); PackStr(p, m.writer);
+  if (v11) {
+    PackStr(p, "layout"); PackStr(p, LayoutName(m.layout));
+    PackStr(p, "run_records"); p.pack(m.run_records);
+    PackStr(p, "data_block"); p.pack(m.data_block);
+    PackStr(p, "sums_xxh3"); p.pack(m.sums_table_xxh3);
+    PackStr(p, "metadata"); PackStr(p, m.user_metadata);
+  }
 
   std::string out(buf.data(), buf.size());
   uint64_t h = Hash64(out.data(), out.size());
@@ -75,7 +92,7 @@ Result<Metadata> DecodeMetadata(std::string_view bytes, const std::string& label
 
   Metadata m;
   bool seen_magic = false;
-  std::string kind, dtype, codec;
+  std::string kind, dtype, codec, layout;
   try {
     size_t off = 0;
     msgpack::object_handle oh = msgpack::unpack(bytes.data(), body, off);
@@ -126,6 +143,16 @@ Result<Metadata> DecodeMetadata(std::string_view bytes, const std::string& label
         }
       } else if (key == "writer") {
         m.writer = v.as<std::string>();
+      } else if (key == "layout") {
+        layout = v.as<std::string>();
+      } else if (key == "run_records") {
+        m.run_records = v.as<uint64_t>();
+      } else if (key == "data_block") {
+        m.data_block = v.as<uint64_t>();
+      } else if (key == "sums_xxh3") {
+        m.sums_table_xxh3 = v.as<uint64_t>();
+      } else if (key == "metadata") {
+        m.user_metadata = v.as<std::string>();
       }  // Unknown keys: added by a newer minor version; ignored.
     }
   } catch (const std::exception& e) {
@@ -164,6 +191,27 @@ Result<Metadata> DecodeMetadata(std::string_view bytes, const std::string& label
     return bad("ragged ndim " + std::to_string(m.schema.ndim) + " outside 1..32");
   }
   if ((m.codec == Codec::kZstdDict) != (m.dict_id != 0)) return bad("dict_id inconsistent with codec");
+  if (layout.empty() || layout == "entries") {
+    m.layout = Layout::kEntries;
+  } else if (layout == "computed") {
+    m.layout = Layout::kComputed;
+  } else if (layout == "ends") {
+    m.layout = Layout::kEnds;
+  } else {
+    return bad("unknown layout '" + layout + "'");
+  }
+  if (m.layout != Layout::kEntries) {
+    if (m.run_records < 1 || m.run_records > (uint64_t{1} << 40)) {
+      return bad("run_records " + std::to_string(m.run_records) + " outside 1..2^40");
+    }
+    if (m.data_block < 4096 || m.data_block > (uint64_t{1} << 30)) {
+      return bad("data_block " + std::to_string(m.data_block) + " outside 4096..2^30");
+    }
+    if (m.layout == Layout::kComputed &&
+        (m.schema.kind != Kind::kDense || m.codec != Codec::kRaw)) {
+      return bad("layout 'computed' is for dense raw stores only");
+    }
+  }
   return m;
 }
 

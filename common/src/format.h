@@ -23,7 +23,7 @@ static_assert(std::endian::native == std::endian::little,
 
 inline constexpr std::string_view kMagic = "zrecord";
 inline constexpr uint32_t kFormatMajor = 1;
-inline constexpr uint32_t kFormatMinor = 0;
+inline constexpr uint32_t kFormatMinor = 1;  // 1.1: compact layouts, data block sums
 inline constexpr char kWriterVersion[] = "loaderx 0.1.0";
 
 inline constexpr char kMetaFile[] = "meta";
@@ -45,7 +45,59 @@ inline constexpr uint32_t kMaxShards = 255;
 inline constexpr uint32_t kMaxNdim = 32;      // NumPy's own limit
 inline constexpr uint64_t kMaxMetaBytes = 1 << 20;
 
-// One index entry: 24 bytes, little-endian.
+// How records are located (docs/format.md, section 3).
+enum class Layout : uint8_t {
+  kEntries = 0,   // 1.0: a 24-byte entry per record (offset, length, checksum, shard, flags)
+  kComputed = 1,  // 1.1 dense raw: no index; offsets follow from the record number
+  kEnds = 2,      // 1.1 otherwise: an 8-byte entry per record (end offset | compressed bit)
+};
+const char* LayoutName(Layout l);
+
+// 1.1 placement: record k belongs to run k / R (R = run_records); run r lies
+// in data-<r mod S>, runs of one shard back to back in run order, the records
+// of a run back to back in record order.
+inline uint32_t RunShard(uint64_t k, uint64_t run_records, uint32_t shards) {
+  return static_cast<uint32_t>((k / run_records) % shards);
+}
+// The record stored just before record k in k's shard, or false if k is the
+// first record of its shard.
+inline bool PrevInShard(uint64_t k, uint64_t run_records, uint32_t shards, uint64_t* prev) {
+  if (k % run_records != 0) {
+    *prev = k - 1;
+    return true;
+  }
+  if (k / run_records < shards) return false;
+  *prev = k - run_records * (shards - 1) - 1;
+  return true;
+}
+// kComputed: the byte offset of record k in its shard (item = record bytes).
+inline uint64_t ComputedOffset(uint64_t k, uint64_t run_records, uint32_t shards, uint64_t item) {
+  const uint64_t run = k / run_records;
+  return ((run / shards) * run_records + k % run_records) * item;
+}
+// kComputed: the size of data-<s> for a store of n records.
+inline uint64_t ComputedShardBytes(uint64_t n, uint64_t run_records, uint32_t shards, uint32_t s,
+                                   uint64_t item) {
+  const uint64_t full_runs = n / run_records, tail = n % run_records;
+  uint64_t records = (full_runs / shards + (full_runs % shards > s ? 1 : 0)) * run_records;
+  if (tail != 0 && full_runs % shards == s) records += tail;
+  return records * item;
+}
+
+// 1.1 kEnds entry: bit 63 = the record is one zstd frame, bits 0..62 = the
+// offset one past its last byte in its shard file.
+inline constexpr size_t kEndEntryBytes = 8;
+inline constexpr uint64_t kEndCompressedBit = uint64_t{1} << 63;
+// 1.1 data files are checksummed in blocks of this many bytes; the sums sit
+// at the end of `index`, after its own block table.
+inline constexpr uint64_t kDataBlockBytes = uint64_t{64} << 10;
+inline uint64_t NumDataBlocks(uint64_t file_bytes, uint64_t block) {
+  return (file_bytes + block - 1) / block;
+}
+// User metadata (JSON text) is capped so `meta` stays under kMaxMetaBytes.
+inline constexpr uint64_t kMaxUserMetadataBytes = uint64_t{512} << 10;
+
+// One 1.0 index entry: 24 bytes, little-endian.
 //   0  u64 offset      byte offset of the stored record in data-<shard>
 //   8  u64 stored_len  bytes stored (== decoded length when not compressed)
 //  16  u32 checksum    low 32 bits of XXH3-64 of the stored bytes
@@ -109,6 +161,12 @@ struct Metadata {
   uint64_t shapes_table_xxh3 = 0;   // same for the shape table (ragged)
   std::map<std::string, FileInfo> files;  // every file but meta
   std::string writer;
+  // 1.1 keys (absent in 1.0 stores: layout kEntries, the rest 0 / empty).
+  Layout layout = Layout::kEntries;
+  uint64_t run_records = 0;         // R, >= 1 in 1.1
+  uint64_t data_block = 0;          // bytes per data checksum block
+  uint64_t sums_table_xxh3 = 0;     // XXH3 of the data block sums (end of `index`)
+  std::string user_metadata;        // JSON text given at create, or empty
 };
 
 std::string EncodeMetadata(const Metadata& m);
@@ -117,6 +175,12 @@ std::string EncodeMetadata(const Metadata& m);
 Result<Metadata> DecodeMetadata(std::string_view bytes, const std::string& label);
 
 // Expected size of a blocked table file: n rows of `row_bytes` + 8 bytes per block.
+// Ragged 1.1 stores of rank 1 have no shape table: a record's length follows
+// from its entry (raw) or its frame header (compressed).
+inline bool HasShapeTable(const Metadata& m) {
+  return m.schema.kind == Kind::kRagged && (m.layout == Layout::kEntries || m.schema.ndim > 1);
+}
+
 inline uint64_t TableFileSize(uint64_t n, uint64_t row_bytes) {
   return n * row_bytes + NumBlocks(n) * 8;
 }

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 #include "codec.h"
@@ -117,11 +118,20 @@ class StoreImpl final : public Store {
   uint64_t nbytes() const override { return meta_.nbytes; }
   uint64_t stored_bytes() const override { return stored_bytes_; }
   const std::string& label() const override { return files_.label; }
+  const std::string& user_metadata() const override { return meta_.user_metadata; }
+  std::pair<uint32_t, uint32_t> format_version() const override {
+    return {meta_.major, meta_.minor};
+  }
 
   Status RecordShape(uint64_t i, uint64_t* dims) const override {
     LX_RETURN_IF_ERROR(CheckIndex(i));
     if (meta_.schema.kind == Kind::kDense) {
       std::copy(meta_.schema.item_shape.begin(), meta_.schema.item_shape.end(), dims);
+      return Status::OK();
+    }
+    if (!has_shapes_) {
+      LX_ASSIGN_OR_RETURN(RecordRef r, Locate(i));
+      dims[0] = r.raw_len / meta_.schema.dtype.itemsize;
       return Status::OK();
     }
     LX_ASSIGN_OR_RETURN(const uint8_t* row, shapes_.Row(i));
@@ -132,6 +142,10 @@ class StoreImpl final : public Store {
   Result<uint64_t> RecordBytes(uint64_t i) const override {
     LX_RETURN_IF_ERROR(CheckIndex(i));
     if (meta_.schema.kind == Kind::kDense) return item_bytes_;
+    if (!has_shapes_) {
+      LX_ASSIGN_OR_RETURN(RecordRef r, Locate(i));
+      return r.raw_len;
+    }
     LX_ASSIGN_OR_RETURN(const uint8_t* row, shapes_.Row(i));
     uint64_t b = meta_.schema.dtype.itemsize;
     for (uint32_t d = 0; d < meta_.schema.ndim; ++d) {
@@ -146,36 +160,12 @@ class StoreImpl final : public Store {
   }
 
   Result<RecordRef> Locate(uint64_t i) const override {
-    LX_ASSIGN_OR_RETURN(uint64_t raw_len, RecordBytes(i));
-    LX_ASSIGN_OR_RETURN(const uint8_t* row, index_.Row(i));
-    const IndexEntry e = format::DecodeEntry(row);
-    auto bad = [&](const std::string& why) {
-      return Status::Corruption(index_.what + ": record " + std::to_string(i) + ": " + why);
-    };
-    if (e.shard >= meta_.data_shards) return bad("shard " + std::to_string(e.shard) + " out of range");
-    if ((e.flags & ~format::kKnownFlags) != 0 || e.reserved != 0) return bad("unknown flags");
-    const uint64_t file_size = data_sizes_[e.shard];
-    if (e.offset > file_size || e.stored_len > file_size - e.offset) {
-      return bad("extent [" + std::to_string(e.offset) + ", +" + std::to_string(e.stored_len) +
-                 ") outside " + format::DataFileName(e.shard) + " (" + std::to_string(file_size) +
-                 " bytes)");
+    switch (meta_.layout) {
+      case format::Layout::kEntries: return LocateEntry(i);
+      case format::Layout::kComputed: return LocateComputed(i);
+      case format::Layout::kEnds: return LocateEnd(i);
     }
-    const bool compressed = (e.flags & format::kFlagCompressed) != 0;
-    if (!compressed && e.stored_len != raw_len) {
-      return bad("stored length " + std::to_string(e.stored_len) + " != record length " +
-                 std::to_string(raw_len));
-    }
-    if (compressed && (e.stored_len == 0 || e.stored_len >= raw_len || meta_.codec == Codec::kRaw)) {
-      return bad("inconsistent compressed entry");
-    }
-    RecordRef r;
-    r.shard = e.shard;
-    r.offset = e.offset;
-    r.stored_len = e.stored_len;
-    r.raw_len = raw_len;
-    r.compressed = compressed;
-    r.checksum = e.checksum;
-    return r;
+    return Status::Internal("unknown layout");
   }
 
   Status ReadRecord(uint64_t i, void* out, uint64_t out_len) const override {
@@ -249,7 +239,8 @@ class StoreImpl final : public Store {
     const uint64_t n = meta_.count;
     // Tables first: a record cannot be located through a bad block.
     LX_RETURN_IF_ERROR(VerifyTable(index_, format::kIndexFile));
-    if (meta_.schema.kind == Kind::kRagged) LX_RETURN_IF_ERROR(VerifyTable(shapes_, format::kShapesFile));
+    if (has_shapes_) LX_RETURN_IF_ERROR(VerifyTable(shapes_, format::kShapesFile));
+    if (meta_.layout != format::Layout::kEntries) LX_RETURN_IF_ERROR(VerifyDataBlocks());
     // Records are checked on the default pool in rounds of chunks; within a
     // round the lowest failing chunk wins, so the first bad record is named
     // whatever the thread count. Progress is reported between rounds, from
@@ -268,6 +259,7 @@ class StoreImpl final : public Store {
       for (auto& st : sts) LX_RETURN_IF_ERROR(st);
       if (progress) progress(std::min(n, (c0 + m) * kVerifyChunk), n);
     }
+    if (meta_.layout != format::Layout::kEntries) return Status::OK();  // blocks cover everything
     // Whole-file checksums catch bytes no record covers; shards in parallel.
     std::vector<Status> sts(meta_.data_shards);
     pool.ParallelFor(meta_.data_shards, [&](size_t s) {
@@ -291,18 +283,128 @@ class StoreImpl final : public Store {
         return files_.label + ": record " + std::to_string(i) + " (" +
                format::DataFileName(r.shard) + ")";
       };
-      if (format::RecordChecksum(src, r.stored_len) != r.checksum) {
+      if (meta_.layout == format::Layout::kEntries &&
+          format::RecordChecksum(src, r.stored_len) != r.checksum) {
         return Status::Corruption(what() + ": checksum mismatch");
       }
       if (!r.compressed) continue;
       if (r.raw_len <= kVerifyOneShot) {
         scratch.resize(r.raw_len);
         LX_RETURN_IF_ERROR(codec::Decompress(src, r.stored_len, dict_.get(), scratch.data(),
-                                             r.raw_len, what()));
+                                             r.raw_len, what(), frames_));
       } else {
         LX_RETURN_IF_ERROR(codec::DecompressStream(src, r.stored_len, dict_.get(), r.raw_len,
-                                                   [](const void*, size_t) {}, what()));
+                                                   [](const void*, size_t) {}, what(), frames_));
       }
+    }
+    return Status::OK();
+  }
+
+  Status BadEntry(uint64_t i, const std::string& why) const {
+    return Status::Corruption(index_.what + ": record " + std::to_string(i) + ": " + why);
+  }
+
+  // Format 1.0: a 24-byte entry per record.
+  Result<RecordRef> LocateEntry(uint64_t i) const {
+    LX_ASSIGN_OR_RETURN(uint64_t raw_len, RecordBytes(i));
+    LX_ASSIGN_OR_RETURN(const uint8_t* row, index_.Row(i));
+    const IndexEntry e = format::DecodeEntry(row);
+    if (e.shard >= meta_.data_shards) {
+      return BadEntry(i, "shard " + std::to_string(e.shard) + " out of range");
+    }
+    if ((e.flags & ~format::kKnownFlags) != 0 || e.reserved != 0) return BadEntry(i, "unknown flags");
+    RecordRef r;
+    r.shard = e.shard;
+    r.offset = e.offset;
+    r.stored_len = e.stored_len;
+    r.raw_len = raw_len;
+    r.compressed = (e.flags & format::kFlagCompressed) != 0;
+    r.checksum = e.checksum;
+    LX_RETURN_IF_ERROR(CheckRef(i, r));
+    return r;
+  }
+
+  // Format 1.1 dense raw: the offset follows from i.
+  Result<RecordRef> LocateComputed(uint64_t i) const {
+    LX_RETURN_IF_ERROR(CheckIndex(i));
+    RecordRef r;
+    r.shard = format::RunShard(i, meta_.run_records, meta_.data_shards);
+    r.offset = format::ComputedOffset(i, meta_.run_records, meta_.data_shards, item_bytes_);
+    r.stored_len = r.raw_len = item_bytes_;
+    return r;  // Open checked every shard's size against the count
+  }
+
+  // Format 1.1 otherwise: the record ends where its entry says and starts
+  // where the record before it in its shard ends.
+  Result<RecordRef> LocateEnd(uint64_t i) const {
+    LX_RETURN_IF_ERROR(CheckIndex(i));
+    LX_ASSIGN_OR_RETURN(const uint8_t* row, index_.Row(i));
+    uint64_t e, start = 0, prev;
+    std::memcpy(&e, row, 8);
+    if (format::PrevInShard(i, meta_.run_records, meta_.data_shards, &prev)) {
+      LX_ASSIGN_OR_RETURN(const uint8_t* prow, index_.Row(prev));
+      std::memcpy(&start, prow, 8);
+      start &= ~format::kEndCompressedBit;
+    }
+    const uint64_t end = e & ~format::kEndCompressedBit;
+    RecordRef r;
+    r.shard = format::RunShard(i, meta_.run_records, meta_.data_shards);
+    r.compressed = (e & format::kEndCompressedBit) != 0;
+    if (end < start) {
+      return BadEntry(i, "ends at " + std::to_string(end) + ", before its start " +
+                             std::to_string(start));
+    }
+    r.offset = start;
+    r.stored_len = end - start;
+    const uint64_t file_size = data_sizes_[r.shard];
+    if (end > file_size) {
+      return BadEntry(i, "extent [" + std::to_string(start) + ", +" + std::to_string(r.stored_len) +
+                             ") outside " + format::DataFileName(r.shard) + " (" +
+                             std::to_string(file_size) + " bytes)");
+    }
+    if (meta_.schema.kind == Kind::kDense) {
+      r.raw_len = item_bytes_;
+    } else if (has_shapes_) {
+      LX_ASSIGN_OR_RETURN(r.raw_len, RecordBytes(i));
+    } else if (!r.compressed) {
+      r.raw_len = r.stored_len;
+      if (r.raw_len % meta_.schema.dtype.itemsize != 0) {
+        return BadEntry(i, "length " + std::to_string(r.raw_len) + " is not a multiple of the "
+                           "itemsize");
+      }
+    } else {
+      auto n = codec::FrameContentSize(data_maps_[r.shard].data() + r.offset, r.stored_len,
+                                       codec::Frames::kCompact);
+      if (!n.ok()) {
+        return Status::Corruption(files_.label + ": record " + std::to_string(i) + " (" +
+                                  format::DataFileName(r.shard) + "): " + n.status().message());
+      }
+      r.raw_len = *n;
+      if (r.raw_len % meta_.schema.dtype.itemsize != 0) {
+        return BadEntry(i, "frame content size " + std::to_string(r.raw_len) +
+                               " is not a multiple of the itemsize");
+      }
+    }
+    LX_RETURN_IF_ERROR(CheckRef(i, r));
+    return r;
+  }
+
+  // Bounds and consistency of a located record, before any data is touched.
+  Status CheckRef(uint64_t i, const RecordRef& r) const {
+    const uint64_t file_size = data_sizes_[r.shard];
+    if (r.offset > file_size || r.stored_len > file_size - r.offset) {
+      return BadEntry(i, "extent [" + std::to_string(r.offset) + ", +" +
+                             std::to_string(r.stored_len) + ") outside " +
+                             format::DataFileName(r.shard) + " (" + std::to_string(file_size) +
+                             " bytes)");
+    }
+    if (!r.compressed && r.stored_len != r.raw_len) {
+      return BadEntry(i, "stored length " + std::to_string(r.stored_len) + " != record length " +
+                             std::to_string(r.raw_len));
+    }
+    if (r.compressed &&
+        (r.stored_len == 0 || r.stored_len >= r.raw_len || meta_.codec == Codec::kRaw)) {
+      return BadEntry(i, "inconsistent compressed entry");
     }
     return Status::OK();
   }
@@ -315,8 +417,69 @@ class StoreImpl final : public Store {
     return Status::OK();
   }
 
+  // Format 1.1: every data block against its sum (kept after the index's
+  // block table). A mismatch names the lowest record overlapping a bad block.
+  Status VerifyDataBlocks() const {
+    const uint64_t blk = meta_.data_block;
+    std::vector<uint64_t> sums(sums_count_);
+    LX_RETURN_IF_ERROR(PReadAll(files_.index.get(), sums.data(), sums_count_ * 8, sums_offset_,
+                                index_.what));
+    if (format::Hash64(sums.data(), sums.size() * 8) != meta_.sums_table_xxh3) {
+      return Status::Corruption(index_.what + ": data block checksum table mismatch");
+    }
+    struct Bad {
+      uint32_t shard;
+      uint64_t from, to;
+    };
+    std::vector<Bad> bad;
+    std::mutex mu;
+    uint64_t first_sum = 0;
+    for (uint32_t s = 0; s < meta_.data_shards; ++s) {
+      const uint64_t size = data_sizes_[s];
+      const uint64_t nb = format::NumDataBlocks(size, blk);
+      const MappedRegion& m = data_maps_[s];
+      ThreadPool::Default().ParallelFor(nb, [&](size_t b) {
+        const uint64_t from = b * blk, to = std::min(size, from + blk);
+        if (format::Hash64(m.data() + from, to - from) != sums[first_sum + b]) {
+          std::lock_guard<std::mutex> lock(mu);
+          bad.push_back({s, from, to});
+        }
+      });
+      first_sum += nb;
+    }
+    if (bad.empty()) return Status::OK();
+    // Rare path: name the bad block holding the lowest record, and the
+    // records it holds (one of them, or bytes between them, changed).
+    const Bad* worst = nullptr;
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (uint64_t i = 0; i < meta_.count; ++i) {
+      auto r = Locate(i);
+      if (!r.ok()) continue;
+      for (const Bad& b : bad) {
+        if (b.shard != r->shard || r->stored_len == 0 || r->offset >= b.to ||
+            r->offset + r->stored_len <= b.from) {
+          continue;
+        }
+        if (worst == nullptr) {
+          worst = &b;
+          lo = i;
+        }
+        if (&b == worst) hi = i;
+      }
+    }
+    if (worst == nullptr) worst = &bad[0];
+    std::string msg = files_.label + "/" + format::DataFileName(worst->shard) +
+                      ": checksum mismatch in bytes " + std::to_string(worst->from) + ".." +
+                      std::to_string(worst->to - 1);
+    if (lo != UINT64_MAX) {
+      msg += " (records " + std::to_string(lo) + ".." + std::to_string(hi) + ")";
+    }
+    return Status::Corruption(msg);
+  }
+
   Status VerifyTable(const Table& t, const char* name) const {
     for (uint64_t b = 0; b < t.block_sums.size(); ++b) LX_RETURN_IF_ERROR(t.CheckBlock(b));
+    if (meta_.layout != format::Layout::kEntries) return Status::OK();  // file checked by its blocks
     if (format::Hash64(t.map.data(), t.map.size()) != meta_.files.at(name).xxh3) {
       return Status::Corruption(t.what + ": file checksum mismatch");
     }
@@ -350,12 +513,13 @@ class StoreImpl final : public Store {
     // The message names the record only on failure: building it for every
     // record would cost an allocation per small record.
     static const std::string kFrame = "frame";
-    Status st = codec::Decompress(src, r.stored_len, dict_.get(), out, r.raw_len, kFrame);
+    Status st = codec::Decompress(src, r.stored_len, dict_.get(), out, r.raw_len, kFrame, frames_);
     if (st.ok()) return st;
     return st.WithContext(files_.label + ": record " + std::to_string(i));
   }
 
-  Status LoadTable(Table* t, const char* name, int fd, uint64_t row_bytes, uint64_t table_xxh3);
+  Status LoadTable(Table* t, const char* name, int fd, uint64_t rows, uint64_t row_bytes,
+                   uint64_t table_xxh3, uint64_t trailer_bytes);
 
   StoreFiles files_;
   format::Metadata meta_;
@@ -366,22 +530,27 @@ class StoreImpl final : public Store {
   std::shared_ptr<const codec::ZstdDictionary> dict_;
   uint64_t item_bytes_ = 0;
   uint64_t stored_bytes_ = 0;
+  codec::Frames frames_ = codec::Frames::kStandard;
+  bool has_shapes_ = false;
+  uint64_t sums_offset_ = 0, sums_count_ = 0;  // 1.1: data block sums in `index`
 };
 
-Status StoreImpl::LoadTable(Table* t, const char* name, int fd, uint64_t row_bytes,
-                            uint64_t table_xxh3) {
+Status StoreImpl::LoadTable(Table* t, const char* name, int fd, uint64_t rows, uint64_t row_bytes,
+                            uint64_t table_xxh3, uint64_t trailer_bytes) {
   t->what = files_.label + "/" + name;
-  t->rows = meta_.count;
+  t->rows = rows;
   t->row_bytes = row_bytes;
-  const uint64_t blocks = format::NumBlocks(meta_.count);
+  const uint64_t blocks = format::NumBlocks(rows);
   uint64_t body;
-  if (format::MulOverflow(meta_.count, row_bytes, &body) || body + blocks * 8 < body) {
+  if (format::MulOverflow(rows, row_bytes, &body) || body + blocks * 8 < body ||
+      body + blocks * 8 + trailer_bytes < body + blocks * 8) {
     return Status::Corruption(t->what + ": record count overflows");
   }
   LX_ASSIGN_OR_RETURN(uint64_t size, FileSize(fd));
-  if (size != body + blocks * 8) {
+  if (size != body + blocks * 8 + trailer_bytes) {
     return Status::Corruption(t->what + ": size " + std::to_string(size) + " bytes, expected " +
-                              std::to_string(body + blocks * 8) + " (truncated or extended)");
+                              std::to_string(body + blocks * 8 + trailer_bytes) +
+                              " (truncated or extended)");
   }
   t->block_sums.resize(blocks);
   LX_RETURN_IF_ERROR(PReadAll(fd, t->block_sums.data(), blocks * 8, body, t->what));
@@ -423,7 +592,10 @@ Result<std::shared_ptr<Store>> StoreImpl::Make(StoreFiles files) {
     s->stored_bytes_ += size;
     return Status::OK();
   };
-  const bool ragged = m.schema.kind == Kind::kRagged;
+  const bool ragged = format::HasShapeTable(m);
+  s->has_shapes_ = ragged;
+  s->frames_ = m.layout == format::Layout::kEntries ? codec::Frames::kStandard
+                                                     : codec::Frames::kCompact;
   if (s->files_.data.size() != m.data_shards) {
     return Status::Corruption(label + ": " + std::to_string(s->files_.data.size()) +
                               " data files, metadata says " + std::to_string(m.data_shards));
@@ -435,18 +607,38 @@ Result<std::shared_ptr<Store>> StoreImpl::Make(StoreFiles files) {
     LX_RETURN_IF_ERROR(check_size(s->files_.data[i].get(), format::DataFileName(i)));
   }
 
-  if (!ragged) {
+  if (m.schema.kind == Kind::kDense) {
     s->item_bytes_ = m.schema.DenseItemBytes();
     uint64_t total;
     if (format::MulOverflow(s->item_bytes_, m.count, &total) || total != m.nbytes) {
       return Status::Corruption(name_of(format::kMetaFile) + ": nbytes inconsistent with count");
     }
   }
+  uint64_t index_rows = m.count, entry_bytes = format::kEntryBytes;
+  if (m.layout != format::Layout::kEntries) {
+    entry_bytes = format::kEndEntryBytes;
+    if (m.layout == format::Layout::kComputed) index_rows = 0;
+    for (uint32_t i = 0; i < m.data_shards; ++i) {
+      const uint64_t size = m.files.at(format::DataFileName(i)).size;
+      if (m.layout == format::Layout::kComputed &&
+          size != format::ComputedShardBytes(m.count, m.run_records, m.data_shards, i,
+                                             s->item_bytes_)) {
+        return Status::Corruption(name_of(format::DataFileName(i)) + ": size " +
+                                  std::to_string(size) + " bytes, expected " +
+                                  std::to_string(format::ComputedShardBytes(
+                                      m.count, m.run_records, m.data_shards, i, s->item_bytes_)) +
+                                  " for " + std::to_string(m.count) + " records");
+      }
+      s->sums_count_ += format::NumDataBlocks(size, m.data_block);
+    }
+    s->sums_offset_ = index_rows * entry_bytes + format::NumBlocks(index_rows) * 8;
+  }
   LX_RETURN_IF_ERROR(s->LoadTable(&s->index_, format::kIndexFile, s->files_.index.get(),
-                                  format::kEntryBytes, m.index_table_xxh3));
+                                  index_rows, entry_bytes, m.index_table_xxh3,
+                                  s->sums_count_ * 8));
   if (ragged) {
     LX_RETURN_IF_ERROR(s->LoadTable(&s->shapes_, format::kShapesFile, s->files_.shapes.get(),
-                                    uint64_t{m.schema.ndim} * 8, m.shapes_table_xxh3));
+                                    m.count, uint64_t{m.schema.ndim} * 8, m.shapes_table_xxh3, 0));
   }
   if (m.codec == Codec::kZstdDict) {
     const std::string what = name_of(format::kDictFile);
@@ -504,7 +696,7 @@ Result<StoreFiles> Store::OpenFileSet(const std::string& path) {
   f.meta = std::move(*meta);
   LX_ASSIGN_OR_RETURN(format::Metadata m, ReadMeta(f.meta.get(), path + "/" + format::kMetaFile));
   LX_ASSIGN_OR_RETURN(f.index, OpenPart(path, format::kIndexFile));
-  if (m.schema.kind == Kind::kRagged) {
+  if (format::HasShapeTable(m)) {
     LX_ASSIGN_OR_RETURN(f.shapes, OpenPart(path, format::kShapesFile));
   }
   if (m.codec == Codec::kZstdDict) {

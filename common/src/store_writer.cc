@@ -20,16 +20,16 @@ namespace loaderx {
 namespace {
 
 namespace fs = std::filesystem;
-using format::IndexEntry;
 
-// Consecutive records whose raw bytes fit in kRunBytes form a run; runs go to
-// the shards round-robin, so a gather of neighbours touches every shard and a
-// run is one contiguous write.
+// A run is R consecutive records, R chosen so a run holds about kRunBytes of
+// input; runs go to the shards round-robin (docs/format.md, placement), so a
+// gather of neighbours touches every shard and a run is one contiguous write.
 constexpr uint64_t kRunBytes = uint64_t{256} << 10;
 // Raw input compressed per parallel round: bounds the writer's buffers.
 constexpr uint64_t kChunkBytes = uint64_t{64} << 20;
 // Record caps, so tiny (or zero-byte) records cannot blow up the per-round
-// index entries (24 bytes each) that the byte caps above do not see.
+// index entries that the byte caps above do not see; kRunMaxRecords also caps
+// R, the records per run.
 constexpr uint64_t kRunMaxRecords = uint64_t{16} << 10;
 constexpr uint64_t kChunkMaxRecords = uint64_t{1} << 20;
 
@@ -42,6 +42,7 @@ class HashState {
   void Update(const void* p, size_t n) { XXH3_64bits_update(s_, p, n); }
   uint64_t Digest() const { return XXH3_64bits_digest(s_); }
   void CopyFrom(const HashState& o) { XXH3_copyState(s_, o.s_); }
+  void Reset() { XXH3_64bits_reset(s_); }
 
  private:
   XXH3_state_t* s_;
@@ -57,40 +58,97 @@ Status SyncDir(const std::string& dir) {
   return SyncFd(fd.get(), dir);
 }
 
-// A file written front to back, with a running XXH3 of its content.
+// A file written front to back, with a running XXH3 of its content, or (data
+// files) XXH3s of its kDataBlockBytes blocks instead: one hash pass either way.
 class SeqFile {
  public:
-  Status Open(const std::string& path) {
+  Status Open(const std::string& path, bool block_sums = false) {
     path_ = path;
+    block_sums_ = block_sums;
     LX_ASSIGN_OR_RETURN(fd_, OpenFile(path, O_WRONLY | O_CREAT | O_EXCL));
     return Status::OK();
   }
   Status Append(const void* p, uint64_t n) {
     // PWriteAll takes size_t; uint64 == size_t on the 64-bit hosts we support.
     LX_RETURN_IF_ERROR(PWriteAll(fd_.get(), p, n, size_, path_));
-    hash_.Update(p, n);
+    if (block_sums_) {
+      HashBlocks(static_cast<const uint8_t*>(p), n);
+    } else {
+      hash_.Update(p, n);
+    }
     size_ += n;
+    // Start writeback of what is written so far without waiting for it, so the
+    // final fsync finds most pages already on their way (docs/format.md, Writing).
+    if (size_ - started_ >= kWritebackBytes) {
+      ::sync_file_range(fd_.get(), static_cast<off_t>(started_), static_cast<off_t>(size_ - started_),
+                        SYNC_FILE_RANGE_WRITE);
+      started_ = size_;
+    }
     return Status::OK();
   }
-  // Forgets everything appended after `size`; `state` is the hash at that point.
-  Status Rewind(uint64_t size, const HashState& state) {
-    if (::ftruncate(fd_.get(), static_cast<off_t>(size)) != 0) {
+  // The state Rewind returns to.
+  struct Mark {
+    uint64_t size = 0, fill = 0;
+    size_t sums = 0;
+    std::shared_ptr<HashState> hash;
+  };
+  Mark Here() const {
+    Mark m{size_, fill_, sums_.size(), std::make_shared<HashState>()};
+    m.hash->CopyFrom(block_sums_ ? block_ : hash_);
+    return m;
+  }
+  // Forgets everything appended after `m`.
+  Status Rewind(const Mark& m) {
+    if (::ftruncate(fd_.get(), static_cast<off_t>(m.size)) != 0) {
       return Status::FromErrno(path_ + ": ftruncate", errno);
     }
-    size_ = size;
-    hash_.CopyFrom(state);
+    size_ = m.size;
+    started_ = std::min(started_, size_);
+    fill_ = m.fill;
+    sums_.resize(m.sums);
+    (block_sums_ ? block_ : hash_).CopyFrom(*m.hash);
     return Status::OK();
   }
-  Status Sync() { return SyncFd(fd_.get(), path_); }
+  Status Sync() {
+    if (block_sums_ && fill_ > 0) {
+      sums_.push_back(block_.Digest());
+      fill_ = 0;
+    }
+    return SyncFd(fd_.get(), path_);
+  }
   uint64_t size() const { return size_; }
-  const HashState& hash() const { return hash_; }
-  format::FileInfo Info() const { return {size_, hash_.Digest()}; }
+  // Whole-file XXH3; for block-summed files the XXH3 of the block sums.
+  format::FileInfo Info() const {
+    if (block_sums_) return {size_, format::Hash64(sums_.data(), sums_.size() * 8)};
+    return {size_, hash_.Digest()};
+  }
+  const std::vector<uint64_t>& block_sums() const { return sums_; }
 
  private:
+  static constexpr uint64_t kWritebackBytes = uint64_t{8} << 20;
+
+  void HashBlocks(const uint8_t* p, uint64_t n) {
+    while (n > 0) {
+      if (fill_ == 0) block_.Reset();
+      const uint64_t take = std::min(n, format::kDataBlockBytes - fill_);
+      block_.Update(p, take);
+      fill_ += take;
+      p += take;
+      n -= take;
+      if (fill_ == format::kDataBlockBytes) {
+        sums_.push_back(block_.Digest());
+        fill_ = 0;
+      }
+    }
+  }
+
   std::string path_;
   UniqueFd fd_;
-  uint64_t size_ = 0;
-  HashState hash_;
+  uint64_t size_ = 0, started_ = 0;
+  bool block_sums_ = false;
+  HashState hash_, block_;
+  uint64_t fill_ = 0;           // bytes in the current data block
+  std::vector<uint64_t> sums_;  // finished data blocks
 };
 
 // Fixed-width rows checksummed per kBlockRecords rows; the table of block
@@ -111,11 +169,13 @@ class BlockedTableWriter {
     }
     return Status::OK();
   }
-  Status Finish(uint64_t* table_xxh3) {
+  // Appends the block table, then `trailer` (the index: data block sums).
+  Status Finish(uint64_t* table_xxh3, const std::vector<uint64_t>& trailer = {}) {
     if (rows_in_block_ > 0) LX_RETURN_IF_ERROR(FlushBlock());
     const uint64_t table_bytes = block_hashes_.size() * 8;
     *table_xxh3 = format::Hash64(block_hashes_.data(), table_bytes);
     LX_RETURN_IF_ERROR(file_.Append(block_hashes_.data(), table_bytes));
+    if (!trailer.empty()) LX_RETURN_IF_ERROR(file_.Append(trailer.data(), trailer.size() * 8));
     return file_.Sync();
   }
   format::FileInfo Info() const { return file_.Info(); }
@@ -150,7 +210,10 @@ class StoreWriterImpl final : public StoreWriter {
         schema_(std::move(schema)),
         opt_(std::move(opt)),
         pool_(opt_.pool != nullptr ? opt_.pool : &ThreadPool::Default()),
-        index_(format::kEntryBytes),
+        layout_(schema_.kind == Kind::kDense && opt_.codec == Codec::kRaw ? format::Layout::kComputed
+                                                                          : format::Layout::kEnds),
+        shape_table_(schema_.kind == Kind::kRagged && schema_.ndim > 1),
+        index_(format::kEndEntryBytes),
         shapes_(schema_.kind == Kind::kRagged ? schema_.ndim * 8 : 8) {}
 
   ~StoreWriterImpl() override {
@@ -167,10 +230,10 @@ class StoreWriterImpl final : public StoreWriter {
       dict_info_ = f.Info();
     }
     LX_RETURN_IF_ERROR(index_.Open(File(format::kIndexFile)));
-    if (schema_.kind == Kind::kRagged) LX_RETURN_IF_ERROR(shapes_.Open(File(format::kShapesFile)));
+    if (shape_table_) LX_RETURN_IF_ERROR(shapes_.Open(File(format::kShapesFile)));
     for (uint32_t s = 0; s < opt_.data_shards; ++s) {
       shards_.push_back(std::make_unique<SeqFile>());
-      LX_RETURN_IF_ERROR(shards_.back()->Open(File(format::DataFileName(s))));
+      LX_RETURN_IF_ERROR(shards_.back()->Open(File(format::DataFileName(s)), /*block_sums=*/true));
     }
     return Status::OK();
   }
@@ -248,81 +311,99 @@ class StoreWriterImpl final : public StoreWriter {
     return lens != nullptr ? lens[k] : uniform;
   }
 
+  // R, fixed by the first records: runs of about kRunBytes of input.
+  void ChooseRunRecords(const uint64_t* lens, uint64_t uniform, uint64_t count) {
+    uint64_t mean = uniform;
+    if (lens != nullptr) {
+      const uint64_t m = std::min<uint64_t>(count, 4096);
+      uint64_t sum = 0;
+      for (uint64_t k = 0; k < m; ++k) sum += std::min(lens[k], kRunBytes);
+      mean = sum / m;
+    }
+    run_records_ = std::clamp<uint64_t>(kRunBytes / std::max<uint64_t>(mean, 1), 1, kRunMaxRecords);
+  }
+
+  uint32_t ShardOf(uint64_t k) const {
+    return format::RunShard(k, run_records_, opt_.data_shards);
+  }
+
+  // Records are cut into pieces: consecutive records of one run within one
+  // chunk, at most kRunBytes (or one record) of input. Pieces are compressed
+  // in parallel, then each shard appends its pieces in order, shards in
+  // parallel. A run cut by a chunk (or an append) boundary goes on in the
+  // next one: its shard file has received nothing else meanwhile.
   Status WriteRecords(const uint8_t* data, uint64_t count, const uint64_t* lens, uint64_t uniform,
                       const uint64_t* shapes) {
-    struct Run {
-      uint64_t first, end, in_off, bytes;
+    if (count == 0) return Status::OK();
+    if (run_records_ == 0) ChooseRunRecords(lens, uniform, count);
+    struct Piece {
+      uint64_t first, end, in_off, bytes;  // local record range [first, end)
       uint32_t shard;
     };
-    uint64_t k = 0, in_off = 0;
-    std::vector<Run> runs;
-    while (k < count) {
-      if (Len(lens, uniform, k) > opt_.stream_threshold) {
-        const uint64_t len = Len(lens, uniform, k);
+    uint64_t j = 0, in_off = 0;
+    std::vector<Piece> pieces;
+    while (j < count) {
+      if (Len(lens, uniform, j) > opt_.stream_threshold) {
+        const uint64_t len = Len(lens, uniform, j);
         LX_RETURN_IF_ERROR(
-            WriteLarge(data + in_off, len, shapes != nullptr ? shapes + k * schema_.ndim : nullptr));
+            WriteLarge(data + in_off, len, shapes != nullptr ? shapes + j * schema_.ndim : nullptr));
         in_off += len;
-        ++k;
+        ++j;
         continue;
       }
-      runs.clear();
+      pieces.clear();
       uint64_t chunk = 0;
-      const uint64_t chunk_first = k;
-      while (k < count && chunk < kChunkBytes && k - chunk_first < kChunkMaxRecords &&
-             Len(lens, uniform, k) <= opt_.stream_threshold) {
-        Run r{k, k, in_off, 0, static_cast<uint32_t>(next_run_++ % opt_.data_shards)};
-        while (k < count && Len(lens, uniform, k) <= opt_.stream_threshold &&
-               k - r.first < kRunMaxRecords &&
-               (k == r.first || r.bytes + Len(lens, uniform, k) <= kRunBytes)) {
-          r.bytes += Len(lens, uniform, k);
-          ++k;
+      const uint64_t chunk_first = j;
+      const uint64_t base = count_ - chunk_first;  // global index = base + local index
+      while (j < count && chunk < kChunkBytes && j - chunk_first < kChunkMaxRecords &&
+             Len(lens, uniform, j) <= opt_.stream_threshold) {
+        const uint64_t run_end = ((base + j) / run_records_ + 1) * run_records_ - base;
+        Piece p{j, j, in_off, 0, ShardOf(base + j)};
+        while (j < count && j < run_end && Len(lens, uniform, j) <= opt_.stream_threshold &&
+               (j == p.first || p.bytes + Len(lens, uniform, j) <= kRunBytes)) {
+          p.bytes += Len(lens, uniform, j);
+          ++j;
         }
-        r.end = k;
-        in_off += r.bytes;
-        chunk += r.bytes;
-        runs.push_back(r);
+        p.end = j;
+        in_off += p.bytes;
+        chunk += p.bytes;
+        pieces.push_back(p);
       }
 
-      // Compress every run in parallel (order is kept by position).
-      struct RunOut {
+      // Compress every piece in parallel (order is kept by position).
+      struct PieceOut {
         Buffer buf;
         const uint8_t* src = nullptr;
         uint64_t bytes = 0;
-        std::vector<IndexEntry> entries;
+        std::vector<uint64_t> ends;  // kEnds entries, relative to the piece's start
         Status st;
       };
-      std::vector<RunOut> outs(runs.size());
-      pool_->ParallelFor(runs.size(), [&](size_t ri) {
-        const Run& r = runs[ri];
-        RunOut& o = outs[ri];
-        o.entries.resize(r.end - r.first);
-        const uint8_t* in = data + r.in_off;
+      std::vector<PieceOut> outs(pieces.size());
+      const bool want_ends = layout_ == format::Layout::kEnds;
+      pool_->ParallelFor(pieces.size(), [&](size_t pi) {
+        const Piece& p = pieces[pi];
+        PieceOut& o = outs[pi];
+        const uint8_t* in = data + p.in_off;
+        if (want_ends) o.ends.resize(p.end - p.first);
         if (opt_.codec == Codec::kRaw) {
+          // Written straight from the caller's buffer: no copy.
           o.src = in;
-          o.bytes = r.bytes;
+          o.bytes = p.bytes;
           uint64_t pos = 0;
-          for (uint64_t j = r.first; j < r.end; ++j) {
-            const uint64_t len = Len(lens, uniform, j);
-            IndexEntry& e = o.entries[j - r.first];
-            e.offset = pos;
-            e.stored_len = len;
-            e.checksum = format::RecordChecksum(in + pos, len);
-            e.shard = static_cast<uint8_t>(r.shard);
-            pos += len;
+          for (uint64_t k = p.first; k < p.end && want_ends; ++k) {
+            pos += Len(lens, uniform, k);
+            o.ends[k - p.first] = pos;
           }
           return;
         }
         uint64_t cap = 0;
-        for (uint64_t j = r.first; j < r.end; ++j) cap += codec::CompressBound(Len(lens, uniform, j));
+        for (uint64_t k = p.first; k < p.end; ++k) cap += codec::CompressBound(Len(lens, uniform, k));
         o.buf.data = std::make_unique_for_overwrite<uint8_t[]>(cap);
         uint8_t* out = o.buf.data.get();
         uint64_t pos = 0, src_pos = 0;
-        for (uint64_t j = r.first; j < r.end; ++j) {
-          const uint64_t len = Len(lens, uniform, j);
-          IndexEntry& e = o.entries[j - r.first];
-          e.offset = pos;
-          e.shard = static_cast<uint8_t>(r.shard);
-          uint64_t stored = len;
+        for (uint64_t k = p.first; k < p.end; ++k) {
+          const uint64_t len = Len(lens, uniform, k);
+          uint64_t stored = len, flag = 0;
           if (len > 0) {
             auto c = codec::Compress(in + src_pos, len, opt_.level, dict_.get(), out + pos,
                                      codec::CompressBound(len));
@@ -332,15 +413,14 @@ class StoreWriterImpl final : public StoreWriter {
             }
             if (*c < len) {
               stored = *c;
-              e.flags = format::kFlagCompressed;
+              flag = format::kEndCompressedBit;
             }
           }
           // Incompressible: store it raw so zstd never loses to raw on size.
-          if (e.flags == 0 && len > 0) std::memcpy(out + pos, in + src_pos, len);
-          e.stored_len = stored;
-          e.checksum = format::RecordChecksum(out + pos, stored);
+          if (flag == 0 && len > 0) std::memcpy(out + pos, in + src_pos, len);
           pos += stored;
           src_pos += len;
+          o.ends[k - p.first] = pos | flag;
         }
         o.buf.size = pos;
         o.src = out;
@@ -348,9 +428,9 @@ class StoreWriterImpl final : public StoreWriter {
       });
       for (auto& o : outs) LX_RETURN_IF_ERROR(o.st);
 
-      // Write each shard's runs in order; shards in parallel.
+      // Write each shard's pieces in order; shards in parallel.
       std::vector<std::vector<size_t>> by_shard(opt_.data_shards);
-      for (size_t ri = 0; ri < runs.size(); ++ri) by_shard[runs[ri].shard].push_back(ri);
+      for (size_t pi = 0; pi < pieces.size(); ++pi) by_shard[pieces[pi].shard].push_back(pi);
       std::vector<uint32_t> active;
       for (uint32_t s = 0; s < opt_.data_shards; ++s) {
         if (!by_shard[s].empty()) active.push_back(s);
@@ -358,9 +438,9 @@ class StoreWriterImpl final : public StoreWriter {
       std::vector<Status> sts(active.size());
       pool_->ParallelFor(active.size(), [&](size_t ai) {
         SeqFile& f = *shards_[active[ai]];
-        for (size_t ri : by_shard[active[ai]]) {
-          RunOut& o = outs[ri];
-          for (IndexEntry& e : o.entries) e.offset += f.size();
+        for (size_t pi : by_shard[active[ai]]) {
+          PieceOut& o = outs[pi];
+          for (uint64_t& e : o.ends) e += f.size();
           Status st = f.Append(o.src, o.bytes);
           if (!st.ok()) {
             sts[ai] = std::move(st);
@@ -370,43 +450,29 @@ class StoreWriterImpl final : public StoreWriter {
       });
       for (auto& st : sts) LX_RETURN_IF_ERROR(st);
 
-      for (size_t ri = 0; ri < runs.size(); ++ri) {
-        const Run& r = runs[ri];
-        LX_RETURN_IF_ERROR(AppendEntries(outs[ri].entries));
-        if (shapes != nullptr) {
-          LX_RETURN_IF_ERROR(shapes_.AppendRows(shapes + r.first * schema_.ndim, r.end - r.first));
+      for (size_t pi = 0; pi < pieces.size(); ++pi) {
+        const Piece& p = pieces[pi];
+        if (want_ends) LX_RETURN_IF_ERROR(index_.AppendRows(outs[pi].ends.data(), outs[pi].ends.size()));
+        if (shape_table_) {
+          LX_RETURN_IF_ERROR(shapes_.AppendRows(shapes + p.first * schema_.ndim, p.end - p.first));
         }
-        nbytes_ += r.bytes;
-        count_ += r.end - r.first;
+        nbytes_ += p.bytes;
+        count_ += p.end - p.first;
       }
     }
     return Status::OK();
   }
 
-  Status AppendEntries(const std::vector<IndexEntry>& entries) {
-    std::vector<uint8_t> rows(entries.size() * format::kEntryBytes);
-    for (size_t j = 0; j < entries.size(); ++j) {
-      format::EncodeEntry(entries[j], rows.data() + j * format::kEntryBytes);
-    }
-    return index_.AppendRows(rows.data(), entries.size());
-  }
-
-  // One record above stream_threshold, streamed into its own shard run.
+  // One record above stream_threshold, streamed onto the end of its run.
   Status WriteLarge(const uint8_t* in, uint64_t len, const uint64_t* shape) {
-    const uint32_t shard = static_cast<uint32_t>(next_run_++ % opt_.data_shards);
-    SeqFile& f = *shards_[shard];
-    IndexEntry e;
-    e.shard = static_cast<uint8_t>(shard);
-    e.offset = f.size();
+    SeqFile& f = *shards_[ShardOf(count_)];
+    uint64_t flag = 0;
     bool stored_raw = true;
     if (opt_.codec != Codec::kRaw) {
-      HashState before;
-      before.CopyFrom(f.hash());
-      HashState rec;
+      const SeqFile::Mark before = f.Here();
       uint64_t stored = 0;
       Status st = codec::CompressStream(in, len, opt_.level, dict_.get(),
                                         [&](const void* p, size_t n) -> Status {
-                                          rec.Update(p, n);
                                           stored += n;
                                           if (stored >= len) return Status::OK();  // raw wins
                                           return f.Append(p, n);
@@ -414,20 +480,17 @@ class StoreWriterImpl final : public StoreWriter {
       LX_RETURN_IF_ERROR(st);
       if (stored < len) {
         stored_raw = false;
-        e.stored_len = stored;
-        e.flags = format::kFlagCompressed;
-        e.checksum = static_cast<uint32_t>(rec.Digest());
+        flag = format::kEndCompressedBit;
       } else {
-        LX_RETURN_IF_ERROR(f.Rewind(e.offset, before));
+        LX_RETURN_IF_ERROR(f.Rewind(before));
       }
     }
-    if (stored_raw) {
-      e.stored_len = len;
-      e.checksum = format::RecordChecksum(in, len);
-      LX_RETURN_IF_ERROR(f.Append(in, len));
+    if (stored_raw) LX_RETURN_IF_ERROR(f.Append(in, len));
+    if (layout_ == format::Layout::kEnds) {
+      const uint64_t e = f.size() | flag;
+      LX_RETURN_IF_ERROR(index_.AppendRows(&e, 1));
     }
-    LX_RETURN_IF_ERROR(AppendEntries({e}));
-    if (shape != nullptr) LX_RETURN_IF_ERROR(shapes_.AppendRows(shape, 1));
+    if (shape_table_) LX_RETURN_IF_ERROR(shapes_.AppendRows(shape, 1));
     nbytes_ += len;
     ++count_;
     return Status::OK();
@@ -443,19 +506,27 @@ class StoreWriterImpl final : public StoreWriter {
     m.dict_id = dict_ ? dict_->id() : 0;
     m.nbytes = nbytes_;
     m.writer = format::kWriterVersion;
-    LX_RETURN_IF_ERROR(index_.Finish(&m.index_table_xxh3));
+    m.layout = layout_;
+    m.run_records = std::max<uint64_t>(run_records_, 1);
+    m.data_block = format::kDataBlockBytes;
+    m.user_metadata = opt_.user_metadata;
+    std::vector<Status> sts(shards_.size());
+    pool_->ParallelFor(shards_.size(), [&](size_t s) { sts[s] = shards_[s]->Sync(); });
+    for (auto& st : sts) LX_RETURN_IF_ERROR(st);
+    std::vector<uint64_t> sums;
+    for (uint32_t s = 0; s < shards_.size(); ++s) {
+      m.files[format::DataFileName(s)] = shards_[s]->Info();
+      const auto& b = shards_[s]->block_sums();
+      sums.insert(sums.end(), b.begin(), b.end());
+    }
+    m.sums_table_xxh3 = format::Hash64(sums.data(), sums.size() * 8);
+    LX_RETURN_IF_ERROR(index_.Finish(&m.index_table_xxh3, sums));
     m.files[format::kIndexFile] = index_.Info();
-    if (schema_.kind == Kind::kRagged) {
+    if (shape_table_) {
       LX_RETURN_IF_ERROR(shapes_.Finish(&m.shapes_table_xxh3));
       m.files[format::kShapesFile] = shapes_.Info();
     }
     if (dict_) m.files[format::kDictFile] = dict_info_;
-    std::vector<Status> sts(shards_.size());
-    pool_->ParallelFor(shards_.size(), [&](size_t s) { sts[s] = shards_[s]->Sync(); });
-    for (auto& st : sts) LX_RETURN_IF_ERROR(st);
-    for (uint32_t s = 0; s < shards_.size(); ++s) {
-      m.files[format::DataFileName(s)] = shards_[s]->Info();
-    }
     // Metadata last: a store whose meta exists had every other file synced.
     const std::string meta = format::EncodeMetadata(m);
     SeqFile mf;
@@ -480,12 +551,14 @@ class StoreWriterImpl final : public StoreWriter {
   const Schema schema_;
   const WriteOptions opt_;
   ThreadPool* const pool_;
+  const format::Layout layout_;
+  const bool shape_table_;
   std::shared_ptr<const codec::ZstdDictionary> dict_;
   format::FileInfo dict_info_;
   std::vector<std::unique_ptr<SeqFile>> shards_;
   BlockedTableWriter index_, shapes_;
   uint64_t count_ = 0, nbytes_ = 0;
-  uint64_t next_run_ = 0;  // run counter: run r goes to shard r % data_shards
+  uint64_t run_records_ = 0;  // R, fixed by the first append (0 before)
   bool failed_ = false, published_ = false, aborted_ = false;
 };
 
@@ -527,6 +600,11 @@ Status ValidateOptions(const WriteOptions& o) {
     return Status::InvalidArgument("zstd level must be in -100..22, got " + std::to_string(o.level));
   }
   if (o.stream_threshold == 0) return Status::InvalidArgument("stream_threshold must be > 0");
+  if (o.user_metadata.size() > format::kMaxUserMetadataBytes) {
+    return Status::InvalidArgument("metadata is " + std::to_string(o.user_metadata.size()) +
+                                   " bytes of JSON; at most " +
+                                   std::to_string(format::kMaxUserMetadataBytes) + " are kept");
+  }
   return Status::OK();
 }
 

@@ -41,6 +41,7 @@ class StoreWriter:
         data_shards: SupportsIndex,
         dict_bytes: bytes | None,
         level: SupportsIndex = 3,
+        metadata: str = "",
     ) -> None:
         """Creates the store's temporary files; ``item_shape`` is used for dense, ``ndim`` for ragged."""
 
@@ -96,6 +97,14 @@ class Store:
     @property
     def nbytes(self) -> int:
         """Decoded bytes of all records."""
+
+    @property
+    def metadata(self) -> str:
+        """The user metadata as JSON text given at create; empty if none."""
+
+    @property
+    def format_version(self) -> tuple[int, int]:
+        """(major, minor) of the store's format as written."""
 
     @property
     def stored_bytes(self) -> int:

@@ -20,6 +20,7 @@ bool indices raise ``TypeError``. The on-disk format is docs/format.md.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from types import TracebackType
@@ -109,6 +110,33 @@ def _check_shards(data_shards: Any) -> int:
     return int(data_shards)
 
 
+_MAX_METADATA_BYTES = 512 << 10  # format.h kMaxUserMetadataBytes
+
+
+def _check_metadata(metadata: Any) -> str:
+    """Returns ``metadata`` as compact JSON text ('' for None), or raises.
+
+    The dict must come back from JSON exactly (so ``.metadata`` after open
+    equals it): no tuples, non-str keys, NaN/inf or non-JSON objects.
+    """
+    if metadata is None:
+        return ""
+    if not isinstance(metadata, dict):
+        raise TypeError(f"metadata must be a dict of JSON values, not {type(metadata).__name__}")
+    try:
+        text = json.dumps(metadata, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+    except (TypeError, ValueError) as e:
+        raise InvalidArgumentError(f"metadata is not JSON-serialisable: {e}") from e
+    if json.loads(text) != metadata:
+        raise InvalidArgumentError(
+            "metadata does not survive JSON unchanged (tuples, non-str keys or subclasses "
+            "of JSON types come back as something else); use lists, str keys and plain values")
+    if len(text.encode()) > _MAX_METADATA_BYTES:
+        raise InvalidArgumentError(
+            f"metadata is {len(text.encode())} bytes as JSON; at most {_MAX_METADATA_BYTES} are kept")
+    return text
+
+
 def _is_int(x: Any) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
@@ -127,7 +155,7 @@ class _Stream:
 
     def __init__(self, token: object = None, path: str = "", writer: Any = None, store: Any = None,
                  dtype: np.dtype | None = None, codec: str = "", data_shards: int = 0,
-                 item_shape: tuple[int, ...] = (), ndim: int = 0) -> None:
+                 item_shape: tuple[int, ...] = (), ndim: int = 0, metadata: str = "") -> None:
         if token is not _TOKEN:
             raise TypeError(f"use {type(self).__name__}.create(...) or {type(self).__name__}.open(...)")
         self._path = path
@@ -144,6 +172,8 @@ class _Stream:
             self._len = len(store)
             self._nbytes = int(store.nbytes)
             self._stored_bytes = int(store.stored_bytes)
+            metadata = store.metadata
+        self._metadata_text = metadata
         assert dtype is not None
         self._dtype = dtype
         self._codec = codec
@@ -176,6 +206,12 @@ class _Stream:
     def data_shards(self) -> int:
         """Number of data files (1..255)."""
         return self._data_shards
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """The ``metadata`` dict given to ``create`` (a fresh copy each time);
+        ``{}`` if none was given, and for stores written before format 1.1."""
+        return json.loads(self._metadata_text) if self._metadata_text else {}
 
     @property
     def nbytes(self) -> int:
@@ -344,7 +380,8 @@ class Dense(_Stream):
 
     @classmethod
     def create(cls, path: PathLike, dtype: Any, item_shape: Any, *, codec: Codec,
-               data_shards: int = 4, dict_bytes: bytes | None = None) -> Dense:
+               data_shards: int = 4, dict_bytes: bytes | None = None,
+               metadata: dict[str, Any] | None = None) -> Dense:
         """Starts building a new store at ``path`` (which must not exist).
 
         Args:
@@ -356,6 +393,8 @@ class Dense(_Stream):
             data_shards: number of data files written in parallel, 1..255.
             dict_bytes: the zstd dictionary for ``"zstd_dict"`` (see
                 :func:`loaderx.utils.train_dict`).
+            metadata: a dict of JSON values kept in the store (checksummed with
+                its metadata) and returned by ``.metadata``; at most 512 KiB as JSON.
 
         Returns:
             An append-only builder; ``close()`` (or leaving ``with``) publishes.
@@ -365,9 +404,11 @@ class Dense(_Stream):
         d = _check_codec(codec, dict_bytes)
         shards = _check_shards(data_shards)
         p = os.fspath(path)
-        w = _loaderx.StoreWriter(p, "dense", dt.str, list(shape), len(shape), codec, shards, d)
+        meta = _check_metadata(metadata)
+        w = _loaderx.StoreWriter(p, "dense", dt.str, list(shape), len(shape), codec, shards, d,
+                                 metadata=meta)
         return cls(_TOKEN, p, writer=w, dtype=dt, codec=codec, data_shards=shards,
-                   item_shape=shape, ndim=len(shape))
+                   item_shape=shape, ndim=len(shape), metadata=meta)
 
     @classmethod
     def open(cls, path: PathLike) -> Dense:
@@ -436,14 +477,15 @@ class Ragged(_Stream):
 
     @classmethod
     def create(cls, path: PathLike, dtype: Any, ndim: int, *, codec: Codec,
-               data_shards: int = 4, dict_bytes: bytes | None = None) -> Ragged:
+               data_shards: int = 4, dict_bytes: bytes | None = None,
+               metadata: dict[str, Any] | None = None) -> Ragged:
         """Starts building a new ragged store at ``path`` (which must not exist).
 
         Args:
             path: the new store directory; missing parents are created.
             dtype: dtype of every record (see :meth:`Dense.create`).
             ndim: rank of every record, >= 1 (scalars: use Dense with ``item_shape=()``).
-            codec, data_shards, dict_bytes: as for :meth:`Dense.create`.
+            codec, data_shards, dict_bytes, metadata: as for :meth:`Dense.create`.
         """
         dt = _check_dtype(dtype)
         if not _is_int(ndim):
@@ -454,8 +496,10 @@ class Ragged(_Stream):
         d = _check_codec(codec, dict_bytes)
         shards = _check_shards(data_shards)
         p = os.fspath(path)
-        w = _loaderx.StoreWriter(p, "ragged", dt.str, [], int(ndim), codec, shards, d)
-        return cls(_TOKEN, p, writer=w, dtype=dt, codec=codec, data_shards=shards, ndim=int(ndim))
+        meta = _check_metadata(metadata)
+        w = _loaderx.StoreWriter(p, "ragged", dt.str, [], int(ndim), codec, shards, d, metadata=meta)
+        return cls(_TOKEN, p, writer=w, dtype=dt, codec=codec, data_shards=shards, ndim=int(ndim),
+                   metadata=meta)
 
     @classmethod
     def open(cls, path: PathLike) -> Ragged:

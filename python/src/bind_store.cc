@@ -165,7 +165,8 @@ void BindStore(py::module_& m) {
   py::class_<PyWriter>(m, "StoreWriter", "Native Zrecord builder (use loaderx.zrecord).")
       .def(py::init([](const std::string& path, const std::string& kind, const std::string& dtype,
                        std::vector<uint64_t> item_shape, uint32_t ndim, const std::string& codec,
-                       uint32_t data_shards, std::optional<py::bytes> dict_bytes, int level) {
+                       uint32_t data_shards, std::optional<py::bytes> dict_bytes, int level,
+                       const std::string& metadata) {
              Schema schema;
              if (kind == "dense") {
                schema.kind = Kind::kDense;
@@ -183,6 +184,7 @@ void BindStore(py::module_& m) {
              opt.data_shards = data_shards;
              opt.level = level;
              if (dict_bytes) opt.dictionary = std::string(*dict_bytes);
+             opt.user_metadata = metadata;
              auto w = std::make_unique<PyWriter>();
              Result<std::unique_ptr<StoreWriter>> r = Status::Internal("unset");
              {
@@ -194,7 +196,7 @@ void BindStore(py::module_& m) {
            }),
            py::arg("path"), py::arg("kind"), py::arg("dtype"), py::arg("item_shape"),
            py::arg("ndim"), py::arg("codec"), py::arg("data_shards"), py::arg("dict_bytes"),
-           py::arg("level") = 3)
+           py::arg("level") = 3, py::arg("metadata") = "")
       .def(
           "append_dense",
           [](PyWriter& w, const py::array& data, uint64_t n) {
@@ -338,6 +340,8 @@ void BindStore(py::module_& m) {
       .def_property_readonly("nbytes", &Store::nbytes)
       .def_property_readonly("stored_bytes", &Store::stored_bytes)
       .def_property_readonly("label", &Store::label)
+      .def_property_readonly("metadata", &Store::user_metadata)
+      .def_property_readonly("format_version", &Store::format_version)
       .def("__len__", &Store::size)
       .def("read", &ReadOne, py::arg("i"), "Record i as an ndarray of its own shape.")
       .def("gather_dense", &GatherDense, py::arg("indices"),

@@ -26,7 +26,10 @@ using testing::WriteFileBytes;
 
 constexpr uint64_t kN = 5000;  // two index blocks
 
-// A ragged zstd_dict store over 2 shards has every kind of file.
+void EditMeta(const std::string& path, const std::function<void(format::Metadata&)>& edit);
+
+// A ragged zstd_dict store of rank 2 over 2 shards has every kind of file
+// (rank-1 ragged stores of format 1.1 have no shape table: RaggedRank1Test).
 class CorruptionTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -36,6 +39,7 @@ class CorruptionTest : public ::testing::Test {
     uint64_t total = 0;
     for (uint64_t i = 0; i < kN; ++i) {
       shapes.push_back(1 + i % 50);
+      shapes.push_back(1);
       total += (1 + i % 50) * 4;
     }
     values_ = MakeBytes(total, 11);
@@ -43,7 +47,7 @@ class CorruptionTest : public ::testing::Test {
     o.codec = Codec::kZstdDict;
     o.dictionary = testing::TestDictionary();
     o.data_shards = 2;
-    auto w = StoreWriter::Create(path_, RaggedSchema("<i4", 1), o);
+    auto w = StoreWriter::Create(path_, RaggedSchema("<i4", 2), o);
     ASSERT_TRUE(w.ok());
     ASSERT_TRUE((*w)->AppendRagged(values_.data(), shapes.data(), kN).ok());
     ASSERT_TRUE((*w)->Publish().ok());
@@ -139,7 +143,7 @@ TEST_F(CorruptionTest, MissingFileFailsOpenNamingIt) {
 }
 
 TEST_F(CorruptionTest, FlippedIndexEntryIsCaughtOnFirstUseOfItsBlock) {
-  FlipByte("index", (4096 + 7) * format::kEntryBytes + 3);  // block 1, record 4103
+  FlipByte("index", (4096 + 7) * format::kEndEntryBytes + 3);  // block 1, record 4103
   auto s = Store::Open(path_);
   ASSERT_TRUE(s.ok()) << "open is O(1): it does not read index blocks";
   std::vector<uint8_t> buf(4);
@@ -153,7 +157,10 @@ TEST_F(CorruptionTest, FlippedIndexEntryIsCaughtOnFirstUseOfItsBlock) {
 
 TEST_F(CorruptionTest, AnyFlippedIndexByteIsDetected) {
   const std::string orig = ReadFileBytes(File("index"));
-  for (size_t pos = 0; pos < orig.size(); pos += 97) {
+  // Entries and their block table (the data block sums after them are
+  // Verify's: FlippedDataBlockSumIsCaughtByVerify).
+  const uint64_t end = kN * format::kEndEntryBytes + format::NumBlocks(kN) * 8;
+  for (size_t pos = 0; pos < end; pos += 97) {
     std::string b = orig;
     b[pos] ^= 0x10;
     WriteFileBytes(File("index"), b);
@@ -167,19 +174,28 @@ TEST_F(CorruptionTest, AnyFlippedIndexByteIsDetected) {
 }
 
 TEST_F(CorruptionTest, FlippedBlockChecksumTableFailsOpen) {
-  const uint64_t size = fs::file_size(File("index"));
-  FlipByte("index", size - 3);
+  FlipByte("index", kN * format::kEndEntryBytes + 3);
   auto s = Store::Open(path_);
   ASSERT_FALSE(s.ok());
   ExpectCorruption(s.status(), "/index: block checksum table mismatch");
 }
 
+// The data block sums follow the index's own block table; only Verify reads them.
+TEST_F(CorruptionTest, FlippedDataBlockSumIsCaughtByVerify) {
+  const uint64_t size = fs::file_size(File("index"));
+  FlipByte("index", size - 3);
+  auto s = Store::Open(path_);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_TRUE(ReadAll(**s).ok());
+  ExpectCorruption((*s)->Verify(nullptr), "/index: data block checksum table mismatch");
+}
+
 TEST_F(CorruptionTest, FlippedShapeIsCaughtOnUse) {
-  FlipByte("shapes", 10 * 8);  // record 10
+  FlipByte("shapes", 10 * 16);  // record 10
   auto s = Store::Open(path_);
   ASSERT_TRUE(s.ok());
-  uint64_t dim;
-  ExpectCorruption((*s)->RecordShape(10, &dim), "/shapes: checksum mismatch in block 0");
+  uint64_t dims[2];
+  ExpectCorruption((*s)->RecordShape(10, dims), "/shapes: checksum mismatch in block 0");
   ExpectCorruption((*s)->RecordBytes(4095).status(), "/shapes");
   EXPECT_TRUE((*s)->RecordBytes(4096).ok());
 }
@@ -196,11 +212,22 @@ TEST_F(CorruptionTest, FlippedRecordByteIsNamedByVerify) {
   ASSERT_TRUE(s0.ok());
   const RecordRef r = (*s0)->Locate(1234).value();
   s0->reset();
-  FlipByte("data-00" + std::to_string(r.shard), r.offset + r.stored_len / 2);
+  const uint64_t pos = r.offset + r.stored_len / 2;
+  FlipByte("data-00" + std::to_string(r.shard), pos);
   auto s = Store::Open(path_);
   ASSERT_TRUE(s.ok());
-  ExpectCorruption((*s)->Verify(nullptr),
-                   "record 1234 (data-00" + std::to_string(r.shard) + "): checksum mismatch");
+  // Format 1.1 checksums data in 64 KiB blocks: Verify names the block and
+  // the records in it.
+  const uint64_t from = pos / format::kDataBlockBytes * format::kDataBlockBytes;
+  const Status st = (*s)->Verify(nullptr);
+  ExpectCorruption(st, "/data-00" + std::to_string(r.shard) + ": checksum mismatch in bytes " +
+                           std::to_string(from) + "..");
+  const size_t at = st.message().find("(records ");
+  ASSERT_NE(at, std::string::npos) << st.ToString();
+  uint64_t lo = 0, hi = 0;
+  ASSERT_EQ(std::sscanf(st.message().c_str() + at, "(records %lu..%lu)", &lo, &hi), 2);
+  EXPECT_LE(lo, 1234u);
+  EXPECT_GE(hi, 1234u);
 }
 
 TEST_F(CorruptionTest, BadFrameOfACompressedRecordIsCorruptionNamingTheRecordOnRead) {
@@ -210,7 +237,13 @@ TEST_F(CorruptionTest, BadFrameOfACompressedRecordIsCorruptionNamingTheRecordOnR
   while (!(*s0)->Locate(i).value().compressed) ++i;
   const RecordRef r = (*s0)->Locate(i).value();
   s0->reset();
-  FlipByte(format::DataFileName(r.shard), r.offset);  // the frame's magic number
+  // A reserved bit of the frame header (1.1 frames have no magic number and
+  // no checksum: a flipped payload byte is Verify's to find).
+  {
+    std::string b = ReadFileBytes(File(format::DataFileName(r.shard)));
+    b[r.offset] = static_cast<char>(b[r.offset] | 0x08);
+    WriteFileBytes(File(format::DataFileName(r.shard)), b);
+  }
   auto s = Store::Open(path_);
   ASSERT_TRUE(s.ok());
   const std::string want = path_ + ": record " + std::to_string(i) + ": frame: zstd: ";
@@ -232,8 +265,20 @@ TEST_F(CorruptionTest, VerifyNamesTheLowestBadRecordAcrossParallelChunks) {
   FlipByte(format::DataFileName(early.shard), early.offset + early.stored_len - 1);
   auto s = Store::Open(path_);
   ASSERT_TRUE(s.ok());
+  // Named: the bad block holding the lowest record (record 300's).
+  const uint64_t from = (early.offset + early.stored_len - 1) / format::kDataBlockBytes *
+                        format::kDataBlockBytes;
   for (int run = 0; run < 3; ++run) {
-    ExpectCorruption((*s)->Verify(nullptr), "record 300 (");
+    const Status st = (*s)->Verify(nullptr);
+    ExpectCorruption(st, format::DataFileName(early.shard) + ": checksum mismatch in bytes " +
+                             std::to_string(from) + "..");
+    uint64_t lo = 0, hi = 0;
+    const size_t at = st.message().find("(records ");
+    ASSERT_NE(at, std::string::npos);
+    ASSERT_EQ(std::sscanf(st.message().c_str() + at, "(records %lu..%lu)", &lo, &hi), 2);
+    EXPECT_LE(lo, 300u);
+    EXPECT_GE(hi, 300u);
+    EXPECT_LT(hi, 4321u);
   }
 }
 
@@ -263,7 +308,7 @@ TEST_F(CorruptionTest, NewerMajorVersionIsRejected) {
   EditMeta(path_, [](format::Metadata& m) { m.major = 2; });
   auto s = Store::Open(path_);
   ASSERT_FALSE(s.ok());
-  ExpectCorruption(s.status(), "unsupported format version 2.0");
+  ExpectCorruption(s.status(), "unsupported format version 2.");
 }
 
 TEST_F(CorruptionTest, WrongDictionaryIdIsRejected) {
@@ -277,17 +322,15 @@ TEST_F(CorruptionTest, ConsistentlyChecksummedOutOfBoundsEntryIsRejected) {
   // An index entry pointing past its data file, with every checksum rebuilt:
   // only the bounds check stands between it and a read outside the mapping.
   std::string idx = ReadFileBytes(File("index"));
-  format::IndexEntry e = format::DecodeEntry(reinterpret_cast<uint8_t*>(idx.data()));
-  e.offset = uint64_t{1} << 40;
-  format::EncodeEntry(e, reinterpret_cast<uint8_t*>(idx.data()));
+  const uint64_t far = uint64_t{1} << 40;
+  std::memcpy(idx.data(), &far, 8);  // record 0 ends 1 TiB into its shard
   const uint64_t blocks = format::NumBlocks(kN);
-  const uint64_t body = kN * format::kEntryBytes;
-  const uint64_t h0 = format::Hash64(idx.data(), format::kBlockRecords * format::kEntryBytes);
+  const uint64_t body = kN * format::kEndEntryBytes;
+  const uint64_t h0 = format::Hash64(idx.data(), format::kBlockRecords * format::kEndEntryBytes);
   std::memcpy(idx.data() + body, &h0, 8);
   WriteFileBytes(File("index"), idx);
   EditMeta(path_, [&](format::Metadata& m) {
     m.index_table_xxh3 = format::Hash64(idx.data() + body, blocks * 8);
-    m.files["index"].xxh3 = format::Hash64(idx.data(), idx.size());
   });
   auto s = Store::Open(path_);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
@@ -412,6 +455,124 @@ TEST(StoreReadTest, CompressedFramesOfEverySizeDecodeExactlyThroughThePool) {
     EXPECT_EQ(0, std::memcmp(outs_buf[j].data(), values.data() + starts[idx[j]], shapes[idx[j]]))
         << "record " << idx[j];
   }
+}
+
+// Format 1.1 rank-1 ragged stores keep no shape table: a raw record's length
+// is its extent, a compressed one's the content size in its frame header. A
+// bad header is Corruption naming the record and its data file wherever the
+// length is needed.
+TEST(RaggedRank1Test, BadFrameHeaderIsCorruptionNamingTheRecord) {
+  TempDir dir;
+  const std::string path = dir.Sub("s");
+  std::vector<uint64_t> shapes;
+  std::vector<uint8_t> values;
+  for (uint64_t k = 0; k < 40; ++k) {
+    const auto rec = MakeBytes(4 * (100 + k), k);
+    values.insert(values.end(), rec.begin(), rec.end());
+    shapes.push_back(100 + k);
+  }
+  WriteOptions o;
+  o.codec = Codec::kZstd;
+  o.data_shards = 2;
+  auto w = StoreWriter::Create(path, RaggedSchema("<i4", 1), o);
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE((*w)->AppendRagged(values.data(), shapes.data(), shapes.size()).ok());
+  ASSERT_TRUE((*w)->Publish().ok());
+  EXPECT_FALSE(fs::exists(path + "/shapes"));
+  auto s0 = Store::Open(path);
+  ASSERT_TRUE(s0.ok()) << s0.status().ToString();
+  uint64_t dim = 0;
+  ASSERT_TRUE((*s0)->RecordShape(7, &dim).ok());
+  EXPECT_EQ(dim, 107u);
+  const RecordRef r = (*s0)->Locate(7).value();
+  ASSERT_TRUE(r.compressed);
+  EXPECT_EQ(r.raw_len, 4 * 107u);
+  s0->reset();
+  std::string b = ReadFileBytes(path + "/" + format::DataFileName(r.shard));
+  b[r.offset] = static_cast<char>(b[r.offset] | 0x08);  // a reserved bit of the frame header
+  WriteFileBytes(path + "/" + format::DataFileName(r.shard), b);
+  auto s = Store::Open(path);
+  ASSERT_TRUE(s.ok());
+  const std::string want =
+      path + ": record 7 (" + format::DataFileName(r.shard) + "): zstd frame header";
+  std::vector<uint8_t> a(4 * 107);
+  std::vector<uint64_t> idx = {6, 7};
+  std::vector<uint8_t> c(4 * 106);
+  std::vector<void*> outs = {c.data(), a.data()};
+  for (const Status& st : {(*s)->RecordShape(7, &dim), (*s)->RecordBytes(7).status(),
+                           (*s)->ReadRecord(7, a.data(), a.size()),
+                           (*s)->Gather(idx, outs, &ThreadPool::Default())}) {
+    EXPECT_EQ(st.code(), Status::Code::kCorruption) << st.ToString();
+    EXPECT_NE(st.message().find(want), std::string::npos) << st.ToString();
+  }
+  // Verify finds the changed bytes first, by their block checksum.
+  const Status v = (*s)->Verify(nullptr);
+  EXPECT_NE(v.message().find(format::DataFileName(r.shard) + ": checksum mismatch in bytes 0.."),
+            std::string::npos)
+      << v.ToString();
+  std::vector<uint8_t> out(4 * 106);
+  EXPECT_TRUE((*s)->ReadRecord(6, out.data(), out.size()).ok()) << "its neighbour is intact";
+  EXPECT_EQ(0, std::memcmp(out.data(), values.data() + 4 * (100 * 6 + 15), out.size()));
+}
+
+// A rank-1 raw ragged record whose extent is not a whole number of items,
+// with every checksum rebuilt: Corruption on use, not a short read.
+TEST(RaggedRank1Test, ExtentNotAMultipleOfTheItemsizeIsCorruption) {
+  TempDir dir;
+  const std::string path = dir.Sub("s");
+  std::vector<uint64_t> shapes = {3, 5};
+  std::vector<uint8_t> values(8 * 4, 1);
+  WriteOptions o;
+  o.data_shards = 1;
+  auto w = StoreWriter::Create(path, RaggedSchema("<i4", 1), o);
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE((*w)->AppendRagged(values.data(), shapes.data(), 2).ok());
+  ASSERT_TRUE((*w)->Publish().ok());
+  std::string idx = ReadFileBytes(path + "/index");
+  const uint64_t end0 = 13;  // 3.25 items
+  std::memcpy(idx.data(), &end0, 8);
+  const uint64_t h0 = format::Hash64(idx.data(), 2 * 8);
+  std::memcpy(idx.data() + 16, &h0, 8);
+  WriteFileBytes(path + "/index", idx);
+  EditMeta(path, [&](format::Metadata& m) { m.index_table_xxh3 = format::Hash64(&h0, 8); });
+  auto s = Store::Open(path);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const Status st = (*s)->RecordBytes(0).status();
+  EXPECT_EQ(st.code(), Status::Code::kCorruption) << st.ToString();
+  EXPECT_NE(st.message().find("record 0: length 13 is not a multiple of the itemsize"),
+            std::string::npos)
+      << st.ToString();
+  EXPECT_EQ((*s)->RecordBytes(1).status().code(), Status::Code::kCorruption)
+      << "record 1 (19 bytes) is not whole either";
+}
+
+// Format 1.1 dense raw stores have no per-record index: every data file must
+// have exactly the size the record count implies.
+TEST(ComputedLayoutTest, DataFileOfTheWrongSizeFailsOpenNamingIt) {
+  TempDir dir;
+  const std::string path = dir.Sub("s");
+  WriteOptions o;
+  o.data_shards = 3;
+  auto w = StoreWriter::Create(path, DenseSchema("<u2", {3}), o);
+  ASSERT_TRUE(w.ok());
+  std::vector<uint16_t> v(3 * 100000);
+  for (size_t k = 0; k < v.size(); ++k) v[k] = static_cast<uint16_t>(k);
+  ASSERT_TRUE((*w)->AppendDense(v.data(), 100000).ok());
+  ASSERT_TRUE((*w)->Publish().ok());
+  // 600 KB of records: the index holds only the data block sums.
+  EXPECT_LT(fs::file_size(path + "/index"), 100u);
+  const std::string orig = ReadFileBytes(path + "/data-002");
+  const uint64_t size = orig.size();
+  // Shrunk by a whole record and the metadata made to agree: only the layout check is left.
+  WriteFileBytes(path + "/data-002", orig.substr(0, size - 6));
+  EditMeta(path, [&](format::Metadata& m) { m.files["data-002"].size = size - 6; });
+  auto s = Store::Open(path);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("/data-002: size " + std::to_string(size - 6) +
+                                      " bytes, expected " + std::to_string(size) +
+                                      " for 100000 records"),
+            std::string::npos)
+      << s.status().ToString();
 }
 
 // -- writer misuse -----------------------------------------------------------------

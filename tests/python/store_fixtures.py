@@ -12,6 +12,7 @@ import os
 import sys
 
 import numpy as np
+from loaderx.zrecord import Codec
 
 
 def _photo(i: int) -> np.ndarray:
@@ -49,7 +50,7 @@ def ragged_records(name: str) -> list[np.ndarray]:
 
 
 # name -> (kind, codec, data_shards)
-FIXTURES = {
+FIXTURES: dict[str, tuple[str, Codec, int]] = {
     "labels_raw": ("dense", "raw", 2),
     "photo_raw": ("dense", "raw", 3),
     "photo_zstd": ("dense", "zstd", 2),

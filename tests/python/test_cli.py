@@ -66,7 +66,9 @@ def test_verify_good_store_exits_zero(dense: Path) -> None:
     assert "OK (20 records" in r.stdout
 
 
-def test_verify_names_the_first_bad_record(dense: Path) -> None:
+def test_verify_names_the_bad_block_and_its_records(dense: Path) -> None:
+    # Format 1.1 checksums data in 64 KiB blocks (docs/format.md): verify names
+    # the file, the block's bytes and the records in it.
     data = dense / "data-000"
     b = bytearray(data.read_bytes())
     b[64 * 7 + 5] ^= 0xFF
@@ -75,7 +77,7 @@ def test_verify_names_the_first_bad_record(dense: Path) -> None:
     r = run("verify", str(dense), "--quiet")
     assert r.returncode == 1
     assert "CorruptStoreError" in r.stderr
-    assert "record 7 (data-000): checksum mismatch" in r.stderr
+    assert f"data-000: checksum mismatch in bytes 0..{len(b) - 1} (records 0..19)" in r.stderr
 
 
 def test_verify_truncated_index(dense: Path) -> None:

@@ -76,6 +76,9 @@ struct WriteOptions {
   // streaming straight into their shard file, so writer memory stays bounded
   // for records of any size (> 4 GiB included). Tests lower it.
   uint64_t stream_threshold = uint64_t{32} << 20;
+  // User metadata: JSON text stored (and checksummed) in `meta`, at most
+  // 512 KiB; empty = none. The writer does not parse it.
+  std::string user_metadata;
 };
 
 class StoreWriter {
@@ -111,7 +114,7 @@ struct RecordRef {
   uint64_t stored_len = 0;
   uint64_t raw_len = 0;  // decoded length in bytes
   bool compressed = false;
-  uint64_t checksum = 0;
+  uint64_t checksum = 0;  // format 1.0: low 32 bits of XXH3 of the stored bytes; 1.1: 0
 };
 
 // The already-opened files of a store, as the client passes them to loaderxd.
@@ -140,6 +143,15 @@ class Store {
   virtual uint64_t nbytes() const = 0;        // logical (decoded) bytes of all records
   virtual uint64_t stored_bytes() const = 0;  // bytes of every file of the store
   virtual const std::string& label() const = 0;
+  // The JSON text given as WriteOptions::user_metadata; empty if none (and
+  // for format 1.0 stores).
+  // (Defaults for test doubles; the real store overrides both.)
+  virtual const std::string& user_metadata() const {
+    static const std::string kNone;
+    return kNone;
+  }
+  // Format version of the store as written ({1, 0} or {1, 1}).
+  virtual std::pair<uint32_t, uint32_t> format_version() const { return {1, 1}; }
 
   // Ragged: writes the ndim dims of record i. Dense: writes item_shape.
   virtual Status RecordShape(uint64_t i, uint64_t* dims) const = 0;
