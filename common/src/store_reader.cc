@@ -25,6 +25,10 @@ using format::IndexEntry;
 // several threads; small records are grouped until a task has kGroupBytes.
 constexpr uint64_t kSplitBytes = uint64_t{1} << 20;
 constexpr uint64_t kGroupBytes = uint64_t{256} << 10;
+// Grouping counts a decoded byte this many times a copied one, and never
+// cuts tasks below kMinGroupCost (a task costs a wake-up).
+constexpr uint64_t kDecodeCost = 8;
+constexpr uint64_t kMinGroupCost = uint64_t{32} << 10;
 // How record bytes reach the output (docs/format.md, "How reads work"): raw
 // pieces of at least kPreadBytes are read with pread(2) from the page cache
 // instead of copied out of the mapping. Every page touched through the
@@ -189,25 +193,37 @@ class StoreImpl final : public Store {
       uint64_t from, to; // byte range (pieces of one split raw record)
     };
     std::vector<RecordRef> refs(indices.size());
-    std::vector<Task> tasks;
-    uint64_t group_bytes = 0;
+    // Tasks are sized by cost, decoding counted kDecodeCost times a copy, and
+    // cut so every pool thread gets about two: a batch of 256 small
+    // compressed records (200 KiB decoded) is spread over the cores instead
+    // of being one task, while small raw records stay in one task.
+    uint64_t total_cost = 0;
     for (size_t k = 0; k < indices.size(); ++k) {
       LX_ASSIGN_OR_RETURN(refs[k], Locate(indices[k]));
+      total_cost += Cost(refs[k]);
+    }
+    const uint64_t group_cost =
+        pool == nullptr ? UINT64_MAX
+                        : std::clamp<uint64_t>(total_cost / (2 * (pool->size() + 1)),
+                                               kMinGroupCost, kGroupBytes);
+    std::vector<Task> tasks;
+    uint64_t group = 0;
+    for (size_t k = 0; k < indices.size(); ++k) {
       const RecordRef& r = refs[k];
       if (!r.compressed && r.raw_len > kSplitBytes && pool != nullptr) {
         for (uint64_t off = 0; off < r.raw_len; off += kSplitBytes) {
           tasks.push_back({k, k + 1, off, std::min(r.raw_len, off + kSplitBytes)});
         }
-        group_bytes = kGroupBytes;  // close the current group
+        group = UINT64_MAX;  // close the current group
         continue;
       }
-      if (tasks.empty() || group_bytes >= kGroupBytes) {
+      if (tasks.empty() || group >= group_cost) {
         tasks.push_back({k, k + 1, 0, UINT64_MAX});
-        group_bytes = 0;
+        group = 0;
       } else {
         tasks.back().end = k + 1;
       }
-      group_bytes += r.raw_len;
+      group += Cost(r);
     }
     std::vector<Status> sts(tasks.size());
     auto run = [&](size_t t) {
@@ -407,6 +423,10 @@ class StoreImpl final : public Store {
       return BadEntry(i, "inconsistent compressed entry");
     }
     return Status::OK();
+  }
+
+  static uint64_t Cost(const RecordRef& r) {
+    return r.compressed ? r.raw_len * kDecodeCost : r.raw_len;
   }
 
   Status CheckIndex(uint64_t i) const {

@@ -99,8 +99,8 @@ class Store:
         """Decoded bytes of all records."""
 
     @property
-    def metadata(self) -> str:
-        """The user metadata as JSON text given at create; empty if none."""
+    def metadata(self) -> dict[str, Any] | None:
+        """The user metadata given at create (parsed JSON); None if none."""
 
     @property
     def format_version(self) -> tuple[int, int]:

@@ -116,21 +116,30 @@ _MAX_METADATA_BYTES = 512 << 10  # format.h kMaxUserMetadataBytes
 def _check_metadata(metadata: Any) -> str:
     """Returns ``metadata`` as compact JSON text ('' for None), or raises.
 
-    The dict must come back from JSON exactly (so ``.metadata`` after open
-    equals it): no tuples, non-str keys, NaN/inf or non-JSON objects.
+    JSON values only: dicts with str keys, lists/tuples (read back as lists),
+    str, int, float (finite), bool, None. Anything else raises.
     """
     if metadata is None:
         return ""
     if not isinstance(metadata, dict):
         raise TypeError(f"metadata must be a dict of JSON values, not {type(metadata).__name__}")
+
+    def check_keys(v: Any, where: str) -> None:
+        if isinstance(v, dict):
+            for k, x in v.items():
+                if not isinstance(k, str):
+                    raise InvalidArgumentError(
+                        f"metadata is not JSON-serialisable: key {k!r} at {where} is not a str")
+                check_keys(x, f"{where}[{k!r}]")
+        elif isinstance(v, (list, tuple)):
+            for i, x in enumerate(v):
+                check_keys(x, f"{where}[{i}]")
+
+    check_keys(metadata, "metadata")
     try:
         text = json.dumps(metadata, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
     except (TypeError, ValueError) as e:
         raise InvalidArgumentError(f"metadata is not JSON-serialisable: {e}") from e
-    if json.loads(text) != metadata:
-        raise InvalidArgumentError(
-            "metadata does not survive JSON unchanged (tuples, non-str keys or subclasses "
-            "of JSON types come back as something else); use lists, str keys and plain values")
     if len(text.encode()) > _MAX_METADATA_BYTES:
         raise InvalidArgumentError(
             f"metadata is {len(text.encode())} bytes as JSON; at most {_MAX_METADATA_BYTES} are kept")
@@ -172,7 +181,8 @@ class _Stream:
             self._len = len(store)
             self._nbytes = int(store.nbytes)
             self._stored_bytes = int(store.stored_bytes)
-            metadata = store.metadata
+            meta_obj = store.metadata
+            metadata = json.dumps(meta_obj) if meta_obj is not None else ""
         self._metadata_text = metadata
         assert dtype is not None
         self._dtype = dtype
@@ -209,8 +219,9 @@ class _Stream:
 
     @property
     def metadata(self) -> dict[str, Any]:
-        """The ``metadata`` dict given to ``create`` (a fresh copy each time);
-        ``{}`` if none was given, and for stores written before format 1.1."""
+        """The ``metadata`` dict given to ``create`` (a fresh copy each time;
+        tuples read back as lists); ``{}`` if none was given, and for stores
+        written before format 1.1."""
         return json.loads(self._metadata_text) if self._metadata_text else {}
 
     @property

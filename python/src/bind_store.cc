@@ -340,7 +340,11 @@ void BindStore(py::module_& m) {
       .def_property_readonly("nbytes", &Store::nbytes)
       .def_property_readonly("stored_bytes", &Store::stored_bytes)
       .def_property_readonly("label", &Store::label)
-      .def_property_readonly("metadata", &Store::user_metadata)
+      .def_property_readonly("metadata",
+                             [](const Store& s) -> py::object {
+                               if (s.user_metadata().empty()) return py::none();
+                               return py::module_::import("json").attr("loads")(s.user_metadata());
+                             })
       .def_property_readonly("format_version", &Store::format_version)
       .def("__len__", &Store::size)
       .def("read", &ReadOne, py::arg("i"), "Record i as an ndarray of its own shape.")
