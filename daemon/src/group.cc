@@ -51,11 +51,18 @@ Result<RingGeometry> Group::Geometry(const MemberSpec& spec, const Options& opti
   uint64_t payload = options.ring_bytes;
   if (payload == 0) {
     const uint64_t batch = EstimateBatchBytes(spec.streams, PipelineSpec(spec).batch_size);
-    if (batch > (uint64_t{1} << 46) / slots) {
+    if (batch > (uint64_t{1} << 46) / (2 * uint64_t{slots})) {
       return Status::ResourceExhausted("batch of ~" + std::to_string(batch) +
                                        " bytes is too large for a ring");
     }
-    payload = batch * slots;
+    // Variable-size batches (a ragged stream) fragment a first-fit payload:
+    // k live regions of at most M bytes leave k + 1 holes, each of which can
+    // be just short of the next request, so only (2k + 1) * M bytes
+    // guarantee a fit. With at most slots - 1 regions live beside the one
+    // being allocated that is (2 * slots - 1) * M (group.h, "Ring sizing").
+    bool ragged = false;
+    for (const auto& st : spec.streams) ragged |= st->schema().kind == Kind::kRagged;
+    payload = batch * (ragged ? 2 * uint64_t{slots} - 1 : slots);
   }
   return RingGeometry::Compute(slots, payload);
 }

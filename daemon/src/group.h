@@ -45,6 +45,16 @@
 // group: the allocator counts held slots as "room may still come", so a
 // group never fails a step merely because members are spread out.
 //
+// Payload bytes: with dense streams only, every batch has one size M, so
+// holes are whole batches and slots * M bytes fit any slots live batches.
+// With a ragged stream sizes vary (M is then an estimate: records up to
+// twice the mean) and first fit can leave a hole beside every live region
+// that is just short of the next batch; (2 * slots - 1) * M bytes guarantee
+// that a batch of at most M fits beside slots - 1 live ones. Without it a
+// client holding fewer batches than its leases was refused a step
+// (ResourceExhausted) by a ring that had room, only in pieces; found by the
+// soak test (tests/integration/test_reliability.py).
+//
 // Thread-safety: all methods are thread-safe (one mutex; the pipeline is
 // waited on without it by one member at a time, the "fetcher").
 // Ownership: the group owns its Pipeline and ring; delivered batches share

@@ -82,7 +82,8 @@ class DaemonOptions:
     ``path``: the socket (``None``: :func:`default_socket_path`). ``leases``:
     batches this loader may hold at once (the daemon may grant fewer).
     ``ring_bytes``: shared ring size; ``0`` lets the daemon size it (exact
-    for dense streams; ragged rings assume records up to twice the mean, so
+    for dense streams; ragged rings assume records up to twice the mean and get twice the
+    slots of payload to absorb fragmentation, so
     raise it if a step fails with ``ResourceExhausted`` naming ring_bytes).
     ``fallback``: load in process (with a warning) if no daemon answers.
     ``request_ahead``: as soon as ``next()`` returns a batch, ask the daemon
