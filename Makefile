@@ -9,7 +9,7 @@ CCACHE := $(shell command -v ccache 2>/dev/null)
 CMAKE_COMMON := -G Ninja -DCMAKE_MAKE_PROGRAM=$(CURDIR)/.venv/bin/ninja -DPython_EXECUTABLE=$(CURDIR)/$(PY) \
   $(if $(CCACHE),-DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE) -DCMAKE_C_COMPILER_LAUNCHER=$(CCACHE))
 
-.PHONY: setup build demo demo-daemon test test-cpp test-asan test-tsan test-py bench clean wheel lint fuzz fuzz-long fuzz-seeds
+.PHONY: setup build demo demo-daemon test test-cpp test-asan test-tsan test-py bench clean wheel lint fuzz fuzz-long fuzz-seeds soak
 
 setup:
 	@scripts/setup.sh
@@ -68,6 +68,12 @@ fuzz: setup
 	    || { tail -40 build-fuzz/$$t.log; exit 1; }; \
 	  grep -E "^(Done|stat::number_of_executed_units|stat::peak_rss_mb)" build-fuzz/$$t.log || true; \
 	done
+
+# The long crash and soak matrix (tests/integration/test_reliability.py):
+# 8 clients for 10 minutes, 100 client SIGKILLs, broadcast groups included.
+soak: build
+	PYTHONPATH=python LOADERXD=$(CURDIR)/build/daemon/loaderxd LOADERX_SOAK_SECONDS=600 LOADERX_CRASH_KILLS=100 \
+	  $(PY) -m pytest -q -s -p no:cacheprovider tests/integration/test_reliability.py
 
 fuzz-long:
 	$(MAKE) fuzz FUZZ_SECONDS=600
