@@ -112,7 +112,8 @@ class LoaderxBackend(Backend):
             return
         from loaderx.utils import train_dict
         if isinstance(w, DenseWorkload):
-            step = max(1, w.n // 2000)
+            # Tiny records (scalar labels): 2,000 of them are too few bytes to train on.
+            step = max(1, w.n // 2000) if w.record_bytes >= 64 else 1
             self.dict_bytes = train_dict(np.ascontiguousarray(w.array[::step]))
         else:
             step = max(1, w.n // 2000)

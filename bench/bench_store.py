@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import time
@@ -68,6 +69,35 @@ def fmnist_workload() -> DenseWorkload:
                       "Fashion-MNIST (Debian `dataset-fashion-mnist`): 70,000 real `uint8[28,28]` images")
 
 
+def labels_workload() -> DenseWorkload:
+    path = DATA / "fmnist_labels.npy"
+    if not path.exists():
+        from loaderx.datasets import fashion_mnist
+        _, y = fashion_mnist("all")
+        tmp = path.with_name(".fmnist_labels.tmp.npy")
+        np.save(tmp, y)
+        tmp.rename(path)
+    return load_dense("labels", "fmnist_labels.npy",
+                      "Fashion-MNIST labels: 70,000 scalar `uint8` records (`item_shape=()`)")
+
+
+def memcpy_mibs(threads: int, nbytes: int = 256 << 20, repeat: int = 5) -> float:
+    """The machine's copy bandwidth in MiB/s: ``threads`` threads each copying its share
+    of an ``nbytes`` buffer (NumPy releases the GIL for large copies); best of ``repeat``."""
+    from concurrent.futures import ThreadPoolExecutor
+    src = np.ones(nbytes, np.uint8)
+    dst = np.empty_like(src)
+    step = nbytes // threads
+    parts = [(dst[k * step:(k + 1) * step], src[k * step:(k + 1) * step]) for k in range(threads)]
+    best = float("inf")
+    with ThreadPoolExecutor(threads) as ex:
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            list(ex.map(lambda p: np.copyto(*p), parts))
+            best = min(best, time.perf_counter() - t0)
+    return step * threads / best / MiB
+
+
 def workloads() -> dict[str, Callable[[], Workload]]:
     vinfo = json.loads((DATA / "vision_info.json").read_text()) if (DATA / "vision_info.json").exists() else {}
     tinfo = json.loads((DATA / "tokens_info.json").read_text()) if (DATA / "tokens_info.json").exists() else {}
@@ -90,6 +120,7 @@ def workloads() -> dict[str, Callable[[], Workload]]:
             f"{tinfo.get('ragged_records', '?')} GPT-2 token records `int32[16..512]` of linux-doc-6.1 "
             f"(median {tinfo.get('ragged_len', {}).get('median', '?')})"),
         "fmnist": fmnist_workload,
+        "labels": labels_workload,
     }
 
 
@@ -134,6 +165,7 @@ class Row:
     backend: str
     write_s: float = 0.0
     write_mibs: float = 0.0
+    sync_s: float = 0.0  # os.sync() right after the write: what a non-durable writer left to flush
     disk: int = 0
     ratio: float = 0.0
     # One entry per gather pass; empty when the backend was not measured.
@@ -206,6 +238,9 @@ def run_workload(w: Workload, backends: list[Backend], store_root: Path, args) -
                 be.write(w, path)
             row.write_s = t.s
             row.write_mibs = w.nbytes / t.s / MiB
+            with Timer() as ts:
+                os.sync()
+            row.sync_s = ts.s
             row.disk = du_bytes(path)
             row.ratio = w.nbytes / row.disk
             reader = be.open(w, path)
@@ -237,16 +272,22 @@ def med(xs: list[float]) -> float:
     return float(np.median(xs))
 
 
-def render(w: Workload, rows: list[Row], passes: int) -> tuple[str, str]:
+def durable_mibs(w: Workload, r: Row) -> float:
+    """Logical MiB/s of the write followed by a sync (ours fsyncs inside the write)."""
+    return w.nbytes / (r.write_s + r.sync_s) / MiB
+
+
+def render(w: Workload, rows: list[Row], passes: int,
+           memcpy: dict[int, float] | None = None) -> tuple[str, str]:
     base = next((r for r in rows if r.backend == BASELINE and r.mibs), None)
     done = [r for r in rows if r.mibs]
-    headers = ["backend", "write MiB/s", "gather krec/s", "gather MiB/s", "p95 batch", "CPU/batch", "disk MiB",
+    headers = ["backend", "write MiB/s", "write+sync MiB/s", "gather krec/s", "gather MiB/s", "p95 batch", "CPU/batch", "disk MiB",
                "compression", f"gather vs {BASELINE}"]
     table = []
     for r in done:
         rel = f"{med(r.mibs) / med(base.mibs):.2f}x" if base else "n/a"
         name = f"**{r.backend}**" if r.backend.startswith("loaderx") else r.backend
-        table.append([name, f"{r.write_mibs:,.0f}", f"{med(r.krec_s):,.1f}", f"{med(r.mibs):,.0f}",
+        table.append([name, f"{r.write_mibs:,.0f}", f"{durable_mibs(w, r):,.0f}", f"{med(r.krec_s):,.1f}", f"{med(r.mibs):,.0f}",
                       f"{med(r.p95_ms):.2f} ms", f"{med(r.cpu_ms):.2f} ms", f"{r.disk / MiB:,.1f}", f"{r.ratio:.2f}x", rel])
     md = markdown_table(headers, table)
     skipped = [r for r in rows if not r.mibs]
@@ -264,10 +305,51 @@ def render(w: Workload, rows: list[Row], passes: int) -> tuple[str, str]:
     pairs = [(c, ours[c], refs[c]) for c in ("raw", "zstd") if c in ours and c in refs]
     if pairs:
         notes.append("loaderx vs the reference wheel (its own process, same plan; median gather MiB/s, "
-                     "write MiB/s): " + "; ".join(
-                         f"{c} {med(a.mibs) / med(b.mibs):.2f}x gather, {a.write_mibs / b.write_mibs:.2f}x write"
+                     "write+sync MiB/s, disk bytes): " + "; ".join(
+                         f"{c} {med(a.mibs) / med(b.mibs):.2f}x gather, "
+                         f"{durable_mibs(w, a) / durable_mibs(w, b):.2f}x write+sync, "
+                         f"{a.disk / b.disk:.2f}x disk"
                          for c, a, b in pairs) + ".")
+    if memcpy and isinstance(w, DenseWorkload) and "raw" in ours:
+        g = med(ours["raw"].mibs)
+        notes.append("Raw dense gather against the machine's memcpy bandwidth measured in this run: "
+                     + "; ".join(f"{g / bw:.0%} of {n}-thread memcpy ({bw / 1024:.1f} GiB/s)"
+                                 for n, bw in sorted(memcpy.items())) + ".")
     return md, "\n\n".join(notes)
+
+
+def summary(results: dict[str, tuple[Workload, list[Row]]]) -> str:
+    """Per workload and codec: ours / wheel and ours / best other peer, for gather,
+    write+sync and disk size (disk: lower is better, so wheel / ours)."""
+    headers = ["workload", "codec", "gather / wheel", "gather / best peer", "write+sync / wheel",
+               "write+sync / best peer", "disk: wheel / ours", "disk: best peer / ours"]
+    table = []
+    for wname, (w, rows) in results.items():
+        done = [r for r in rows if r.mibs]
+        for c in ("raw", "zstd", "zstd_dict"):
+            a = next((r for r in done if r.backend == f"loaderx-{c}"), None)
+            if a is None:
+                continue
+            ref = next((r for r in done if r.backend.startswith("reference-") and
+                        r.backend.endswith("-" + c)), None)
+            peers = [r for r in done if not r.backend.startswith(("loaderx", "reference")) and
+                     r.backend != BASELINE]
+
+            def ratio(x: float, y: float) -> str:
+                return f"{x / y:.2f}x" if y > 0 else "-"
+            bp_g = max(peers, key=lambda r: med(r.mibs), default=None)
+            bp_w = max(peers, key=lambda r: durable_mibs(w, r), default=None)
+            bp_d = min(peers, key=lambda r: r.disk, default=None)
+            table.append([
+                wname, c,
+                ratio(med(a.mibs), med(ref.mibs)) if ref else "-",
+                f"{ratio(med(a.mibs), med(bp_g.mibs))} ({bp_g.backend})" if bp_g else "-",
+                ratio(durable_mibs(w, a), durable_mibs(w, ref)) if ref else "-",
+                f"{ratio(durable_mibs(w, a), durable_mibs(w, bp_w))} ({bp_w.backend})" if bp_w else "-",
+                ratio(ref.disk, a.disk) if ref else "-",
+                f"{ratio(bp_d.disk, a.disk)} ({bp_d.backend})" if bp_d else "-",
+            ])
+    return markdown_table(headers, table)
 
 
 def reference_rows(wname: str, args: argparse.Namespace) -> list[Row]:
@@ -336,6 +418,9 @@ def main() -> int:
     results_dir.mkdir(parents=True, exist_ok=True)
     machine = machine_line()
     print(f"# store benchmark - {machine}")
+    memcpy = {1: memcpy_mibs(1), os.cpu_count() or 1: memcpy_mibs(os.cpu_count() or 1)}
+    print("memcpy bandwidth: " + ", ".join(f"{n} thread(s) {bw / 1024:.1f} GiB/s" for n, bw in memcpy.items()))
+    results: dict[str, tuple[Workload, list[Row]]] = {}
     for wname in args.workloads.split(","):
         w = workloads()[wname]()
         print(f"\n## {wname}: {w.description}; {w.n} records, {w.nbytes / MiB:.1f} MiB logical, "
@@ -344,7 +429,8 @@ def main() -> int:
         if not args.no_reference and (not args.backends or "reference" in args.backends):
             nl = sum(r.backend.startswith("loaderx") for r in rows)
             rows[nl:nl] = reference_rows(wname, args)
-        md, notes = render(w, rows, args.passes)
+        md, notes = render(w, rows, args.passes, memcpy)
+        results[wname] = (w, rows)
         print(md)
         if notes:
             print("\n" + notes)
@@ -359,6 +445,17 @@ def main() -> int:
                     f"logical; IID batches of {BATCH}.\nRun: {machine}.\n\n{md}\n\n"
                     + (notes + "\n\n" if notes else "") + f"![{wname} gather]({png.name})\n")
             update_doc_section(f"store-{wname}", body)
+    if len(results) > 1:
+        table = summary(results)
+        print("\n## summary\n" + table)
+        if not args.no_doc:
+            update_doc_section("store-summary", (
+                "### Store summary\n\nRun: " + machine + ".\nPer workload and codec, loaderx against the "
+                "2.5.4 wheel (its own process, same plan) and against the best other peer of that table "
+                "(named). Gather: median MiB/s of random batches of 256; write+sync: logical MiB/s of "
+                "the write followed by `sync` (loaderx fsyncs inside its write; the wheel does not); disk: "
+                "bytes of the wheel's (peer's) store over ours, so above 1x means ours is smaller.\n\n"
+                + table + "\n"))
     return 0
 
 
