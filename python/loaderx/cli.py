@@ -296,18 +296,23 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"loaderx {__version__}")
     p.add_argument("--debug", action="store_true", help="show the traceback of an error")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    # --debug is also accepted after the command (`loaderx info PATH --debug`);
+    # SUPPRESS keeps a subcommand from resetting the value given before it.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show the traceback of an error")
 
-    pi = sub.add_parser("info", help="a store's schema, size, ratio and metadata")
+    pi = sub.add_parser("info", parents=[common], help="a store's schema, size, ratio and metadata")
     pi.add_argument("path", help="a store, or a directory of stores")
     pi.add_argument("--json", action="store_true", help="one JSON object instead of text")
     pi.set_defaults(func=_cmd_info)
 
-    pv = sub.add_parser("verify", help="check every checksum of a store")
+    pv = sub.add_parser("verify", parents=[common], help="check every checksum of a store")
     pv.add_argument("path")
     pv.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     pv.set_defaults(func=_cmd_verify)
 
-    pc = sub.add_parser("convert", help="a Hugging Face dataset -> aligned stores",
+    pc = sub.add_parser("convert", parents=[common], help="a Hugging Face dataset -> aligned stores",
                         description="SOURCE is a Hub id, a save_to_disk directory or a directory "
                                     "of data files; OUTPUT/<split>/<column> stores are published "
                                     "atomically. A Hub token comes from HF_TOKEN or "
@@ -324,13 +329,13 @@ def _parser() -> argparse.ArgumentParser:
     pc.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     pc.set_defaults(func=_cmd_convert)
 
-    pt = sub.add_parser("train-dict", help="train a zstd dictionary from a store's records")
+    pt = sub.add_parser("train-dict", parents=[common], help="train a zstd dictionary from a store's records")
     pt.add_argument("store")
     pt.add_argument("output", help="file to write the dictionary to (must not exist)")
     pt.add_argument("--size", type=_positive, default=110 * 1024, help="capacity in bytes")
     pt.set_defaults(func=_cmd_train_dict)
 
-    pb = sub.add_parser("bench", help="quick random-gather benchmark of a store beside NumPy")
+    pb = sub.add_parser("bench", parents=[common], help="quick random-gather benchmark of a store beside NumPy")
     pb.add_argument("store")
     pb.add_argument("--batch", type=_positive, default=256)
     pb.add_argument("--plans", type=_positive, default=20, help="distinct random batches")

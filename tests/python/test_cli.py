@@ -121,9 +121,11 @@ def test_errors_are_one_line_unless_debug(tmp_path: Path) -> None:
     r = run("verify", str(tmp_path / "nope"))
     assert r.returncode == 1
     assert r.stderr == f"loaderx verify: StoreNotFoundError: {tmp_path / 'nope'}: no such store\n"
-    r = run("--debug", "verify", str(tmp_path / "nope"))
-    assert r.returncode == 1
-    assert "Traceback (most recent call last)" in r.stderr and "StoreNotFoundError" in r.stderr
+    for args in (("--debug", "verify", str(tmp_path / "nope")),
+                 ("verify", str(tmp_path / "nope"), "--debug")):
+        r = run(*args)
+        assert r.returncode == 1
+        assert "Traceback (most recent call last)" in r.stderr and "StoreNotFoundError" in r.stderr
 
 
 def test_usage_errors_exit_2(dense: Path) -> None:
