@@ -369,7 +369,7 @@ def _create_store(col: _Column, path: Path, codec: str, data_shards: int,
     return Ragged.create(path, col.dtype, ndim=col.ndim, **kwargs)
 
 
-def _stores_take_metadata() -> bool:
+def _stores_take_metadata() -> bool:  # a store format without user metadata still converts
     import inspect
 
     from .zrecord import Dense
