@@ -358,26 +358,14 @@ def _column_metadata(col: _Column, layout: str) -> dict[str, Any]:
 
 def _create_store(col: _Column, path: Path, codec: str, data_shards: int,
                   dict_bytes: bytes | None, metadata: dict[str, Any]) -> Any:
-    """Opens the builder for one column; the one place store metadata is handed over."""
+    """Opens the builder for one column, with the column's metadata recorded in the store."""
     from .zrecord import Dense, Ragged
 
-    kwargs: dict[str, Any] = {"codec": codec, "data_shards": data_shards, "dict_bytes": dict_bytes}
-    if _STORES_TAKE_METADATA:
-        kwargs["metadata"] = metadata
+    kwargs: dict[str, Any] = {"codec": codec, "data_shards": data_shards,
+                              "dict_bytes": dict_bytes, "metadata": metadata}
     if col.kind == "dense":
         return Dense.create(path, col.dtype, col.shape, **kwargs)
     return Ragged.create(path, col.dtype, ndim=col.ndim, **kwargs)
-
-
-def _stores_take_metadata() -> bool:  # a store format without user metadata still converts
-    import inspect
-
-    from .zrecord import Dense
-
-    return "metadata" in inspect.signature(Dense.create).parameters
-
-
-_STORES_TAKE_METADATA = _stores_take_metadata()
 
 
 # -- convert() --------------------------------------------------------------------------------

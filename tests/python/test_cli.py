@@ -257,12 +257,8 @@ def test_convert_command(tmp_path: Path) -> None:
 
 
 def test_info_shows_store_metadata(tmp_path: Path) -> None:
-    import inspect
-
-    if "metadata" not in inspect.signature(Dense.create).parameters:
-        pytest.skip("stores have no user metadata yet (Dense.create(metadata=...))")
     meta = {"class_names": ["cat", "dog"], "image_layout": "CHW"}
-    with Dense.create(tmp_path / "m", np.int64, (), codec="raw", metadata=meta) as w:  # type: ignore[call-arg]
+    with Dense.create(tmp_path / "m", np.int64, (), codec="raw", metadata=meta) as w:
         w.append(np.zeros(2, np.int64))
     r = run("info", str(tmp_path / "m"), "--json")
     assert r.returncode == 0, r.stderr

@@ -423,16 +423,15 @@ def test_progress_bar_per_split_only_when_asked(tmp_path: Path, capfd: pytest.Ca
 
 
 def test_store_metadata_records_features_layout_and_class_names(tmp_path: Path) -> None:
-    if not converter._STORES_TAKE_METADATA:
-        pytest.skip("stores have no user metadata yet (Dense.create(metadata=...))")
     dd, _ = small_dict()
     root = convert(dd, tmp_path / "m", codec="zstd", image_layout="CHW", progress=False)
     with Dense.open(root / "train" / "label") as s:
-        meta: Any = s.metadata  # type: ignore[attr-defined]
+        meta: Any = s.metadata
         assert meta["class_names"] == ["a", "b", "c"]
         assert meta["feature"] == {"names": ["a", "b", "c"], "_type": "ClassLabel"}
     with Dense.open(root / "train" / "image") as s:
-        assert s.metadata["image_layout"] == "CHW"  # type: ignore[attr-defined]
+        assert s.metadata["image_layout"] == "CHW"
+        assert s.metadata["feature"] == {"_type": "Image"}
 
 
 def test_streamed_datasets_convert_exactly_in_one_pass(tmp_path: Path) -> None:
