@@ -48,14 +48,17 @@ class HashState {
   XXH3_state_t* s_;
 };
 
+// fdatasync: the content and the size (what a reader needs) are made
+// durable; timestamps are not waited for.
 Status SyncFd(int fd, const std::string& what) {
-  if (::fsync(fd) != 0) return Status::FromErrno(what + ": fsync", errno);
+  if (::fdatasync(fd) != 0) return Status::FromErrno(what + ": fdatasync", errno);
   return Status::OK();
 }
 
 Status SyncDir(const std::string& dir) {
   LX_ASSIGN_OR_RETURN(UniqueFd fd, OpenFile(dir, O_RDONLY | O_DIRECTORY));
-  return SyncFd(fd.get(), dir);
+  if (::fsync(fd.get()) != 0) return Status::FromErrno(dir + ": fsync", errno);  // entries, not data
+  return Status::OK();
 }
 
 // A file written front to back, with a running XXH3 of its content, or (data
@@ -109,11 +112,15 @@ class SeqFile {
     (block_sums_ ? block_ : hash_).CopyFrom(*m.hash);
     return Status::OK();
   }
-  Status Sync() {
+  // Closes the last, partial data block (block-summed files; before Info()).
+  void FinishBlocks() {
     if (block_sums_ && fill_ > 0) {
       sums_.push_back(block_.Digest());
       fill_ = 0;
     }
+  }
+  Status Sync() {
+    FinishBlocks();
     return SyncFd(fd_.get(), path_);
   }
   uint64_t size() const { return size_; }
@@ -176,9 +183,10 @@ class BlockedTableWriter {
     *table_xxh3 = format::Hash64(block_hashes_.data(), table_bytes);
     LX_RETURN_IF_ERROR(file_.Append(block_hashes_.data(), table_bytes));
     if (!trailer.empty()) LX_RETURN_IF_ERROR(file_.Append(trailer.data(), trailer.size() * 8));
-    return file_.Sync();
+    return Status::OK();  // the caller syncs it, with the data files
   }
   format::FileInfo Info() const { return file_.Info(); }
+  SeqFile& file() { return file_; }
 
  private:
   Status FlushBlock() {
@@ -510,9 +518,10 @@ class StoreWriterImpl final : public StoreWriter {
     m.run_records = std::max<uint64_t>(run_records_, 1);
     m.data_block = format::kDataBlockBytes;
     m.user_metadata = opt_.user_metadata;
-    std::vector<Status> sts(shards_.size());
-    pool_->ParallelFor(shards_.size(), [&](size_t s) { sts[s] = shards_[s]->Sync(); });
-    for (auto& st : sts) LX_RETURN_IF_ERROR(st);
+    // Finish every data file's last block, write the index (its tail is the
+    // data block sums) and the shape table, then make all of them durable in
+    // one parallel round: one fsync latency instead of three in a row.
+    for (auto& f : shards_) f->FinishBlocks();
     std::vector<uint64_t> sums;
     for (uint32_t s = 0; s < shards_.size(); ++s) {
       m.files[format::DataFileName(s)] = shards_[s]->Info();
@@ -526,6 +535,13 @@ class StoreWriterImpl final : public StoreWriter {
       LX_RETURN_IF_ERROR(shapes_.Finish(&m.shapes_table_xxh3));
       m.files[format::kShapesFile] = shapes_.Info();
     }
+    std::vector<SeqFile*> files;
+    for (auto& f : shards_) files.push_back(f.get());
+    files.push_back(&index_.file());
+    if (shape_table_) files.push_back(&shapes_.file());
+    std::vector<Status> sts(files.size());
+    pool_->ParallelFor(files.size(), [&](size_t k) { sts[k] = files[k]->Sync(); });
+    for (auto& st : sts) LX_RETURN_IF_ERROR(st);
     if (dict_) m.files[format::kDictFile] = dict_info_;
     // Metadata last: a store whose meta exists had every other file synced.
     const std::string meta = format::EncodeMetadata(m);
