@@ -250,7 +250,7 @@ def _timed_ready_draw(src: Any, out: Latency, wall: list[float], cpu: list[float
 def handoff(sock: str, store: Path, batch: int, samples: int, threads: int,
             min_pause: float) -> Latency:
     from loaderx import _loaderx
-    from loaderx.dataloader import _native_store
+    from loaderx.sources import native_store as _native_store
     from loaderx.zrecord import Dense
 
     src = _loaderx.DaemonLoader(sock, [str(store)], batch, 1, 7, 0, 1, 0, 2, 4, 0)

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <utility>
 
 #include "connection.h"
@@ -70,6 +71,7 @@ Lease::Lease(std::shared_ptr<Connection> conn, uint32_t slot, uint64_t seq, cons
 }
 
 Lease::~Lease() {
+  copy_.Reset();  // nothing may see the slot's next batch through it
   // The release goes out before the count drops: a Next on another thread
   // that sees the lease gone must find the release ahead of its `next` on
   // the socket, or the daemon (still counting it) would refuse at the cap.
@@ -125,7 +127,7 @@ std::optional<Loader::Collected> Loader::TakeCollected() {
 
 uint32_t Loader::leases_held() const { return conn_->leases_held.load(std::memory_order_seq_cst); }
 
-uint64_t Loader::Step() const { return step_.load(std::memory_order_relaxed); }
+uint64_t Loader::step() const { return step_.load(std::memory_order_relaxed); }
 
 Status Loader::set_spin_wait(std::chrono::microseconds spin) {
   if (spin.count() < 0 || spin > kMaxSpinWait) {
@@ -211,7 +213,82 @@ Result<std::optional<Batch>> Loader::NextImpl(
   return std::optional<Batch>(std::move(b));
 }
 
-Status Loader::SettleSeek(const WaitHook& hook) {
+Result<std::optional<BatchView>> Loader::NextUntil(Clock::time_point deadline) {
+  LX_ASSIGN_OR_RETURN(std::optional<Batch> b, NextImpl(deadline, nullptr));
+  if (!b) return std::optional<BatchView>();
+  last_publish_ns_ = b->publish_ns();
+  const std::shared_ptr<Lease>& lease = b->lease();
+  BatchView v;
+  v.step = b->step();
+  v.batch_size = b->batch_size();
+  v.writable = !shared_view_;
+  if (!shared_view_) {
+    // A private copy-on-write mapping of the pages holding the slot's batch:
+    // the slot is leased (the daemon writes none of it) until ~Lease, which
+    // unmaps first. mmap offsets are page aligned; the pages' other bytes
+    // (neighbouring slots) are never viewed through it.
+    const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    const uint64_t offset = static_cast<uint64_t>(lease->base() - conn_->ring_base());
+    const uint64_t first = offset / page * page;
+    uint64_t total = 0;
+    for (size_t j = 0; j < b->num_streams(); ++j) {
+      const StreamLayoutMsg& l = b->layout_[j];
+      total = std::max({total, l.values_offset + l.values_bytes,
+                        l.kind == static_cast<uint32_t>(Kind::kRagged)
+                            ? std::max(l.shapes_offset + b->batch_size() * (*streams_)[j].ndim * 8,
+                                       l.offsets_offset + (b->batch_size() + 1) * 8)
+                            : 0});
+    }
+    const uint64_t length = std::max<uint64_t>(offset + total - first, 1);
+    LX_ASSIGN_OR_RETURN(MappedRegion copy, MappedRegion::MapPrivate(conn_->ring_fd(), length,
+                                                                    static_cast<off_t>(first)));
+    uint8_t* base = copy.mutable_data() + (offset - first);
+    lease->AdoptPrivateCopy(std::move(copy), base);
+  }
+  uint8_t* base = shared_view_ ? const_cast<uint8_t*>(lease->base()) : lease->mutable_base();
+  for (size_t j = 0; j < b->num_streams(); ++j) {
+    const StreamLayoutMsg& l = b->layout_[j];
+    StreamView sv;
+    sv.values = base + l.values_offset;
+    if (l.kind == static_cast<uint32_t>(Kind::kRagged)) {
+      sv.offsets = reinterpret_cast<const uint64_t*>(base + l.offsets_offset);
+      sv.shapes = reinterpret_cast<const uint64_t*>(base + l.shapes_offset);
+    }
+    v.streams.push_back(sv);
+  }
+  v.owner = lease;
+  return std::optional<BatchView>(std::move(v));
+}
+
+Result<bool> Loader::SeekUntil(uint64_t step, Clock::time_point deadline) {
+  // The wait ends at the deadline; the request (if sent) stays in flight and
+  // the next call settles it instead of sending it again.
+  bool expired = false;
+  const WaitHook until = [deadline, &expired]() -> Status {
+    if (Clock::now() < deadline) return Status::OK();
+    expired = true;
+    return Status::Cancelled("seek deadline");
+  };
+  if (seek_in_flight_ && *seek_in_flight_ == step) {
+    bool accepted = false;
+    Status st = SettleSeek(until, &accepted);
+    if (seek_in_flight_ || (expired && !st.ok())) {
+      if (conn_->closed()) return Status::Cancelled("loader closed");
+      return false;  // still waiting for the daemon's answer
+    }
+    LX_RETURN_IF_ERROR(st);
+    if (accepted) return true;
+    // Refused: nothing moved. Ask again, so the caller gets the refusal.
+  }
+  Status st = Seek(step, until);
+  if (st.ok()) return true;
+  // Our deadline, not an error: whatever was sent is settled by the next call.
+  if (expired && !conn_->closed()) return false;
+  return st;
+}
+
+Status Loader::SettleSeek(const WaitHook& hook, bool* accepted) {
+  if (accepted) *accepted = false;
   if (!seek_in_flight_) return Status::OK();
   const uint64_t target = *seek_in_flight_;
   if (!conn_->Owes(SeekMsg{})) {  // collected elsewhere: outcome unknown
@@ -228,6 +305,7 @@ Status Loader::SettleSeek(const WaitHook& hook) {
   if (std::holds_alternative<OkMsg>(got->msg)) {
     TakeCollected().reset();  // the seek happened: a batch kept for a refusal is stale
     step_.store(target, std::memory_order_relaxed);
+    if (accepted) *accepted = true;
   }
   // Refused (an error reply): nothing moved, as for a refused Seek().
   return Status::OK();
@@ -247,7 +325,7 @@ Status Loader::Seek(uint64_t step, const WaitHook& hook) {
     have_collected = collected_.has_value();
   }
   if (!have_collected && conn_->Owes(NextMsg{})) {
-    const uint64_t before = Step();
+    const uint64_t before = this->step();
     Result<std::optional<Batch>> early = NextImpl(std::nullopt, hook, /*ask_ahead=*/false);
     if (conn_->Owes(NextMsg{}) || conn_->closed()) {
       return early.ok() ? Status::Cancelled("loader closed") : early.status();  // nothing moved
@@ -257,7 +335,7 @@ Status Loader::Seek(uint64_t step, const WaitHook& hook) {
       return early.status();  // the session is over anyway
     }
     Collected c;
-    c.step_after = Step();
+    c.step_after = this->step();
     if (early.ok()) {
       c.batch = std::move(*early);
     } else {
@@ -405,6 +483,7 @@ Result<std::unique_ptr<client::Loader>> Client::OpenLoader(const client::LoaderS
     streams->push_back(std::move(s));
   }
   std::unique_ptr<client::Loader> loader(new client::Loader());
+  loader->shared_view_ = spec.shared_view;
   loader->conn_ = std::move(conn);
   loader->streams_ = std::move(streams);
   loader->n_ = opened->n;

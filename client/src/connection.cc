@@ -288,6 +288,7 @@ Status Connection::AttachRing(UniqueFd fd, uint64_t bytes, uint32_t slot_count) 
     return Status::Protocol("ring has " + std::to_string(geometry_.slot_count) +
                             " slots, the open reply said " + std::to_string(slot_count));
   }
+  ring_fd_ = std::move(fd);
   return Status::OK();
 }
 

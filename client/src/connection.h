@@ -106,6 +106,7 @@ class Connection {
   // Ring of the loader opened on this connection (set once by OpenLoader).
   Status AttachRing(UniqueFd fd, uint64_t bytes, uint32_t slot_count);
   const uint8_t* ring_base() const { return ring_.data(); }
+  int ring_fd() const { return ring_fd_.get(); }  // kept for private slot mappings
   const RingGeometry& geometry() const { return geometry_; }
 
   // Leases alive in this process (a Batch or its zero-copy owners).
@@ -154,6 +155,7 @@ class Connection {
   std::vector<ReleaseMsg> pending_releases_;
 
   MappedRegion ring_;  // read-only
+  UniqueFd ring_fd_;
   RingGeometry geometry_;
 };
 

@@ -31,6 +31,16 @@ Result<MappedRegion> MappedRegion::Map(int fd, size_t length, off_t offset, bool
   return r;
 }
 
+Result<MappedRegion> MappedRegion::MapPrivate(int fd, size_t length, off_t offset) {
+  MappedRegion r;
+  if (length == 0) return r;
+  void* p = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, offset);
+  if (p == MAP_FAILED) return Status::FromErrno("mmap(MAP_PRIVATE)", errno);
+  r.data_ = p;
+  r.size_ = length;
+  return r;
+}
+
 void MappedRegion::Reset() {
   if (data_ != nullptr) ::munmap(data_, size_);
   data_ = nullptr;

@@ -508,8 +508,51 @@ Result<std::unique_ptr<Pipeline>> Pipeline::Create(
   }
   LX_ASSIGN_OR_RETURN(Sampler s, Sampler::Make(sampler, options.start_step));
   if (allocator == nullptr) allocator = HeapAllocator();
-  return std::unique_ptr<Pipeline>(
+  std::vector<StreamInfo> info;
+  for (size_t j = 0; j < streams.size(); ++j) {
+    const Schema& schema = streams[j]->schema();
+    StreamInfo i;
+    i.label = StreamName(streams, j);
+    i.kind = schema.kind;
+    i.dtype = schema.dtype.str;
+    i.itemsize = schema.dtype.itemsize;
+    i.item_shape = schema.item_shape;
+    i.ndim = schema.ndim;
+    i.size = streams[j]->size();
+    info.push_back(std::move(i));
+  }
+  std::unique_ptr<Pipeline> p(
       new PipelineImpl(std::move(streams), std::move(s), options, std::move(allocator)));
+  p->stream_info_ = std::move(info);
+  return p;
+}
+
+Result<std::optional<BatchView>> Pipeline::NextUntil(Clock::time_point deadline) {
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+  LX_ASSIGN_OR_RETURN(std::optional<Batch> b,
+                      NextFor(std::max(left, std::chrono::milliseconds{0})));
+  if (!b) return std::optional<BatchView>();
+  BatchView v;
+  v.step = b->step;
+  v.batch_size = b->layout.batch_size;
+  v.writable = true;  // the heap buffer (or ring slot) is this batch's alone
+  uint8_t* data = b->memory->data();
+  for (const StreamLayout& s : b->layout.streams) {
+    StreamView sv;
+    sv.values = data + s.values_offset;
+    if (s.kind == Kind::kRagged) {
+      sv.offsets = reinterpret_cast<const uint64_t*>(data + s.offsets_offset);
+      sv.shapes = reinterpret_cast<const uint64_t*>(data + s.shapes_offset);
+    }
+    v.streams.push_back(sv);
+  }
+  v.owner = std::move(b->memory);
+  return std::optional<BatchView>(std::move(v));
+}
+
+Result<bool> Pipeline::SeekUntil(uint64_t step, Clock::time_point /*deadline*/) {
+  LX_RETURN_IF_ERROR(Seek(step));
+  return true;
 }
 
 }  // namespace loaderx

@@ -188,10 +188,23 @@ class SamplerCore:
     @property
     def cycle_steps(self) -> int: ...
 
+# --- bind_source.cc ----------------------------------------------------------
+
+class Source:
+    """A native batch source: the embedded Pipeline or a DaemonLoader, with one behaviour."""
+
+    def next(self, timeout: float | None = None) -> tuple[int, list[_Value]] | None:
+        """``(step, values)`` of the next step, or None after ``timeout`` seconds."""
+
+    def seek(self, step: SupportsIndex) -> None: ...
+    @property
+    def step(self) -> int: ...
+    def close(self) -> None: ...
+
 # --- bind_loader.cc ----------------------------------------------------------
 
 @final
-class Pipeline:
+class Pipeline(Source):
     """Native prefetching batch pipeline (internal; use loaderx.dataloader.DataLoader)."""
 
     def __init__(
@@ -207,21 +220,12 @@ class Pipeline:
         prefetch: SupportsIndex,
         num_threads: SupportsIndex,
     ) -> None: ...
-    def next(
-        self, timeout: float | None = None
-    ) -> tuple[int, list[_Value], npt.NDArray[np.uint64]] | None:
-        """``(step, values, indices)`` of the next step, or None after ``timeout`` seconds."""
-
-    def seek(self, step: SupportsIndex) -> None: ...
-    @property
-    def step(self) -> int: ...
-    def close(self) -> None: ...
 
 # --- bind_client.cc (present when HAVE_DAEMON_CLIENT) ------------------------
 
 @final
-class DaemonLoader:
-    """A loader served by loaderxd; batches are read-only zero-copy views of its ring."""
+class DaemonLoader(Source):
+    """A loader served by loaderxd; batches are zero-copy views of its ring."""
 
     def __init__(
         self,
@@ -239,17 +243,11 @@ class DaemonLoader:
         group: str = "",
         group_mode: str = "shard",
         join: str = "",
+        shared_view: bool = False,
     ) -> None:
         """``group`` non-empty joins that loaderxd group (``group_mode`` 'shard' | 'broadcast',
         ``join`` '' (the mode's default) | 'start_step' | 'current')."""
 
-    def next(self, timeout: float | None = None) -> tuple[int, list[_Value]] | None:
-        """``(step, values)`` of the next batch, or None after ``timeout`` seconds."""
-
-    def seek(self, step: SupportsIndex) -> None: ...
-    def close(self) -> None: ...
-    @property
-    def step(self) -> int: ...
     @property
     def lease_cap(self) -> int: ...
     @property

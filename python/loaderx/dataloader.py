@@ -16,27 +16,11 @@ value is yielded unchanged. The k-th item yielded is always step
 
 Batch sources
 -------------
-Where raw batches come from is pluggable. The loader keeps everything else
-(transform pool, ordering, ``step``, ``state_dict``, ``close``) in one place.
-A source is any object with this interface (see :class:`BatchSource`):
-
-``source.step -> int``
-    The step the next successful ``next_raw`` returns.
-``source.next_raw(timeout: float) -> tuple[int, dict[str, Any]] | None``
-    The next ``(step, raw_batch)`` in step order, or ``None`` if it is not
-    ready within ``timeout`` seconds (``0`` polls). If producing that step
-    failed, raises the step's exception and advances past it. Raises
-    :class:`~loaderx.errors.LoaderClosedError` once closed (also in a thread
-    blocked here when another thread closes). Must return within ``timeout``
-    (plus a few ms) so the caller can notice Ctrl-C and ``close``.
-``source.seek(step: int) -> None``
-    Discards anything prefetched; the next ``next_raw`` returns ``step``.
-``source.close() -> None``
-    Idempotent; stops all work and joins every thread the source started.
-
-The embedded source (default) runs the native pipeline in this process. With
-``daemon=...`` the loader asks ``loaderx.client.daemon_source(streams, spec,
-daemon=daemon)`` for one, passing a :class:`SourceSpec`.
+Where raw batches come from is :mod:`loaderx.sources`: the native pipeline
+in this process (default) or loaderxd (``daemon=...``), chosen by
+:func:`loaderx.sources.open_source`. The loader keeps everything else
+(transform pool, ordering, ``step``, ``state_dict``, ``close``) in one place,
+so both hosts share every rule (values, writeability, errors, Ctrl-C, exit).
 
 Errors, close, signals
 ----------------------
@@ -44,11 +28,18 @@ Errors, close, signals
   that would have returned that step, with its original traceback. The step
   is consumed: ``loader.step`` moves past it and the loader stays usable, the
   next ``next()`` returns the following step.
-* ``close()`` is idempotent, returns promptly (after the transform calls
-  already running finish), wakes a thread blocked in ``next()`` with
-  :class:`~loaderx.errors.LoaderClosedError` and leaves no thread behind. A
-  loader that is garbage collected or alive at interpreter exit is closed.
-* Ctrl-C during ``next()`` raises ``KeyboardInterrupt`` within ~20 ms; no step
+* ``close()`` is idempotent and returns within :data:`CLOSE_WAIT_SECONDS`
+  (1 s) plus the source's own close, whatever ``transform`` does: it wakes a
+  thread blocked in ``next()`` with :class:`~loaderx.errors.LoaderClosedError`,
+  cancels every transform call not started yet and waits up to 1 s for the
+  calls already running. Python cannot stop a running call: one still
+  running after that finishes on its own (daemon) thread, which then ends;
+  its result is dropped, and the batch it was given stays valid until it
+  returns (through loaderxd its ring slot stays leased until then). A loader
+  that is garbage collected or alive at interpreter exit is closed; exit
+  never waits for a transform call.
+* Ctrl-C during ``next()`` raises ``KeyboardInterrupt`` within ~20 ms, also
+  while transform calls run (the wait is sliced; the calls go on); no step
   is consumed, so calling ``next()`` again continues where it was.
 """
 
@@ -56,16 +47,18 @@ from __future__ import annotations
 
 import operator
 import os
+import queue
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
-from typing import Any, Protocol
+from concurrent.futures import Future, wait
+from typing import Any
 
-from . import _loaderx
-from .errors import InvalidArgumentError, LoaderClosedError, StateError
+from . import sources
+from .errors import InvalidArgumentError, LoaderClosedError
+from .sources import BatchSource, SourceSpec
 from .zsampler import Mode, Sampler, _to_mode
 
 __all__ = ["BatchSource", "DataLoader", "SourceSpec", "default_num_threads"]
@@ -106,91 +99,6 @@ def _default_transform_threads() -> int:
 _DEFAULT_PREFETCH = 2
 
 
-@dataclass(frozen=True)
-class SourceSpec:
-    """Everything a batch source needs to produce the loader's batches.
-
-    ``names`` are the stream names in the order of ``streams``; ``n`` the
-    common stream length; ``batch_size`` is per rank (the global batch is
-    ``batch_size * world_size``); ``mode`` is ``0`` Sequential, ``1`` IID,
-    ``2`` Cyclic.
-    """
-
-    names: tuple[str, ...]
-    n: int
-    batch_size: int
-    mode: int
-    seed: int
-    rank: int
-    world_size: int
-    start_step: int
-    prefetch: int
-    num_threads: int
-
-
-class BatchSource(Protocol):
-    """The interface between :class:`DataLoader` and a producer of raw batches.
-
-    See the module docstring for the exact contract of each member.
-    """
-
-    @property
-    def step(self) -> int: ...
-
-    def next_raw(self, timeout: float) -> tuple[int, dict[str, Any]] | None: ...
-
-    def seek(self, step: int) -> None: ...
-
-    def close(self) -> None: ...
-
-
-def _native_store(name: str, stream: Any) -> Any:
-    """The native ``_loaderx.Store`` behind an open Dense/Ragged reader."""
-    handle = getattr(stream, "_native", None)
-    if handle is None:
-        raise StateError(
-            f"stream {name!r} is closed or is a builder: pass stores opened with "
-            "Dense.open / Ragged.open"
-        )
-    return handle
-
-
-class _EmbeddedSource:
-    """Raw batches from the native pipeline in this process."""
-
-    def __init__(self, streams: Mapping[str, Any], spec: SourceSpec) -> None:
-        self._names = spec.names
-        self._pipeline = _loaderx.Pipeline(
-            [_native_store(name, streams[name]) for name in spec.names],
-            spec.n,
-            spec.batch_size,
-            spec.mode,
-            spec.seed,
-            spec.rank,
-            spec.world_size,
-            spec.start_step,
-            spec.prefetch,
-            spec.num_threads,
-        )
-
-    @property
-    def step(self) -> int:
-        return int(self._pipeline.step)
-
-    def next_raw(self, timeout: float) -> tuple[int, dict[str, Any]] | None:
-        got = self._pipeline.next(timeout)
-        if got is None:
-            return None
-        step, values, _indices = got
-        return step, dict(zip(self._names, values))
-
-    def seek(self, step: int) -> None:
-        self._pipeline.seek(step)
-
-    def close(self) -> None:
-        self._pipeline.close()
-
-
 def _mode_value(mode: Any) -> int:
     return int(_to_mode(mode))
 
@@ -229,7 +137,7 @@ def _check_streams(streams: Any) -> tuple[tuple[str, ...], int]:
             raise TypeError(
                 f"stream {name!r} must be an open Dense or Ragged store, got {type(store).__name__}"
             )
-        _native_store(name, store)
+        sources.native_store(name, store)
     lengths = {name: len(store) for name, store in streams.items()}
     if len(set(lengths.values())) > 1:
         shown = ", ".join(f"{name}={n}" for name, n in lengths.items())
@@ -243,6 +151,71 @@ def _check_streams(streams: Any) -> tuple[tuple[str, ...], int]:
 # Set in transform worker threads, so close() called from a transform (a
 # misuse) does not wait for itself.
 _in_transform = threading.local()
+
+#: Longest time ``close()`` waits for transform calls already running.
+CLOSE_WAIT_SECONDS = 1.0
+
+
+class _TransformPool:
+    """``transform`` calls on daemon threads, so nothing waits for a call forever.
+
+    Python cannot stop a running call. ``shutdown`` cancels every call not yet
+    started and waits at most ``timeout`` for the running ones; a call still
+    running then finishes on its own thread, which ends right after it (its
+    result is dropped). Daemon threads: interpreter exit never waits for a
+    call either (``concurrent.futures`` joins its workers at exit).
+    """
+
+    def __init__(self, workers: int, fn: Callable[[Any], Any]) -> None:
+        self._fn = fn
+        self._queue: queue.SimpleQueue[tuple[Future[Any], Any] | None] = queue.SimpleQueue()
+        self._shut = False
+        self._lock = threading.Lock()
+        self._threads = [
+            threading.Thread(target=self._work, name=f"loaderx-transform_{i}", daemon=True)
+            for i in range(workers)
+        ]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, batch: Any) -> Future[Any]:
+        future: Future[Any] = Future()
+        with self._lock:
+            if self._shut:
+                raise RuntimeError("the transform pool is shut down")
+            self._queue.put((future, batch))
+        return future
+
+    def _work(self) -> None:
+        _in_transform.active = True
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            future, batch = item
+            del item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                result = self._fn(batch)
+            except BaseException as exc:  # noqa: BLE001 - raised by next() for its step
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+            del batch, future
+
+    def shutdown(self, timeout: float) -> None:
+        with self._lock:
+            if not self._shut:
+                self._shut = True
+                for _ in self._threads:
+                    self._queue.put(None)
+        # Calls not started yet are cancelled (their queue entries skipped).
+        deadline = time.monotonic() + timeout
+        me = threading.current_thread()
+        for t in self._threads:
+            if t is not me:  # close() from inside a transform (a misuse)
+                t.join(max(0.0, deadline - time.monotonic()))
 
 
 class DataLoader:
@@ -273,9 +246,9 @@ class DataLoader:
         num_threads: gather threads (default: usable CPUs, at most 16).
         transform_threads: concurrent transform calls (default: half the CPUs,
             between 2 and 8; ignored without ``transform``).
-        daemon: ``None`` (default) gathers in this process; anything else is
-            passed to ``loaderx.client.daemon_source`` to get batches from
-            loaderxd.
+        daemon: ``None`` (default) gathers in this process; ``True``, a
+            socket path, ``"auto"`` or a :class:`~loaderx.sources.DaemonOptions`
+            gets batches from loaderxd (:func:`loaderx.sources.open_source`).
 
     Raises:
         TypeError: ``streams`` is not a non-empty dict of stores, or an
@@ -344,22 +317,13 @@ class DataLoader:
             prefetch=prefetch,
             num_threads=num_threads,
         )
-        if daemon is None:
-            source: BatchSource = _EmbeddedSource(streams, self._spec)
-        else:
-            from . import client  # lazy: the daemon client is optional
-
-            source = client.daemon_source(streams, self._spec, daemon=daemon)
+        source = sources.open_source(streams, self._spec, daemon)
         self._source = source
         self._transform = transform
         self._window = transform_threads
-        self._executor: ThreadPoolExecutor | None = None
+        self._pool: _TransformPool | None = None
         if transform is not None:
-            self._executor = ThreadPoolExecutor(
-                max_workers=transform_threads,
-                thread_name_prefix="loaderx-transform",
-                initializer=_mark_transform_thread,
-            )
+            self._pool = _TransformPool(transform_threads, transform)
         # (step, future) in step order; the future holds the transformed batch
         # or the exception of that step.
         self._pending: deque[tuple[int, Future[Any]]] = deque()
@@ -376,7 +340,7 @@ class DataLoader:
         # An unclosed loader alive at exit is collected with its module, once
         # daemon threads can no longer run; its native threads never need the
         # GIL, so nothing waits for them.
-        self._finalizer = weakref.finalize(self, _shutdown, source, self._executor)
+        self._finalizer = weakref.finalize(self, _shutdown, source, self._pool)
         self._finalizer.atexit = False
 
     # -- iteration -----------------------------------------------------------
@@ -448,9 +412,9 @@ class DataLoader:
                 self._pending.append((step, failed))
                 return True
             if got is not None:
-                assert self._executor is not None and self._transform is not None
+                assert self._pool is not None and self._transform is not None
                 try:
-                    future = self._executor.submit(self._transform, got[1])
+                    future = self._pool.submit(got[1])
                 except RuntimeError:
                     # Shut down by a concurrent close(), or by interpreter exit
                     # while a daemon thread still iterates: then run it here.
@@ -533,8 +497,11 @@ class DataLoader:
     def close(self) -> None:
         """Stops all work and joins every thread. Idempotent; safe from any thread.
 
-        A thread blocked in ``next()`` raises ``LoaderClosedError``. The
-        streams stay open (the caller owns them).
+        A thread blocked in ``next()`` raises ``LoaderClosedError``. Waits at
+        most :data:`CLOSE_WAIT_SECONDS` for transform calls already running;
+        one still running then finishes in the background and its result is
+        dropped (module docstring). The streams stay open (the caller owns
+        them).
         """
         with self._close_lock:  # a second closer returns once the first is done
             self._closed = True
@@ -565,16 +532,10 @@ class DataLoader:
         )
 
 
-def _mark_transform_thread() -> None:
-    _in_transform.active = True
-
-
-def _shutdown(source: BatchSource, executor: ThreadPoolExecutor | None) -> None:
+def _shutdown(source: BatchSource, pool: _TransformPool | None) -> None:
     source.close()
-    if executor is not None:
-        # From inside a transform (a misuse) the pool cannot wait for itself.
-        wait = not getattr(_in_transform, "active", False)
-        executor.shutdown(wait=wait, cancel_futures=True)
+    if pool is not None:
+        pool.shutdown(CLOSE_WAIT_SECONDS)
 
 
 def _from_sampler(

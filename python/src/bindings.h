@@ -4,6 +4,10 @@
 
 #include <pybind11/pybind11.h>
 
+#include <exception>
+#include <optional>
+#include <utility>
+
 #include "loaderx/status.h"
 
 namespace loaderx::py_bind {
@@ -24,9 +28,45 @@ T Unwrap(Result<T>&& r) {
   return std::move(r).value();
 }
 
+// The extension's one rule for native work: run f() with the GIL released
+// and re-take it in plain code, never in a destructor. Not
+// py::gil_scoped_release: during interpreter finalization a daemon thread
+// that re-takes the GIL is ended by pthread_exit, a forced unwind, which
+// std::terminate()s (exit code 134) when it starts inside a destructor. Here
+// the unwind starts in PyEval_RestoreThread called from ordinary code and
+// passes through (pybind11 rethrows abi::__forced_unwind). f() must not
+// touch Python objects and must not take the GIL itself.
+template <typename F>
+auto WithoutGil(F&& f) {
+  using R = decltype(f());
+  PyThreadState* state = PyEval_SaveThread();
+  if constexpr (std::is_void_v<R>) {
+    std::exception_ptr error;
+    try {
+      f();
+    } catch (...) {  // only f's exceptions: the forced unwind must pass freely
+      error = std::current_exception();
+    }
+    PyEval_RestoreThread(state);
+    if (error) std::rethrow_exception(error);
+  } else {
+    std::optional<R> result;
+    std::exception_ptr error;
+    try {
+      result.emplace(f());
+    } catch (...) {  // only f's exceptions: the forced unwind must pass freely
+      error = std::current_exception();
+    }
+    PyEval_RestoreThread(state);
+    if (error) std::rethrow_exception(error);
+    return std::move(*result);
+  }
+}
+
 // Feature entry points; each lives in its own bind_*.cc file.
 void BindStore(py::module_& m);
 void BindSampler(py::module_& m);
+void BindSource(py::module_& m);  // the Source base class; before Loader/Client
 void BindLoader(py::module_& m);
 void BindClient(py::module_& m);
 void BindMix(py::module_& m);

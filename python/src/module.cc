@@ -39,6 +39,7 @@ PYBIND11_MODULE(_loaderx, m) {
   using namespace loaderx::py_bind;
   BindStore(m);
   BindSampler(m);
+  BindSource(m);
   BindLoader(m);
   BindClient(m);
   BindMix(m);

@@ -212,11 +212,11 @@ TEST(ClientTest, NextForTimesOutAndTheLateBatchIsDeliveredNext) {
   auto first = loader->NextFor(std::chrono::milliseconds(20));
   ASSERT_TRUE(first.ok());
   EXPECT_FALSE(first->has_value());
-  EXPECT_EQ(loader->Step(), 0u);
+  EXPECT_EQ(loader->step(), 0u);
   auto second = loader->Next();  // no second request: it collects the owed reply
   ASSERT_TRUE(second.ok()) << second.status().ToString();
   EXPECT_EQ(second->step(), 0u);
-  EXPECT_EQ(loader->Step(), 1u);
+  EXPECT_EQ(loader->step(), 1u);
   loader->Close();
 }
 
@@ -304,7 +304,7 @@ TEST(ClientTest, GroupOpenedReplyMustNameTheFirstStepAndSetsIt) {
       continue;
     }
     ASSERT_TRUE(loader.ok()) << loader.status().ToString();
-    EXPECT_EQ((*loader)->Step(), 42u);  // join="current": where the group is
+    EXPECT_EQ((*loader)->step(), 42u);  // join="current": where the group is
     (*loader)->Close();
   }
 }
@@ -380,7 +380,7 @@ TEST(ClientTest, RequestAheadAsksForTheNextBatchBeforeTheCallerDoes) {
   EXPECT_EQ(b1.step(), 1u);
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_EQ(calls->load(), 2);
-  EXPECT_EQ(loader->Step(), 2u);
+  EXPECT_EQ(loader->step(), 2u);
   loader->Close();
 }
 
@@ -428,7 +428,7 @@ TEST(ClientTest, SpinningWaitDeliversRepliesArrivingDuringAndAfterTheSpin) {
     ASSERT_TRUE(b.ok()) << b.status().ToString();
     EXPECT_EQ(b->step(), step);
   }
-  EXPECT_EQ(loader->Step(), 2u);
+  EXPECT_EQ(loader->step(), 2u);
   loader->Close();
 }
 

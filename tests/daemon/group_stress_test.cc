@@ -111,12 +111,12 @@ class GroupStressTest : public DaemonFixture {
         failures.fetch_add(1);
       };
       const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-      while (l.Step() <= kLastStep && failures.load() == 0) {
+      while (l.step() <= kLastStep && failures.load() == 0) {
         if (std::chrono::steady_clock::now() > deadline) return fail("no progress in 60 s");
         const uint32_t op = rng() % 10;
         if (op < 7) {
           while (held.size() >= l.lease_cap()) held.pop_front();
-          const uint64_t step = l.Step();
+          const uint64_t step = l.step();
           auto got = l.NextFor(milliseconds(200));
           if (!got.ok()) return fail("next: " + got.status().ToString());
           if (!got->has_value()) continue;  // waiting for the slowest: ask again
@@ -128,15 +128,15 @@ class GroupStressTest : public DaemonFixture {
         } else if (op < 8) {
           held.clear();
         } else {
-          const uint64_t from = l.Step();
+          const uint64_t from = l.step();
           const uint64_t to = from >= 3 ? from - 3 + rng() % 9 : rng() % 8;
           Status st = l.Seek(to);
           if (st.code() == Status::Code::kIndexError) {
-            if (l.Step() != from) return fail("a refused seek moved the loader");
+            if (l.step() != from) return fail("a refused seek moved the loader");
           } else if (!st.ok()) {
             return fail("seek: " + st.ToString());
-          } else if (l.Step() != to) {
-            return fail("seek landed at " + std::to_string(l.Step()));
+          } else if (l.step() != to) {
+            return fail("seek landed at " + std::to_string(l.step()));
           }
         }
         for (auto& [step, b] : held) {

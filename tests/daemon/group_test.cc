@@ -147,7 +147,7 @@ TEST_F(GroupTest, LateBroadcastJoinerStartsAtTheCurrentStepByDefault) {
   auto a = Open(Spec(GroupMode::kBroadcast));
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(a->Next().ok());
   auto b = Open(Spec(GroupMode::kBroadcast));
-  EXPECT_EQ(b->Step(), 5u);
+  EXPECT_EQ(b->step(), 5u);
   auto got = b->Next();
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   ExpectSameArrays(*got, EmbeddedBatch(Spec(GroupMode::kBroadcast), 5), "joiner");
@@ -172,7 +172,7 @@ TEST_F(GroupTest, LateJoinerAheadOfProductionWaitsForItsStartStep) {
   ahead.join = GroupJoin::kStartStep;
   ahead.start_step = 1 + kSkew;  // within the skew of a
   auto b = Open(ahead);
-  EXPECT_EQ(b->Step(), 1u + kSkew);
+  EXPECT_EQ(b->step(), 1u + kSkew);
   auto got = b->Next();
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   ExpectSameArrays(*got, EmbeddedBatch(ahead, 1 + kSkew), "ahead");
@@ -188,7 +188,7 @@ TEST_F(GroupTest, LateShardRankGetsTheBatchesKeptForItFromTheStart) {
   auto r0 = Open(Spec(GroupMode::kShard, 0, 2));
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(r0->Next().ok());
   auto r1 = Open(Spec(GroupMode::kShard, 1, 2));  // join=start_step 0 by default
-  EXPECT_EQ(r1->Step(), 0u);
+  EXPECT_EQ(r1->step(), 0u);
   for (uint64_t step = 0; step < 6; ++step) {
     auto b = r1->Next();
     ASSERT_TRUE(b.ok()) << b.status().ToString();
@@ -207,7 +207,7 @@ TEST_F(GroupTest, LateShardRankGetsTheBatchesKeptForItFromTheStart) {
     else std::this_thread::sleep_for(milliseconds(10));  // r1's leave is asynchronous
   }
   ASSERT_TRUE(again);
-  EXPECT_EQ(again->Step(), 3u);
+  EXPECT_EQ(again->step(), 3u);
 }
 
 TEST_F(GroupTest, EverySpecFieldMismatchIsRefusedNamingBothValues) {
@@ -400,7 +400,7 @@ TEST_F(GroupTest, OnlyMemberSeekMovesThePipelineOthersMoveTheirCursor) {
   auto x = a->Next().value();
   ExpectSameArrays(x, EmbeddedBatch(Spec(GroupMode::kBroadcast), 50), "sought");
   auto b = Open(Spec(GroupMode::kBroadcast));
-  EXPECT_EQ(b->Step(), 51u);
+  EXPECT_EQ(b->step(), 51u);
   // Two members: a seek only moves that member, within what the group holds.
   ASSERT_TRUE(a->Seek(53).ok());
   auto y = a->Next().value();
@@ -409,7 +409,7 @@ TEST_F(GroupTest, OnlyMemberSeekMovesThePipelineOthersMoveTheirCursor) {
   EXPECT_EQ(gone.code(), Status::Code::kIndexError) << gone.ToString();
   EXPECT_NE(gone.message().find("oldest step it still holds is 51"), std::string::npos)
       << gone.message();
-  EXPECT_EQ(a->Step(), 54u);  // a refused seek does not move
+  EXPECT_EQ(a->step(), 54u);  // a refused seek does not move
   auto z = b->Next().value();
   ExpectSameArrays(z, EmbeddedBatch(Spec(GroupMode::kBroadcast), 51), "b unaffected");
 }
@@ -425,14 +425,14 @@ TEST_F(GroupTest, RefusedSeekWithABatchRequestedAheadSkipsNothing) {
   auto b = Open(Spec(GroupMode::kBroadcast));  // joins at 50: the group holds 50..
   auto x = a->Next().value();                  // 50; the `next` for 51 goes out now
   EXPECT_TRUE(WaitStat("slots_held", 2));      // ... and is answered
-  EXPECT_EQ(a->Step(), 51u);
+  EXPECT_EQ(a->step(), 51u);
   Status gone = a->Seek(10);
   EXPECT_EQ(gone.code(), Status::Code::kIndexError) << gone.ToString();
-  EXPECT_EQ(a->Step(), 51u);
+  EXPECT_EQ(a->step(), 51u);
   EXPECT_EQ(Stat("slots_held"), 2u);  // the batch of 51 is still leased, unseen
   auto y = a->Next().value();
   ExpectSameArrays(y, EmbeddedBatch(Spec(GroupMode::kBroadcast), 51), "after the refused seek");
-  EXPECT_EQ(a->Step(), 52u);
+  EXPECT_EQ(a->step(), 52u);
   // An accepted seek releases the batch requested ahead, as before.
   ASSERT_TRUE(a->Seek(51).ok());
   auto z = a->Next().value();
@@ -472,7 +472,7 @@ TEST_F(GroupTest, CursorSeekDuringARefetchNeverLandsBelowTheRefetchedStep) {
     auto a = Open(spec);
     ASSERT_TRUE(a->Seek(5).ok());  // alone: produced = 5, nothing held
     auto b = Open(spec);           // joins at 5
-    ASSERT_EQ(b->Step(), 5u);
+    ASSERT_EQ(b->step(), 5u);
     ASSERT_TRUE(a->Seek(10).ok());  // cursor seeks, both ahead of production
     ASSERT_TRUE(b->Seek(12).ok());
     auto fetched = std::async(std::launch::async, [&] { return a->NextFor(milliseconds(5000)); });

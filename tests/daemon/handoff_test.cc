@@ -64,7 +64,7 @@ TEST_F(HandoffTest, RequestAheadDeliversTheSameBatchesInOrder) {
     EXPECT_EQ(a->step(), s);
     EXPECT_EQ(Values(*a), Values(*p)) << "step " << s;
   }
-  EXPECT_EQ(ahead->Step(), 30u);
+  EXPECT_EQ(ahead->step(), 30u);
 }
 
 TEST_F(HandoffTest, RequestAheadBatchIsPublishedBeforeTheCallerAsks) {
@@ -93,7 +93,7 @@ TEST_F(HandoffTest, RequestAheadStopsAtTheLeaseCap) {
   auto refused = loader->Next();
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), Status::Code::kResourceExhausted);
-  EXPECT_EQ(loader->Step(), 2u);
+  EXPECT_EQ(loader->step(), 2u);
   b0.Reset();
   auto b2 = loader->Next();
   ASSERT_TRUE(b2.ok()) << b2.status().ToString();
@@ -112,7 +112,7 @@ TEST_F(HandoffTest, SeekReleasesTheBatchRequestedAheadAndReturnsTheSoughtStep) {
   auto b0 = loader->Next().value();
   ASSERT_TRUE(WaitStat("slots_held", 2));  // b0 and step 1, requested ahead
   ASSERT_TRUE(loader->Seek(7).ok());
-  EXPECT_EQ(loader->Step(), 7u);
+  EXPECT_EQ(loader->step(), 7u);
   ASSERT_TRUE(WaitStat("slots_held", 1));  // step 1 went back unseen
   auto b7 = loader->Next().value();
   EXPECT_EQ(b7.step(), 7u);

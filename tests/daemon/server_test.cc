@@ -68,7 +68,7 @@ TEST_F(ServerTest, DenseBatchesAreByteIdenticalToTheEmbeddedPipeline) {
     const uint32_t* x = static_cast<const uint32_t*>(v.data);
     EXPECT_EQ(x[1] - x[0], 7u);
   }
-  EXPECT_EQ((*loader)->Step(), 30u);
+  EXPECT_EQ((*loader)->step(), 30u);
 }
 
 TEST_F(ServerTest, RaggedAndDenseStreamsTogetherMatchEmbedded) {
@@ -100,13 +100,13 @@ TEST_F(ServerTest, SeekAndStartStepGiveTheSameBatchesAsEmbedded) {
   LoaderSpec spec = DenseSpec(4);
   spec.start_step = 17;
   auto loader = c->OpenLoader(spec).value();
-  EXPECT_EQ(loader->Step(), 17u);
+  EXPECT_EQ(loader->step(), 17u);
   BatchLayout layout;
   auto b = loader->Next().value();
   EXPECT_EQ(b.step(), 17u);
   EXPECT_EQ(BytesOf(b, 64), EmbeddedBytes(spec, 17, &layout));
   ASSERT_TRUE(loader->Seek(1000).ok());
-  EXPECT_EQ(loader->Step(), 1000u);
+  EXPECT_EQ(loader->step(), 1000u);
   auto s = loader->Next().value();
   EXPECT_EQ(s.step(), 1000u);
   EXPECT_EQ(BytesOf(s, 64), EmbeddedBytes(spec, 1000, &layout));
@@ -126,7 +126,7 @@ TEST_F(ServerTest, LeaseCapRefusesWithResourceExhaustedAndFreeingRestores) {
   auto refused = loader->Next();
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), Status::Code::kResourceExhausted);
-  EXPECT_EQ(loader->Step(), 3u);  // a refusal does not consume a step
+  EXPECT_EQ(loader->step(), 3u);  // a refusal does not consume a step
   EXPECT_TRUE(WaitStat("slots_held", 3));
   held.erase(held.begin());
   auto b = loader->Next();

@@ -47,13 +47,17 @@ def test_values_are_the_gathered_records(daemon, stores) -> None:
     assert [t.tolist() for t in batch["tokens"]] == [stores["tokens"][i].tolist() for i in range(24, 32)]
 
 
-def test_arrays_are_read_only_zero_copy_views_owning_the_lease(daemon, stores) -> None:
-    with DataLoader(stores["streams"], batch_size=8, daemon=daemon.socket) as loader:
+def test_arrays_are_writable_private_zero_copy_views_owning_the_lease(daemon, stores) -> None:
+    with DataLoader(stores["streams"], batch_size=8, mode=Mode.Sequential,
+                    daemon=daemon.socket) as loader:
         batch = next(loader)
         image, tokens = batch["image"], batch["tokens"]
-        assert not image.flags.writeable and not tokens[0].flags.writeable
-        with pytest.raises(ValueError):
-            image[0, 0, 0, 0] = 1
+        assert image.flags.writeable and tokens[0].flags.writeable
+        # A write lands in this process's copy of the page only.
+        image[0] = 7
+        tokens[0][:] = -1
+        assert (image[0] == 7).all() and (tokens[0] == -1).all()
+        np.testing.assert_array_equal(image[1:], stores["images"][1:8])
         # One lease object owns every view of the batch.
         assert image.base is tokens[0].base is batch["label"].base
         assert np.shares_memory(image, image[3])
@@ -63,6 +67,39 @@ def test_arrays_are_read_only_zero_copy_views_owning_the_lease(daemon, stores) -
         del tokens
         gc.collect()
         assert daemon.wait_stat("slots_held", 0)["slots_held"] == 0
+        # The daemon's slot was never written: the same step again is intact.
+        loader.seek(0)
+        again = next(loader)
+        np.testing.assert_array_equal(again["image"], stores["images"][0:8])
+        assert again["tokens"][0].tolist() == stores["tokens"][0].tolist()
+
+
+def test_shared_view_gives_read_only_views_of_the_ring(daemon, stores) -> None:
+    opts = lxclient.DaemonOptions(daemon.socket, shared_view=True)
+    with DataLoader(stores["streams"], batch_size=8, mode=Mode.Sequential, daemon=opts) as loader:
+        batch = next(loader)
+        image, tokens = batch["image"], batch["tokens"]
+        assert not image.flags.writeable and not tokens[0].flags.writeable
+        with pytest.raises(ValueError, match="read-only"):
+            image[0, 0, 0, 0] = 1
+        np.testing.assert_array_equal(image, stores["images"][0:8])
+
+
+@pytest.mark.parametrize("timeout", [-1.0, -1e-9, float("nan")])
+def test_negative_timeout_is_refused_on_both_hosts(daemon, stores, timeout: float) -> None:
+    from loaderx.errors import InvalidArgumentError
+    from loaderx.sources import SourceSpec, open_source
+
+    spec = SourceSpec(names=tuple(stores["streams"]), n=200, batch_size=4, mode=1, seed=1,
+                      rank=0, world_size=1, start_step=0, prefetch=2, num_threads=1)
+    for daemon_arg in (None, daemon.socket):
+        source = open_source(stores["streams"], spec, daemon_arg)
+        try:
+            with pytest.raises(InvalidArgumentError, match="timeout must be None or >= 0"):
+                source.next_raw(timeout)
+            assert source.step == 0  # nothing consumed
+        finally:
+            source.close()
 
 
 def test_seek_state_dict_and_start_step_resume_identically(daemon, stores) -> None:

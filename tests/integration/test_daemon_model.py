@@ -562,7 +562,7 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
             want = expected(lm.spec, step)
             check_arrays(arrays, want, f"{lm.label} step {step}")
             for a in arrays:
-                assert not a.flags.writeable
+                assert a.flags.writeable  # a private copy-on-write view (sources.py)
             if lm.ahead and self.client_held(lm) + 1 < lm.cap:
                 lm.owed = True  # the client asked for step + 1 already
             ident = (g.uid, epoch, step)

@@ -13,7 +13,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-import loaderx.dataloader as dataloader_module
+import loaderx.sources as sources_module
 import numpy as np
 import pytest
 from loader_util import (
@@ -82,7 +82,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         config["source"] = FakeSource(spec, config["fail"], config["block"], config["interrupt"])
         return config["source"]
 
-    monkeypatch.setattr(dataloader_module, "_EmbeddedSource", build)
+    monkeypatch.setattr(sources_module, "EmbeddedSource", build)
     return config
 
 

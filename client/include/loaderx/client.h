@@ -41,6 +41,8 @@
 #include <string>
 #include <vector>
 
+#include "loaderx/batch_source.h"
+#include "loaderx/fd.h"
 #include "loaderx/sampler.h"
 #include "loaderx/status.h"
 #include "loaderx/store.h"
@@ -69,15 +71,7 @@ class Connection;  // private (client/src)
 // lost or duplicated.
 using WaitHook = std::function<Status()>;
 
-struct StreamInfo {
-  std::string label;  // the store path as passed
-  Kind kind = Kind::kDense;
-  std::string dtype;  // NumPy dtype.str
-  uint32_t itemsize = 0;
-  std::vector<uint64_t> item_shape;  // dense
-  uint32_t ndim = 0;
-  uint64_t size = 0;
-};
+using StreamInfo = ::loaderx::StreamInfo;  // label: the store path as passed
 
 struct LoaderSpec {
   std::vector<std::string> stores;  // store directories, one per stream
@@ -96,10 +90,18 @@ struct LoaderSpec {
   // kShard: this loader is rank `rank` and receives its rows of each global
   // batch; kBroadcast: every member receives the same batches. The loader's
   // first step is the daemon's answer (join = kCurrent starts where the
-  // group is); Step() reports it.
+  // group is); step() reports it.
   std::string group;
   GroupMode group_mode = GroupMode::kShard;
   GroupJoin join = GroupJoin::kDefault;
+  // How NextUntil's BatchView sees the slot. false (default): through a
+  // private copy-on-write mapping of the slot made per batch, so the values
+  // are writable like an embedded batch's (a write copies the page it
+  // touches for this process only; the daemon never sees it). true: through
+  // the shared ring mapping itself, read-only (no mmap per batch and no page
+  // faults on first touch). Next()/NextFor() Batches always view the shared
+  // ring (read-only).
+  bool shared_view = false;
 };
 
 // A slot lease: returns the slot to the daemon when destroyed (from the
@@ -111,8 +113,16 @@ class Lease {
   Lease(const Lease&) = delete;
   Lease& operator=(const Lease&) = delete;
   const uint8_t* base() const { return base_; }  // the batch's first byte
+  // From now on base() is `base`, inside `copy`, a private mapping of the
+  // slot, unmapped before the release is sent.
+  void AdoptPrivateCopy(MappedRegion copy, uint8_t* base) {
+    copy_ = std::move(copy);
+    base_ = base;
+  }
+  uint8_t* mutable_base() const { return copy_.size() != 0 ? const_cast<uint8_t*>(base_) : nullptr; }
 
  private:
+  MappedRegion copy_;
   std::shared_ptr<Connection> conn_;  // keeps the socket and the ring mapping alive
   uint32_t slot_;
   uint64_t seq_;
@@ -165,13 +175,15 @@ class Batch {
   std::shared_ptr<Lease> lease_;
 };
 
-class Loader {
+// A Loader is the daemon BatchSource (batch_source.h): NextUntil returns a
+// BatchView owning the Lease (writable unless LoaderSpec::shared_view).
+class Loader final : public BatchSource {
  public:
-  ~Loader();
+  ~Loader() override;
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
 
-  // The batch of Step(); advances. A gather error of that step is returned
+  // The batch of step(); advances. A gather error of that step is returned
   // (and the loader still advances, as embedded).
   Result<Batch> Next(const WaitHook& hook = nullptr);
   // Like Next() but returns std::nullopt if the batch has not arrived within
@@ -182,21 +194,28 @@ class Loader {
   // The next batch is `step`. If the WaitHook interrupts the wait (Ctrl-C),
   // the seek may still take effect at the daemon: the next Next()/Seek()
   // settles it first, so Next() then returns the sought step's batch if it
-  // was accepted (Step() says which). A refused seek (e.g. IndexError: a group
+  // was accepted (step() says which). A refused seek (e.g. IndexError: a group
   // member asking for a step its group dropped) changes nothing: the next
-  // batch is still Step()'s, even if its `next` had already been sent
+  // batch is still step()'s, even if its `next` had already been sent
   // (request ahead, or a NextFor that timed out).
   Status Seek(uint64_t step, const WaitHook& hook = nullptr);
-  uint64_t Step() const;
+  uint64_t step() const override;
   // Closes the loader: Next/Seek return Cancelled from now on (a blocked
   // one within kPollInterval), the daemon stops its pipeline and reclaims
   // everything not leased out. Batches still held stay readable AND
   // unchanged: their slots stay leased (the session lives on, sending only
   // releases) until the last of them is freed, then the session ends.
   // Idempotent, thread-safe, never blocks.
-  void Close();
+  void Close() override;
 
-  const std::vector<StreamInfo>& streams() const { return *streams_; }
+  // BatchSource. SeekUntil's false: the seek request is out, its reply not
+  // yet in (call again with the same step; it is not sent twice).
+  Result<std::optional<BatchView>> NextUntil(Clock::time_point deadline) override;
+  Result<bool> SeekUntil(uint64_t step, Clock::time_point deadline) override;
+  // When loaderxd published the batch NextUntil returned last (publish_ns).
+  uint64_t last_publish_ns() const { return last_publish_ns_; }
+
+  const std::vector<StreamInfo>& streams() const override { return *streams_; }
   uint64_t size() const { return n_; }
   uint32_t lease_cap() const { return lease_cap_; }
   uint32_t leases_held() const;
@@ -232,6 +251,8 @@ class Loader {
   uint32_t lease_cap_ = 0;
   uint64_t ring_bytes_ = 0;
   bool request_ahead_ = false;
+  bool shared_view_ = false;
+  uint64_t last_publish_ns_ = 0;
   // `ask_ahead`: send the following `next` early if request_ahead_ is set.
   Result<std::optional<Batch>> NextImpl(
       std::optional<std::chrono::steady_clock::time_point> deadline, const WaitHook& hook,
@@ -243,20 +264,21 @@ class Loader {
   struct Collected {
     Status status;               // the reply's error, if it was one
     std::optional<Batch> batch;  // else its batch
-    uint64_t step_after = 0;     // Step() once it is returned
+    uint64_t step_after = 0;     // step() once it is returned
   };
   std::optional<Collected> TakeCollected();
   // A Seek interrupted by its WaitHook (Ctrl-C) after the request went out:
   // the daemon still performs (or refuses) it. The next Next/Seek first
-  // waits for that reply (SettleSeek): accepted -> Step() is the target and
+  // waits for that reply (SettleSeek): accepted -> step() is the target and
   // a batch collected for a refusal is dropped; refused -> nothing moved.
   // Caller's thread only (Next/Seek are serialised by the caller).
   std::optional<uint64_t> seek_in_flight_;
-  Status SettleSeek(const WaitHook& hook);
+  // *accepted: the settled seek took effect (step() is its target).
+  Status SettleSeek(const WaitHook& hook, bool* accepted = nullptr);
   // Guards collected_: Close() may drop it from any thread.
   std::mutex collected_mu_;
   std::optional<Collected> collected_;
-  // The step the next batch will have. Relaxed: read by Step() from any
+  // The step the next batch will have. Relaxed: read by step() from any
   // thread for display; Next/Seek are serialised by the caller.
   std::atomic<uint64_t> step_{0};
 };

@@ -64,6 +64,12 @@ class MappedRegion {
   // selects PROT_READ|PROT_WRITE with MAP_SHARED.
   static Result<MappedRegion> Map(int fd, size_t length, off_t offset = 0,
                                   bool writable = false);
+  // A private copy-on-write mapping (PROT_READ|PROT_WRITE, MAP_PRIVATE):
+  // reads see the file's pages, the first write to a page copies it for
+  // this mapping alone. Linux also shows later writes to the file through
+  // pages not yet written here, so only map ranges nobody else writes while
+  // the mapping lives.
+  static Result<MappedRegion> MapPrivate(int fd, size_t length, off_t offset);
 
   const uint8_t* data() const { return static_cast<const uint8_t*>(data_); }
   uint8_t* mutable_data() { return static_cast<uint8_t*>(data_); }

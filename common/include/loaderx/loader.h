@@ -55,6 +55,7 @@
 #include <optional>
 #include <vector>
 
+#include "loaderx/batch_source.h"
 #include "loaderx/sampler.h"
 #include "loaderx/status.h"
 #include "loaderx/store.h"
@@ -143,7 +144,9 @@ struct PipelineOptions {
   int gather_nice = 0;
 };
 
-class Pipeline {
+// A Pipeline is the embedded BatchSource (batch_source.h): NextUntil returns
+// writable views of the batch memory it owns (BatchView::owner shares it).
+class Pipeline : public BatchSource {
  public:
   static Result<std::unique_ptr<Pipeline>> Create(
       std::vector<std::shared_ptr<const Store>> streams, const SamplerSpec& sampler,
@@ -159,8 +162,17 @@ class Pipeline {
   virtual Result<std::optional<Batch>> NextFor(std::chrono::milliseconds timeout) = 0;
   // Discards in-flight work; the next batch is `step`.
   virtual Status Seek(uint64_t step) = 0;
-  virtual uint64_t step() const = 0;
-  virtual void Close() = 0;  // idempotent; never blocks longer than one gather task
+  uint64_t step() const override = 0;
+  void Close() override = 0;  // idempotent; never blocks longer than one gather task
+
+  // BatchSource. SeekUntil never waits for anything but in-flight batch
+  // frees, so it ignores the deadline.
+  Result<std::optional<BatchView>> NextUntil(Clock::time_point deadline) override;
+  Result<bool> SeekUntil(uint64_t step, Clock::time_point deadline) override;
+  const std::vector<StreamInfo>& streams() const override { return stream_info_; }
+
+ private:
+  std::vector<StreamInfo> stream_info_;  // set once by Create
 };
 
 }  // namespace loaderx

@@ -1,0 +1,384 @@
+"""Batch sources: where a :class:`~loaderx.dataloader.DataLoader`'s raw batches come from.
+
+One module for both hosts. :func:`open_source` turns the loader's
+``daemon=`` argument into a source: the native pipeline in this process
+(:class:`EmbeddedSource`, ``daemon=None``) or a loader served by loaderxd
+(:class:`DaemonSource`). Both are thin faces over one native binding
+(``_loaderx.Source``), so they behave alike in everything the user sees:
+
+* **Values.** A dense stream is one ``(B, *item_shape)`` ndarray, a ragged
+  stream a list of ``B`` ndarrays; all arrays of a batch view its memory
+  without a copy and share one ``base`` that owns it (a loaderxd ring slot
+  goes back to the daemon when the last of them is freed).
+* **Writeability.** Batches are **writable** on both hosts, as in loaderx
+  2.5.4, so a transform may work in place. Through loaderxd each batch is a
+  private copy-on-write mapping of its ring slot: reading costs nothing
+  extra, the first write to a 4 KiB page copies that page for this process
+  only (the daemon and other clients never see it). ``DaemonOptions(
+  shared_view=True)`` opts out: read-only views of the shared ring itself
+  (no mapping per batch, no page faults on first touch; writing raises
+  ``ValueError: assignment destination is read-only``).
+* **Timeouts.** ``next_raw(timeout)`` takes seconds ``>= 0``; a negative or
+  NaN timeout is :class:`~loaderx.errors.InvalidArgumentError` on both.
+* **Errors.** Bad arguments are ``InvalidArgumentError`` (``ValueError``),
+  a closed source ``LoaderClosedError``, an unreachable or unresponsive
+  daemon ``DaemonError`` (``ConnectionError``), every class from
+  :mod:`loaderx.errors`.
+* **Ctrl-C** in ``next_raw`` or ``seek`` raises ``KeyboardInterrupt`` within
+  ~20 ms (plus up to 50 ms for a seek waiting on loaderxd) and consumes no
+  step. **Interpreter exit** with sources alive, even with a daemon thread
+  blocked in ``next_raw``, exits normally.
+
+Imports go one way: ``errors <- sources <- dataloader <- client``.
+
+The source contract (:class:`BatchSource`)
+------------------------------------------
+``source.step -> int``
+    The step the next successful ``next_raw`` returns.
+``source.next_raw(timeout: float) -> tuple[int, dict[str, Any]] | None``
+    The next ``(step, raw_batch)`` in step order, or ``None`` if it is not
+    ready within ``timeout`` seconds (``0`` polls). If producing that step
+    failed, raises the step's exception and advances past it. Raises
+    :class:`~loaderx.errors.LoaderClosedError` once closed (also in a thread
+    blocked here when another thread closes). Returns within ``timeout``
+    (plus a few ms) so the caller can notice Ctrl-C and ``close``.
+``source.seek(step: int) -> None``
+    Discards anything prefetched; the next ``next_raw`` returns ``step``.
+``source.close() -> None``
+    Idempotent; stops all work and joins every native thread it started.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from . import _loaderx
+from .errors import DaemonError, InvalidArgumentError, StateError
+
+__all__ = [
+    "DEFAULT_LEASES",
+    "DEFAULT_LIVENESS_TIMEOUT",
+    "MAX_GROUP_NAME",
+    "BatchSource",
+    "DaemonOptions",
+    "DaemonSource",
+    "EmbeddedSource",
+    "SourceSpec",
+    "default_socket_path",
+    "open_source",
+]
+
+#: Batches one client may hold at once unless the daemon caps it lower.
+DEFAULT_LEASES = 16
+
+#: Seconds a wait on loaderxd may pass without any sign of life from it
+#: before ``DaemonError`` (see :class:`DaemonOptions`).
+DEFAULT_LIVENESS_TIMEOUT = 10.0
+
+#: Longest group name in UTF-8 bytes (the protocol's limit, from wire.h).
+MAX_GROUP_NAME: int = _loaderx.MAX_GROUP_NAME
+_GROUP_MODES = ("shard", "broadcast")
+_JOINS = ("start_step", "current")
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """Everything a batch source needs to produce the loader's batches.
+
+    ``names`` are the stream names in the order of ``streams``; ``n`` the
+    common stream length; ``batch_size`` is per rank (the global batch is
+    ``batch_size * world_size``); ``mode`` is ``0`` Sequential, ``1`` IID,
+    ``2`` Cyclic.
+    """
+
+    names: tuple[str, ...]
+    n: int
+    batch_size: int
+    mode: int
+    seed: int
+    rank: int
+    world_size: int
+    start_step: int
+    prefetch: int
+    num_threads: int
+
+
+class BatchSource(Protocol):
+    """The interface between a DataLoader and a producer of raw batches (module docstring)."""
+
+    @property
+    def step(self) -> int: ...
+
+    def next_raw(self, timeout: float) -> tuple[int, dict[str, Any]] | None: ...
+
+    def seek(self, step: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def native_store(name: str, stream: Any) -> Any:
+    """The native ``_loaderx.Store`` behind an open Dense/Ragged reader."""
+    handle = getattr(stream, "_native", None)
+    if handle is None:
+        raise StateError(
+            f"stream {name!r} is closed or is a builder: pass stores opened with "
+            "Dense.open / Ragged.open"
+        )
+    return handle
+
+
+class _NativeSource:
+    """next_raw/seek/step/close over one ``_loaderx.Source``."""
+
+    _native: Any
+    _names: tuple[str, ...]
+
+    @property
+    def step(self) -> int:
+        """The step the next successful ``next_raw`` returns."""
+        return int(self._native.step)
+
+    def next_raw(self, timeout: float) -> tuple[int, dict[str, Any]] | None:
+        """The next ``(step, {name: value})`` or ``None`` after ``timeout`` seconds."""
+        got = self._native.next(timeout)
+        if got is None:
+            return None
+        step, values = got
+        return int(step), dict(zip(self._names, values))
+
+    def seek(self, step: int) -> None:
+        """The next ``next_raw`` returns ``step``."""
+        self._native.seek(step)
+
+    def close(self) -> None:
+        """Stops the source; arrays already returned stay valid. Idempotent."""
+        self._native.close()
+
+
+class EmbeddedSource(_NativeSource):
+    """Raw batches from the native pipeline in this process."""
+
+    def __init__(self, streams: Mapping[str, Any], spec: SourceSpec) -> None:
+        self._names = spec.names
+        self._native = _loaderx.Pipeline(
+            [native_store(name, streams[name]) for name in spec.names],
+            spec.n,
+            spec.batch_size,
+            spec.mode,
+            spec.seed,
+            spec.rank,
+            spec.world_size,
+            spec.start_step,
+            spec.prefetch,
+            spec.num_threads,
+        )
+
+
+def default_socket_path() -> str:
+    """The socket ``loaderxd`` listens on by default.
+
+    ``$LOADERXD_SOCKET`` if set; else ``/run/loaderx/loaderxd.sock`` for root
+    and ``$XDG_RUNTIME_DIR/loaderx/loaderxd.sock`` for other users (the same
+    rule as the daemon's ``--socket`` default).
+    """
+    env = os.environ.get("LOADERXD_SOCKET")
+    if env:
+        return env
+    if os.geteuid() == 0:
+        return "/run/loaderx/loaderxd.sock"
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if not runtime:
+        raise DaemonError("XDG_RUNTIME_DIR is not set: pass the daemon socket path explicitly")
+    return os.path.join(runtime, "loaderx", "loaderxd.sock")
+
+
+def _check_group(group: object, group_mode: object, join: object) -> None:
+    """ValueError (TypeError for a non-str) naming the first bad group argument."""
+    if group is not None:
+        if not isinstance(group, str):
+            raise TypeError(f"group must be a str or None, got {type(group).__name__}")
+        size = len(group.encode("utf-8"))
+        if not 1 <= size <= MAX_GROUP_NAME:
+            raise InvalidArgumentError(f"group must be 1..{MAX_GROUP_NAME} UTF-8 bytes, got {size}")
+    if group_mode not in _GROUP_MODES:
+        raise InvalidArgumentError(
+            f"group_mode must be 'shard' or 'broadcast', got {group_mode!r}"
+        )
+    if join is not None and join not in _JOINS:
+        raise InvalidArgumentError(f"join must be 'start_step', 'current' or None, got {join!r}")
+    if group is None and join is not None:
+        raise InvalidArgumentError("join only applies to a group member: pass group= as well")
+
+
+@dataclass(frozen=True)
+class DaemonOptions:
+    """Where and how a DataLoader talks to loaderxd (``DataLoader(..., daemon=DaemonOptions(...))``).
+
+    ``path``: the socket (``None``: :func:`default_socket_path`). ``leases``:
+    batches this loader may hold at once (the daemon may grant fewer).
+    ``ring_bytes``: shared ring size; ``0`` lets the daemon size it (exact
+    for dense streams; ragged rings assume records up to twice the mean and
+    get twice the slots of payload to absorb fragmentation, so raise it if a step fails with ``ResourceExhausted`` naming ring_bytes).
+    ``fallback``: load in process (with a warning) if no daemon answers.
+    ``shared_view``: batches as read-only views of the shared ring instead
+    of writable copy-on-write mappings (module docstring, "Writeability").
+    ``request_ahead``: as soon as ``next()`` returns a batch, ask the daemon
+    for the following one (one more slot held at the daemon; counts against
+    ``leases``; a ``seek`` releases it). A benchmark knob.
+
+    ``group``: a name (1..256 UTF-8 bytes) to join, or create, that group
+    of loaders of this user; every member must pass the same stores,
+    ``batch_size``, ``mode``, ``seed``, ``world_size`` and ``group_mode``.
+    ``group_mode``: ``"shard"`` (members are ranks ``0..world_size-1``; each
+    gets its own ``batch_size`` rows of every global batch, exactly as the
+    embedded loader with that ``rank``) or ``"broadcast"`` (every member gets
+    the same full batches). ``join``: where a member starts, ``"start_step"``
+    (its own ``start_step``; the default for shard) or ``"current"`` (the
+    group's oldest held step; the default for broadcast). Bad values raise
+    ``ValueError`` naming the argument.
+    """
+
+    path: str | None = None
+    leases: int = DEFAULT_LEASES
+    ring_bytes: int = 0
+    fallback: bool = False
+    request_ahead: bool = False
+    group: str | None = None
+    group_mode: str = "shard"
+    join: str | None = None
+    shared_view: bool = False
+
+    def __post_init__(self) -> None:
+        _check_group(self.group, self.group_mode, self.join)
+
+
+def _store_paths(streams: Mapping[str, Any], names: tuple[str, ...]) -> list[str]:
+    paths = []
+    for name in names:
+        path = getattr(streams[name], "path", None)
+        if not isinstance(path, str):
+            raise TypeError(f"stream {name!r} has no store path to pass to loaderxd")
+        paths.append(os.path.abspath(path))
+    return paths
+
+
+class DaemonSource(_NativeSource):
+    """A :class:`BatchSource` served by loaderxd.
+
+    ``next_raw`` returns ``(step, {name: value})`` with the same shapes,
+    dtypes and writeability as :class:`EmbeddedSource` (module docstring).
+    """
+
+    def __init__(
+        self,
+        path: str,
+        streams: Mapping[str, Any],
+        spec: SourceSpec,
+        *,
+        leases: int = DEFAULT_LEASES,
+        ring_bytes: int = 0,
+        group: str | None = None,
+        group_mode: str = "shard",
+        join: str | None = None,
+        shared_view: bool = False,
+    ) -> None:
+        _check_group(group, group_mode, join)
+        self._names = tuple(spec.names)
+        self._path = path
+        self._native = _loaderx.DaemonLoader(
+            path,
+            _store_paths(streams, self._names),
+            spec.batch_size,
+            spec.mode,
+            spec.seed,
+            spec.rank,
+            spec.world_size,
+            spec.start_step,
+            spec.prefetch,
+            leases,
+            ring_bytes,
+            group or "",
+            group_mode,
+            join or "",
+            bool(shared_view),
+        )
+
+    @property
+    def path(self) -> str:
+        """The daemon socket this source is connected to."""
+        return self._path
+
+    @property
+    def lease_cap(self) -> int:
+        """Batches this client may hold at once (granted by the daemon)."""
+        return int(self._native.lease_cap)
+
+    @property
+    def leases_held(self) -> int:
+        """Batches of this loader alive in this process right now."""
+        return int(self._native.leases_held)
+
+    @property
+    def request_ahead(self) -> bool:
+        """Whether the next batch is requested as soon as one is returned (DaemonOptions)."""
+        return bool(self._native.request_ahead)
+
+    @request_ahead.setter
+    def request_ahead(self, on: bool) -> None:
+        self._native.request_ahead = bool(on)
+
+
+def _resolve(daemon: Any) -> str:
+    if isinstance(daemon, DaemonOptions):
+        return default_socket_path() if daemon.path is None else os.fspath(daemon.path)
+    if daemon is True or (isinstance(daemon, str) and daemon == "auto"):
+        return default_socket_path()
+    if isinstance(daemon, (str, os.PathLike)):
+        return os.fspath(daemon)
+    raise TypeError(f"daemon must be True, 'auto', a socket path or DaemonOptions, got {daemon!r}")
+
+
+def open_source(streams: Mapping[str, Any], spec: SourceSpec, daemon: Any = None) -> BatchSource:
+    """The batch source for ``DataLoader(..., daemon=daemon)``.
+
+    ``daemon`` is ``None`` (gather in this process), ``True`` (the default
+    socket), a socket path, ``"auto"`` (the default socket if a daemon
+    answers there, else this process with a ``RuntimeWarning``) or a
+    :class:`DaemonOptions` (``fallback=True`` falls back like ``"auto"``).
+    Raises :class:`~loaderx.errors.DaemonError` (``ConnectionError``) when
+    no daemon answers and there is no fallback.
+    """
+    if daemon is None:
+        return EmbeddedSource(streams, spec)
+    if daemon is False:
+        raise TypeError("daemon must be None, True, 'auto', a socket path or DaemonOptions, got False")
+    options = daemon if isinstance(daemon, DaemonOptions) else DaemonOptions()
+    auto = (isinstance(daemon, str) and daemon == "auto") or options.fallback
+    try:
+        path = _resolve(daemon)
+        source = DaemonSource(
+            path,
+            streams,
+            spec,
+            leases=options.leases,
+            ring_bytes=options.ring_bytes,
+            group=options.group,
+            group_mode=options.group_mode,
+            join=options.join,
+            shared_view=options.shared_view,
+        )
+        source.request_ahead = options.request_ahead
+        return source
+    except DaemonError as exc:
+        if not auto:
+            raise
+        warnings.warn(
+            f"loaderx: no loaderxd answered ({exc}); loading in this process instead",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return EmbeddedSource(streams, spec)

@@ -1,0 +1,62 @@
+// PySource: the one Python face of a loaderx::BatchSource (batch_source.h),
+// shared by _loaderx.Pipeline (embedded) and _loaderx.DaemonLoader (loaderxd).
+//
+// One poll loop: next() and seek() wait in slices of kPollSlice with the GIL
+// released (WithoutGil, the extension's exit-safe GIL rule) and call
+// PyErr_CheckSignals between slices, so Ctrl-C raises KeyboardInterrupt
+// within kPollSlice plus one slice of the source's own poll, and a thread
+// blocked here at interpreter exit is ended without std::terminate.
+//
+// One array builder: a dense stream becomes one (B, *item_shape) ndarray, a
+// ragged stream a list of B ndarrays, all viewing the batch memory without a
+// copy, all with one base (a capsule owning BatchView::owner), writable
+// exactly when BatchView::writable (embedded: always; daemon: unless the
+// loader asked for the shared read-only view).
+//
+// One argument rule: timeout None waits forever, a number >= 0 bounds the
+// wait, anything negative or NaN is InvalidArgumentError (ValueError).
+#pragma once
+
+#include <pybind11/numpy.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "bindings.h"
+#include "loaderx/batch_source.h"
+
+namespace loaderx::py_bind {
+
+// Longest wait without looking at signals. Ctrl-C must land within 100 ms.
+inline constexpr std::chrono::milliseconds kPollSlice{20};
+static_assert(kPollSlice < std::chrono::milliseconds{100});
+
+class PySource {
+ public:
+  virtual ~PySource();
+  PySource(const PySource&) = delete;
+  PySource& operator=(const PySource&) = delete;
+
+  // (step, [value per stream]) or None when `timeout` seconds pass first.
+  py::object Next(std::optional<double> timeout);
+  void Seek(uint64_t step);
+  uint64_t step() const { return source_->step(); }
+  void Close();
+
+ protected:
+  PySource() = default;
+  // Takes the source; caches the streams' dtypes. GIL held.
+  void Init(std::unique_ptr<BatchSource> source);
+  BatchSource& source() { return *source_; }
+
+ private:
+  py::object ToPython(BatchView batch);
+
+  std::unique_ptr<BatchSource> source_;
+  std::vector<py::dtype> dtypes_;
+};
+
+
+}  // namespace loaderx::py_bind
