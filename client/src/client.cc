@@ -446,6 +446,12 @@ Result<std::unique_ptr<client::Loader>> Client::OpenLoader(const client::LoaderS
                                    " files together; one loader can pass at most " +
                                    std::to_string(kMaxFrameFds));
   }
+  if (spec.liveness_timeout < client::kMinLivenessTimeout) {
+    return Status::InvalidArgument(
+        "liveness_timeout must be at least " + std::to_string(client::kMinLivenessTimeout.count()) +
+        " ms (several daemon heartbeats), got " + std::to_string(spec.liveness_timeout.count()) +
+        " ms");
+  }
   // The loader gets a connection of its own: the client's (which then
   // reconnects lazily if used again), so one loader costs one session.
   std::shared_ptr<Connection> conn = std::move(conn_);
@@ -458,6 +464,7 @@ Result<std::unique_ptr<client::Loader>> Client::OpenLoader(const client::LoaderS
                             std::to_string(conn->hello().minor) +
                             "; groups need 1.1 (upgrade the daemon)");
   }
+  conn->set_liveness_timeout(spec.liveness_timeout);
   LX_ASSIGN_OR_RETURN(client::Reply r, conn->Call(open, fds, nullptr, false));
   if (auto* err = std::get_if<ErrorMsg>(&r.msg)) return err->ToStatus();
   auto* opened = std::get_if<OpenedMsg>(&r.msg);

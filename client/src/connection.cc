@@ -138,6 +138,14 @@ Result<Reply> Connection::AwaitReply(
     LX_ASSIGN_OR_RETURN(Frame f, Receive(wait));
     if (f.would_block) {
       if (spinning) continue;
+      const auto liveness = liveness_timeout();
+      if (hello_.heartbeat_ms != 0 && Clock::now() - last_heard_ > liveness) {
+        *owed = true;  // if the daemon resumes, the next call collects the reply
+        return Status::Daemon(path_ + ": loaderxd sent nothing (no reply, no heartbeat) for " +
+                              std::to_string(liveness.count()) +
+                              " ms (stopped, hung or swapped out?); liveness timeout " +
+                              std::to_string(liveness.count()) + " ms");
+      }
       if (hook) {
         Status st = hook();
         if (!st.ok()) {
@@ -156,7 +164,9 @@ Result<Reply> Connection::AwaitReply(
       if (shut_down()) return Status::Cancelled("loader closed");
       return Status::Daemon(path_ + ": loaderxd closed the connection (stopped or crashed)");
     }
+    last_heard_ = Clock::now();
     LX_ASSIGN_OR_RETURN(Message m, DecodeMessage(f.bytes));
+    if (std::holds_alternative<HeartbeatMsg>(m)) continue;  // alive; the reply is still due
     if (!f.fds.empty() && !std::holds_alternative<OpenedMsg>(m)) {
       return Status::Protocol(std::string("'") + MessageName(m) + "' reply carried fds");
     }
@@ -190,6 +200,7 @@ Result<Reply> Connection::Call(const Message& req, std::span<const int> fds,
   }
   LX_RETURN_IF_ERROR(FlushReleases());  // releases must precede the request
   LX_RETURN_IF_ERROR(SendMessage(req, fds));
+  last_heard_ = std::chrono::steady_clock::now();  // the liveness clock starts now
   owed_index_ = req.index();
   bool owed = false;
   Result<Reply> r = AwaitReply(hook, deadline, &owed, timed_out);
@@ -209,6 +220,7 @@ Status Connection::SendAhead(const Message& req) {
   if (owed_ || closed()) return Status::OK();
   LX_RETURN_IF_ERROR(FlushReleases());  // releases must precede the request
   LX_RETURN_IF_ERROR(SendMessage(req, {}));
+  last_heard_ = std::chrono::steady_clock::now();
   owed_ = true;
   owed_index_ = req.index();
   return Status::OK();

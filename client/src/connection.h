@@ -100,6 +100,18 @@ class Connection {
     return std::chrono::microseconds(spin_wait_us_.load(std::memory_order_relaxed));
   }
 
+  // Liveness (protocol 1.2): a wait that hears nothing from the daemon (no
+  // reply, no heartbeat) for `timeout` returns Status::Daemon; the reply
+  // stays owed, so if the daemon resumes the next call still gets it. Only
+  // when the daemon announced heartbeats (hello_ok heartbeat_ms > 0).
+  // Any thread; applies from the next wait on.
+  void set_liveness_timeout(std::chrono::milliseconds timeout) {
+    liveness_ms_.store(timeout.count(), std::memory_order_relaxed);
+  }
+  std::chrono::milliseconds liveness_timeout() const {
+    return std::chrono::milliseconds(liveness_ms_.load(std::memory_order_relaxed));
+  }
+
   const HelloOkMsg& hello() const { return hello_; }
   const std::string& path() const { return path_; }
 
@@ -142,6 +154,11 @@ class Connection {
 
   // Relaxed: a tuning value, read once per wait; no other data hangs on it.
   std::atomic<int64_t> spin_wait_us_{0};
+  // Relaxed, as spin_wait_us_.
+  std::atomic<int64_t> liveness_ms_{kDefaultLivenessTimeout.count()};
+  // When the daemon was last heard from (any frame) or a request went out;
+  // guarded by call_mu_.
+  std::chrono::steady_clock::time_point last_heard_{};
 
   std::mutex call_mu_;
   bool owed_ = false;            // guarded by call_mu_

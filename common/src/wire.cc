@@ -50,13 +50,15 @@ struct Encoder {
     KVStr(p, "client_version", m.client_version);
   }
   void operator()(const HelloOkMsg& m) {
-    Begin(p, "hello_ok", 5);
+    Begin(p, "hello_ok", m.heartbeat_ms != 0 ? 6 : 5);
     KV(p, "major", m.major);
     KV(p, "minor", m.minor);
     KVStr(p, "daemon_version", m.daemon_version);
     KV(p, "incarnation", m.incarnation);
     KV(p, "session", m.session);
+    if (m.heartbeat_ms != 0) KV(p, "heartbeat_ms", m.heartbeat_ms);
   }
+  void operator()(const HeartbeatMsg&) { Begin(p, "heartbeat", 0); }
   void operator()(const OpenMsg& m) {
     // The 1.1 keys only travel with a group, so a solo open is a 1.0 frame.
     const bool grouped = !m.group.empty();
@@ -312,6 +314,7 @@ Result<Message> DecodeTyped(std::string_view t, Fields& f) {
     m.daemon_version = f.Str("daemon_version");
     m.incarnation = f.U64("incarnation");
     m.session = f.U64("session");
+    if (f.Has("heartbeat_ms")) m.heartbeat_ms = f.U32("heartbeat_ms", 60'000);
     return Done(f, std::move(m));
   }
   if (t == "open") {
@@ -456,6 +459,7 @@ Result<Message> DecodeTyped(std::string_view t, Fields& f) {
     return Done(f, std::move(m));
   }
   if (t == "close") return Done(f, CloseMsg{});
+  if (t == "heartbeat") return Done(f, HeartbeatMsg{});
   if (t == "ok") {
     OkMsg m;
     m.step = f.U64("step");
@@ -507,7 +511,8 @@ ErrorMsg ErrorMsg::From(const Status& s, uint64_t step) {
 const char* MessageName(const Message& m) {
   static constexpr const char* kNames[] = {"hello",   "hello_ok", "open",  "opened",
                                            "next",    "batch",    "seek",  "release",
-                                           "stats",   "stats_reply", "close", "ok", "error"};
+                                           "stats",   "stats_reply", "close", "ok", "error",
+                                           "heartbeat"};
   static_assert(std::size(kNames) == std::variant_size_v<Message>);
   return kNames[m.index()];
 }

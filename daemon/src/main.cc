@@ -5,12 +5,9 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "config.h"
@@ -121,28 +118,11 @@ int main(int argc, char** argv) {
   }
   (void)Notify("READY=1\nSTATUS=serving on " + config.socket_path);
 
-  // Watchdog keep-alive, at half the period systemd asked for.
-  std::mutex wd_mu;
-  std::condition_variable wd_cv;
-  bool wd_stop = false;
-  std::thread watchdog;
-  if (uint64_t usec = WatchdogUsec()) {
-    watchdog = std::thread([&, usec] {
-      std::unique_lock<std::mutex> lock(wd_mu);
-      while (!wd_cv.wait_for(lock, std::chrono::microseconds(usec / 2), [&] { return wd_stop; })) {
-        (void)Notify("WATCHDOG=1");
-      }
-    });
-  }
-
+  // The watchdog keep-alive (WATCHDOG=1 at half the period systemd asked
+  // for) is sent by the server's io loop (Server::Impl::Tick), so a stuck io
+  // thread gets the daemon restarted.
   Status st = server.Run(/*handle_signals=*/true);
   (void)Notify("STOPPING=1");
-  {
-    std::lock_guard<std::mutex> lock(wd_mu);
-    wd_stop = true;
-  }
-  wd_cv.notify_all();
-  if (watchdog.joinable()) watchdog.join();
   if (own_socket) ::unlink(config.socket_path.c_str());
   LX_LOG(kInfo) << "stopped";
   return st.ok() ? 0 : Fail(st);

@@ -24,6 +24,7 @@
 #include "group.h"
 #include "ring_allocator.h"
 #include "store_registry.h"
+#include "systemd.h"
 
 namespace loaderx::daemon {
 
@@ -54,6 +55,7 @@ class Server::Impl {
       : config_(config),
         acceptor_(io_),
         signals_(io_),
+        tick_(io_),
         incarnation_(std::random_device{}() | (uint64_t{std::random_device{}()} << 32)) {
     boost::system::error_code ec;
     acceptor_.assign(SeqPacket(AF_UNIX, 0), listener.Release(), ec);
@@ -72,6 +74,9 @@ class Server::Impl {
       });
     }
     Accept();
+    watchdog_usec_ = WatchdogUsec();
+    last_watchdog_ = std::chrono::steady_clock::now();
+    Tick();
     // Workers post their Finish from their own threads: without this guard
     // run() could return in the gap between a Shutdown and that post, and a
     // worker would post into a destroyed io_context. Only stop() ends run().
@@ -86,6 +91,11 @@ class Server::Impl {
 
   void StopOnIo();
   void Accept();
+  // io thread, every kHeartbeatIntervalMs: a heartbeat to every waiting 1.2
+  // client and the systemd watchdog ping (at half its period), both from
+  // the io loop itself, so a stuck io thread stops both: its clients raise
+  // DaemonError and systemd restarts the daemon.
+  void Tick();
   void Finish(uint64_t id);  // io thread: a connection is fully torn down
 
   StatsReplyMsg Stats(uint32_t uid) const {
@@ -193,6 +203,9 @@ class Server::Impl {
   asio::io_context io_;
   asio::basic_socket_acceptor<SeqPacket> acceptor_;
   asio::signal_set signals_;
+  asio::steady_timer tick_;                                   // io thread only
+  uint64_t watchdog_usec_ = 0;                                // io thread only
+  std::chrono::steady_clock::time_point last_watchdog_;      // io thread only
   StoreRegistry registry_;
   const uint64_t incarnation_;
   bool stopping_ = false;                                     // io thread only
@@ -233,6 +246,14 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
   }
 
   void Start() { ArmRead(); }
+
+  // io thread (Server::Impl::Tick): "still alive" to a 1.2 client that is
+  // waiting for a reply. Never blocks; a full socket just skips one (the
+  // client is not reading, so it is not waiting either).
+  void Heartbeat() {
+    if (shut_ || !heartbeat_ || outstanding_.load(std::memory_order_relaxed) == 0) return;
+    (void)Send(HeartbeatMsg{});
+  }
 
   // io thread. Idempotent.
   void Shutdown(const std::string& why) {
@@ -344,6 +365,7 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
         // (answered with a Cancelled error), so it never waits behind one.
         if (std::holds_alternative<CloseMsg>(msg)) loader_closing_ = true;
         queue_.push_back(Request{std::move(msg), std::move(frame.fds)});
+        outstanding_.fetch_add(1, std::memory_order_relaxed);
       }
       cv_.notify_all();
       return;
@@ -374,10 +396,11 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
     }
     counted_ = true;
     hello_done_ = true;
+    heartbeat_ = hello.minor >= 2;
     LX_LOG(kDebug) << "session " << id_ << ": hello from pid " << cred_.pid << " uid " << cred_.uid
                    << " client " << hello.client_version;
     if (!Send(HelloOkMsg{kProtocolMajor, kProtocolMinor, LOADERX_DAEMON_VERSION,
-                         server_.incarnation_, id_})
+                         server_.incarnation_, id_, heartbeat_ ? kHeartbeatIntervalMs : 0})
              .ok()) {
       return Shutdown("cannot reply to hello");
     }
@@ -437,6 +460,7 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
             return Status::Internal("unreachable");
           },
           req.msg);
+      outstanding_.fetch_sub(1, std::memory_order_relaxed);  // answered (or failed)
       if (!sent.ok()) {
         if (sent.code() != Status::Code::kCancelled) {
           LX_LOG(kInfo) << "session " << id_ << ": " << sent.ToString();
@@ -725,6 +749,10 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
   bool shut_ = false;
   bool shut_quietly_ = false;  // already logged (or suppressed) by ProtocolViolation
   bool hello_done_ = false;
+  bool heartbeat_ = false;  // io thread: the client said minor >= 2 in hello
+  // Requests queued or being answered. Relaxed: only decides whether a
+  // heartbeat is worth sending; nothing else is ordered by it.
+  std::atomic<uint32_t> outstanding_{0};
   bool counted_ = false;
   std::thread worker_;
 
@@ -777,10 +805,25 @@ void Server::Impl::Finish(uint64_t id) {
   if (stopping_ && conns_.empty()) io_.stop();
 }
 
+void Server::Impl::Tick() {
+  if (stopping_) return;
+  for (auto& [id, c] : conns_) c->Heartbeat();
+  const auto now = std::chrono::steady_clock::now();
+  if (watchdog_usec_ != 0 && now - last_watchdog_ >= std::chrono::microseconds(watchdog_usec_ / 2)) {
+    (void)Notify("WATCHDOG=1");
+    last_watchdog_ = now;
+  }
+  tick_.expires_after(std::chrono::milliseconds(kHeartbeatIntervalMs));
+  tick_.async_wait([this](const boost::system::error_code& ec) {
+    if (!ec) Tick();
+  });
+}
+
 void Server::Impl::StopOnIo() {
   if (stopping_) return;
   stopping_ = true;
   boost::system::error_code ec;
+  tick_.cancel();
   acceptor_.close(ec);
   signals_.cancel(ec);
   if (conns_.empty()) {

@@ -244,6 +244,7 @@ class DaemonLoader(Source):
         group_mode: str = "shard",
         join: str = "",
         shared_view: bool = False,
+        liveness_timeout: float = 10.0,
     ) -> None:
         """``group`` non-empty joins that loaderxd group (``group_mode`` 'shard' | 'broadcast',
         ``join`` '' (the mode's default) | 'start_step' | 'current')."""

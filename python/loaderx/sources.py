@@ -24,6 +24,9 @@ One module for both hosts. :func:`open_source` turns the loader's
   a closed source ``LoaderClosedError``, an unreachable or unresponsive
   daemon ``DaemonError`` (``ConnectionError``), every class from
   :mod:`loaderx.errors`.
+* **Liveness.** A daemon that dies is noticed within a second (hang-up);
+  one that stops answering (SIGSTOP, deadlock) raises ``DaemonError`` after
+  ``DaemonOptions.liveness_timeout`` (default 10 s).
 * **Ctrl-C** in ``next_raw`` or ``seek`` raises ``KeyboardInterrupt`` within
   ~20 ms (plus up to 50 ms for a seek waiting on loaderxd) and consumes no
   step. **Interpreter exit** with sources alive, even with a daemon thread
@@ -63,6 +66,7 @@ __all__ = [
     "DEFAULT_LEASES",
     "DEFAULT_LIVENESS_TIMEOUT",
     "MAX_GROUP_NAME",
+    "MIN_LIVENESS_TIMEOUT",
     "BatchSource",
     "DaemonOptions",
     "DaemonSource",
@@ -78,6 +82,9 @@ DEFAULT_LEASES = 16
 #: Seconds a wait on loaderxd may pass without any sign of life from it
 #: before ``DaemonError`` (see :class:`DaemonOptions`).
 DEFAULT_LIVENESS_TIMEOUT = 10.0
+
+#: Smallest ``liveness_timeout``: four daemon heartbeats (client.h kMinLivenessTimeout).
+MIN_LIVENESS_TIMEOUT = 1.0
 
 #: Longest group name in UTF-8 bytes (the protocol's limit, from wire.h).
 MAX_GROUP_NAME: int = _loaderx.MAX_GROUP_NAME
@@ -226,6 +233,13 @@ class DaemonOptions:
     ``fallback``: load in process (with a warning) if no daemon answers.
     ``shared_view``: batches as read-only views of the shared ring instead
     of writable copy-on-write mappings (module docstring, "Writeability").
+    ``liveness_timeout``: seconds a wait may hear nothing from the daemon
+    (no reply and none of the heartbeats a 1.2 daemon sends every 0.25 s
+    while a request is outstanding) before ``DaemonError``: a stopped
+    (SIGSTOP), deadlocked or swapped-out daemon. At least 1.0 (four
+    heartbeats); default :data:`DEFAULT_LIVENESS_TIMEOUT`. A stall shorter
+    than this just delays the batch, which is then the right one. The reply
+    stays due: if the daemon resumes, the next ``next()`` returns it.
     ``request_ahead``: as soon as ``next()`` returns a batch, ask the daemon
     for the following one (one more slot held at the daemon; counts against
     ``leases``; a ``seek`` releases it). A benchmark knob.
@@ -251,9 +265,17 @@ class DaemonOptions:
     group_mode: str = "shard"
     join: str | None = None
     shared_view: bool = False
+    liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT
 
     def __post_init__(self) -> None:
         _check_group(self.group, self.group_mode, self.join)
+        t = self.liveness_timeout
+        if isinstance(t, bool) or not isinstance(t, (int, float)):
+            raise TypeError(f"liveness_timeout must be a number of seconds, got {type(t).__name__}")
+        if not MIN_LIVENESS_TIMEOUT <= t <= 86400:
+            raise InvalidArgumentError(
+                f"liveness_timeout must be in {MIN_LIVENESS_TIMEOUT}..86400 seconds, got {t!r}"
+            )
 
 
 def _store_paths(streams: Mapping[str, Any], names: tuple[str, ...]) -> list[str]:
@@ -285,6 +307,7 @@ class DaemonSource(_NativeSource):
         group_mode: str = "shard",
         join: str | None = None,
         shared_view: bool = False,
+        liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT,
     ) -> None:
         _check_group(group, group_mode, join)
         self._names = tuple(spec.names)
@@ -305,6 +328,7 @@ class DaemonSource(_NativeSource):
             group_mode,
             join or "",
             bool(shared_view),
+            float(liveness_timeout),
         )
 
     @property
@@ -370,6 +394,7 @@ def open_source(streams: Mapping[str, Any], spec: SourceSpec, daemon: Any = None
             group_mode=options.group_mode,
             join=options.join,
             shared_view=options.shared_view,
+            liveness_timeout=options.liveness_timeout,
         )
         source.request_ahead = options.request_ahead
         return source

@@ -12,6 +12,7 @@
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <cmath>
 
 #include "bindings.h"
 #include "loaderx/wire.h"
@@ -32,7 +33,7 @@ class DaemonLoader final : public PySource {
                uint32_t mode, uint64_t seed, uint64_t rank, uint64_t world_size,
                uint64_t start_step, uint32_t prefetch, uint32_t leases, uint64_t ring_bytes,
                std::string group, const std::string& group_mode, const std::string& join,
-               bool shared_view) {
+               bool shared_view, double liveness_timeout) {
     if (mode > 2) ThrowStatus(Status::InvalidArgument("mode must be 0, 1 or 2"));
     if (group.size() > kMaxGroupName) {
       ThrowStatus(Status::InvalidArgument("group: at most " + std::to_string(kMaxGroupName) +
@@ -67,6 +68,12 @@ class DaemonLoader final : public PySource {
     spec.group_mode = gm;
     spec.join = gj;
     spec.shared_view = shared_view;
+    if (!(liveness_timeout > 0) || liveness_timeout > 86400) {
+      ThrowStatus(Status::InvalidArgument("liveness_timeout must be in (0, 86400] seconds, got " +
+                                          std::to_string(liveness_timeout)));
+    }
+    spec.liveness_timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(std::llround(liveness_timeout * 1000)));
     Result<std::unique_ptr<client::Loader>> loader = WithoutGil([&] {
       Result<std::unique_ptr<Client>> c = Client::Connect(path);
       return c.ok() ? (*c)->OpenLoader(spec) : Result<std::unique_ptr<client::Loader>>(c.status());
@@ -111,11 +118,12 @@ daemon's shared-memory ring: writable copy-on-write mappings of their slot,
 or read-only views of the ring itself with shared_view=True.)doc")
       .def(py::init<const std::string&, std::vector<std::string>, uint64_t, uint32_t, uint64_t,
                     uint64_t, uint64_t, uint64_t, uint32_t, uint32_t, uint64_t, std::string,
-                    const std::string&, const std::string&, bool>(),
+                    const std::string&, const std::string&, bool, double>(),
            py::arg("path"), py::arg("stores"), py::arg("batch_size"), py::arg("mode"),
            py::arg("seed"), py::arg("rank"), py::arg("world_size"), py::arg("start_step"),
            py::arg("prefetch"), py::arg("leases"), py::arg("ring_bytes"), py::arg("group") = "",
-           py::arg("group_mode") = "shard", py::arg("join") = "", py::arg("shared_view") = false)
+           py::arg("group_mode") = "shard", py::arg("join") = "", py::arg("shared_view") = false,
+           py::arg("liveness_timeout") = 10.0)
       .def_property_readonly("lease_cap", &DaemonLoader::lease_cap)
       .def_property_readonly("leases_held", &DaemonLoader::leases_held)
       .def_property_readonly("ring_bytes", &DaemonLoader::ring_bytes)

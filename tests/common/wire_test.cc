@@ -65,6 +65,19 @@ TEST(WireTest, EveryMessageTypeRoundTrips) {
   ExpectRoundTrip(CloseMsg{});
   ExpectRoundTrip(OkMsg{5});
   ExpectRoundTrip(ErrorMsg{8, "lease cap reached", 17});
+  ExpectRoundTrip(HelloOkMsg{1, 2, "0.2.0", 7, 12, kHeartbeatIntervalMs});  // 1.2
+  ExpectRoundTrip(HeartbeatMsg{});
+}
+
+TEST(WireTest, HelloOkWithoutHeartbeatIsTheOneA11ClientDecodes) {
+  // heartbeat_ms 0 is not sent at all: the frame is the 1.1 frame.
+  const std::vector<uint8_t> frame = EncodeMessage(HelloOkMsg{1, 2, "0.2.0", 7, 12, 0});
+  const std::vector<uint8_t> with = EncodeMessage(HelloOkMsg{1, 2, "0.2.0", 7, 12, 250});
+  EXPECT_LT(frame.size(), with.size());
+  auto r = DecodeMessage(frame);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(std::get<HelloOkMsg>(*r).heartbeat_ms, 0u);
+  EXPECT_STREQ(MessageName(Message(HeartbeatMsg{})), "heartbeat");
 }
 
 TEST(WireTest, ErrorMessageCarriesStatusCode) {

@@ -585,3 +585,53 @@ def test_daemon_options_set_the_lease_cap_and_ring_size(daemon, stores) -> None:
             next(roomy)
     with pytest.raises(TypeError, match="DaemonOptions"):
         DataLoader(s, 4, daemon=3.5)
+
+
+def test_a_stopped_daemon_raises_daemon_error_after_the_liveness_timeout(
+    daemon_factory, stores
+) -> None:
+    d = daemon_factory()
+    opts = lxclient.DaemonOptions(d.socket, liveness_timeout=1.5)
+    with DataLoader(stores["streams"], batch_size=4, mode=Mode.Sequential, daemon=opts) as loader, \
+            DataLoader(stores["streams"], batch_size=4, mode=Mode.Sequential) as local:
+        assert_same_batch(next(loader), next(local))
+        assert d.proc is not None
+        os.kill(d.proc.pid, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            with pytest.raises(DaemonError, match="liveness timeout 1500 ms"):
+                next(loader)
+            took = time.monotonic() - t0
+            assert 1.4 < took < 10, took  # not before the timeout, and not forever
+            assert loader.step == 1  # nothing consumed
+        finally:
+            os.kill(d.proc.pid, signal.SIGCONT)
+        # The daemon is back: the reply that was due arrives, and it is step 1.
+        for _ in range(5):
+            assert_same_batch(next(loader), next(local))
+
+
+def test_a_stall_within_the_liveness_timeout_goes_on_with_correct_batches(
+    daemon_factory, stores
+) -> None:
+    d = daemon_factory()
+    opts = lxclient.DaemonOptions(d.socket, liveness_timeout=5.0)
+    with DataLoader(stores["streams"], batch_size=4, seed=3, daemon=opts) as loader, \
+            DataLoader(stores["streams"], batch_size=4, seed=3) as local:
+        assert d.proc is not None
+        for k in range(12):
+            if k in (3, 8):  # stall 1 s, with the client blocked in next()
+                os.kill(d.proc.pid, signal.SIGSTOP)
+                threading.Timer(1.0, os.kill, (d.proc.pid, signal.SIGCONT)).start()
+            assert_same_batch(next(loader), next(local))
+        assert loader.step == 12
+
+
+@pytest.mark.parametrize("bad", [0, 0.5, -1.0, float("nan"), 1e9])
+def test_liveness_timeout_out_of_range_is_refused(bad: float) -> None:
+    from loaderx.errors import InvalidArgumentError
+
+    with pytest.raises(InvalidArgumentError, match="liveness_timeout"):
+        lxclient.DaemonOptions(liveness_timeout=bad)
+    with pytest.raises(TypeError, match="liveness_timeout"):
+        lxclient.DaemonOptions(liveness_timeout="10")  # type: ignore[arg-type]

@@ -62,6 +62,16 @@ static_assert(kMaxSpinWait < kPollInterval);
 inline constexpr std::chrono::milliseconds kDeadPeerDetection{1000};
 static_assert(kPollInterval * 4 <= kDeadPeerDetection,
               "a blocked wait must notice a dead daemon well within the promise");
+// Liveness (protocol 1.2): a wait that hears nothing from a daemon that
+// announced heartbeats for this long returns Status::Daemon (a SIGSTOPped,
+// deadlocked or swapped-out loaderxd). LoaderSpec::liveness_timeout sets it
+// per loader, at least kMinLivenessTimeout: several heartbeats must fit, so
+// a daemon that is merely busy is never mistaken for a dead one.
+inline constexpr std::chrono::milliseconds kDefaultLivenessTimeout{10000};
+inline constexpr std::chrono::milliseconds kMinLivenessTimeout{4 * kHeartbeatIntervalMs};
+static_assert(kMinLivenessTimeout <= kDefaultLivenessTimeout);
+static_assert(kPollInterval * 4 <= kMinLivenessTimeout,
+              "the wait must look at the clock several times within the timeout");
 
 class Connection;  // private (client/src)
 
@@ -102,6 +112,8 @@ struct LoaderSpec {
   // faults on first touch). Next()/NextFor() Batches always view the shared
   // ring (read-only).
   bool shared_view = false;
+  // See kDefaultLivenessTimeout; InvalidArgument below kMinLivenessTimeout.
+  std::chrono::milliseconds liveness_timeout = kDefaultLivenessTimeout;
 };
 
 // A slot lease: returns the slot to the daemon when destroyed (from the

@@ -35,7 +35,13 @@ namespace loaderx {
 inline constexpr uint32_t kProtocolMajor = 1;
 // 1.1 added groups: optional `group`/`group_mode`/`join` on open and
 // `step` on opened (sent only to a client that asked for a group).
-inline constexpr uint32_t kProtocolMinor = 1;
+// 1.2 (so far) added liveness: a client that says minor >= 2 in hello gets
+// `heartbeat_ms` in hello_ok and, while any request of its is outstanding,
+// an unsolicited `heartbeat` frame from the daemon's io loop every
+// heartbeat_ms, so it can tell a stopped or hung daemon from a slow batch.
+inline constexpr uint32_t kProtocolMinor = 2;
+// How often the daemon's io loop sends `heartbeat` to a waiting 1.2 client.
+inline constexpr uint32_t kHeartbeatIntervalMs = 250;
 // Decoder caps (also bound what a hostile peer can make us allocate).
 inline constexpr uint32_t kMaxWireStreams = 64;
 inline constexpr uint32_t kMaxWireDims = 32;
@@ -73,7 +79,15 @@ struct HelloOkMsg {
   std::string daemon_version;
   uint64_t incarnation = 0;  // random per daemon start
   uint64_t session = 0;      // id of this connection in the daemon's logs/stats
+  // 1.2, sent only to a client that said minor >= 2 (optional key; 0 when
+  // absent: no heartbeats, so no liveness check).
+  uint32_t heartbeat_ms = 0;
   bool operator==(const HelloOkMsg&) const = default;
+};
+// daemon -> client, unsolicited (1.2): "still alive". Answers nothing; the
+// client skips it. Sent only while a request of that client is outstanding.
+struct HeartbeatMsg {
+  bool operator==(const HeartbeatMsg&) const = default;
 };
 
 // How many fds one stream contributes to an OpenMsg, in this order:
@@ -190,7 +204,8 @@ struct ErrorMsg {
 };
 
 using Message = std::variant<HelloMsg, HelloOkMsg, OpenMsg, OpenedMsg, NextMsg, BatchMsg, SeekMsg,
-                             ReleaseMsg, StatsMsg, StatsReplyMsg, CloseMsg, OkMsg, ErrorMsg>;
+                             ReleaseMsg, StatsMsg, StatsReplyMsg, CloseMsg, OkMsg, ErrorMsg,
+                             HeartbeatMsg>;
 
 // The "t" string of a message ("hello", "batch", ...).
 const char* MessageName(const Message& m);
