@@ -72,8 +72,8 @@ fuzz: setup
 # The long crash and soak matrix (tests/integration/test_reliability.py):
 # 8 clients for 10 minutes, 100 client SIGKILLs, broadcast groups included.
 soak: build
-	PYTHONPATH=python LOADERXD=$(CURDIR)/build/daemon/loaderxd LOADERX_SOAK_SECONDS=600 LOADERX_CRASH_KILLS=100 \
-	  $(PY) -m pytest -q -s -p no:cacheprovider tests/integration/test_reliability.py
+	PYTHONPATH=python LOADERXD=$(CURDIR)/build/daemon/loaderxd LOADERX_SOAK_SECONDS=600 LOADERX_CRASH_KILLS=100 LOADERX_WRITER_KILLS=100 \
+	  $(PY) -m pytest -q -s -p no:cacheprovider tests/integration/test_reliability.py tests/python/test_store_crash.py
 
 fuzz-long:
 	$(MAKE) fuzz FUZZ_SECONDS=600

@@ -1,6 +1,9 @@
 // StoreWriter: builds a Zrecord store in a hidden sibling directory and
 // publishes it with one atomic rename (docs/format.md, "Writing").
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -210,11 +213,12 @@ struct Buffer {
 
 class StoreWriterImpl final : public StoreWriter {
  public:
-  StoreWriterImpl(std::string path, std::string parent, std::string tmp, Schema schema,
-                  WriteOptions opt)
+  StoreWriterImpl(std::string path, std::string parent, std::string tmp, UniqueFd tmp_lock,
+                  Schema schema, WriteOptions opt)
       : path_(std::move(path)),
         parent_(std::move(parent)),
         tmp_(std::move(tmp)),
+        tmp_lock_(std::move(tmp_lock)),
         schema_(std::move(schema)),
         opt_(std::move(opt)),
         pool_(opt_.pool != nullptr ? opt_.pool : &ThreadPool::Default()),
@@ -564,6 +568,10 @@ class StoreWriterImpl final : public StoreWriter {
   }
 
   const std::string path_, parent_, tmp_;
+  // An exclusive flock on the temporary directory, held for the writer's
+  // life: the kernel drops it when the process dies, however it dies, which
+  // is what lets the next Create in this parent sweep the directory.
+  UniqueFd tmp_lock_;
   const Schema schema_;
   const WriteOptions opt_;
   ThreadPool* const pool_;
@@ -624,6 +632,45 @@ Status ValidateOptions(const WriteOptions& o) {
   return Status::OK();
 }
 
+constexpr char kTmpMarker[] = ".zrecord-tmp-";
+// A temporary directory whose writer is gone for this long is swept even if
+// its name's pid is alive again (pid reuse); a live writer holds its lock
+// and is never swept, whatever its age.
+constexpr int64_t kSweepAfterSeconds = 3600;
+
+// Removes the temporary directories of dead writers in `parent`: hidden
+// ".<name>.zrecord-tmp-<pid>-<random>" directories whose lock (see
+// StoreWriterImpl::tmp_lock_) nobody holds and whose writer pid is gone (or
+// that are older than kSweepAfterSeconds). A writer between its mkdir and
+// its flock holds no lock yet, but its pid is alive, so it is left alone.
+// Best effort: a directory that cannot be inspected or removed is skipped.
+void SweepDeadWriters(const fs::path& parent) {
+  DIR* d = ::opendir(parent.c_str());
+  if (d == nullptr) return;
+  std::vector<std::string> dead;
+  while (const dirent* e = ::readdir(d)) {
+    const std::string n = e->d_name;
+    const size_t at = n.find(kTmpMarker);
+    if (n.empty() || n[0] != '.' || at == std::string::npos) continue;
+    const fs::path dir = parent / n;
+    UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!fd.valid()) continue;
+    if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) continue;  // its writer lives
+    struct stat st;
+    if (::fstat(fd.get(), &st) != 0 || st.st_uid != ::geteuid()) continue;  // not ours to judge
+    const long pid = std::strtol(n.c_str() + at + sizeof(kTmpMarker) - 1, nullptr, 10);
+    const bool pid_alive = pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
+    const bool old = ::time(nullptr) - st.st_mtime > kSweepAfterSeconds;
+    if (pid == ::getpid() || (pid_alive && !old)) continue;
+    dead.push_back(dir.string());
+  }
+  ::closedir(d);
+  for (const std::string& dir : dead) {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+}
+
 std::string RandomSuffix() {
   std::random_device rd;
   char buf[32];
@@ -655,10 +702,18 @@ Result<std::unique_ptr<StoreWriter>> StoreWriter::Create(const std::string& path
   fs::create_directories(parent, ec);
   if (ec) return Status::IOError(parent.string() + ": cannot create directory: " + ec.message());
 
-  const std::string tmp = (parent / ("." + name + ".zrecord-tmp-" + RandomSuffix())).string();
+  SweepDeadWriters(parent);
+  const std::string tmp = (parent / ("." + name + kTmpMarker + RandomSuffix())).string();
   if (::mkdir(tmp.c_str(), 0755) != 0) return Status::FromErrno(tmp + ": mkdir", errno);
-  auto w = std::make_unique<StoreWriterImpl>(p.string(), parent.string(), tmp, std::move(s),
-                                             options);
+  UniqueFd lock(::open(tmp.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!lock.valid() || ::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    return Status::FromErrno(tmp + ": lock", err);
+  }
+  auto w = std::make_unique<StoreWriterImpl>(p.string(), parent.string(), tmp, std::move(lock),
+                                             std::move(s), options);
   Status init = w->Init();
   if (!init.ok()) return init;  // the destructor removes tmp
   return std::unique_ptr<StoreWriter>(std::move(w));
