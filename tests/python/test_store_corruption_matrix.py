@@ -85,7 +85,9 @@ def cases(path: Path) -> list[tuple[str, str, Callable[[Path], None]]]:
         size = (path / f).stat().st_size
         offsets = sorted({0, size - 1, *(rng.randrange(size) for _ in range(OFFSETS_PER_FILE))}) if size else []
         for off in offsets:
-            def flip(p: Path, f=f, off=off, bit=rng.randrange(8)) -> None:
+            bit = rng.randrange(8)
+
+            def flip(p: Path, f=f, off=off, bit=bit) -> None:
                 b = bytearray((p / f).read_bytes())
                 b[off] ^= 1 << bit
                 (p / f).write_bytes(bytes(b))
