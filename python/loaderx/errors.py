@@ -3,14 +3,22 @@
 Catch :class:`LoaderxError` for anything loaderx raises on purpose, or a
 narrower class. Each class also derives from the builtin that fits, so code
 written against plain Python (``except ValueError``) keeps working.
+
+Where the reference ``loaderx`` 2.5.4 wheel raises a builtin class, ours
+derives from that builtin too (a class may derive from several): schema and
+argument-value problems are ``ValueError``, store creation and native I/O
+failures are :class:`ZrecordError` (a ``RuntimeError``), and so on. The full
+mapping is in docs/compat.md.
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "ArgumentTypeError",
     "CorruptStoreError",
     "DaemonError",
     "InvalidArgumentError",
+    "InvalidIndexError",
     "LoaderClosedError",
     "LoaderxError",
     "ProtocolError",
@@ -21,6 +29,8 @@ __all__ = [
     "StoreExistsError",
     "StoreIOError",
     "StoreNotFoundError",
+    "UnavailableError",
+    "ZrecordError",
 ]
 
 
@@ -36,15 +46,39 @@ class RecordIndexError(LoaderxError, IndexError):
     """A record index is outside ``0..len(store)-1``."""
 
 
-class SchemaError(LoaderxError, TypeError):
-    """Data does not match the store's dtype, shape or rank, or the dtype is unsupported."""
+class ArgumentTypeError(InvalidArgumentError, TypeError):
+    """An argument of the wrong type (a float or a bool for a count).
+
+    A ``TypeError``, and a ``ValueError`` as the 2.5.4 wheel raises there.
+    """
 
 
-class CorruptStoreError(LoaderxError, OSError):
+class InvalidIndexError(RecordIndexError, TypeError):
+    """An index of a kind that selects no record: a bool, a float, a string.
+
+    An ``IndexError`` (what the 2.5.4 wheel raises for a bool) and a
+    ``TypeError`` (what it raises for a float), so either ``except`` catches it.
+    """
+
+
+class SchemaError(LoaderxError, ValueError, TypeError):
+    """Data does not match the store's dtype, shape or rank, or the dtype is unsupported.
+
+    A ``ValueError`` (what the 2.5.4 wheel raises for schema, shape and dtype
+    problems) and a ``TypeError`` (a wrong kind of object, e.g. a list where an
+    ndarray is needed).
+    """
+
+
+class ZrecordError(LoaderxError, RuntimeError):
+    """A store could not be created, written or read (the 2.5.4 wheel's ``ZrecordError``)."""
+
+
+class CorruptStoreError(ZrecordError, OSError):
     """A store file is truncated, corrupted or not a Zrecord store (the file is named)."""
 
 
-class StoreIOError(LoaderxError, OSError):
+class StoreIOError(ZrecordError, OSError):
     """An operating-system I/O error while reading or writing a store."""
 
 
@@ -52,7 +86,7 @@ class StoreNotFoundError(LoaderxError, FileNotFoundError):
     """The store path does not exist."""
 
 
-class StoreExistsError(LoaderxError, FileExistsError):
+class StoreExistsError(ZrecordError, FileExistsError):
     """``create`` was given a path that already exists."""
 
 
@@ -66,6 +100,13 @@ class LoaderClosedError(LoaderxError, RuntimeError):
 
 class StateError(LoaderxError, RuntimeError):
     """The object is in the wrong state for the call (reading a builder, appending to a reader)."""
+
+
+class UnavailableError(StateError, AttributeError):
+    """An attribute the object does not have yet (a builder's ``nbytes``).
+
+    An ``AttributeError``, so ``hasattr()`` answers False, as with the 2.5.4 wheel.
+    """
 
 
 class ProtocolError(LoaderxError, RuntimeError):
