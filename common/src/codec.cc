@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "format.h"
 #include "loaderx/store.h"
 
 namespace loaderx::codec {
@@ -71,11 +72,13 @@ constexpr size_t kStreamPiece = 4 << 20;
 Result<std::shared_ptr<const ZstdDictionary>> ZstdDictionary::Create(std::string bytes,
                                                                       int level) {
   if (bytes.empty()) return Status::InvalidArgument("dict_bytes is empty");
-  const uint32_t id = ZDICT_getDictID(bytes.data(), bytes.size());
+  uint32_t id = ZDICT_getDictID(bytes.data(), bytes.size());
   if (id == 0) {
-    return Status::InvalidArgument(
-        "dict_bytes is not a zstd dictionary (no dictionary header/id); train one with "
-        "loaderx.utils.train_dict");
+    // Raw content (zstd's ZSTD_dct_auto takes bytes without the ZDICT magic as
+    // content): an id of our own, so the store still records which
+    // dictionary its records need. Metadata reserves 0 for "no dictionary".
+    id = static_cast<uint32_t>(format::Hash64(bytes.data(), bytes.size()));
+    if (id == 0) id = 1;
   }
   std::shared_ptr<ZstdDictionary> d(new ZstdDictionary());
   d->bytes_ = std::move(bytes);

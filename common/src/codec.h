@@ -21,8 +21,11 @@ namespace loaderx::codec {
 
 class ZstdDictionary {
  public:
-  // Validates `bytes` as a zstd dictionary (ZDICT header with a non-zero id)
-  // and digests it for compression at `level` and for decompression.
+  // Digests `bytes` (non-empty) for compression at `level` and for
+  // decompression. Like zstd itself, it takes either a ZDICT-format
+  // dictionary (magic and header, as train_dict makes; its id is the header's)
+  // or any other bytes as a raw-content dictionary (its id is derived from the
+  // content, never 0). Bytes with the ZDICT magic but a bad header are refused.
   static Result<std::shared_ptr<const ZstdDictionary>> Create(std::string bytes, int level);
   ~ZstdDictionary();
   ZstdDictionary(const ZstdDictionary&) = delete;

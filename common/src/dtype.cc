@@ -8,6 +8,9 @@
 namespace loaderx {
 namespace {
 
+// Bytes per element at most: NumPy's own limit for flexible dtypes is INT_MAX.
+constexpr uint64_t kMaxItemSize = 0x7fffffff;
+
 bool IsValidTimeUnit(std::string_view u) {
   // NumPy datetime units, optionally prefixed by a multiplier ("10s").
   size_t i = 0;
@@ -32,14 +35,17 @@ Result<DType> DType::Parse(std::string_view s) {
   char order = 0;
   size_t p = 0;
   if (s[0] == '<' || s[0] == '>' || s[0] == '|' || s[0] == '=') order = s[p++];
-  if (order == '>') return bad("big-endian data is not supported; use a little-endian dtype");
   if (p >= s.size()) return bad("no type code");
   const char kind = s[p++];
   size_t q = p;
   while (q < s.size() && std::isdigit(static_cast<unsigned char>(s[q]))) ++q;
   if (q == p) return bad("no item size");
-  if (q - p > 3) return bad("item size too large");
-  const uint32_t itemsize = static_cast<uint32_t>(std::stoul(std::string(s.substr(p, q - p))));
+  if (q - p > 9) return bad("item size too large");
+  // The number is the element count for 'U' (UCS-4 code points), bytes otherwise.
+  const uint64_t count = std::stoull(std::string(s.substr(p, q - p)));
+  const uint64_t itemsize64 = kind == 'U' ? count * 4 : count;
+  if (itemsize64 > kMaxItemSize) return bad("item size too large");
+  const uint32_t itemsize = static_cast<uint32_t>(itemsize64);
   std::string_view rest = s.substr(q);
 
   bool ok_size = false;
@@ -52,9 +58,9 @@ Result<DType> DType::Parse(std::string_view s) {
     case 'M':
     case 'm': ok_size = itemsize == 8; break;
     case 'O': return bad("object dtypes hold pointers and cannot be stored");
-    case 'V': return bad("structured, subarray and void dtypes are not supported");
-    case 'S':
-    case 'U': return bad("string dtypes are not supported; store bytes as uint8 records");
+    case 'S':  // fixed-width bytes, text and unstructured void: any width
+    case 'U':
+    case 'V': ok_size = true; break;
     default: return bad(std::string("unknown type code '") + kind + "'");
   }
   if (itemsize == 0) return bad("zero itemsize");
@@ -70,11 +76,14 @@ Result<DType> DType::Parse(std::string_view s) {
     return bad("trailing characters");
   }
 
+  // NumPy's dtype.str: '|' where byte order means nothing (one-byte
+  // numbers, bytes, void), else '<' or '>' ('=' is this little-endian host).
+  char canonical = order == '>' ? '>' : '<';
+  if (kind == 'S' || kind == 'V' || (kind != 'U' && itemsize == 1)) canonical = '|';
   DType d;
   d.kind = kind;
   d.itemsize = itemsize;
-  d.str = std::string(1, itemsize == 1 ? '|' : '<') + kind + std::to_string(itemsize) +
-          std::string(rest);
+  d.str = std::string(1, canonical) + kind + std::to_string(count) + std::string(rest);
   return d;
 }
 

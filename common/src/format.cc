@@ -181,14 +181,14 @@ Result<Metadata> DecodeMetadata(std::string_view bytes, const std::string& label
     return bad("data_shards " + std::to_string(m.data_shards) + " outside 1..255");
   }
   if (m.schema.kind == Kind::kDense) {
-    if (m.schema.item_shape.size() > kMaxNdim) return bad("item_shape rank above 32");
+    if (m.schema.item_shape.size() > kMaxDenseItemNdim) return bad("item_shape rank above 63");
     m.schema.ndim = static_cast<uint32_t>(m.schema.item_shape.size());
     uint64_t bytes_per = m.schema.dtype.itemsize;
     for (uint64_t d : m.schema.item_shape) {
       if (MulOverflow(bytes_per, d, &bytes_per)) return bad("item_shape overflows");
     }
   } else if (m.schema.ndim < 1 || m.schema.ndim > kMaxNdim || !m.schema.item_shape.empty()) {
-    return bad("ragged ndim " + std::to_string(m.schema.ndim) + " outside 1..32");
+    return bad("ragged ndim " + std::to_string(m.schema.ndim) + " outside 1..64");
   }
   if ((m.codec == Codec::kZstdDict) != (m.dict_id != 0)) return bad("dict_id inconsistent with codec");
   if (layout.empty() || layout == "entries") {

@@ -42,7 +42,9 @@ inline constexpr size_t kEntryBytes = 24;
 inline constexpr uint8_t kFlagCompressed = 0x01;
 inline constexpr uint8_t kKnownFlags = kFlagCompressed;
 inline constexpr uint32_t kMaxShards = 255;
-inline constexpr uint32_t kMaxNdim = 32;      // NumPy's own limit
+inline constexpr uint32_t kMaxNdim = 64;      // NumPy 2's own limit (NPY_MAXDIMS)
+// A dense batch adds one axis to item_shape, so a dense item has one fewer.
+inline constexpr uint32_t kMaxDenseItemNdim = kMaxNdim - 1;
 inline constexpr uint64_t kMaxMetaBytes = 1 << 20;
 
 // How records are located (docs/format.md, section 3).

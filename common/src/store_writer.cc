@@ -589,8 +589,9 @@ class StoreWriterImpl final : public StoreWriter {
 Status ValidateSchema(Schema* s) {
   LX_ASSIGN_OR_RETURN(s->dtype, DType::Parse(s->dtype.str));
   if (s->kind == Kind::kDense) {
-    if (s->item_shape.size() > format::kMaxNdim) {
-      return Status::InvalidArgument("item_shape has more than 32 dimensions");
+    if (s->item_shape.size() > format::kMaxDenseItemNdim) {
+      return Status::InvalidArgument("item_shape has more than 63 dimensions (a batch adds one; "
+                                     "NumPy allows 64)");
     }
     s->ndim = static_cast<uint32_t>(s->item_shape.size());
     uint64_t b = s->dtype.itemsize;
@@ -599,7 +600,7 @@ Status ValidateSchema(Schema* s) {
     }
   } else {
     if (s->ndim < 1 || s->ndim > format::kMaxNdim) {
-      return Status::InvalidArgument("ragged ndim must be in 1..32, got " + std::to_string(s->ndim) +
+      return Status::InvalidArgument("ragged ndim must be in 1..64, got " + std::to_string(s->ndim) +
                                      " (scalar records: use Dense with item_shape=())");
     }
     if (!s->item_shape.empty()) return Status::InvalidArgument("ragged stores have no item_shape");

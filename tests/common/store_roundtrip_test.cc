@@ -143,6 +143,39 @@ TEST(StoreRoundTrip, SingleRecordStore) {
   }
 }
 
+TEST(StoreRoundTrip, FlexibleAndBigEndianDTypesKeepTheirString) {
+  for (const char* dt : {"|S7", "<U3", "|V5", ">i4", ">f8", ">M8[ms]"}) {
+    TempDir dir;
+    DenseRoundTrip(dir.Sub("s"), DenseSchema(dt, {3}), Options(Codec::kZstd, 2), 9);
+  }
+}
+
+TEST(StoreRoundTrip, RawContentDictionary) {
+  // Bytes without the ZDICT magic are a raw-content dictionary, as in zstd.
+  for (std::string dict : {std::string("hello"), std::string(4096, 'a') + "bcdefgh"}) {
+    TempDir dir;
+    WriteOptions o = Options(Codec::kZstdDict, 2);
+    o.dictionary = dict;
+    DenseRoundTrip(dir.Sub("s"), DenseSchema("|u1", {64}), o, 20);
+  }
+}
+
+TEST(StoreRoundTrip, SixtyThreeDenseAndSixtyFourRaggedDims) {
+  TempDir dir;
+  DenseRoundTrip(dir.Sub("s"), DenseSchema("|u1", std::vector<uint64_t>(63, 1)),
+                 Options(Codec::kRaw, 1), 2);
+  EXPECT_EQ(StoreWriter::Create(dir.Sub("t"), DenseSchema("|u1", std::vector<uint64_t>(64, 1)),
+                                WriteOptions{})
+                .status()
+                .code(),
+            Status::Code::kInvalidArgument);
+  EXPECT_TRUE(StoreWriter::Create(dir.Sub("r"), RaggedSchema("|u1", 64), WriteOptions{}).ok());
+  EXPECT_EQ(StoreWriter::Create(dir.Sub("q"), RaggedSchema("|u1", 65), WriteOptions{})
+                .status()
+                .code(),
+            Status::Code::kInvalidArgument);
+}
+
 TEST(StoreRoundTrip, RecordsSpreadOverAllShards) {
   TempDir dir;
   DenseRoundTrip(dir.Sub("s"), DenseSchema("|u1", {1 << 16}), Options(Codec::kRaw, 4), 16);

@@ -38,13 +38,16 @@ namespace loaderx {
 
 class ThreadPool;
 
-// A NumPy dtype with a fixed itemsize, stored by its little-endian string
-// ("<f4", "|u1", "<M8[ns]", "|b1"). Structured, object, subarray, big-endian
-// and zero-itemsize dtypes are rejected by Parse.
+// A NumPy dtype with a fixed itemsize, stored by its NumPy string ("<f4",
+// "|u1", "<M8[ns]", "|b1", ">i4", "|S5", "<U3", "|V16"). Records are opaque
+// bytes to the engine, so the byte order is only carried: a big-endian store
+// returns big-endian arrays. Structured, object, subarray and zero-itemsize
+// dtypes are rejected by Parse (NumPy's dtype.str cannot express the first
+// three faithfully).
 struct DType {
-  std::string str;        // canonical NumPy dtype.str, little-endian
-  char kind = 0;          // NumPy kind: b i u f c M m
-  uint32_t itemsize = 0;  // bytes per element, > 0
+  std::string str;        // canonical NumPy dtype.str ('<' or '>' for multi-byte numbers)
+  char kind = 0;          // NumPy kind: b i u f c M m S U V
+  uint32_t itemsize = 0;  // bytes per element, > 0 (a "<U3" element is 12 bytes)
 
   static Result<DType> Parse(std::string_view numpy_str);
   bool operator==(const DType&) const = default;
