@@ -11,6 +11,8 @@ Train it once on settled data, then pass the bytes as ``dict_bytes``::
 
 from __future__ import annotations
 
+import os
+import pathlib
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -18,7 +20,7 @@ import numpy as np
 
 from . import _loaderx
 from .errors import InvalidArgumentError, SchemaError
-from .zrecord import Dense, Ragged, _check_dtype
+from .zrecord import Dense, Ragged
 
 __all__ = ["DEFAULT_DICT_SIZE", "train_dict"]
 
@@ -30,6 +32,14 @@ _SAMPLE_FACTOR = 100
 _SMALL_ROW = 256
 _GROUP_BYTES = 1024
 _MIN_SAMPLES = 8
+
+
+def _check_dtype(dt: np.dtype) -> None:
+    """Any fixed-size dtype holds trainable bytes (structured and ``S<n>`` included)."""
+    if dt.hasobject:
+        raise SchemaError(f"train_dict: dtype {dt} holds Python objects, not data")
+    if dt.itemsize == 0:
+        raise SchemaError(f"train_dict: zero-itemsize dtype {dt!r} holds no data")
 
 Source = np.ndarray | Dense | Ragged | Iterable[np.ndarray]
 
@@ -84,22 +94,29 @@ def _from_iterable(it: Iterable[Any], budget: int) -> Iterator[np.ndarray]:
                 return
 
 
-def train_dict(source: Source, size: int = DEFAULT_DICT_SIZE) -> bytes:
+def train_dict(source: Source, *, path: str | os.PathLike[str] | None = None,
+               size: int = DEFAULT_DICT_SIZE) -> bytes:
     """Trains a zstd dictionary for ``codec="zstd_dict"``.
 
     Args:
-        source: an ndarray (its rows along axis 0 are the samples; tiny rows are
-            grouped), an open :class:`Dense` / :class:`Ragged` store (its records,
-            evenly spaced), or a finite iterable of ndarrays (one sample each).
-            At most about ``100 * size`` bytes are sampled.
+        source: an ndarray of any fixed-size dtype (structured and ``S<n>``
+            included; its rows along axis 0 are the samples, tiny rows are
+            grouped), an open :class:`Dense` / :class:`Ragged` store (its
+            records, evenly spaced), or a finite iterable of ndarrays (one
+            sample each). At most about ``100 * size`` bytes are sampled.
+        path: if given, the dictionary is also written to this file.
         size: dictionary capacity in bytes (>= 256); default 110 KiB.
 
     Returns:
-        The dictionary bytes (zstd ``ZDICT`` format, with a non-zero id).
+        The dictionary bytes: zstd ``ZDICT`` format (with a non-zero id) when
+        zstd's trainer can learn from the sample; for a source too small or
+        too uniform for it (a handful of small records), the sampled bytes
+        themselves, at most ``size``, as a raw-content dictionary (which
+        zstd, and every store, accepts as well).
 
     Raises:
-        InvalidArgumentError: ``size`` is out of range or the source is too
-            small (or too uniform) to train a dictionary from.
+        InvalidArgumentError: ``size`` is out of range or the source holds no
+            bytes at all.
         SchemaError: ``source`` holds something other than fixed-size NumPy data.
     """
     if isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)):
@@ -109,7 +126,10 @@ def train_dict(source: Source, size: int = DEFAULT_DICT_SIZE) -> bytes:
         raise InvalidArgumentError(f"dictionary size must be >= 256 bytes, got {size}")
     budget = size * _SAMPLE_FACTOR
     if isinstance(source, (Dense, Ragged)):
-        source._live_store()  # a builder or a closed store is no source
+        if not source._is_reader:
+            raise InvalidArgumentError(f"train_dict: {source.path} is a builder; close() it and "
+                                       "train on the store opened with open()")
+        source._live_store()  # a closed store is no source
         samples = list(_from_store(source, budget))
     elif isinstance(source, np.ndarray):
         samples = list(_from_array(source, budget))
@@ -122,8 +142,16 @@ def train_dict(source: Source, size: int = DEFAULT_DICT_SIZE) -> bytes:
         raise SchemaError(f"train_dict takes an ndarray, a Dense/Ragged store or an iterable of "
                           f"ndarrays, not {type(source).__name__}")
     total = sum(s.nbytes for s in samples)
-    if len(samples) < _MIN_SAMPLES:
-        raise InvalidArgumentError(
-            f"too little data to train a dictionary: {len(samples)} non-empty samples "
-            f"({total} bytes); give at least {_MIN_SAMPLES} records, ideally ~{budget} bytes")
-    return _loaderx.train_dictionary(samples, size)
+    if total == 0:
+        raise InvalidArgumentError("too little data to train a dictionary: the source holds no bytes")
+    d = None
+    if len(samples) >= _MIN_SAMPLES:
+        try:
+            d = _loaderx.train_dictionary(samples, size)
+        except InvalidArgumentError:
+            d = None  # zstd could not learn from it: raw content below
+    if d is None:
+        d = np.concatenate(samples)[:size].tobytes()
+    if path is not None:
+        pathlib.Path(path).write_bytes(d)
+    return d

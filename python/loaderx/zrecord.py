@@ -13,8 +13,13 @@ with ``open``::
         ds[1:3]         # ndarray (2, 2, 4)
 
 Indices are sequence positions ``0..len-1``: a negative or too large index
-raises :class:`~loaderx.errors.RecordIndexError` (an ``IndexError``); float and
-bool indices raise ``TypeError``. The on-disk format is docs/format.md.
+raises :class:`~loaderx.errors.RecordIndexError` (an ``IndexError``). A
+selection is an int, a slice, a range, a list or tuple of ints, an integer
+array of any rank (flattened), or a 1-D boolean mask of length ``len(store)``;
+an empty selection of any dtype is an empty batch. A bool, a float or a string
+raises :class:`~loaderx.errors.InvalidIndexError` (an ``IndexError`` and a
+``TypeError``). The on-disk format is docs/format.md; what differs from the
+2.5.4 wheel is docs/compat.md.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import pathlib
 from collections.abc import Iterable, Iterator, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
@@ -34,13 +40,18 @@ if TYPE_CHECKING:
     from typing_extensions import Self
 
 from .errors import (
+    ArgumentTypeError,
     InvalidArgumentError,
+    InvalidIndexError,
     RecordIndexError,
     SchemaError,
     StateError,
+    StoreNotFoundError,
+    UnavailableError,
+    ZrecordError,
 )
 
-__all__ = ["Codec", "Dense", "Ragged"]
+__all__ = ["Codec", "Dense", "Ragged", "ZrecordError"]
 
 Codec = Literal["raw", "zstd", "zstd_dict"]
 _CODECS = ("raw", "zstd", "zstd_dict")
@@ -50,7 +61,9 @@ _APPEND_CHUNK_BYTES = 64 << 20
 _RAGGED_BATCH_RECORDS = 4096  # records validated, then written, per native call
 # Records gathered per step of iteration.
 _ITER_BATCH = 1024
-_ALLOWED_KINDS = "biufcmM"
+_ALLOWED_KINDS = "biufcmMSUV"
+# NumPy 2's dimension limit; a dense batch adds one axis to item_shape.
+_MAX_NDIM = 64
 _TOKEN = object()  # guards the private constructor
 
 PathLike = str | os.PathLike[str]
@@ -58,9 +71,12 @@ Index = int | np.integer | slice | range | Sequence[int] | np.ndarray
 
 
 def _check_dtype(dtype: Any) -> np.dtype:
-    """Returns ``dtype`` as a NumPy dtype if Zrecord can store it, else raises SchemaError."""
-    if dtype is None:
-        raise SchemaError("dtype is required (None is not a dtype)")
+    """Returns ``dtype`` as a NumPy dtype if Zrecord can store it, else raises SchemaError.
+
+    ``None`` is float64, as for NumPy. Fixed-width bytes (``S<n>``), text
+    (``U<n>``), unstructured void (``V<n>``) and either byte order are stored
+    as they are and come back with the same dtype.
+    """
     try:
         dt = np.dtype(dtype)
     except TypeError as e:
@@ -71,16 +87,12 @@ def _check_dtype(dtype: Any) -> np.dtype:
         raise SchemaError(f"subarray dtype {dt} is not supported; put the subarray in item_shape")
     if dt.hasobject:
         raise SchemaError(f"object dtype {dt} is not supported (it holds pointers, not data)")
-    if dt.metadata:
+    if dt.metadata is not None:
         raise SchemaError(f"metadata-bearing dtype {dt!r} is not supported")
     if dt.itemsize == 0:
         raise SchemaError(f"zero-itemsize dtype {dt!r} is not supported")
-    if dt.byteorder == ">":
-        raise SchemaError(f"big-endian dtype {dt.str} is not supported; convert with .astype('{dt.newbyteorder('<').str}')")
-    if dt.kind not in _ALLOWED_KINDS:
-        raise SchemaError(
-            f"dtype {dt.str} (kind {dt.kind!r}) is not supported; store bytes or text as uint8 "
-            "records")
+    if dt.kind not in _ALLOWED_KINDS:  # pragma: no cover - NumPy has no other fixed-size kind
+        raise SchemaError(f"dtype {dt.str} (kind {dt.kind!r}) is not supported")
     return dt
 
 
@@ -104,7 +116,7 @@ def _check_codec(codec: Any, dict_bytes: Any) -> bytes | None:
 
 def _check_shards(data_shards: Any) -> int:
     if isinstance(data_shards, (bool, np.bool_)) or not isinstance(data_shards, (int, np.integer)):
-        raise TypeError(f"data_shards must be an int, not {type(data_shards).__name__}")
+        raise ArgumentTypeError(f"data_shards must be an int, not {type(data_shards).__name__}")
     if not 1 <= int(data_shards) <= 255:
         raise InvalidArgumentError(f"data_shards must be in 1..255, got {int(data_shards)}")
     return int(data_shards)
@@ -151,10 +163,29 @@ def _is_int(x: Any) -> bool:
 
 
 def _index_type_error(key: Any) -> NoReturn:
-    raise TypeError(
-        "record indices must be integers, slices, or sequences / 1-D arrays of integers, "
-        f"not {type(key).__name__}"
+    raise InvalidIndexError(
+        "record indices must be integers, slices, sequences / arrays of integers or a boolean "
+        f"mask, not {type(key).__name__}"
         + (f" ({key!r})" if isinstance(key, (float, bool, np.floating, np.bool_)) else ""))
+
+
+def _as_index_array(key: Sequence[Any]) -> np.ndarray:
+    """A list or tuple of indices (nested: any rank) as an ndarray."""
+    bools = [isinstance(x, (bool, np.bool_)) for x in key]
+    if any(bools) and not all(bools):  # a mask is all bools; True is no record number
+        _index_type_error(key[bools.index(True)])
+    for x in key:
+        if isinstance(x, (float, np.floating, str, bytes)) or x is None:
+            _index_type_error(x)
+    try:
+        arr = np.asarray(key)
+    except (ValueError, OverflowError) as e:
+        raise InvalidArgumentError(f"record indices do not form a regular array: {e}") from None
+    if arr.dtype == object:  # ints beyond 64 bits, or a mixture
+        if all(_is_int(x) for x in key):
+            raise InvalidIndexError(f"record index {max(key)} does not fit in 64 bits")
+        _index_type_error(key)
+    return arr
 
 
 class _Stream:
@@ -193,9 +224,9 @@ class _Stream:
 
     # -- schema -----------------------------------------------------------
     @property
-    def path(self) -> str:
+    def path(self) -> pathlib.Path:
         """The store directory."""
-        return self._path
+        return pathlib.Path(self._path)
 
     @property
     def dtype(self) -> np.dtype:
@@ -229,14 +260,18 @@ class _Stream:
         """Logical (decoded) bytes of all records."""
         if self._is_reader:
             return self._nbytes
-        raise StateError(f"{self._path}: nbytes is known once the store is published and opened")
+        raise UnavailableError(f"{self._path}: nbytes is known once the store is published and opened")
 
     @property
     def stored_bytes(self) -> int:
         """Bytes of every file of the store on disk (reader only)."""
         if self._is_reader:
             return self._stored_bytes
-        raise StateError(f"{self._path}: stored_bytes is known once the store is opened")
+        raise UnavailableError(f"{self._path}: stored_bytes is known once the store is opened")
+
+    def has_dict(self) -> bool:
+        """True if the store compresses with a zstd dictionary (codec ``"zstd_dict"``)."""
+        return self._codec == "zstd_dict"
 
     def __len__(self) -> int:
         if self._is_reader:
@@ -307,6 +342,8 @@ class _Stream:
         n = len(self)
         if _is_int(key):
             i = int(key)
+            if i >= 1 << 64:
+                raise InvalidIndexError(f"record index {i} does not fit in 64 bits ({self._path})")
             if not 0 <= i < n:
                 raise RecordIndexError(f"record index {i} out of range 0..{n - 1} ({self._path})"
                                        if n else f"record index {i}: store {self._path} is empty")
@@ -314,25 +351,23 @@ class _Stream:
         if isinstance(key, slice):
             return np.arange(*key.indices(n), dtype=np.uint64)
         if isinstance(key, range):
-            key = list(key)
-        if isinstance(key, (tuple, list)):
-            for x in key:
-                if not _is_int(x):
-                    _index_type_error(x)
-            arr = np.array([int(x) for x in key], dtype=object if not key else None)
+            key = np.arange(key.start, key.stop, key.step, dtype=np.int64)
+        elif isinstance(key, (tuple, list)):
             if not key:
                 return np.empty(0, dtype=np.uint64)
-            if arr.dtype.kind not in "iu":  # ints beyond int64/uint64
-                raise RecordIndexError(f"record index out of range 0..{n - 1} ({self._path})")
-            return self._check_array(arr)
+            key = _as_index_array(key)
         if isinstance(key, np.ndarray):
+            if key.dtype == np.bool_:
+                if key.ndim != 1 or key.size != n:
+                    raise InvalidIndexError(
+                        f"a boolean mask must be 1-D of length {n} (len of {self._path}), "
+                        f"got shape {key.shape}")
+                return np.flatnonzero(key).astype(np.uint64)
+            if key.size == 0:
+                return np.empty(0, dtype=np.uint64)
             if key.dtype.kind not in "iu":
-                _index_type_error(key.dtype.type(0) if key.dtype.kind in "fb" else key)
-            if key.ndim == 0:
-                return self._resolve(int(key))
-            if key.ndim != 1:
-                raise InvalidArgumentError(f"index arrays must be 1-D, got shape {key.shape}")
-            return self._check_array(key)
+                _index_type_error(key.dtype.type(0) if key.dtype.kind == "f" else key)
+            return self._check_array(key.reshape(-1))
         _index_type_error(key)
 
     # Name of the native batch gather ("gather_dense" / "gather_ragged").
@@ -346,6 +381,14 @@ class _Stream:
         sel = self._resolve(key)
         if isinstance(sel, int):
             return s.read(sel)
+        return getattr(s, self._GATHER)(sel)
+
+    def _get_batch(self, keys: Any) -> Any:
+        """The kind's batch for any selection; a scalar is a batch of one."""
+        s = self._live_store()
+        sel = self._resolve(keys)
+        if isinstance(sel, int):
+            sel = np.array([sel], dtype=np.uint64)
         return getattr(s, self._GATHER)(sel)
 
     def _iter(self) -> Iterator[np.ndarray]:
@@ -416,6 +459,7 @@ class Dense(_Stream):
         shards = _check_shards(data_shards)
         p = os.fspath(path)
         meta = _check_metadata(metadata)
+        _take_empty_dir(p)
         w = _loaderx.StoreWriter(p, "dense", dt.str, list(shape), len(shape), codec, shards, d,
                                  metadata=meta)
         return cls(_TOKEN, p, writer=w, dtype=dt, codec=codec, data_shards=shards,
@@ -425,7 +469,7 @@ class Dense(_Stream):
     def open(cls, path: PathLike) -> Dense:
         """Opens a published dense store read-only (O(1): nothing is scanned)."""
         p = os.fspath(path)
-        s = _loaderx.Store.open(p)
+        s = _open_native(p)
         if s.kind != "dense":
             raise SchemaError(f"{p} is a {s.kind} store; open it with Ragged.open")
         return cls(_TOKEN, p, store=s)
@@ -447,6 +491,8 @@ class Dense(_Stream):
                 larger than RAM is never loaded whole.
         """
         w = self._live_writer()
+        if isinstance(data, np.ndarray) and data.ndim == 0 and not self._item_shape:
+            data = data.reshape(1)  # one scalar record
         if not isinstance(data, np.ndarray):
             raise SchemaError(
                 f"Dense.append takes a numpy.ndarray of shape (n, *{self._item_shape}), not "
@@ -470,8 +516,20 @@ class Dense(_Stream):
 
     _GATHER = "gather_dense"
 
-    def __getitem__(self, key: Index) -> np.ndarray:
-        return self._get(key)
+    def __getitem__(self, key: Index) -> Any:
+        """One record for an int (a NumPy scalar if ``item_shape == ()``, as
+        ``arr[i]`` is), else one ``(B, *item_shape)`` ndarray."""
+        r = self._get(key)
+        if not self._item_shape and _is_int(key):
+            return r[()]
+        return r
+
+    def __getitems__(self, keys: Index) -> np.ndarray:
+        """Any selection as one ``(B, *item_shape)`` ndarray (an int is a batch of one).
+
+        The batched-fetch hook of ``torch.utils.data.DataLoader``.
+        """
+        return self._get_batch(keys)
 
     def __iter__(self) -> Iterator[np.ndarray]:
         return self._iter()
@@ -500,14 +558,16 @@ class Ragged(_Stream):
         """
         dt = _check_dtype(dtype)
         if not _is_int(ndim):
-            raise TypeError(f"ndim must be an int, not {type(ndim).__name__}")
-        if not 1 <= int(ndim) <= 32:
+            raise SchemaError(f"ndim must be an int, not {type(ndim).__name__}")
+        if not 1 <= int(ndim) <= _MAX_NDIM:
             raise InvalidArgumentError(
-                f"ndim must be in 1..32, got {int(ndim)} (scalar records: use Dense with item_shape=())")
+                f"ndim must be in 1..{_MAX_NDIM}, got {int(ndim)} (scalar records: use Dense with "
+                "item_shape=())")
         d = _check_codec(codec, dict_bytes)
         shards = _check_shards(data_shards)
         p = os.fspath(path)
         meta = _check_metadata(metadata)
+        _take_empty_dir(p)
         w = _loaderx.StoreWriter(p, "ragged", dt.str, [], int(ndim), codec, shards, d, metadata=meta)
         return cls(_TOKEN, p, writer=w, dtype=dt, codec=codec, data_shards=shards, ndim=int(ndim),
                    metadata=meta)
@@ -516,7 +576,7 @@ class Ragged(_Stream):
     def open(cls, path: PathLike) -> Ragged:
         """Opens a published ragged store read-only (O(1): nothing is scanned)."""
         p = os.fspath(path)
-        s = _loaderx.Store.open(p)
+        s = _open_native(p)
         if s.kind != "ragged":
             raise SchemaError(f"{p} is a {s.kind} store; open it with Dense.open")
         return cls(_TOKEN, p, store=s)
@@ -574,6 +634,13 @@ class Ragged(_Stream):
     def __getitem__(self, key: Index) -> np.ndarray | list[np.ndarray]:
         return self._get(key)
 
+    def __getitems__(self, keys: Index) -> list[np.ndarray]:
+        """Any selection as a list of records (an int is a list of one).
+
+        The batched-fetch hook of ``torch.utils.data.DataLoader``.
+        """
+        return self._get_batch(keys)
+
     def __iter__(self) -> Iterator[np.ndarray]:
         return self._iter()
 
@@ -584,12 +651,38 @@ def _check_item_shape(item_shape: Any) -> tuple[int, ...]:
     try:
         dims = tuple(item_shape)
     except TypeError:
-        raise TypeError(f"item_shape must be a tuple of ints, not {type(item_shape).__name__}") from None
+        raise SchemaError(f"item_shape must be a tuple of ints, not {type(item_shape).__name__}") from None
     for d in dims:
         if not _is_int(d):
-            raise TypeError(f"item_shape must be a tuple of ints, got {item_shape!r}")
+            raise SchemaError(f"item_shape must be a tuple of ints, got {item_shape!r}")
         if int(d) < 0:
             raise InvalidArgumentError(f"item_shape dimensions must be >= 0, got {item_shape!r}")
-    if len(dims) > 32:
-        raise InvalidArgumentError(f"item_shape has {len(dims)} dimensions (at most 32)")
+    if len(dims) >= _MAX_NDIM:
+        raise InvalidArgumentError(f"item_shape has {len(dims)} dimensions (at most {_MAX_NDIM - 1}: "
+                                   f"a batch adds one and NumPy allows {_MAX_NDIM})")
     return tuple(int(d) for d in dims)
+
+
+def _take_empty_dir(path: str) -> None:
+    """Lets ``create`` build at an existing empty directory (as the 2.5.4 wheel does).
+
+    The directory is removed so the native writer can publish there with its
+    usual no-replace rename; anything else at ``path`` is left for the writer
+    to refuse (``StoreExistsError``).
+    """
+    try:
+        if not os.path.islink(path) and os.path.isdir(path) and not os.listdir(path):
+            os.rmdir(path)
+    except OSError:
+        pass  # not ours to remove: the writer names the problem
+
+
+def _open_native(path: str) -> Any:
+    """The native store at ``path``; an empty directory is ``StoreNotFoundError``."""
+    try:
+        empty = not os.path.islink(path) and os.path.isdir(path) and not os.listdir(path)
+    except OSError:
+        empty = False
+    if empty:
+        raise StoreNotFoundError(f"{path}: empty directory, no Zrecord store there")
+    return _loaderx.Store.open(path)

@@ -66,9 +66,31 @@ def test_dictionary_beats_plain_zstd_on_small_records(tmp_path: Path) -> None:
     assert sizes["zstd_dict"] < sizes["zstd"]
 
 
-def test_too_small_a_sample_raises() -> None:
-    with pytest.raises(errors.InvalidArgumentError, match="too little data"):
-        train_dict([np.arange(5, dtype=np.int32)] * 3)
+def test_a_handful_of_small_records_gives_a_raw_content_dictionary(tmp_path: Path) -> None:
+    recs = [np.arange(5, dtype=np.int32)] * 3
+    d = train_dict(recs, path=tmp_path / "d.bin")
+    assert d == np.concatenate(recs).tobytes()  # the sample itself: zstd's raw-content form
+    assert (tmp_path / "d.bin").read_bytes() == d
+    with Ragged.create(tmp_path / "r", np.int32, 1, codec="zstd_dict", dict_bytes=d) as rs:
+        rs.append(recs)
+    with Ragged.open(tmp_path / "r") as rs:
+        assert all(np.array_equal(a, b) for a, b in zip(rs, recs))
+
+
+def test_path_writes_the_dictionary(tmp_path: Path) -> None:
+    d = train_dict(_tokens(), path=str(tmp_path / "dict"), size=4096)
+    assert _dict_id(d) != 0
+    assert (tmp_path / "dict").read_bytes() == d
+
+
+@pytest.mark.parametrize("source", [np.array([b"abc", b"de", b"fghij"] * 400, dtype="S5"),
+                                    np.zeros(2000, dtype=[("a", "<i4"), ("b", "<f4")])])
+def test_bytes_and_structured_arrays_are_sources(source: np.ndarray) -> None:
+    d = train_dict(source, size=1024)
+    assert len(d) > 0
+
+
+def test_an_empty_source_raises() -> None:
     with pytest.raises(errors.InvalidArgumentError, match="too little data"):
         train_dict(np.zeros((0, 4), np.int32))
     with pytest.raises(errors.InvalidArgumentError, match="too little data"):
@@ -91,6 +113,6 @@ def test_bad_sources(source: object) -> None:
 
 def test_builder_is_not_a_source(tmp_path: Path) -> None:
     b = Dense.create(tmp_path / "s", np.int32, (2,), codec="raw")
-    with pytest.raises(errors.StateError):
+    with pytest.raises(errors.InvalidArgumentError, match="builder"):
         train_dict(b)
     b.close()
