@@ -47,6 +47,10 @@ class Mode(enum.IntEnum):
     CYCLIC = 2
 
 
+def _plain_int(x: object) -> bool:
+    return hasattr(x, "__index__") and not isinstance(x, bool)
+
+
 # The module-level name for annotations inside Sampler, whose class attribute
 # ``Mode`` (the public spelling ``Sampler.Mode``) shadows it there.
 _ModeT = Mode
@@ -75,13 +79,17 @@ def _to_mode(mode: object) -> Mode:
 
 
 class Sampler(_loaderx.SamplerCore):
-    """Batch index generator: ``Sampler(n, batch_size, mode, seed=42, *, rank=0, world_size=1, start_step=0)``.
+    """Batch index generator: ``Sampler(length, batch_size, mode, seed=42, *, rank=0, world_size=1, start_step=0)``.
 
     Args:
-        n: number of records; indices are in ``0..n-1``. ``n >= 1``.
+        length: number of records; indices are in ``0..length-1``, ``length
+            >= 1`` (the attribute ``n``).
         batch_size: indices per draw for this rank, ``>= 1``. In Cyclic mode
-            ``batch_size * world_size`` must be ``<= n``.
-        mode: a :class:`Sampler.Mode` (or its name).
+            with ``world_size > 1``, ``batch_size * world_size`` must be
+            ``<= length``; with one rank a larger ``batch_size`` draws whole
+            cycles (``batch_size`` becomes ``length``: each draw is one
+            permutation of ``0..length-1``), as the 2.5.4 wheel does.
+        mode: a :class:`Sampler.Mode`, its value (0, 1, 2) or its name.
         seed: ``0 <= seed < 2**64``.
         rank, world_size: this process's slice of the global batch of
             ``batch_size * world_size`` indices, ``0 <= rank < world_size``.
@@ -103,7 +111,7 @@ class Sampler(_loaderx.SamplerCore):
 
     def __init__(
         self,
-        n: int,
+        length: int,
         batch_size: int,
         mode: _ModeT | str | int = Mode.IID,
         seed: int = 42,
@@ -112,10 +120,14 @@ class Sampler(_loaderx.SamplerCore):
         world_size: int = 1,
         start_step: int = 0,
     ) -> None:
+        mode = _to_mode(mode)
+        if (mode is Mode.Cyclic and world_size == 1 and _plain_int(length)
+                and _plain_int(batch_size) and batch_size > length >= 1):
+            batch_size = length  # whole cycles
         super().__init__(
-            n,
+            length,
             batch_size,
-            int(_to_mode(mode)),
+            int(mode),
             seed,
             rank=rank,
             world_size=world_size,

@@ -3,6 +3,7 @@ section sentence by sentence, argument errors, resume and the borrowed view."""
 
 from __future__ import annotations
 
+import itertools
 import pickle
 import resource
 import threading
@@ -201,11 +202,24 @@ def test_cyclic_batch_equal_to_n_is_one_permutation_per_step() -> None:
         assert sorted(sampler.next().tolist()) == list(range(7))
 
 
-def test_cyclic_batch_larger_than_n_is_rejected() -> None:
-    with pytest.raises(InvalidArgumentError, match=r"batch_size \* world_size \(8\) must be <= n \(7\)"):
-        Sampler(7, 8, Sampler.Mode.Cyclic)
+def test_cyclic_batch_larger_than_n_draws_whole_cycles() -> None:
+    # One rank: each draw is one permutation of 0..n-1 (the 2.5.4 wheel's rule).
+    s = Sampler(7, 8, Sampler.Mode.Cyclic, seed=5)
+    assert s.batch_size == 7
+    draws = [s.next().copy() for _ in range(4)]
+    assert all(sorted(d.tolist()) == list(range(7)) for d in draws)
+    assert any((a != b).any() for a, b in itertools.pairwise(draws))  # a fresh permutation per cycle
+    assert Sampler(7, 256, Sampler.Mode.CYCLIC).next().shape == (7,)
+    # Several ranks: a global batch above n has no whole-cycle meaning.
     with pytest.raises(InvalidArgumentError, match="must be <= n"):
         Sampler(7, 4, Sampler.Mode.Cyclic, world_size=2)
+
+
+def test_keyword_names_of_the_2_5_4_wheel() -> None:
+    s = Sampler(length=10, batch_size=3, mode=Sampler.Mode.SEQUENTIAL, seed=1)
+    assert (s.n, s.batch_size, s.mode, s.seed) == (10, 3, Sampler.Mode.Sequential, 1)
+    assert [int(m) for m in (Sampler.Mode.SEQUENTIAL, Sampler.Mode.IID, Sampler.Mode.CYCLIC)] == [0, 1, 2]
+    assert Sampler(10, 3, 2).mode is Sampler.Mode.Cyclic
 
 
 def test_same_arguments_agree_whatever_the_order_of_steps() -> None:
@@ -366,9 +380,9 @@ def test_context_manager_returns_the_sampler_and_close_keeps_it_usable() -> None
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"n": 0}, "n must be > 0"),
-        ({"n": -1}, "n must be in 0..2\\*\\*64-1"),
-        ({"n": 1 << 64}, "n must be in 0..2\\*\\*64-1"),
+        ({"length": 0}, "n must be > 0"),
+        ({"length": -1}, "n must be in 0..2\\*\\*64-1"),
+        ({"length": 1 << 64}, "n must be in 0..2\\*\\*64-1"),
         ({"batch_size": 0}, "batch_size must be > 0"),
         ({"batch_size": -5}, "batch_size must be in"),
         ({"batch_size": (1 << 31) + 1}, "batch_size must be <="),
@@ -385,7 +399,7 @@ def test_context_manager_returns_the_sampler_and_close_keeps_it_usable() -> None
 def test_invalid_arguments_raise_value_error_naming_the_argument(
     kwargs: dict[str, object], match: str
 ) -> None:
-    args: dict[str, object] = {"n": 100, "batch_size": 10, "mode": Sampler.Mode.IID}
+    args: dict[str, object] = {"length": 100, "batch_size": 10, "mode": Sampler.Mode.IID}
     args.update(kwargs)
     with pytest.raises(InvalidArgumentError, match=match) as info:
         Sampler(**args)  # type: ignore[arg-type]
@@ -396,16 +410,16 @@ def test_invalid_arguments_raise_value_error_naming_the_argument(
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        ({"n": 10.0}, "n must be an int, got float"),
+        ({"length": 10.0}, "n must be an int, got float"),
         ({"batch_size": "10"}, "batch_size must be an int, got str"),
         ({"seed": None}, "seed must be an int, got NoneType"),
-        ({"n": True}, "n must be an int, got bool"),
+        ({"length": True}, "n must be an int, got bool"),
         ({"mode": 1.0}, "mode must be a Sampler.Mode, got float"),
         ({"world_size": [2]}, "world_size must be an int, got list"),
     ],
 )
 def test_wrong_types_raise_type_error_naming_the_argument(kwargs: dict[str, object], match: str) -> None:
-    args: dict[str, object] = {"n": 100, "batch_size": 10, "mode": Sampler.Mode.IID}
+    args: dict[str, object] = {"length": 100, "batch_size": 10, "mode": Sampler.Mode.IID}
     args.update(kwargs)
     with pytest.raises(TypeError, match=match):
         Sampler(**args)  # type: ignore[arg-type]
