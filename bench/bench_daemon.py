@@ -169,8 +169,8 @@ def check_identical(sock: str, store: Path, batch: int) -> None:
     from loaderx.dataloader import DataLoader
     from loaderx.zrecord import Dense
 
-    with Dense.open(str(store)) as s, DataLoader({"x": s}, batch, seed=1, daemon=sock) as remote, \
-            DataLoader({"x": s}, batch, seed=1) as local:
+    with Dense.open(str(store)) as s, DataLoader({"x": s}, batch_size=batch, seed=1, daemon=sock) as remote, \
+            DataLoader({"x": s}, batch_size=batch, seed=1) as local:
         for _ in range(3):
             a, b = next(remote)["x"], next(local)["x"]
             if a.dtype != b.dtype or a.shape != b.shape or not np.array_equal(a, b):
@@ -361,7 +361,7 @@ def throughput(sock: str | None, batches: int, request_ahead: bool = False) -> t
 
     with Dense.open(str(IMAGE_STORE)) as s:
         kw = {"daemon": DaemonOptions(sock, request_ahead=request_ahead)} if sock else {}
-        with DataLoader({"x": s}, 256, seed=3, **kw) as loader:
+        with DataLoader({"x": s}, batch_size=256, seed=3, **kw) as loader:
             for _ in range(5):
                 next(loader)
             cpu0, t0 = time.process_time(), time.perf_counter()

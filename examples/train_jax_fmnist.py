@@ -124,8 +124,8 @@ def main() -> None:
     streams = open_split(root, "train")
     # One batch of prefetch: while the step runs, the loader gathers the next
     # batch and one transform thread puts it on the device.
-    loader = DataLoader(streams, args.batch_size, to_device, mode="Cyclic", seed=7,
-                        prefetch=1, transform_threads=1)
+    loader = DataLoader(streams, batch_size=args.batch_size, transform=to_device, mode="Cyclic",
+                        seed=7, prefetch=1, transform_threads=1)
     if args.resume:
         with np.load(ckpt / "params.npz") as saved:
             params = {k: saved[k] for k in saved.files}
@@ -150,7 +150,7 @@ def main() -> None:
 
     test = open_split(root, "test")
     n = len(test["label"]) // 500 * 500
-    with DataLoader(test, 500, to_device, mode="Sequential") as loader:
+    with DataLoader(test, batch_size=500, transform=to_device, mode="Sequential") as loader:
         correct = 0
         for _ in range(n // 500):
             x, y = next(loader)

@@ -56,7 +56,7 @@ def evaluate(model: nn.Module, root: Path) -> float:
     batch = 500
     correct = 0
     # Sequential over the test split: steps 0..n/batch-1 cover it exactly once.
-    with torch.no_grad(), DataLoader(streams, batch, to_inputs, mode="Sequential") as loader:
+    with torch.no_grad(), DataLoader(streams, batch_size=batch, transform=to_inputs, mode="Sequential") as loader:
         for _ in range(n // batch):
             x, y = next(loader)
             correct += int((model(x).argmax(1) == y).sum())
@@ -75,7 +75,7 @@ def main() -> None:
     model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     streams = open_split(root, "train")
-    loader = DataLoader(streams, args.batch_size, to_inputs, mode="Cyclic", seed=7)
+    loader = DataLoader(streams, batch_size=args.batch_size, transform=to_inputs, mode="Cyclic", seed=7)
     if args.resume:
         state = torch.load(ckpt)
         model.load_state_dict(state["model"])

@@ -106,7 +106,7 @@ class Client:
         """
         options = DaemonOptions(self.path, leases=leases, ring_bytes=ring_bytes, group=group,
                                 group_mode=group_mode, join=join)
-        return DataLoader(streams, batch_size, daemon=options, **kwargs)
+        return DataLoader(streams, batch_size=batch_size, daemon=options, **kwargs)
 
 
 def connect(path: str | os.PathLike[str] | None = None) -> Client:

@@ -52,16 +52,16 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, wait
 from typing import Any
 
 from . import sources
-from .errors import InvalidArgumentError, LoaderClosedError
+from .errors import ArgumentTypeError, InvalidArgumentError, LoaderClosedError
 from .sources import BatchSource, SourceSpec
 from .zsampler import Mode, Sampler, _to_mode
 
-__all__ = ["BatchSource", "DataLoader", "SourceSpec", "default_num_threads"]
+__all__ = ["BatchSource", "DataLoader", "SourceSpec", "default_num_threads", "identity"]
 
 # How long one wait may block before the loader looks at close() and lets
 # Python run signal handlers. Ctrl-C must surface within 100 ms.
@@ -86,17 +86,15 @@ def default_num_threads() -> int:
     return max(1, min(16, _cpu_count()))
 
 
-def _default_transform_threads() -> int:
-    # Half the CPUs (the other half gathers), between 2 and 8: two keep one
-    # call running while the next result is handed over; more than 8 rarely
-    # helps a GIL-bound transform and GIL-free ones saturate memory first.
-    return max(2, min(8, _cpu_count() // 2))
+def identity(batch: Any) -> Any:
+    """The default ``transform``: returns the raw batch unchanged (no transform pool runs)."""
+    return batch
 
 
-# Every batch is gathered by all gather threads together, so one batch ready
-# while the next is being made keeps them busy; more only costs memory
-# (measured: 2, 3 and 4 give the same batches/s on 256x3x224x224 records).
-_DEFAULT_PREFETCH = 2
+# The 2.5.4 wheel's defaults (docs/compat.md): transform_workers=4,
+# prefetch_size=4, mode=2 (Cyclic).
+_DEFAULT_TRANSFORM_WORKERS = 4
+_DEFAULT_PREFETCH = 4
 
 
 def _mode_value(mode: Any) -> int:
@@ -121,21 +119,36 @@ def _check_int(name: str, value: Any, minimum: int) -> int:
     return value
 
 
-def _check_streams(streams: Any) -> tuple[tuple[str, ...], int]:
+def _as_streams(streams: Any) -> dict[str, Any]:
+    """``streams`` (a mapping or an iterable of ``(name, store)`` pairs) as a dict."""
+    if isinstance(streams, Mapping):
+        return dict(streams)
+    if isinstance(streams, (str, bytes)) or not hasattr(streams, "__iter__"):
+        raise ArgumentTypeError(
+            "streams must be a dict of name -> Dense/Ragged store or an iterable of "
+            f"(name, store) pairs, got {type(streams).__name__}"
+        )
+    try:
+        return dict(streams)
+    except (TypeError, ValueError) as e:
+        raise ArgumentTypeError(f"streams must be (name, store) pairs: {e}") from None
+
+
+def _check_streams(streams: Mapping[str, Any]) -> tuple[tuple[str, ...], int]:
     from .zrecord import Dense, Ragged
 
-    if not isinstance(streams, Mapping):
-        raise TypeError(
-            f"streams must be a dict of name -> Dense/Ragged store, got {type(streams).__name__}"
-        )
     if not streams:
-        raise TypeError("streams must name at least one Dense/Ragged store, got an empty dict")
+        raise InvalidArgumentError("streams must name at least one Dense/Ragged store, got none")
     for name, store in streams.items():
         if not isinstance(name, str):
             raise TypeError(f"stream names must be str, got {name!r}")
         if not isinstance(store, (Dense, Ragged)):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"stream {name!r} must be an open Dense or Ragged store, got {type(store).__name__}"
+            )
+        if not store._is_reader:
+            raise InvalidArgumentError(
+                f"stream {name!r} is a builder: close() it and pass Dense.open / Ragged.open"
             )
         sources.native_store(name, store)
     lengths = {name: len(store) for name, store in streams.items()}
@@ -221,16 +234,31 @@ class _TransformPool:
 class DataLoader:
     """Endless, step-based loader over a dict of equal-length Zrecord stores.
 
+    The positional order and defaults are the 2.5.4 wheel's
+    (``DataLoader(streams, transform_workers, batch_size, prefetch_size, mode,
+    seed, transform)``); every other argument is keyword-only.
+
     Args:
-        streams: ``{name: store}`` of open :class:`~loaderx.zrecord.Dense` /
+        streams: ``{name: store}`` (any mapping, or an iterable of ``(name,
+            store)`` pairs) of open :class:`~loaderx.zrecord.Dense` /
             :class:`~loaderx.zrecord.Ragged` stores of equal length. The loader
             does not own them: close them yourself after ``loader.close()``.
-        batch_size: records per batch on this rank (default 256).
+        transform_workers: concurrent transform calls (default 4; unused with
+            the default ``transform``). ``transform_threads`` is the same.
+        batch_size: records per batch on this rank (default 256). In Cyclic
+            mode with one rank, a ``batch_size`` above the stream length is
+            the length (each batch is one whole permutation).
+        prefetch_size: batches gathered ahead of the consumer (default 4).
+            ``prefetch`` is the same. Memory is bounded by ``prefetch_size +
+            transform_workers`` batches, two freed buffers kept for reuse, and
+            what the caller holds.
+        mode: ``Sampler.Mode.CYCLIC`` (2, default), ``SEQUENTIAL`` (0) or
+            ``IID`` (1).
+        seed: sampler seed (default 42).
         transform: ``f(batch) -> Any``, called once per batch, possibly from
             several threads at once (must be thread-safe); its return value is
-            yielded unchanged. ``None`` yields the raw ``{name: value}`` dict.
-        mode: ``Sampler.Mode.IID`` (default), ``Sequential`` or ``Cyclic``.
-        seed: sampler seed (default 42).
+            yielded unchanged. The default :func:`identity` (or ``None``)
+            yields the raw ``{name: value}`` dict without a transform pool.
         sampler: an existing :class:`~loaderx.zsampler.Sampler`. Its spec
             (length, batch size, mode, seed, rank, world size) and its current
             step define the loader; ``batch_size``, ``mode``, ``seed``,
@@ -240,31 +268,31 @@ class DataLoader:
         rank, world_size: this process's slice of the global batch of
             ``batch_size * world_size`` records (DESIGN.md §5).
         start_step: the step of the first batch (default 0).
-        prefetch: batches gathered ahead of the consumer (default 2). Memory
-            is bounded by ``prefetch + transform_threads`` batches, two freed
-            buffers kept for reuse, and what the caller holds.
+        prefetch: another name of ``prefetch_size``.
         num_threads: gather threads (default: usable CPUs, at most 16).
-        transform_threads: concurrent transform calls (default: half the CPUs,
-            between 2 and 8; ignored without ``transform``).
+        transform_threads: another name of ``transform_workers``.
         daemon: ``None`` (default) gathers in this process; ``True``, a
             socket path, ``"auto"`` or a :class:`~loaderx.sources.DaemonOptions`
             gets batches from loaderxd (:func:`loaderx.sources.open_source`).
 
     Raises:
-        TypeError: ``streams`` is not a non-empty dict of stores, or an
-            argument has the wrong type.
-        ValueError: lengths differ (the message names each stream and its
+        TypeError: ``streams`` is not a dict of stores, or an argument has the
+            wrong type.
+        ValueError: ``streams`` is empty or holds something other than open
+            stores, lengths differ (the message names each stream and its
             length), or an argument is out of range.
     """
 
     def __init__(
         self,
-        streams: Mapping[str, Any],
+        streams: Mapping[str, Any] | Iterable[tuple[str, Any]],
+        transform_workers: int = _DEFAULT_TRANSFORM_WORKERS,
         batch_size: int = 256,
-        transform: Callable[[dict[str, Any]], Any] | None = None,
-        *,
-        mode: Any = Sampler.Mode.IID,
+        prefetch_size: int = _DEFAULT_PREFETCH,
+        mode: Any = Sampler.Mode.CYCLIC,
         seed: int = 42,
+        transform: Callable[[dict[str, Any]], Any] | None = identity,
+        *,
         sampler: Sampler | None = None,
         rank: int = 0,
         world_size: int = 1,
@@ -275,9 +303,17 @@ class DataLoader:
         daemon: Any = None,
     ) -> None:
         self._closed = True  # until fully built: a half-built loader refuses use
+        streams = _as_streams(streams)
         names, n = _check_streams(streams)
+        if transform is identity:
+            transform = None
         if transform is not None and not callable(transform):
             raise TypeError(f"transform must be callable or None, got {type(transform).__name__}")
+        workers_name, transform_threads = _same_arg(
+            "transform_workers", transform_workers, _DEFAULT_TRANSFORM_WORKERS,
+            "transform_threads", transform_threads)
+        prefetch_name, prefetch = _same_arg("prefetch_size", prefetch_size, _DEFAULT_PREFETCH,
+                                            "prefetch", prefetch)
         if sampler is not None:
             batch_size, mode, seed, rank, world_size, start_step = _from_sampler(
                 sampler, n, batch_size, mode, seed, rank, world_size, start_step
@@ -290,9 +326,11 @@ class DataLoader:
         if rank >= world_size:
             raise InvalidArgumentError(f"rank must be < world_size ({world_size}), got {rank}")
         start_step = _check_int("start_step", start_step, 0)
-        prefetch = _DEFAULT_PREFETCH if prefetch is None else _check_int("prefetch", prefetch, 1)
+        if mode_value == int(Mode.Cyclic) and world_size == 1 and batch_size > n:
+            batch_size = n  # whole cycles, as the 2.5.4 wheel's sampler
+        prefetch = _check_int(prefetch_name, prefetch, 1)
         if prefetch > 1024:
-            raise InvalidArgumentError(f"prefetch must be <= 1024, got {prefetch}")
+            raise InvalidArgumentError(f"{prefetch_name} must be <= 1024, got {prefetch}")
         num_threads = (
             default_num_threads()
             if num_threads is None
@@ -300,10 +338,7 @@ class DataLoader:
         )
         if num_threads > 1024:
             raise InvalidArgumentError(f"num_threads must be <= 1024, got {num_threads}")
-        if transform_threads is None:
-            transform_threads = _default_transform_threads()
-        else:
-            transform_threads = _check_int("transform_threads", transform_threads, 1)
+        transform_threads = _check_int(workers_name, transform_threads, 1)
 
         self._spec = SourceSpec(
             names=names,
@@ -538,6 +573,19 @@ def _shutdown(source: BatchSource, pool: _TransformPool | None) -> None:
         pool.shutdown(CLOSE_WAIT_SECONDS)
 
 
+def _same_arg(name: str, value: Any, default: Any, alias: str, alias_value: Any) -> tuple[str, Any]:
+    """One setting given by the wheel's name or our keyword-only alias (None if absent).
+
+    Returns the name the caller used (for error messages) and the value.
+    """
+    if alias_value is None:
+        return name, value
+    if value is not default and value != alias_value:
+        raise InvalidArgumentError(f"{name}={value!r} and {alias}={alias_value!r} name the same "
+                                   "setting; give one")
+    return alias, alias_value
+
+
 def _from_sampler(
     sampler: Sampler,
     n: int,
@@ -555,7 +603,7 @@ def _from_sampler(
         raise InvalidArgumentError(f"sampler covers {sampler.n} records but the streams have {n}")
     theirs = {
         "batch_size": (batch_size, 256, sampler.batch_size),
-        "mode": (_mode_value(mode), 1, _mode_value(sampler.mode)),
+        "mode": (_mode_value(mode), int(Mode.Cyclic), _mode_value(sampler.mode)),
         "seed": (seed, 42, sampler.seed),
         "rank": (rank, 0, sampler.rank),
         "world_size": (world_size, 1, sampler.world_size),

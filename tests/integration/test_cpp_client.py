@@ -65,7 +65,7 @@ def test_installed_cpp_client_gets_the_embedded_batches(cpp_client: Path, daemon
     assert r.returncode == 0, r.stderr
     got = r.stdout.splitlines()
     expected = []
-    with DataLoader(stores["streams"], 16, mode="Cyclic", seed=3, start_step=2) as loader:
+    with DataLoader(stores["streams"], batch_size=16, mode="Cyclic", seed=3, start_step=2) as loader:
         for step in range(2, 7):
             batch = next(loader)
             for j, name in enumerate(["image", "label", "tokens"]):

@@ -578,13 +578,13 @@ def test_daemon_options_set_the_lease_cap_and_ring_size(daemon, stores) -> None:
     # ...and a bigger one serves it, with the requested lease cap.
     c = lxclient.connect(daemon.socket)
     with c.loader(s, 64, leases=2, ring_bytes=1 << 20, seed=4) as roomy, \
-            DataLoader(s, 64, seed=4) as local:
+            DataLoader(s, batch_size=64, seed=4) as local:
         held = [next(roomy), next(roomy)]
         assert_same_batch(held[0], next(local))
         with pytest.raises(ResourceExhausted, match="lease cap 2"):
             next(roomy)
     with pytest.raises(TypeError, match="DaemonOptions"):
-        DataLoader(s, 4, daemon=3.5)
+        DataLoader(s, batch_size=4, daemon=3.5)
 
 
 def test_a_stopped_daemon_raises_daemon_error_after_the_liveness_timeout(

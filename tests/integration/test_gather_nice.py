@@ -38,8 +38,8 @@ def test_gather_threads_and_only_them_run_at_gather_nice(daemon_factory, stores)
     d = daemon_factory("--gather-nice", "7")  # the fixture passes --threads 2
     base = thread_nices(d.proc.pid)[d.proc.pid]
     images = stores["streams"]["image"]
-    with DataLoader({"image": images}, 4, seed=1, daemon=d.socket) as remote, \
-            DataLoader({"image": images}, 4, seed=1) as local:
+    with DataLoader({"image": images}, batch_size=4, seed=1, daemon=d.socket) as remote, \
+            DataLoader({"image": images}, batch_size=4, seed=1) as local:
         np.testing.assert_array_equal(next(remote)["image"], next(local)["image"])
         nices = wait_for_nice_count(d.proc.pid, min(base + 7, 19), 2)
     lowered = [t for t, n in nices.items() if n == min(base + 7, 19)]
@@ -51,7 +51,7 @@ def test_gather_threads_and_only_them_run_at_gather_nice(daemon_factory, stores)
 def test_gather_nice_zero_keeps_every_thread_at_the_daemons_priority(daemon_factory, stores) -> None:
     d = daemon_factory("--gather-nice", "0")
     base = thread_nices(d.proc.pid)[d.proc.pid]
-    with DataLoader({"image": stores["streams"]["image"]}, 4, seed=1, daemon=d.socket) as remote:
+    with DataLoader({"image": stores["streams"]["image"]}, batch_size=4, seed=1, daemon=d.socket) as remote:
         next(remote)
         nices = thread_nices(d.proc.pid)
     assert len(nices) >= 4  # main, io, the session's worker, gather threads

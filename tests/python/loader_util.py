@@ -49,7 +49,7 @@ def expected_batch(
     stores: dict[str, Any],
     step: int,
     batch_size: int,
-    mode: Any = Sampler.Mode.IID,
+    mode: Any = Sampler.Mode.Cyclic,  # the DataLoader default
     seed: int = 42,
     rank: int = 0,
     world_size: int = 1,

@@ -104,7 +104,7 @@ def test_transformed_batches_keep_step_order_for_any_transform_threads(
         return fingerprint(batch), first
 
     with DataLoader(
-        stores, 8, slow_first, seed=3, transform_threads=transform_threads, prefetch=4
+        stores, batch_size=8, transform=slow_first, seed=3, transform_threads=transform_threads, prefetch=4
     ) as loader:
         got = [next(loader) for _ in range(25)]
     for k, (fp, _) in enumerate(got):
@@ -113,7 +113,7 @@ def test_transformed_batches_keep_step_order_for_any_transform_threads(
 
 def test_transform_return_value_is_yielded_unchanged(stores: dict[str, Any]) -> None:
     marker = object()
-    with DataLoader(stores, 4, lambda batch: (marker, batch)) as loader:
+    with DataLoader(stores, batch_size=4, transform=lambda batch: (marker, batch)) as loader:
         got, batch = next(loader)
     assert got is marker
     assert set(batch) == {"img", "label", "tok"}
@@ -157,7 +157,7 @@ def test_resume_on_another_world_size_keeps_the_global_batch(stores: dict[str, A
 def test_load_state_dict_rejects_a_state_of_another_order(stores: dict[str, Any]) -> None:
     with DataLoader(stores, batch_size=8, seed=1) as loader:
         state = loader.state_dict()
-        for key, value in [("seed", 2), ("global_batch_size", 16), ("mode", "Cyclic"), ("n", 5)]:
+        for key, value in [("seed", 2), ("global_batch_size", 16), ("mode", "IID"), ("n", 5)]:
             with pytest.raises(ValueError, match=key):
                 loader.load_state_dict({**state, key: value})
         with pytest.raises(ValueError, match="missing step"):
@@ -245,10 +245,14 @@ def test_sampler_argument_supplies_the_spec_and_step(stores: dict[str, Any]) -> 
 def test_bad_streams_raise_named_errors(
     stores: dict[str, Any], paths: dict[str, Path], tmp_path: Path
 ) -> None:
-    with pytest.raises(TypeError, match="empty dict"):
+    with pytest.raises(ValueError, match="got none"):
         DataLoader({})
+    with pytest.raises(ValueError, match="got none"):
+        DataLoader([])
     with pytest.raises(TypeError, match="dict of name"):
-        DataLoader([stores["img"]])  # type: ignore[arg-type]
+        DataLoader(5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"\(name, store\) pairs"):
+        DataLoader([stores["img"]])  # type: ignore[list-item]
     with pytest.raises(TypeError, match="'x' must be an open Dense or Ragged"):
         DataLoader({"x": np.zeros((3, 2))})
     closed = Dense.open(str(paths["img"]))

@@ -91,7 +91,7 @@ def test_source_error_is_raised_for_its_step_and_the_loader_goes_on(
     stores: dict[str, Any], fake: dict[str, Any], transform: Any
 ) -> None:
     fake["fail"] = {2}
-    with DataLoader(stores, 4, transform, transform_threads=3) as loader:
+    with DataLoader(stores, batch_size=4, transform=transform, transform_threads=3) as loader:
         assert int(next(loader)["step"][0]) == 0
         assert int(next(loader)["step"][0]) == 1
         with pytest.raises(CorruptStoreError, match="step 2 is corrupt"):
@@ -109,7 +109,7 @@ def test_transform_exception_is_raised_for_its_step_with_its_traceback(
             raise ValueError(f"bad batch {step}")
         return batch
 
-    with DataLoader(stores, 5, explode_on_step_3, mode="Sequential", transform_threads=4) as loader:
+    with DataLoader(stores, batch_size=5, transform=explode_on_step_3, mode="Sequential", transform_threads=4) as loader:
         for k in range(3):
             assert_batch_equal(next(loader), expected_batch(stores, k, 5, "Sequential"))
         with pytest.raises(ValueError, match="bad batch 3") as info:
@@ -140,7 +140,7 @@ def test_transform_calls_run_concurrently(stores: dict[str, Any]) -> None:
             active -= 1
         return int(batch["label"][0])
 
-    with DataLoader(stores, 4, rendezvous, seed=2, transform_threads=3, prefetch=3) as loader:
+    with DataLoader(stores, batch_size=4, transform=rendezvous, seed=2, transform_threads=3, prefetch=3) as loader:
         got = [next(loader) for _ in range(9)]
     assert peak == 3
     want = [int(expected_batch(stores, k, 4, seed=2)["label"][0]) for k in range(9)]
@@ -149,7 +149,7 @@ def test_transform_calls_run_concurrently(stores: dict[str, Any]) -> None:
 
 def test_close_wakes_a_thread_blocked_in_next(stores: dict[str, Any], fake: dict[str, Any]) -> None:
     fake["block"] = True
-    loader = DataLoader(stores, 4)
+    loader = DataLoader(stores, batch_size=4)
     errors: list[BaseException] = []
 
     def consume() -> None:
@@ -170,7 +170,7 @@ def test_close_wakes_a_thread_blocked_in_next(stores: dict[str, Any], fake: dict
 
 
 def test_close_of_the_native_pipeline_ends_a_consumer_thread(stores: dict[str, Any]) -> None:
-    loader = DataLoader(stores, 64, num_threads=1, prefetch=1)
+    loader = DataLoader(stores, batch_size=64, num_threads=1, prefetch=1)
     outcome: list[BaseException] = []
 
     def consume_forever() -> None:
@@ -196,7 +196,7 @@ def test_close_is_prompt_with_transforms_in_flight_and_idempotent(
         time.sleep(0.2)
         return batch
 
-    loader = DataLoader(stores, 8, slow, transform_threads=4, prefetch=4)
+    loader = DataLoader(stores, batch_size=8, transform=slow, transform_threads=4, prefetch=4)
     next(loader)  # more calls are now running
     t0 = time.monotonic()
     loader.close()
@@ -214,7 +214,7 @@ def test_concurrent_closers_all_return_after_the_loader_is_closed(
         time.sleep(0.1)
         return batch
 
-    loader = DataLoader(stores, 8, slow, transform_threads=2)
+    loader = DataLoader(stores, batch_size=8, transform=slow, transform_threads=2)
     next(loader)
     seen: list[bool] = []
 
@@ -252,9 +252,9 @@ def _settled_threads() -> tuple[set[str], int]:
 
 
 def test_no_thread_outlives_close(stores: dict[str, Any]) -> None:
-    DataLoader(stores, 8, lambda b: b).close()  # lazily created process-wide pools
+    DataLoader(stores, batch_size=8, transform=lambda b: b).close()  # lazily created process-wide pools
     before_names, before_tasks = _settled_threads()
-    loader = DataLoader(stores, 8, lambda b: b, num_threads=4, transform_threads=3)
+    loader = DataLoader(stores, batch_size=8, transform=lambda b: b, num_threads=4, transform_threads=3)
     for _ in range(5):
         next(loader)
     assert _threads()[1] > before_tasks  # the loader did start threads
@@ -271,9 +271,9 @@ def test_no_thread_outlives_close(stores: dict[str, Any]) -> None:
 def test_garbage_collected_loader_is_closed(stores: dict[str, Any]) -> None:
     import gc
 
-    DataLoader(stores, 8, lambda b: b).close()
+    DataLoader(stores, batch_size=8, transform=lambda b: b).close()
     _, before_tasks = _settled_threads()
-    loader = DataLoader(stores, 8, lambda b: b, num_threads=3, transform_threads=2)
+    loader = DataLoader(stores, batch_size=8, transform=lambda b: b, num_threads=3, transform_threads=2)
     next(loader)
     del loader
     gc.collect()
@@ -312,7 +312,7 @@ def test_unclosed_loader_does_not_hang_interpreter_exit(paths: dict[str, Path], 
         _CHILD_PRELUDE
         + f"""
 keep = {keep!r}
-loader = DataLoader(stores, 16, lambda b: b, num_threads=2, transform_threads=2, prefetch=4)
+loader = DataLoader(stores, batch_size=16, transform=lambda b: b, num_threads=2, transform_threads=2, prefetch=4)
 next(loader)
 if keep == "cycle":
     loader.me = loader  # only the cycle collector could free it
@@ -346,9 +346,9 @@ def slow(batch):
 if where == "native":
     # A loader that is always waiting for its pipeline: big batches, one
     # gather thread, prefetch 1, and a consumer that drops batches at once.
-    loader = DataLoader(stores, 4096, num_threads=1, prefetch=1)
+    loader = DataLoader(stores, batch_size=4096, num_threads=1, prefetch=1)
 else:
-    loader = DataLoader(stores, 8, slow, transform_threads=2)
+    loader = DataLoader(stores, batch_size=8, transform=slow, transform_threads=2)
 delays = []
 for attempt in range(3):
     sent = []
@@ -384,7 +384,7 @@ def test_keyboard_interrupt_in_next_consumes_no_step(
     # tops up its transform window while step 0's call runs. Either way no
     # step is consumed and the sequence goes on unchanged.
     fake["interrupt"] = {1}
-    with DataLoader(stores, 4, transform) as loader:
+    with DataLoader(stores, batch_size=4, transform=transform) as loader:
         got: list[int] = []
         interrupts = 0
         while len(got) < 4:

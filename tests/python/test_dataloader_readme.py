@@ -57,7 +57,7 @@ def test_quick_start_prints_the_documented_shapes(
     assert ns["loader"].closed
 
 
-def _multi_stream_prelude(n: int = 40) -> dict[str, Any]:
+def _multi_stream_prelude(n: int = 300) -> dict[str, Any]:
     rng = np.random.default_rng(1)
     return {
         "np": np,

@@ -24,7 +24,7 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def test_to_torch_shares_the_batch_memory(stores: dict[str, Any]) -> None:
-    with DataLoader(stores, 8, seed=3) as loader:
+    with DataLoader(stores, batch_size=8, seed=3) as loader:
         batch = next(loader)
     tensors = to_torch(batch)
     img = tensors["img"]
@@ -50,7 +50,7 @@ def test_to_torch_of_read_only_arrays_does_not_warn_or_copy() -> None:
 
 
 def test_iter_torch_yields_tensors_of_the_same_batches(stores: dict[str, Any]) -> None:
-    with DataLoader(stores, 4, seed=9) as a, DataLoader(stores, 4, seed=9) as b:
+    with DataLoader(stores, batch_size=4, seed=9) as a, DataLoader(stores, batch_size=4, seed=9) as b:
         for _, tensors in zip(range(3), iter_torch(a)):
             want = next(b)
             np.testing.assert_array_equal(tensors["img"].numpy(), want["img"])
@@ -58,7 +58,7 @@ def test_iter_torch_yields_tensors_of_the_same_batches(stores: dict[str, Any]) -
 
 def test_device_transform_moves_every_array(stores: dict[str, Any]) -> None:
     move = device_transform("cpu")  # no pinning on the CPU: nothing to overlap with
-    with DataLoader(stores, 4, move, seed=1) as loader, DataLoader(stores, 4, seed=1) as raw:
+    with DataLoader(stores, batch_size=4, transform=move, seed=1) as loader, DataLoader(stores, batch_size=4, seed=1) as raw:
         got, want = next(loader), next(raw)
     assert got["img"].device.type == "cpu"
     np.testing.assert_array_equal(got["img"].numpy(), want["img"])
