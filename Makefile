@@ -85,7 +85,7 @@ fuzz-seeds: build
 lint: build
 	PYTHONPATH=python $(PY) -m mypy.stubtest loaderx._loaderx --mypy-config-file pyproject.toml --allowlist tests/python/stubtest_allowlist.txt
 	$(PY) -m mypy --no-incremental python/loaderx
-	$(PY) -m ruff check --no-cache python/loaderx tests/python bench
+	$(PY) -m ruff check --no-cache python/loaderx tests/python tests/compat bench
 
 wheel: setup
 	$(PY) -m pip wheel --no-deps -w dist .

@@ -23,7 +23,7 @@ ALLOWLIST = Path(__file__).resolve().parent / "stubtest_allowlist.txt"
 
 # What each gate covers (the same paths as `make lint`).
 MYPY_PATHS = ["python/loaderx"]
-RUFF_PATHS = ["python/loaderx", "tests/python", "bench"]
+RUFF_PATHS = ["python/loaderx", "tests/python", "tests/compat", "bench"]
 
 # Names bind_client.cc defines only when the daemon client is compiled in.
 _CLIENT_ONLY = ["loaderx._loaderx.DaemonLoader", "loaderx._loaderx.daemon_stats"]
