@@ -13,7 +13,7 @@ torch training loop: it yields those tensors and has ``state_dict()`` /
 a state of plain ints and strings that ``torch.save`` and
 ``torch.load(weights_only=True)`` carry unchanged::
 
-    loader = StatefulLoader(DataLoader(streams, 256, mode="Cyclic", seed=1))
+    loader = StatefulLoader(DataLoader(streams, batch_size=256, mode="Cyclic", seed=1))
     for batch in loader:                      # {name: Tensor}, endless
         ...
         torch.save({"model": model.state_dict(), "loader": loader.state_dict()}, path)

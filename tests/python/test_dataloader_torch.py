@@ -75,9 +75,9 @@ def test_pinned_device_transform_needs_an_accelerator() -> None:
 
 def test_stateful_loader_checkpoint_survives_torch_save_weights_only(
         stores: dict[str, Any], tmp_path: Any) -> None:
-    with StatefulLoader(DataLoader(stores, 6, mode="Cyclic", seed=5, num_threads=1)) as run:
+    with StatefulLoader(DataLoader(stores, batch_size=6, mode="Cyclic", seed=5, num_threads=1)) as run:
         want = [next(run) for _ in range(12)]  # the uninterrupted run
-    with StatefulLoader(DataLoader(stores, 6, mode="Cyclic", seed=5, num_threads=3)) as first:
+    with StatefulLoader(DataLoader(stores, batch_size=6, mode="Cyclic", seed=5, num_threads=3)) as first:
         for k in range(5):
             got = next(first)
             assert isinstance(got["img"], torch.Tensor)
@@ -87,7 +87,7 @@ def test_stateful_loader_checkpoint_survives_torch_save_weights_only(
     ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=True)
     assert ckpt["loader"]["step"] == 5 and ckpt["loader"]["mode"] == "Cyclic"
     # Resume on more threads and more prefetch: the next batches are steps 5.. exactly.
-    with StatefulLoader(DataLoader(stores, 6, mode="Cyclic", seed=5, num_threads=4,
+    with StatefulLoader(DataLoader(stores, batch_size=6, mode="Cyclic", seed=5, num_threads=4,
                                    prefetch=5)) as resumed:
         resumed.load_state_dict(ckpt["loader"])
         for k in range(5, 12):
@@ -96,7 +96,7 @@ def test_stateful_loader_checkpoint_survives_torch_save_weights_only(
             assert torch.equal(got["label"], want[k]["label"])
             assert all(torch.equal(a, b) for a, b in zip(got["tok"], want[k]["tok"]))
     # ... and as rank 1 of 2 (batch 3 each, the same global batch of 6): its half of each step.
-    with StatefulLoader(DataLoader(stores, 3, mode="Cyclic", seed=5, rank=1,
+    with StatefulLoader(DataLoader(stores, batch_size=3, mode="Cyclic", seed=5, rank=1,
                                    world_size=2)) as half:
         half.load_state_dict(ckpt["loader"])
         got = next(half)
@@ -104,8 +104,8 @@ def test_stateful_loader_checkpoint_survives_torch_save_weights_only(
 
 
 def test_stateful_loader_refuses_a_state_of_another_order(stores: dict[str, Any]) -> None:
-    with StatefulLoader(DataLoader(stores, 4, seed=1)) as a, \
-            StatefulLoader(DataLoader(stores, 4, seed=2)) as b:
+    with StatefulLoader(DataLoader(stores, batch_size=4, seed=1)) as a, \
+            StatefulLoader(DataLoader(stores, batch_size=4, seed=2)) as b:
         next(a)
         with pytest.raises(ValueError, match="seed"):
             b.load_state_dict(a.state_dict())
@@ -115,7 +115,7 @@ def test_stateful_loader_refuses_a_state_of_another_order(stores: dict[str, Any]
 
 
 def test_stateful_loader_owns_its_loader(stores: dict[str, Any]) -> None:
-    inner = DataLoader(stores, 4)
+    inner = DataLoader(stores, batch_size=4)
     wrapped = StatefulLoader(inner)
     assert bool(wrapped)
     got = next(iter(wrapped))
