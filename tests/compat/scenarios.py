@@ -1382,12 +1382,22 @@ def _ssig() -> Any:
     return [[p.name, str(p.kind)] for p in ps] + [repr(ps[3].default)]
 
 
+# The 2.5.4 wheel's keyword-only converter parameters; further keyword-only
+# parameters with defaults are additions a 2.5.4 call never meets.
+_CONVERTER_KWONLY = {"codec", "config", "revision", "token", "endpoint"}
+
+
 def _converter_sig(name: str) -> Any:
     import importlib
     m = importlib.import_module("loaderx.converter")
     f = getattr(m, name)
-    return [[p.name, str(p.kind), repr(p.default) if p.default is not p.empty else "-"]
-            for p in inspect.signature(f).parameters.values()]
+    ps = list(inspect.signature(f).parameters.values())
+    kept = [p for p in ps if p.kind is not p.KEYWORD_ONLY or p.name in _CONVERTER_KWONLY
+            or p.default is p.empty]
+    extras_optional = all(p.kind is p.KEYWORD_ONLY and p.default is not p.empty
+                          for p in ps if p not in kept)
+    return [[[p.name, str(p.kind), repr(p.default) if p.default is not p.empty else "-"]
+             for p in kept], extras_optional]
 
 
 @scenario("converter.signature.convert")

@@ -44,9 +44,6 @@ import scenarios
 COMPAT_MD = ROOT / "docs" / "compat.md"
 # Both interpreters together take ~20 s on the 2-core CI box; this bounds a hang.
 RUN_TIMEOUT_S = 240
-# Scenarios that wait for issue 14 (converter.convert / converter.huggingface
-# signatures); they xfail while they diverge and pass once it is merged.
-AWAITING_ISSUE_14 = ["converter.signature.*"]
 
 NAMES = list(scenarios.SCENARIOS)
 
@@ -123,8 +120,6 @@ def test_scenario(name: str, outcomes: dict[str, tuple[Any, Any]]) -> None:
     listed = _matches(name, list(_allowed()))
     if listed:
         return  # a difference on purpose: docs/compat.md says which and why
-    if _matches(name, AWAITING_ISSUE_14):
-        pytest.xfail("issue 14: converter.convert / converter.huggingface take the 2.5.4 signatures")
     pytest.fail(f"{name} diverges from loaderx 2.5.4 and docs/compat.md does not list it\n"
                 f"  2.5.4: {_show(ref)}\n  ours:  {_show(ours)}")
 
