@@ -282,9 +282,9 @@ def _store_paths(streams: Mapping[str, Any], names: tuple[str, ...]) -> list[str
     paths = []
     for name in names:
         path = getattr(streams[name], "path", None)
-        if not isinstance(path, str):
+        if not isinstance(path, (str, os.PathLike)):  # a store's path is a pathlib.Path
             raise TypeError(f"stream {name!r} has no store path to pass to loaderxd")
-        paths.append(os.path.abspath(path))
+        paths.append(os.path.abspath(os.fspath(path)))
     return paths
 
 
