@@ -52,6 +52,7 @@ gathered in this process; loaderxd serves stores, not mixtures, so
 from __future__ import annotations
 
 import math
+import pathlib
 from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
@@ -71,7 +72,7 @@ class _MixedStream:
     """What a mixed Dense/Ragged reader adds: no store path (it is not on disk)."""
 
     @property
-    def path(self) -> str:
+    def path(self) -> pathlib.Path:
         raise AttributeError("a mixed stream has no store path: it is gathered in this process "
                              "(loaderxd serves stores, not mixtures)")
 
