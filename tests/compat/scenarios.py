@@ -1364,15 +1364,24 @@ def _version() -> Any:
     return type(loaderx.__version__).__name__
 
 
+def _sig(f: Callable[..., Any], wheel_kwonly: set[str]) -> Any:
+    """``f``'s parameters as the wheel has them; further keyword-only parameters
+    with defaults (``metadata=``, ``image_layout=``...) are additions no 2.5.4
+    call meets, so only their being optional keyword-only is compared."""
+    ps = list(inspect.signature(f).parameters.values())
+    kept = [p for p in ps if p.kind is not p.KEYWORD_ONLY or p.name in wheel_kwonly
+            or p.default is p.empty]
+    extras_optional = all(p.kind is p.KEYWORD_ONLY and p.default is not p.empty
+                          for p in ps if p not in kept)
+    return [sorted([p.name, str(p.kind), repr(p.default) if p.default is not p.empty else "-"]
+                   for p in kept), extras_optional]
+
+
 @scenario("surface.create_signatures")
 def _csig() -> Any:
     from loaderx.zrecord import Dense, Ragged
-    out = []
-    for f in (Dense.create, Ragged.create, Dense.open, Ragged.open):
-        ps = inspect.signature(f).parameters.values()
-        out.append(sorted([p.name, str(p.kind), repr(p.default) if p.default is not p.empty else "-"]
-                          for p in ps))
-    return out
+    kw = {"codec", "dict_bytes", "data_shards"}
+    return [_sig(f, kw) for f in (Dense.create, Ragged.create, Dense.open, Ragged.open)]
 
 
 @scenario("surface.sampler_signature")
@@ -1382,22 +1391,11 @@ def _ssig() -> Any:
     return [[p.name, str(p.kind)] for p in ps] + [repr(ps[3].default)]
 
 
-# The 2.5.4 wheel's keyword-only converter parameters; further keyword-only
-# parameters with defaults are additions a 2.5.4 call never meets.
-_CONVERTER_KWONLY = {"codec", "config", "revision", "token", "endpoint"}
-
-
 def _converter_sig(name: str) -> Any:
     import importlib
-    m = importlib.import_module("loaderx.converter")
-    f = getattr(m, name)
-    ps = list(inspect.signature(f).parameters.values())
-    kept = [p for p in ps if p.kind is not p.KEYWORD_ONLY or p.name in _CONVERTER_KWONLY
-            or p.default is p.empty]
-    extras_optional = all(p.kind is p.KEYWORD_ONLY and p.default is not p.empty
-                          for p in ps if p not in kept)
-    return [[[p.name, str(p.kind), repr(p.default) if p.default is not p.empty else "-"]
-             for p in kept], extras_optional]
+    wheel_kwonly = {"convert": {"codec"},
+                    "huggingface": {"config", "revision", "token", "endpoint"}}[name]
+    return _sig(getattr(importlib.import_module("loaderx.converter"), name), wheel_kwonly)
 
 
 @scenario("converter.signature.convert")
