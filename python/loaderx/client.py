@@ -98,7 +98,7 @@ class Client:
         join: str | None = None,
         **kwargs: Any,
     ) -> Any:
-        """``DataLoader(streams, batch_size, daemon=DaemonOptions(self.path, ...), **kwargs)``.
+        """``DataLoader(streams, batch_size=batch_size, daemon=DaemonOptions(self.path, ...), **kwargs)``.
 
         ``leases``, ``ring_bytes``, ``group``, ``group_mode`` and ``join`` are
         :class:`DaemonOptions` fields (``group=`` shares one pipeline with

@@ -68,7 +68,7 @@ def test_interpreter_exit_with_a_live_loader_exits_zero(stores, host, state: str
     script = f"""
 state = {state!r}
 transform = slow if state == "thread_in_transform" else None
-loader = DataLoader(stores, 16, transform, num_threads=2, prefetch=4, daemon=DAEMON)
+loader = DataLoader(stores, batch_size=16, transform=transform, num_threads=2, prefetch=4, daemon=DAEMON)
 if state != "thread_in_transform":
     held = next(loader)
 if state == "cycle":
@@ -94,9 +94,9 @@ def test_ctrl_c_during_next_raises_keyboard_interrupt_within_100ms(
 where = {where!r}
 if where == "native":
     # Always waiting for its source: big batches, one gather thread, prefetch 1.
-    loader = DataLoader(stores, 4096, num_threads=1, prefetch=1, daemon=DAEMON)
+    loader = DataLoader(stores, batch_size=4096, num_threads=1, prefetch=1, daemon=DAEMON)
 else:
-    loader = DataLoader(stores, 8, slow, transform_threads=2, daemon=DAEMON)
+    loader = DataLoader(stores, batch_size=8, transform=slow, transform_threads=2, daemon=DAEMON)
 delays = []
 for attempt in range(3):
     sent = []
@@ -124,7 +124,7 @@ print(json.dumps(delays))
 
 def test_close_is_bounded_while_a_transform_call_runs(stores, host) -> None:
     script = """
-loader = DataLoader(stores, 8, slow, transform_threads=2, daemon=DAEMON)
+loader = DataLoader(stores, batch_size=8, transform=slow, transform_threads=2, daemon=DAEMON)
 outcome = []
 def blocked():
     try:
