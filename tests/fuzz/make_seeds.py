@@ -59,7 +59,7 @@ def store_seeds(tmp: Path) -> dict[str, bytes]:
         w.append(np.arange(20, dtype=np.int64))
     seeds[p.name] = pack(p)
     samples = np.tile(np.arange(64, dtype=np.uint8), (400, 1)) ^ rng.integers(0, 2, (400, 64), dtype=np.uint8)
-    d = train_dict(samples, 1024)
+    d = train_dict(samples, size=1024)
     p = tmp / "dense-zstd_dict"
     with Dense.create(str(p), np.uint8, (64,), codec="zstd_dict", dict_bytes=d) as w:
         w.append(samples[:10])

@@ -32,7 +32,7 @@ def build(kind: str, path: Path, seed: int) -> list[np.ndarray] | np.ndarray:
     if kind.startswith("dense"):
         data = (rng.integers(0, 4, (N, 6, 6)) * 17).astype(np.uint8)
         codec = kind.split("-")[1]
-        kw = {"dict_bytes": train_dict(data, 1024)} if codec == "zstd_dict" else {}
+        kw = {"dict_bytes": train_dict(data, size=1024)} if codec == "zstd_dict" else {}
         with Dense.create(str(path), np.uint8, (6, 6), codec=codec, data_shards=2, **kw) as w:
             w.append(data)
         return data
