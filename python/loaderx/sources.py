@@ -252,8 +252,12 @@ class DaemonOptions:
     embedded loader with that ``rank``) or ``"broadcast"`` (every member gets
     the same full batches). ``join``: where a member starts, ``"start_step"``
     (its own ``start_step``; the default for shard) or ``"current"`` (the
-    group's oldest held step; the default for broadcast). Bad values raise
-    ``ValueError`` naming the argument.
+    group's oldest held step; the default for broadcast, unless the loader
+    has a ``start_step`` other than 0, which a broadcast member then honours:
+    it starts there, or the open fails with ``IndexError`` naming the
+    oldest step the group still holds; ``join="current"`` with such a
+    ``start_step`` is refused). Bad values raise ``ValueError`` naming the
+    argument.
     """
 
     path: str | None = None
@@ -310,6 +314,14 @@ class DaemonSource(_NativeSource):
         liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT,
     ) -> None:
         _check_group(group, group_mode, join)
+        if group is not None and group_mode == "broadcast" and spec.start_step != 0:
+            # An explicit start_step is honoured (a resumed trainer joining a
+            # running sweep), never silently replaced by the group's step.
+            if join == "current":
+                raise InvalidArgumentError(
+                    f"start_step={spec.start_step} and join='current' contradict each other: "
+                    "drop start_step to join where the group is, or drop join to start at start_step")
+            join = "start_step"
         self._names = tuple(spec.names)
         self._path = path
         self._native = _loaderx.DaemonLoader(

@@ -207,6 +207,11 @@ class GroupModel:
         return self.epoch, c
 
     def join(self, lid: int, rank: int, join: str, start: int) -> int:
+        if self.mode == "broadcast" and self.name and start != 0:
+            # An explicit start_step is honoured in broadcast, never ignored.
+            if join == "current":
+                raise ValueError("start_step and join='current' contradict")
+            join = "start_step"
         if join == "default":
             join = "start_step" if self.mode == "shard" else "current"
         cursor = self.oldest()
@@ -433,6 +438,10 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
                 first = group.join(uid, rank, join, start)
             except IndexError as exc:
                 with pytest.raises(IndexError, match=f"oldest step it still holds is {exc.args[0]}"):
+                    self.call("open", make)
+                return None
+            except ValueError:
+                with pytest.raises(ValueError, match="join='current' contradict"):
                     self.call("open", make)
                 return None
             dl = self.call("open", make)

@@ -137,6 +137,27 @@ def test_late_broadcast_member_starts_at_the_group_step(daemon, stores) -> None:
             DataLoader(s, batch_size=8, seed=4, start_step=2, daemon=gone)
 
 
+def test_explicit_broadcast_start_step_is_honoured_or_refused_never_ignored(daemon, stores) -> None:
+    s = stores["streams"]
+    opts = DaemonOptions(daemon.socket, group="sweep", group_mode="broadcast")
+    with DataLoader(s, batch_size=8, seed=4, daemon=opts) as first:
+        for _ in range(5):
+            next(first)
+        # A resumed trainer joining the running sweep at its checkpoint's step.
+        with DataLoader(s, batch_size=8, seed=4, start_step=9, daemon=opts) as resumed, \
+                DataLoader(s, batch_size=8, seed=4, start_step=9) as local:
+            assert resumed.step == 9
+            for _ in range(3):
+                assert_same_batch(next(resumed), next(local))
+        # A step the group has dropped: refused naming the oldest it holds.
+        with pytest.raises(IndexError, match="oldest step it still holds is 5"):
+            DataLoader(s, batch_size=8, seed=4, start_step=2, daemon=opts)
+        current = DaemonOptions(daemon.socket, group="sweep", group_mode="broadcast", join="current")
+        with pytest.raises(ValueError, match="start_step=7 and join='current' contradict"):
+            DataLoader(s, batch_size=8, seed=4, start_step=7, daemon=current)
+        assert next(first)["label"].shape == (8,)  # the group goes on
+
+
 def test_mismatched_member_and_taken_rank_are_value_errors(daemon, stores) -> None:
     s = stores["streams"]
     opts = DaemonOptions(daemon.socket, group="ddp")
