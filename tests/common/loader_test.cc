@@ -49,6 +49,9 @@ class FakeStore final : public Store {
   mutable std::set<std::thread::id> readers;
   // Every Gather sleeps this long first (to keep batches in flight).
   std::chrono::milliseconds delay{0};
+  // Every record read sleeps this long (so no single thread can take every
+  // record of a batch before the others start).
+  std::chrono::microseconds read_delay{0};
   mutable std::atomic<int> gathers{0};
 
   const Schema& schema() const override { return schema_; }
@@ -83,6 +86,7 @@ class FakeStore final : public Store {
       std::lock_guard<std::mutex> lock(readers_mu);
       readers.insert(std::this_thread::get_id());
     }
+    if (read_delay.count() > 0) std::this_thread::sleep_for(read_delay);
     if (bad.contains(i)) return Status::Corruption("fake: record " + std::to_string(i) + " is bad");
     LX_ASSIGN_OR_RETURN(uint64_t bytes, RecordBytes(i));
     if (out_len != bytes) return Status::InvalidArgument("fake: wrong out_len");
@@ -636,6 +640,9 @@ TEST(PipelineTest, RecordsAreReadByExactlyTheNumThreadsGatherThreads) {
   constexpr uint32_t kThreads = 3;
   for (uint32_t prefetch : {1u, 2u, 8u}) {
     auto dense = FakeStore::Dense(1000, {16});
+    // Without it, idle pool helpers could claim all 64 tiny records before
+    // the producer that submitted them claims one (flaky on a busy box).
+    dense->read_delay = std::chrono::microseconds(200);
     auto alloc = std::make_shared<ThreadRecordingAllocator>();
     const auto spec = Spec(1000, 64);
     {
