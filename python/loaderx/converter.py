@@ -242,6 +242,26 @@ def _image_shape(h: int, w: int, bands: int, layout: str) -> tuple[int, ...]:
     return (h, w) if bands == 1 else (h, w, bands)
 
 
+def _plan_encoded(col: _Column, record: Any) -> _Column:
+    """An encoded column's plan from its encoder's output for record 0."""
+    r = _encoded(col, record, 0)
+    col.dtype, col.shape = r.dtype, r.shape
+    col.kind = "dense" if r.ndim == 0 else "ragged"
+    return col
+
+
+def _plan_declared(col: _Column, name: str, feature: Any) -> tuple[Any, ...] | None:
+    """Sets the dtype and image flag from the feature. If it declares every
+    axis, also the shape, and returns None (the plan is complete); otherwise
+    returns the declared axes (None where an axis is open)."""
+    dtype, declared, image = _declared(name, feature)
+    col.dtype, col.image = dtype, image
+    if all(d is not None for d in declared):
+        col.shape = tuple(int(d) for d in declared)  # type: ignore[arg-type]
+        return None
+    return tuple(declared)
+
+
 def _plan(ds: Any, name: str, layout: str, encoder: Encoder | None,
           mode: str | None) -> _Column:
     feature = ds.features[name]
@@ -249,18 +269,12 @@ def _plan(ds: Any, name: str, layout: str, encoder: Encoder | None,
     if encoder is not None:
         if len(ds) == 0:
             raise SchemaError(f"column {name!r}: an encoded column needs at least one record")
-        first = _encoded(col, ds[0][name], 0)
-        col.dtype = first.dtype
-        col.shape = first.shape
-        col.kind = "dense" if first.ndim == 0 else "ragged"
-        return col
-    dtype, declared, image = _declared(name, feature)
-    col.dtype, col.image = dtype, image
-    if all(d is not None for d in declared):
-        col.shape = tuple(int(d) for d in declared)  # type: ignore[arg-type]
+        return _plan_encoded(col, ds[0][name])
+    declared = _plan_declared(col, name, feature)
+    if declared is None:
         return col
     # Some axis may vary: scan the shapes (image headers, or the decoded values).
-    if image:
+    if col.image:
         shapes: Iterator[tuple[int, ...]] = _image_shapes(ds, name, layout, mode)
     else:
         shapes = (np.shape(v) for v in _values(ds, col, layout))
@@ -273,7 +287,7 @@ def _plan(ds: Any, name: str, layout: str, encoder: Encoder | None,
             raise SchemaError(f"column {name!r}: record 0 has rank {len(first_shape)} but record "
                               f"{i} has rank {len(shape)}"
                               + (" (set image_mode, e.g. 'RGB', to give every image the same "
-                                 "channels)" if image else ""))
+                                 "channels)" if col.image else ""))
         elif shape != first_shape:
             fixed = False
     col.shape = first_shape if first_shape is not None else tuple(0 for _ in declared)
@@ -471,14 +485,9 @@ def _plan_streamed(ds: Any, name: str, layout: str, encoder: Encoder | None,
         if encoder is None:
             raise SchemaError(f"column {name!r}: a streamed dataset without features cannot be "
                               "planned; cast it to known features or pass an encoder")
-        r = _encoded(col, first, 0)
-        col.dtype, col.shape = r.dtype, r.shape
-        col.kind = "dense" if r.ndim == 0 else "ragged"
-        return col
-    dtype, declared, image = _declared(name, feature)
-    col.dtype, col.image = dtype, image
-    if all(d is not None for d in declared):
-        col.shape = tuple(int(d) for d in declared)  # type: ignore[arg-type]
+        return _plan_encoded(col, first)
+    declared = _plan_declared(col, name, feature)
+    if declared is None:
         return col
     # An open axis: Ragged (a stream cannot be scanned first), rank from record 0.
     col.shape = _record(col, first, 0, layout).shape
