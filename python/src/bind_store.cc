@@ -87,8 +87,7 @@ py::array ReadOne(const Store& s, uint64_t i) {
   if (bytes < kReleaseGilBytes) {
     st = s.ReadRecord(i, p, bytes);
   } else {
-    py::gil_scoped_release nogil;
-    st = s.ReadRecord(i, p, bytes);
+    st = WithoutGil([&] { return s.ReadRecord(i, p, bytes); });
   }
   Check(st);
   return out;
@@ -106,14 +105,11 @@ py::array GatherDense(const Store& s, const py::array& idx_arr) {
   py::array out = huge ? py::array(NumpyDType(sc.dtype), shape)
                        : OutputArray(NumpyDType(sc.dtype), shape, bytes);
   uint8_t* base = static_cast<uint8_t*>(out.mutable_data());
-  Status st;
-  {
-    py::gil_scoped_release nogil;
+  Check(WithoutGil([&] {
     std::vector<void*> outs(idx.size());
     for (size_t k = 0; k < idx.size(); ++k) outs[k] = base + k * item;
-    st = s.Gather(idx, outs, &ThreadPool::Default());
-  }
-  Check(st);
+    return s.Gather(idx, outs, &ThreadPool::Default());
+  }));
   return out;
 }
 
@@ -124,31 +120,24 @@ py::list GatherRagged(const Store& s, const py::array& idx_arr) {
   std::vector<uint64_t> idx = Indices(idx_arr);
   const size_t b = idx.size();
   std::vector<uint64_t> dims(b * sc.ndim), offsets(b + 1, 0);
-  Status st;
-  {
-    py::gil_scoped_release nogil;
-    for (size_t k = 0; k < b && st.ok(); ++k) {
-      st = s.RecordShape(idx[k], dims.data() + k * sc.ndim);
-      if (!st.ok()) break;
-      auto bytes = s.RecordBytes(idx[k]);
-      if (!bytes.ok()) {
-        st = bytes.status();
-        break;
-      }
+  Check(WithoutGil([&] {
+    for (size_t k = 0; k < b; ++k) {
+      Status st = s.RecordShape(idx[k], dims.data() + k * sc.ndim);
+      if (!st.ok()) return st;
+      Result<uint64_t> bytes = s.RecordBytes(idx[k]);
+      if (!bytes.ok()) return bytes.status();
       offsets[k + 1] = offsets[k] + *bytes;
     }
-  }
-  Check(st);
+    return Status::OK();
+  }));
   py::array values = OutputArray(py::dtype::of<uint8_t>(),
                                  {static_cast<py::ssize_t>(offsets[b])}, offsets[b]);
   uint8_t* base = static_cast<uint8_t*>(values.mutable_data());
-  {
-    py::gil_scoped_release nogil;
+  Check(WithoutGil([&] {
     std::vector<void*> outs(b);
     for (size_t k = 0; k < b; ++k) outs[k] = base + offsets[k];
-    st = s.Gather(idx, outs, &ThreadPool::Default());
-  }
-  Check(st);
+    return s.Gather(idx, outs, &ThreadPool::Default());
+  }));
   py::dtype dt = NumpyDType(sc.dtype);
   py::list result(b);
   for (size_t k = 0; k < b; ++k) {
@@ -186,12 +175,7 @@ void BindStore(py::module_& m) {
              if (dict_bytes) opt.dictionary = std::string(*dict_bytes);
              opt.user_metadata = metadata;
              auto w = std::make_unique<PyWriter>();
-             Result<std::unique_ptr<StoreWriter>> r = Status::Internal("unset");
-             {
-               py::gil_scoped_release nogil;
-               r = StoreWriter::Create(path, schema, opt);
-             }
-             w->writer = Unwrap(std::move(r));
+             w->writer = Unwrap(WithoutGil([&] { return StoreWriter::Create(path, schema, opt); }));
              return w;
            }),
            py::arg("path"), py::arg("kind"), py::arg("dtype"), py::arg("item_shape"),
@@ -204,13 +188,10 @@ void BindStore(py::module_& m) {
               ThrowStatus(Status::InvalidArgument("append_dense needs a C-contiguous array"));
             }
             const void* p = data.data();
-            Status st;
-            {
-              py::gil_scoped_release nogil;
+            Check(WithoutGil([&] {
               std::lock_guard<std::mutex> lock(w.mu);
-              st = w.writer ? w.writer->AppendDense(p, n) : Status::State("builder is closed");
-            }
-            Check(st);
+              return w.writer ? w.writer->AppendDense(p, n) : Status::State("builder is closed");
+            }));
           },
           py::arg("data"), py::arg("n"))
       .def(
@@ -222,14 +203,11 @@ void BindStore(py::module_& m) {
             }
             const void* p = values.data();
             const uint64_t* sh = shapes.data();
-            Status st;
-            {
-              py::gil_scoped_release nogil;
+            Check(WithoutGil([&] {
               std::lock_guard<std::mutex> lock(w.mu);
-              st = w.writer ? w.writer->AppendRagged(p, sh, count)
-                            : Status::State("builder is closed");
-            }
-            Check(st);
+              return w.writer ? w.writer->AppendRagged(p, sh, count)
+                              : Status::State("builder is closed");
+            }));
           },
           py::arg("values"), py::arg("shapes"), py::arg("count"))
       .def(
@@ -263,10 +241,9 @@ void BindStore(py::module_& m) {
               lens[k] = static_cast<uint64_t>(arrs[k].nbytes());
               for (uint32_t d = 0; d < ndim; ++d) shapes[k * ndim + d] = arrs[k].shape(d);
             }
-            Status st;
-            {
-              // `arrs` keeps every buffer alive while the GIL is released.
-              py::gil_scoped_release nogil;
+            // `arrs` keeps every buffer alive while the GIL is released.
+            Check(WithoutGil([&] {
+              Status st;
               std::lock_guard<std::mutex> lock(w.mu);
               std::vector<uint8_t> buf;
               size_t first = 0;
@@ -289,8 +266,8 @@ void BindStore(py::module_& m) {
                 if (buf.size() >= chunk_bytes) flush(k + 1);
               }
               flush(n);
-            }
-            Check(st);
+              return st;
+            }));
             return -1;
           },
           py::arg("batch"), py::arg("dtype"), py::arg("ndim"), py::arg("chunk_bytes"),
@@ -298,24 +275,23 @@ void BindStore(py::module_& m) {
           "that is not an ndarray of `dtype` and rank `ndim` (nothing appended), else -1.")
       .def("publish",
            [](PyWriter& w) {
-             Status st;
-             {
-               py::gil_scoped_release nogil;
+             Check(WithoutGil([&] {
                std::lock_guard<std::mutex> lock(w.mu);
-               st = w.writer ? w.writer->Publish() : Status::State("builder is closed");
-             }
-             Check(st);
+               return w.writer ? w.writer->Publish() : Status::State("builder is closed");
+             }));
            })
       .def("abort",
            [](PyWriter& w) {
-             py::gil_scoped_release nogil;
-             std::lock_guard<std::mutex> lock(w.mu);
-             if (w.writer) w.writer->Abort();
+             WithoutGil([&] {
+               std::lock_guard<std::mutex> lock(w.mu);
+               if (w.writer) w.writer->Abort();
+             });
            })
       .def("__len__", [](PyWriter& w) {
-        py::gil_scoped_release nogil;
-        std::lock_guard<std::mutex> lock(w.mu);
-        return w.writer ? w.writer->size() : 0;
+        return WithoutGil([&] {
+          std::lock_guard<std::mutex> lock(w.mu);
+          return w.writer ? w.writer->size() : 0;
+        });
       });
 
   py::class_<Store, std::shared_ptr<Store>>(m, "Store",
@@ -323,12 +299,7 @@ void BindStore(py::module_& m) {
       .def_static(
           "open",
           [](const std::string& path) {
-            Result<std::shared_ptr<Store>> r = Status::Internal("unset");
-            {
-              py::gil_scoped_release nogil;
-              r = Store::Open(path);
-            }
-            return Unwrap(std::move(r));
+            return Unwrap(WithoutGil([&] { return Store::Open(path); }));
           },
           py::arg("path"))
       .def_property_readonly("kind", [](const Store& s) { return KindName(s.schema().kind); })
@@ -361,9 +332,7 @@ void BindStore(py::module_& m) {
       .def(
           "verify",
           [](const Store& s, std::optional<py::function> progress) {
-            Status st;
-            {
-              py::gil_scoped_release nogil;
+            Check(WithoutGil([&] {
               // Called between verify rounds on this thread: takes the GIL to
               // report progress and to let Ctrl-C (or a raising callback) stop it.
               auto cb = [&](uint64_t done, uint64_t total) {
@@ -371,9 +340,8 @@ void BindStore(py::module_& m) {
                 if (PyErr_CheckSignals() != 0) throw py::error_already_set();
                 if (progress) (*progress)(done, total);
               };
-              st = s.Verify(cb);
-            }
-            Check(st);
+              return s.Verify(cb);
+            }));
           },
           py::arg("progress") = py::none());
 
@@ -389,12 +357,7 @@ void BindStore(py::module_& m) {
           views.emplace_back(static_cast<const char*>(i.ptr),
                              static_cast<size_t>(i.size * i.itemsize));
         }
-        Result<std::string> r = Status::Internal("unset");
-        {
-          py::gil_scoped_release nogil;
-          r = TrainDictionary(views, capacity);
-        }
-        return py::bytes(Unwrap(std::move(r)));
+        return py::bytes(Unwrap(WithoutGil([&] { return TrainDictionary(views, capacity); })));
       },
       py::arg("samples"), py::arg("capacity"),
       "Trains a zstd dictionary of at most `capacity` bytes from C-contiguous sample buffers.");

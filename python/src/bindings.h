@@ -4,6 +4,8 @@
 
 #include <pybind11/pybind11.h>
 
+#include <cxxabi.h>
+
 #include <exception>
 #include <optional>
 #include <utility>
@@ -35,7 +37,8 @@ T Unwrap(Result<T>&& r) {
 // std::terminate()s (exit code 134) when it starts inside a destructor. Here
 // the unwind starts in PyEval_RestoreThread called from ordinary code and
 // passes through (pybind11 rethrows abi::__forced_unwind). f() must not
-// touch Python objects and must not take the GIL itself.
+// touch Python objects; if it takes the GIL (a progress callback), it does so
+// in plain code too, and a forced unwind started there passes through here.
 template <typename F>
 auto WithoutGil(F&& f) {
   using R = decltype(f());
@@ -44,7 +47,9 @@ auto WithoutGil(F&& f) {
     std::exception_ptr error;
     try {
       f();
-    } catch (...) {  // only f's exceptions: the forced unwind must pass freely
+    } catch (abi::__forced_unwind&) {  // the thread is ending: let the unwind pass
+      throw;
+    } catch (...) {
       error = std::current_exception();
     }
     PyEval_RestoreThread(state);
@@ -54,7 +59,9 @@ auto WithoutGil(F&& f) {
     std::exception_ptr error;
     try {
       result.emplace(f());
-    } catch (...) {  // only f's exceptions: the forced unwind must pass freely
+    } catch (abi::__forced_unwind&) {  // the thread is ending: let the unwind pass
+      throw;
+    } catch (...) {
       error = std::current_exception();
     }
     PyEval_RestoreThread(state);
