@@ -56,43 +56,4 @@ Result<UniqueFd> OpenFile(const std::string& path, int flags, mode_t mode) {
   return UniqueFd(fd);
 }
 
-Result<uint64_t> FileSize(int fd) {
-  struct stat st;
-  if (::fstat(fd, &st) != 0) return Status::FromErrno("fstat", errno);
-  return static_cast<uint64_t>(st.st_size);
-}
-
-Status PWriteAll(int fd, const void* data, size_t len, uint64_t offset, const std::string& what) {
-  const char* p = static_cast<const char*>(data);
-  while (len > 0) {
-    size_t chunk = len > (1u << 30) ? (1u << 30) : len;
-    ssize_t n = ::pwrite(fd, p, chunk, static_cast<off_t>(offset));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Status::FromErrno(what, errno);
-    }
-    p += n;
-    len -= static_cast<size_t>(n);
-    offset += static_cast<uint64_t>(n);
-  }
-  return Status::OK();
-}
-
-Status PReadAll(int fd, void* data, size_t len, uint64_t offset, const std::string& what) {
-  char* p = static_cast<char*>(data);
-  while (len > 0) {
-    size_t chunk = len > (1u << 30) ? (1u << 30) : len;
-    ssize_t n = ::pread(fd, p, chunk, static_cast<off_t>(offset));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return Status::FromErrno(what, errno);
-    }
-    if (n == 0) return Status::Corruption(what + ": truncated (short read)");
-    p += n;
-    len -= static_cast<size_t>(n);
-    offset += static_cast<uint64_t>(n);
-  }
-  return Status::OK();
-}
-
 }  // namespace loaderx

@@ -13,6 +13,7 @@
 
 #include "codec.h"
 #include "format.h"
+#include "loaderx/env.h"
 #include "loaderx/store.h"
 #include "loaderx/thread_pool.h"
 
@@ -50,18 +51,18 @@ constexpr uint64_t kVerifyOneShot = uint64_t{64} << 20;
 // Records per verify task.
 constexpr uint64_t kVerifyChunk = 256;
 
-Result<std::string> ReadWhole(int fd, uint64_t size, const std::string& what) {
+Result<std::string> ReadWhole(Env& env, int fd, uint64_t size, const std::string& what) {
   std::string s(size, '\0');
-  LX_RETURN_IF_ERROR(PReadAll(fd, s.data(), size, 0, what));
+  LX_RETURN_IF_ERROR(PReadAll(env, fd, s.data(), size, 0, what));
   return s;
 }
 
-Result<format::Metadata> ReadMeta(int fd, const std::string& what) {
-  LX_ASSIGN_OR_RETURN(uint64_t size, FileSize(fd));
+Result<format::Metadata> ReadMeta(Env& env, int fd, const std::string& what) {
+  LX_ASSIGN_OR_RETURN(uint64_t size, FileSize(env, fd, what));
   if (size > format::kMaxMetaBytes) {
     return Status::Corruption(what + ": metadata too large (" + std::to_string(size) + " bytes)");
   }
-  LX_ASSIGN_OR_RETURN(std::string bytes, ReadWhole(fd, size, what));
+  LX_ASSIGN_OR_RETURN(std::string bytes, ReadWhole(env, fd, size, what));
   return format::DecodeMetadata(bytes, what);
 }
 
@@ -113,7 +114,7 @@ struct Table {
 
 class StoreImpl final : public Store {
  public:
-  static Result<std::shared_ptr<Store>> Make(StoreFiles files);
+  static Result<std::shared_ptr<Store>> Make(StoreFiles files, Env* env);
 
   const Schema& schema() const override { return meta_.schema; }
   Codec codec() const override { return meta_.codec; }
@@ -442,8 +443,8 @@ class StoreImpl final : public Store {
   Status VerifyDataBlocks() const {
     const uint64_t blk = meta_.data_block;
     std::vector<uint64_t> sums(sums_count_);
-    LX_RETURN_IF_ERROR(PReadAll(files_.index.get(), sums.data(), sums_count_ * 8, sums_offset_,
-                                index_.what));
+    LX_RETURN_IF_ERROR(PReadAll(*env_, files_.index.get(), sums.data(), sums_count_ * 8,
+                                sums_offset_, index_.what));
     if (format::Hash64(sums.data(), sums.size() * 8) != meta_.sums_table_xxh3) {
       return Status::Corruption(index_.what + ": data block checksum table mismatch");
     }
@@ -510,7 +511,7 @@ class StoreImpl final : public Store {
   Status CopyRaw(uint64_t i, const RecordRef& r, uint64_t from, uint64_t to, void* out) const {
     const uint64_t n = to - from;
     if (n >= kPreadBytes) {
-      Status st = PReadAll(files_.data[r.shard].get(), out, n, r.offset + from,
+      Status st = PReadAll(*env_, files_.data[r.shard].get(), out, n, r.offset + from,
                            data_names_[r.shard]);
       if (!st.ok()) return st.WithContext("record " + std::to_string(i));
       return st;
@@ -525,8 +526,8 @@ class StoreImpl final : public Store {
     if (r.stored_len >= kPreadFrameBytes && r.stored_len <= kMaxPreadFrameBytes) {
       thread_local std::vector<uint8_t> scratch;
       if (scratch.size() < r.stored_len) scratch.resize(r.stored_len);
-      Status st = PReadAll(files_.data[r.shard].get(), scratch.data(), r.stored_len, r.offset,
-                           data_names_[r.shard]);
+      Status st = PReadAll(*env_, files_.data[r.shard].get(), scratch.data(), r.stored_len,
+                           r.offset, data_names_[r.shard]);
       if (!st.ok()) return st.WithContext("record " + std::to_string(i));
       src = scratch.data();
     }
@@ -541,6 +542,7 @@ class StoreImpl final : public Store {
   Status LoadTable(Table* t, const char* name, int fd, uint64_t rows, uint64_t row_bytes,
                    uint64_t table_xxh3, uint64_t trailer_bytes);
 
+  Env* env_ = nullptr;  // not owned (Store::Open: outlives the store)
   StoreFiles files_;
   format::Metadata meta_;
   Table index_, shapes_;
@@ -566,35 +568,37 @@ Status StoreImpl::LoadTable(Table* t, const char* name, int fd, uint64_t rows, u
       body + blocks * 8 + trailer_bytes < body + blocks * 8) {
     return Status::Corruption(t->what + ": record count overflows");
   }
-  LX_ASSIGN_OR_RETURN(uint64_t size, FileSize(fd));
+  LX_ASSIGN_OR_RETURN(uint64_t size, FileSize(*env_, fd, t->what));
   if (size != body + blocks * 8 + trailer_bytes) {
     return Status::Corruption(t->what + ": size " + std::to_string(size) + " bytes, expected " +
                               std::to_string(body + blocks * 8 + trailer_bytes) +
                               " (truncated or extended)");
   }
   t->block_sums.resize(blocks);
-  LX_RETURN_IF_ERROR(PReadAll(fd, t->block_sums.data(), blocks * 8, body, t->what));
+  LX_RETURN_IF_ERROR(PReadAll(*env_, fd, t->block_sums.data(), blocks * 8, body, t->what));
   if (format::Hash64(t->block_sums.data(), blocks * 8) != table_xxh3) {
     return Status::Corruption(t->what + ": block checksum table mismatch");
   }
   t->verified = std::make_unique<VerifiedBits>(blocks);
-  LX_ASSIGN_OR_RETURN(t->map, MappedRegion::Map(fd, size));
+  auto map = env_->Map(fd, size);
+  if (!map.ok()) return map.status().WithContext(t->what);
+  t->map = std::move(*map);
   return Status::OK();
 }
 
-Result<std::shared_ptr<Store>> StoreImpl::Make(StoreFiles files) {
+Result<std::shared_ptr<Store>> StoreImpl::Make(StoreFiles files, Env* env) {
   auto s = std::shared_ptr<StoreImpl>(new StoreImpl());
+  s->env_ = env;
   s->files_ = std::move(files);
   const std::string& label = s->files_.label;
   auto name_of = [&](const std::string& f) { return label + "/" + f; };
   if (!s->files_.meta.valid() || !s->files_.index.valid()) {
     return Status::InvalidArgument(label + ": incomplete file set");
   }
-  LX_ASSIGN_OR_RETURN(s->meta_, ReadMeta(s->files_.meta.get(), name_of(format::kMetaFile)));
+  LX_ASSIGN_OR_RETURN(s->meta_, ReadMeta(*env, s->files_.meta.get(), name_of(format::kMetaFile)));
   const format::Metadata& m = s->meta_;
-  struct stat st;
-  if (::fstat(s->files_.meta.get(), &st) != 0) return Status::FromErrno(label, errno);
-  s->stored_bytes_ = static_cast<uint64_t>(st.st_size);
+  LX_ASSIGN_OR_RETURN(s->stored_bytes_,
+                      FileSize(*env, s->files_.meta.get(), name_of(format::kMetaFile)));
 
   // Every file the metadata lists must be present with exactly its size.
   auto check_size = [&](int fd, const std::string& name) -> Status {
@@ -603,7 +607,7 @@ Result<std::shared_ptr<Store>> StoreImpl::Make(StoreFiles files) {
       return Status::Corruption(name_of(format::kMetaFile) + ": no entry for file '" + name + "'");
     }
     if (fd < 0) return Status::Corruption(name_of(name) + ": missing");
-    LX_ASSIGN_OR_RETURN(uint64_t size, FileSize(fd));
+    LX_ASSIGN_OR_RETURN(uint64_t size, FileSize(*env, fd, name_of(name)));
     if (size != it->second.size) {
       return Status::Corruption(name_of(name) + ": size " + std::to_string(size) +
                                 " bytes, expected " + std::to_string(it->second.size) +
@@ -663,7 +667,7 @@ Result<std::shared_ptr<Store>> StoreImpl::Make(StoreFiles files) {
   if (m.codec == Codec::kZstdDict) {
     const std::string what = name_of(format::kDictFile);
     const format::FileInfo& info = m.files.at(format::kDictFile);
-    LX_ASSIGN_OR_RETURN(std::string bytes, ReadWhole(s->files_.dict.get(), info.size, what));
+    LX_ASSIGN_OR_RETURN(std::string bytes, ReadWhole(*env, s->files_.dict.get(), info.size, what));
     if (format::Hash64(bytes.data(), bytes.size()) != info.xxh3) {
       return Status::Corruption(what + ": checksum mismatch");
     }
@@ -679,14 +683,15 @@ Result<std::shared_ptr<Store>> StoreImpl::Make(StoreFiles files) {
     const uint64_t size = m.files.at(format::DataFileName(i)).size;
     s->data_sizes_.push_back(size);
     s->data_names_.push_back(name_of(format::DataFileName(i)));
-    LX_ASSIGN_OR_RETURN(MappedRegion r, MappedRegion::Map(s->files_.data[i].get(), size));
-    s->data_maps_.push_back(std::move(r));
+    auto r = env->Map(s->files_.data[i].get(), size);
+    if (!r.ok()) return r.status().WithContext(s->data_names_.back());
+    s->data_maps_.push_back(std::move(*r));
   }
   return std::shared_ptr<Store>(std::move(s));
 }
 
-Result<UniqueFd> OpenPart(const std::string& dir, const std::string& name) {
-  auto fd = OpenFile(dir + "/" + name, O_RDONLY);
+Result<UniqueFd> OpenPart(Env& env, const std::string& dir, const std::string& name) {
+  auto fd = env.Open(dir + "/" + name, O_RDONLY, 0);
   if (!fd.ok() && fd.status().code() == Status::Code::kNotFound) {
     return Status::Corruption(dir + "/" + name + ": missing");
   }
@@ -695,18 +700,18 @@ Result<UniqueFd> OpenPart(const std::string& dir, const std::string& name) {
 
 }  // namespace
 
-Result<StoreFiles> Store::OpenFileSet(const std::string& path) {
+Result<StoreFiles> Store::OpenFileSet(const std::string& path, Env* env_or_null) {
+  Env& env = env_or_null != nullptr ? *env_or_null : *Env::Default();
   struct stat st;
-  if (::stat(path.c_str(), &st) != 0) {
-    if (errno == ENOENT || errno == ENOTDIR) return Status::NotFound(path + ": no such store");
-    return Status::FromErrno(path, errno);
-  }
+  Status found = env.StatPath(path, /*follow=*/true, &st);
+  if (found.code() == Status::Code::kNotFound) return Status::NotFound(path + ": no such store");
+  LX_RETURN_IF_ERROR(found);
   if (!S_ISDIR(st.st_mode)) {
     return Status::Corruption(path + ": not a Zrecord store (not a directory)");
   }
   StoreFiles f;
   f.label = path;
-  auto meta = OpenPart(path, format::kMetaFile);
+  auto meta = OpenPart(env, path, format::kMetaFile);
   if (!meta.ok()) {
     if (meta.status().code() == Status::Code::kCorruption) {
       return Status::Corruption(path + ": not a Zrecord store (no metadata file)");
@@ -714,28 +719,29 @@ Result<StoreFiles> Store::OpenFileSet(const std::string& path) {
     return meta.status();
   }
   f.meta = std::move(*meta);
-  LX_ASSIGN_OR_RETURN(format::Metadata m, ReadMeta(f.meta.get(), path + "/" + format::kMetaFile));
-  LX_ASSIGN_OR_RETURN(f.index, OpenPart(path, format::kIndexFile));
+  LX_ASSIGN_OR_RETURN(format::Metadata m,
+                      ReadMeta(env, f.meta.get(), path + "/" + format::kMetaFile));
+  LX_ASSIGN_OR_RETURN(f.index, OpenPart(env, path, format::kIndexFile));
   if (format::HasShapeTable(m)) {
-    LX_ASSIGN_OR_RETURN(f.shapes, OpenPart(path, format::kShapesFile));
+    LX_ASSIGN_OR_RETURN(f.shapes, OpenPart(env, path, format::kShapesFile));
   }
   if (m.codec == Codec::kZstdDict) {
-    LX_ASSIGN_OR_RETURN(f.dict, OpenPart(path, format::kDictFile));
+    LX_ASSIGN_OR_RETURN(f.dict, OpenPart(env, path, format::kDictFile));
   }
   for (uint32_t i = 0; i < m.data_shards; ++i) {
-    LX_ASSIGN_OR_RETURN(UniqueFd fd, OpenPart(path, format::DataFileName(i)));
+    LX_ASSIGN_OR_RETURN(UniqueFd fd, OpenPart(env, path, format::DataFileName(i)));
     f.data.push_back(std::move(fd));
   }
   return f;
 }
 
-Result<std::shared_ptr<Store>> Store::FromFiles(StoreFiles files) {
-  return StoreImpl::Make(std::move(files));
+Result<std::shared_ptr<Store>> Store::FromFiles(StoreFiles files, Env* env) {
+  return StoreImpl::Make(std::move(files), env != nullptr ? env : Env::Default());
 }
 
-Result<std::shared_ptr<Store>> Store::Open(const std::string& path) {
-  LX_ASSIGN_OR_RETURN(StoreFiles f, OpenFileSet(path));
-  return FromFiles(std::move(f));
+Result<std::shared_ptr<Store>> Store::Open(const std::string& path, Env* env) {
+  LX_ASSIGN_OR_RETURN(StoreFiles f, OpenFileSet(path, env));
+  return FromFiles(std::move(f), env);
 }
 
 }  // namespace loaderx

@@ -1,9 +1,7 @@
 // StoreWriter: builds a Zrecord store in a hidden sibling directory and
 // publishes it with one atomic rename (docs/format.md, "Writing").
-#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -16,6 +14,7 @@
 
 #include "codec.h"
 #include "format.h"
+#include "loaderx/env.h"
 #include "loaderx/store.h"
 #include "loaderx/thread_pool.h"
 
@@ -51,32 +50,20 @@ class HashState {
   XXH3_state_t* s_;
 };
 
-// fdatasync: the content and the size (what a reader needs) are made
-// durable; timestamps are not waited for.
-Status SyncFd(int fd, const std::string& what) {
-  if (::fdatasync(fd) != 0) return Status::FromErrno(what + ": fdatasync", errno);
-  return Status::OK();
-}
-
-Status SyncDir(const std::string& dir) {
-  LX_ASSIGN_OR_RETURN(UniqueFd fd, OpenFile(dir, O_RDONLY | O_DIRECTORY));
-  if (::fsync(fd.get()) != 0) return Status::FromErrno(dir + ": fsync", errno);  // entries, not data
-  return Status::OK();
-}
-
 // A file written front to back, with a running XXH3 of its content, or (data
 // files) XXH3s of its kDataBlockBytes blocks instead: one hash pass either way.
 class SeqFile {
  public:
-  Status Open(const std::string& path, bool block_sums = false) {
+  Status Open(Env* env, const std::string& path, bool block_sums = false) {
+    env_ = env;
     path_ = path;
     block_sums_ = block_sums;
-    LX_ASSIGN_OR_RETURN(fd_, OpenFile(path, O_WRONLY | O_CREAT | O_EXCL));
+    LX_ASSIGN_OR_RETURN(fd_, env->Open(path, O_WRONLY | O_CREAT | O_EXCL, 0644));
     return Status::OK();
   }
   Status Append(const void* p, uint64_t n) {
     // PWriteAll takes size_t; uint64 == size_t on the 64-bit hosts we support.
-    LX_RETURN_IF_ERROR(PWriteAll(fd_.get(), p, n, size_, path_));
+    LX_RETURN_IF_ERROR(PWriteAll(*env_, fd_.get(), p, n, size_, path_));
     if (block_sums_) {
       HashBlocks(static_cast<const uint8_t*>(p), n);
     } else {
@@ -86,8 +73,7 @@ class SeqFile {
     // Start writeback of what is written so far without waiting for it, so the
     // final fsync finds most pages already on their way (docs/format.md, Writing).
     if (size_ - started_ >= kWritebackBytes) {
-      ::sync_file_range(fd_.get(), static_cast<off_t>(started_), static_cast<off_t>(size_ - started_),
-                        SYNC_FILE_RANGE_WRITE);
+      env_->StartWriteback(fd_.get(), started_, size_ - started_);
       started_ = size_;
     }
     return Status::OK();
@@ -105,9 +91,8 @@ class SeqFile {
   }
   // Forgets everything appended after `m`.
   Status Rewind(const Mark& m) {
-    if (::ftruncate(fd_.get(), static_cast<off_t>(m.size)) != 0) {
-      return Status::FromErrno(path_ + ": ftruncate", errno);
-    }
+    Status st = env_->Truncate(fd_.get(), m.size);
+    if (!st.ok()) return st.WithContext(path_);
     size_ = m.size;
     started_ = std::min(started_, size_);
     fill_ = m.fill;
@@ -122,9 +107,13 @@ class SeqFile {
       fill_ = 0;
     }
   }
+  // fdatasync: the content and the size (what a reader needs) are made
+  // durable; timestamps are not waited for.
   Status Sync() {
     FinishBlocks();
-    return SyncFd(fd_.get(), path_);
+    Status st = env_->DataSync(fd_.get());
+    if (!st.ok()) return st.WithContext(path_);
+    return Status::OK();
   }
   uint64_t size() const { return size_; }
   // Whole-file XXH3; for block-summed files the XXH3 of the block sums.
@@ -152,6 +141,7 @@ class SeqFile {
     }
   }
 
+  Env* env_ = nullptr;
   std::string path_;
   UniqueFd fd_;
   uint64_t size_ = 0, started_ = 0;
@@ -166,7 +156,7 @@ class SeqFile {
 class BlockedTableWriter {
  public:
   explicit BlockedTableWriter(size_t row_bytes) : row_bytes_(row_bytes) {}
-  Status Open(const std::string& path) { return file_.Open(path); }
+  Status Open(Env* env, const std::string& path) { return file_.Open(env, path); }
   Status AppendRows(const void* rows, uint64_t n) {
     const uint8_t* p = static_cast<const uint8_t*>(rows);
     while (n > 0) {
@@ -221,6 +211,7 @@ class StoreWriterImpl final : public StoreWriter {
         tmp_lock_(std::move(tmp_lock)),
         schema_(std::move(schema)),
         opt_(std::move(opt)),
+        env_(opt_.env != nullptr ? opt_.env : Env::Default()),
         pool_(opt_.pool != nullptr ? opt_.pool : &ThreadPool::Default()),
         layout_(schema_.kind == Kind::kDense && opt_.codec == Codec::kRaw ? format::Layout::kComputed
                                                                           : format::Layout::kEnds),
@@ -236,16 +227,17 @@ class StoreWriterImpl final : public StoreWriter {
     if (opt_.codec == Codec::kZstdDict) {
       LX_ASSIGN_OR_RETURN(dict_, codec::ZstdDictionary::Create(opt_.dictionary, opt_.level));
       SeqFile f;
-      LX_RETURN_IF_ERROR(f.Open(File(format::kDictFile)));
+      LX_RETURN_IF_ERROR(f.Open(env_, File(format::kDictFile)));
       LX_RETURN_IF_ERROR(f.Append(dict_->bytes().data(), dict_->bytes().size()));
       LX_RETURN_IF_ERROR(f.Sync());
       dict_info_ = f.Info();
     }
-    LX_RETURN_IF_ERROR(index_.Open(File(format::kIndexFile)));
-    if (shape_table_) LX_RETURN_IF_ERROR(shapes_.Open(File(format::kShapesFile)));
+    LX_RETURN_IF_ERROR(index_.Open(env_, File(format::kIndexFile)));
+    if (shape_table_) LX_RETURN_IF_ERROR(shapes_.Open(env_, File(format::kShapesFile)));
     for (uint32_t s = 0; s < opt_.data_shards; ++s) {
       shards_.push_back(std::make_unique<SeqFile>());
-      LX_RETURN_IF_ERROR(shards_.back()->Open(File(format::DataFileName(s)), /*block_sums=*/true));
+      LX_RETURN_IF_ERROR(
+          shards_.back()->Open(env_, File(format::DataFileName(s)), /*block_sums=*/true));
     }
     return Status::OK();
   }
@@ -294,8 +286,7 @@ class StoreWriterImpl final : public StoreWriter {
     if (published_ || aborted_) return;
     aborted_ = true;
     shards_.clear();
-    std::error_code ec;
-    fs::remove_all(tmp_, ec);  // best effort: nothing to report to
+    (void)RemoveTree(*env_, tmp_);  // best effort: nothing to report to
   }
 
   uint64_t size() const override { return count_; }
@@ -550,21 +541,20 @@ class StoreWriterImpl final : public StoreWriter {
     // Metadata last: a store whose meta exists had every other file synced.
     const std::string meta = format::EncodeMetadata(m);
     SeqFile mf;
-    LX_RETURN_IF_ERROR(mf.Open(File(format::kMetaFile)));
+    LX_RETURN_IF_ERROR(mf.Open(env_, File(format::kMetaFile)));
     LX_RETURN_IF_ERROR(mf.Append(meta.data(), meta.size()));
     LX_RETURN_IF_ERROR(mf.Sync());
-    LX_RETURN_IF_ERROR(SyncDir(tmp_));
-    if (::renameat2(AT_FDCWD, tmp_.c_str(), AT_FDCWD, path_.c_str(), RENAME_NOREPLACE) != 0) {
-      if (errno == EEXIST || errno == ENOTEMPTY) {
-        return Status::AlreadyExists(path_ + ": already exists (created while this store was "
-                                             "being written)");
-      }
-      return Status::FromErrno(path_ + ": rename", errno);
+    LX_RETURN_IF_ERROR(SyncDir(*env_, tmp_));
+    Status renamed = env_->RenameNoReplace(tmp_, path_);
+    if (renamed.code() == Status::Code::kAlreadyExists) {
+      return Status::AlreadyExists(path_ + ": already exists (created while this store was "
+                                           "being written)");
     }
+    LX_RETURN_IF_ERROR(renamed);
     // Visible now: from here on the store must not be removed, whatever happens.
     published_ = true;
     shards_.clear();
-    return SyncDir(parent_);
+    return SyncDir(*env_, parent_);
   }
 
   const std::string path_, parent_, tmp_;
@@ -574,6 +564,7 @@ class StoreWriterImpl final : public StoreWriter {
   UniqueFd tmp_lock_;
   const Schema schema_;
   const WriteOptions opt_;
+  Env* const env_;
   ThreadPool* const pool_;
   const format::Layout layout_;
   const bool shape_table_;
@@ -645,31 +636,27 @@ constexpr int64_t kSweepAfterSeconds = 3600;
 // that are older than kSweepAfterSeconds). A writer between its mkdir and
 // its flock holds no lock yet, but its pid is alive, so it is left alone.
 // Best effort: a directory that cannot be inspected or removed is skipped.
-void SweepDeadWriters(const fs::path& parent) {
-  DIR* d = ::opendir(parent.c_str());
-  if (d == nullptr) return;
+void SweepDeadWriters(Env& env, const std::string& parent) {
+  auto names = env.ListDir(parent);
+  if (!names.ok()) return;
   std::vector<std::string> dead;
-  while (const dirent* e = ::readdir(d)) {
-    const std::string n = e->d_name;
+  for (const std::string& n : *names) {
     const size_t at = n.find(kTmpMarker);
     if (n.empty() || n[0] != '.' || at == std::string::npos) continue;
-    const fs::path dir = parent / n;
-    UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!fd.valid()) continue;
-    if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) continue;  // its writer lives
+    const std::string dir = parent + "/" + n;
+    auto fd = env.Open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0);
+    if (!fd.ok()) continue;
+    auto locked = env.TryLock(fd->get());
+    if (!locked.ok() || !*locked) continue;  // its writer lives
     struct stat st;
-    if (::fstat(fd.get(), &st) != 0 || st.st_uid != ::geteuid()) continue;  // not ours to judge
+    if (!env.Stat(fd->get(), &st).ok() || st.st_uid != ::geteuid()) continue;  // not ours to judge
     const long pid = std::strtol(n.c_str() + at + sizeof(kTmpMarker) - 1, nullptr, 10);
     const bool pid_alive = pid > 0 && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
     const bool old = ::time(nullptr) - st.st_mtime > kSweepAfterSeconds;
     if (pid == ::getpid() || (pid_alive && !old)) continue;
-    dead.push_back(dir.string());
+    dead.push_back(dir);
   }
-  ::closedir(d);
-  for (const std::string& dir : dead) {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
+  for (const std::string& dir : dead) (void)RemoveTree(env, dir);
 }
 
 std::string RandomSuffix() {
@@ -696,24 +683,30 @@ Result<std::unique_ptr<StoreWriter>> StoreWriter::Create(const std::string& path
   }
   fs::path parent = p.parent_path();
   if (parent.empty()) parent = ".";
+  Env& env = options.env != nullptr ? *options.env : *Env::Default();
   struct stat st;
-  if (::lstat(p.c_str(), &st) == 0) return Status::AlreadyExists(path + ": already exists");
-  if (errno != ENOENT && errno != ENOTDIR) return Status::FromErrno(path, errno);
-  std::error_code ec;
-  fs::create_directories(parent, ec);
-  if (ec) return Status::IOError(parent.string() + ": cannot create directory: " + ec.message());
+  Status exists = env.StatPath(p.string(), /*follow=*/false, &st);
+  if (exists.ok()) return Status::AlreadyExists(path + ": already exists");
+  if (exists.code() != Status::Code::kNotFound) return exists;
+  Status made = CreateDirs(env, parent.string());
+  if (!made.ok()) return made.WithContext("cannot create the parent directory");
 
-  SweepDeadWriters(parent);
+  SweepDeadWriters(env, parent.string());
   const std::string tmp = (parent / ("." + name + kTmpMarker + RandomSuffix())).string();
-  if (::mkdir(tmp.c_str(), 0755) != 0) return Status::FromErrno(tmp + ": mkdir", errno);
-  UniqueFd lock(::open(tmp.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!lock.valid() || ::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
-    std::error_code ec;
-    fs::remove(tmp, ec);
-    return Status::FromErrno(tmp + ": lock", err);
+  LX_RETURN_IF_ERROR(env.Mkdir(tmp, 0755));
+  // The lock: see StoreWriterImpl::tmp_lock_.
+  auto lock = env.Open(tmp, O_RDONLY | O_DIRECTORY, 0);
+  Status locked = lock.status();
+  if (lock.ok()) {
+    Result<bool> got = env.TryLock(lock->get());
+    if (!got.ok()) locked = got.status().WithContext(tmp);
+    if (got.ok() && !*got) locked = Status::IOError(tmp + ": flock: held by another process");
   }
-  auto w = std::make_unique<StoreWriterImpl>(p.string(), parent.string(), tmp, std::move(lock),
+  if (!locked.ok()) {
+    (void)env.Rmdir(tmp);
+    return locked;
+  }
+  auto w = std::make_unique<StoreWriterImpl>(p.string(), parent.string(), tmp, std::move(*lock),
                                              std::move(s), options);
   Status init = w->Init();
   if (!init.ok()) return init;  // the destructor removes tmp

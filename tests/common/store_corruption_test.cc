@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "format.h"
+#include "loaderx/env.h"
 #include "loaderx/store.h"
 #include "loaderx/thread_pool.h"
 #include "store_test_util.h"
@@ -670,7 +671,8 @@ TEST(StoreOpenTest, HundredMillionRecordStoreOpensWithoutReadingTheIndex) {
     auto fd = OpenFile(path + "/index", O_WRONLY | O_CREAT);
     ASSERT_TRUE(fd.ok());
     ASSERT_EQ(::ftruncate(fd->get(), static_cast<off_t>(body)), 0);
-    ASSERT_TRUE(PWriteAll(fd->get(), table.data(), blocks * 8, body, "index").ok());
+    ASSERT_TRUE(
+        PWriteAll(*Env::Default(), fd->get(), table.data(), blocks * 8, body, "index").ok());
     auto d = OpenFile(path + "/data-000", O_WRONLY | O_CREAT);
     ASSERT_TRUE(d.ok());
   }

@@ -83,12 +83,6 @@ class MappedRegion {
 
 // Opens `path` with `flags` (O_CLOEXEC added).
 Result<UniqueFd> OpenFile(const std::string& path, int flags, mode_t mode = 0644);
-// Size of an open file in bytes (fstat).
-Result<uint64_t> FileSize(int fd);
-// Writes all of [data, data+len) at `offset`, retrying short writes and EINTR.
-Status PWriteAll(int fd, const void* data, size_t len, uint64_t offset,
-                 const std::string& what);
-// Reads exactly len bytes at offset; a short read is Corruption("truncated").
-Status PReadAll(int fd, void* data, size_t len, uint64_t offset, const std::string& what);
+// The reads and writes of store files go through an Env (loaderx/env.h).
 
 }  // namespace loaderx

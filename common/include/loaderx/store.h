@@ -36,6 +36,7 @@
 
 namespace loaderx {
 
+class Env;
 class ThreadPool;
 
 // A NumPy dtype with a fixed itemsize, stored by its NumPy string ("<f4",
@@ -75,6 +76,10 @@ struct WriteOptions {
   int level = 3;             // zstd level
   std::string dictionary;    // zstd_dict only: non-empty zstd dictionary bytes
   ThreadPool* pool = nullptr;  // compression/write pool; nullptr = Default()
+  // Every file operation of the writer goes through this Env (loaderx/env.h;
+  // tests inject faults with it); nullptr = Env::Default(). Must outlive the
+  // writer.
+  Env* env = nullptr;
   // Records larger than this are not buffered: they are compressed (or copied)
   // streaming straight into their shard file, so writer memory stays bounded
   // for records of any size (> 4 GiB included). Tests lower it.
@@ -129,13 +134,17 @@ struct StoreFiles {
 
 class Store {
  public:
-  // Opens `path` read-only (opens the files, then OpenFiles).
-  static Result<std::shared_ptr<Store>> Open(const std::string& path);
+  // Every file operation of a store (open, fstat, pread, mmap) goes through
+  // `env` (loaderx/env.h); nullptr = Env::Default(). A non-default Env must
+  // outlive the store: reads go through it too.
+  //
+  // Opens `path` read-only (OpenFileSet, then FromFiles).
+  static Result<std::shared_ptr<Store>> Open(const std::string& path, Env* env = nullptr);
   // Opens every file of the store at `path` without validating more than the
   // metadata needed to know which files exist.
-  static Result<StoreFiles> OpenFileSet(const std::string& path);
+  static Result<StoreFiles> OpenFileSet(const std::string& path, Env* env = nullptr);
   // Validates and maps an already-opened file set (daemon path).
-  static Result<std::shared_ptr<Store>> FromFiles(StoreFiles files);
+  static Result<std::shared_ptr<Store>> FromFiles(StoreFiles files, Env* env = nullptr);
 
   virtual ~Store() = default;
 
