@@ -162,6 +162,7 @@ TEST(StoreFaultTest, AFaultFreeCreateThroughTheEnvMakesTheSameStore) {
   EXPECT_EQ(Others(dir.path(), {"s"}), std::set<std::string>{});
   // Every file of the store was created, written and synced through the Env.
   const auto calls = CleanRunCalls();
+  for (const auto& [call, n] : calls) std::cout << call << ": " << n << "\n";
   EXPECT_EQ(calls.at("open"), 6);  // dict, index, shapes, 2 data, meta
   EXPECT_EQ(calls.at("fdatasync"), 6);
   EXPECT_EQ(calls.at("fsync"), 2);  // the temporary directory, the parent
@@ -324,6 +325,7 @@ TEST(StoreFaultTest, EioOnEveryReadAtOpenFailsNamingTheFile) {
   TempDir dir;
   ASSERT_TRUE(WriteStore(dir.Sub("s"), nullptr).ok());
   const int reads = OpenCalls(dir.Sub("s"), Op::kPRead);
+  std::cout << "pread at open: " << reads << "\n";
   ASSERT_GE(reads, 4);  // meta (twice: the file set, the store), dict, the tables' block sums
   std::set<std::string> named;
   for (int n = 1; n <= reads; ++n) {
@@ -348,6 +350,8 @@ TEST(StoreFaultTest, EveryFailingFstatAndMmapAtOpenFailsNamingTheFile) {
   ASSERT_TRUE(WriteStore(dir.Sub("s"), nullptr).ok());
   for (Op op : {Op::kStat, Op::kMap, Op::kOpen}) {
     const int calls = OpenCalls(dir.Sub("s"), op);
+    std::cout << (op == Op::kStat ? "fstat" : op == Op::kMap ? "mmap" : "open") << " at open: "
+              << calls << "\n";
     ASSERT_GE(calls, 4);
     for (int n = 1; n <= calls; ++n) {
       FaultEnv env;
