@@ -171,37 +171,29 @@ TEST(StoreFaultTest, AFaultFreeCreateThroughTheEnvMakesTheSameStore) {
   EXPECT_GE(calls.at("pwrite"), 6);
 }
 
-TEST(StoreFaultTest, EnospcOnEveryWriteFailsNamingTheFileAndLeavesNothing) {
-  const int writes = CleanRunCalls().at("pwrite");
-  for (int n = 1; n <= writes; ++n) {
-    SCOPED_TRACE("write " + std::to_string(n));
-    Status st = FailedCreate(Op::kPWrite, n, ENOSPC);
+// Fails each call of `op` (`call` in the clean run's log) in turn with `err`:
+// every create fails with IOError naming the file, the call and the errno.
+void ExpectEveryCallFails(Op op, const std::string& call, int err) {
+  const int calls = CleanRunCalls().at(call);
+  for (int n = 1; n <= calls; ++n) {
+    SCOPED_TRACE(call + " " + std::to_string(n));
+    Status st = FailedCreate(op, n, err);
     EXPECT_EQ(st.code(), Status::Code::kIOError) << st.ToString();
-    EXPECT_TRUE(Contains(st, std::strerror(ENOSPC))) << st.ToString();
+    EXPECT_TRUE(Contains(st, call + ": " + std::strerror(err))) << st.ToString();
     EXPECT_TRUE(NamesAStoreFile(st)) << st.ToString();
   }
+}
+
+TEST(StoreFaultTest, EnospcOnEveryWriteFailsNamingTheFileAndLeavesNothing) {
+  ExpectEveryCallFails(Op::kPWrite, "pwrite", ENOSPC);
 }
 
 TEST(StoreFaultTest, EioOnEveryWriteFailsNamingTheFileAndLeavesNothing) {
-  const int writes = CleanRunCalls().at("pwrite");
-  for (int n = 1; n <= writes; ++n) {
-    SCOPED_TRACE("write " + std::to_string(n));
-    Status st = FailedCreate(Op::kPWrite, n, EIO);
-    EXPECT_EQ(st.code(), Status::Code::kIOError) << st.ToString();
-    EXPECT_TRUE(Contains(st, std::strerror(EIO))) << st.ToString();
-    EXPECT_TRUE(NamesAStoreFile(st)) << st.ToString();
-  }
+  ExpectEveryCallFails(Op::kPWrite, "pwrite", EIO);
 }
 
 TEST(StoreFaultTest, EioOnEveryFdatasyncFailsNamingTheFileAndDoesNotPublish) {
-  const int syncs = CleanRunCalls().at("fdatasync");
-  for (int n = 1; n <= syncs; ++n) {
-    SCOPED_TRACE("fdatasync " + std::to_string(n));
-    Status st = FailedCreate(Op::kDataSync, n, EIO);
-    EXPECT_EQ(st.code(), Status::Code::kIOError) << st.ToString();
-    EXPECT_TRUE(Contains(st, "fdatasync: " + std::string(std::strerror(EIO)))) << st.ToString();
-    EXPECT_TRUE(NamesAStoreFile(st)) << st.ToString();
-  }
+  ExpectEveryCallFails(Op::kDataSync, "fdatasync", EIO);
 }
 
 TEST(StoreFaultTest, EioOnTheTemporaryDirectoryFsyncDoesNotPublish) {
@@ -350,8 +342,10 @@ TEST(StoreFaultTest, EveryFailingFstatAndMmapAtOpenFailsNamingTheFile) {
   ASSERT_TRUE(WriteStore(dir.Sub("s"), nullptr).ok());
   for (Op op : {Op::kStat, Op::kMap, Op::kOpen}) {
     const int calls = OpenCalls(dir.Sub("s"), op);
-    std::cout << (op == Op::kStat ? "fstat" : op == Op::kMap ? "mmap" : "open") << " at open: "
-              << calls << "\n";
+    std::cout << (op == Op::kStat  ? "fstat"
+                  : op == Op::kMap ? "mmap"
+                                   : "open")
+              << " at open: " << calls << "\n";
     ASSERT_GE(calls, 4);
     for (int n = 1; n <= calls; ++n) {
       FaultEnv env;
