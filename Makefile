@@ -9,7 +9,7 @@ CCACHE := $(shell command -v ccache 2>/dev/null)
 CMAKE_COMMON := -G Ninja -DCMAKE_MAKE_PROGRAM=$(CURDIR)/.venv/bin/ninja -DPython_EXECUTABLE=$(CURDIR)/$(PY) \
   $(if $(CCACHE),-DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE) -DCMAKE_C_COMPILER_LAUNCHER=$(CCACHE))
 
-.PHONY: setup build demo demo-daemon test test-cpp test-asan test-tsan test-py bench clean wheel lint fuzz fuzz-long fuzz-seeds soak
+.PHONY: setup build demo demo-daemon test test-cpp test-asan test-tsan test-py bench clean wheel lint fuzz fuzz-long fuzz-seeds soak tidy format format-check
 
 setup:
 	@scripts/setup.sh
@@ -86,6 +86,21 @@ lint: build
 	PYTHONPATH=python $(PY) -m mypy.stubtest loaderx._loaderx --mypy-config-file pyproject.toml --allowlist tests/python/stubtest_allowlist.txt
 	$(PY) -m mypy --no-incremental python/loaderx
 	$(PY) -m ruff check --no-cache python/loaderx tests/python tests/compat bench
+
+# C++ gates (Debian's clang-format and clang-tidy 14): every C++ file of the
+# tree is clang-format clean (.clang-format); clang-tidy (.clang-tidy) finds
+# nothing in the sources of common/, daemon/, client/ and python/src.
+CXX_FILES = $(shell git ls-files '*.cc' '*.h')
+format-check:
+	@clang-format --dry-run -Werror $(CXX_FILES) && echo "clang-format: $(words $(CXX_FILES)) files clean"
+
+format:
+	clang-format -i $(CXX_FILES)
+
+tidy: build
+	@run-clang-tidy -quiet -j $(JOBS) -p build '/(common|daemon|client|python)/src/.*\.cc$$' > build/clang-tidy.log 2>&1 \
+	  || { grep -E "(warning|error):" build/clang-tidy.log | sort -u; echo "clang-tidy: findings above (full log: build/clang-tidy.log)"; exit 1; }
+	@echo "clang-tidy: no findings"
 
 wheel: setup
 	$(PY) -m pip wheel --no-deps -w dist .

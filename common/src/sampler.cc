@@ -230,7 +230,7 @@ void Sampler::FillSequential(uint64_t step, uint64_t* out) const {
   const uint64_t n = spec_.n;
   // 128-bit product: step * G may exceed 2^64 long before step does.
   uint64_t p = static_cast<uint64_t>(
-      (static_cast<u128>(step) * spec_.global_batch() + spec_.rank * spec_.batch_size) % n);
+      (static_cast<u128>(step) * spec_.global_batch() + static_cast<u128>(spec_.rank) * spec_.batch_size) % n);
   for (uint64_t i = 0; i < spec_.batch_size; ++i) {
     out[i] = p;
     if (++p == n) p = 0;

@@ -1,6 +1,6 @@
 #include "loaderx/status.h"
 
-#include <cstring>
+#include <system_error>
 
 namespace loaderx {
 
@@ -38,7 +38,7 @@ Status Status::FromErrno(std::string_view context, int err) {
   Code c = Code::kIOError;
   if (err == ENOENT) c = Code::kNotFound;
   if (err == EEXIST) c = Code::kAlreadyExists;
-  return Status(c, std::string(context) + ": " + std::strerror(err));
+  return Status(c, std::string(context) + ": " + std::generic_category().message(err));
 }
 
 Status Status::WithContext(std::string_view context) const {

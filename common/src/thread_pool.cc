@@ -7,7 +7,7 @@ namespace loaderx {
 
 ThreadPool::ThreadPool(size_t threads) : ThreadPool(threads, nullptr) {}
 
-ThreadPool::ThreadPool(size_t threads, std::function<void()> on_start) {
+ThreadPool::ThreadPool(size_t threads, const std::function<void()>& on_start) {
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
   workers_.reserve(threads);
   for (size_t i = 0; i < threads; ++i) {

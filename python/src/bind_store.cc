@@ -197,7 +197,7 @@ void BindStore(py::module_& m) {
       .def(
           "append_ragged",
           [](PyWriter& w, const py::array& values,
-             py::array_t<uint64_t, py::array::c_style> shapes, uint64_t count) {
+             const py::array_t<uint64_t, py::array::c_style>& shapes, uint64_t count) {
             if (!(values.flags() & py::array::c_style)) {
               ThrowStatus(Status::InvalidArgument("append_ragged needs C-contiguous values"));
             }

@@ -129,7 +129,10 @@ class [[nodiscard]] Result {
 // `LX_ASSIGN_OR_RETURN(auto x, MakeX());`
 #define LX_ASSIGN_OR_RETURN(lhs, rexpr) \
   LX_ASSIGN_OR_RETURN_IMPL(LOADERX_CONCAT(_lx_res_, __LINE__), lhs, rexpr)
+// `tmp` is an identifier and `lhs` a declaration: neither can be parenthesized.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define LX_ASSIGN_OR_RETURN_IMPL(tmp, lhs, rexpr) \
   auto tmp = (rexpr);                             \
   if (!tmp.ok()) return tmp.status();             \
   lhs = std::move(tmp).value()
+// NOLINTEND(bugprone-macro-parentheses)

@@ -28,7 +28,7 @@ class ThreadPool {
   explicit ThreadPool(size_t threads);
   // As above; every worker calls `on_start` once before taking tasks (e.g.
   // to set its own scheduling priority).
-  ThreadPool(size_t threads, std::function<void()> on_start);
+  ThreadPool(size_t threads, const std::function<void()>& on_start);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;

@@ -30,7 +30,7 @@ namespace loaderx {
 
 // Largest frame either side accepts. Control messages are small; the largest
 // is an open-loader request naming every store file (a few KiB).
-inline constexpr size_t kMaxFrameBytes = 256 * 1024;
+inline constexpr size_t kMaxFrameBytes = size_t{256} * 1024;
 // Largest number of fds in one frame (the kernel's SCM_MAX_FD is 253).
 inline constexpr size_t kMaxFrameFds = 253;
 
