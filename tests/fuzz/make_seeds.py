@@ -21,6 +21,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "python"))
 
+from loaderx import _loaderx
 from loaderx.utils import train_dict
 from loaderx.zrecord import Dense, Ragged
 
@@ -64,7 +65,16 @@ def store_seeds(tmp: Path) -> dict[str, bytes]:
     with Dense.create(str(p), np.uint8, (64,), codec="zstd_dict", dict_bytes=d) as w:
         w.append(samples[:10])
     seeds[p.name] = pack(p)
-    return seeds
+    p = tmp / "ragged-zstd-metadata"  # format 1.1: user metadata in meta
+    with Ragged.create(str(p), np.uint16, ndim=2, codec="zstd", data_shards=2,
+                       metadata={"names": ["a", "b"], "layout": "HW"}) as w:
+        w.append([np.full((i % 3 + 1, 2), i, dtype=np.uint16) for i in range(9)])
+    seeds[p.name] = pack(p)
+    # Seeds are named by the format version that wrote them; older versions'
+    # seeds stay in the corpus (every version is still read).
+    major, minor = _loaderx.Store.open(str(tmp / "labels-raw")).format_version
+    version = f"v{major}.{minor}"
+    return {f"{name}-{version}": b for name, b in seeds.items()}
 
 
 def wire_seeds() -> dict[str, bytes]:
