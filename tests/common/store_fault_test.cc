@@ -10,8 +10,10 @@
 #include <climits>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <map>
+#include <random>
 #include <set>
 
 #include "fault_env.h"
@@ -442,16 +444,17 @@ const char* ModelName(FaultEnv::NameModel m) {
 
 // One create per crash point (every mutating call of a create, plus none),
 // under each model of which unsynced directory operations survive: the path
-// holds nothing or the whole verified store, never a part of one.
-TEST(StoreFaultTest, ACrashAtEveryPointOfACreateLeavesNothingOrTheWholeStore) {
+// holds nothing or the whole verified store (`check`), never a part of one.
+// Returns the number of crash points.
+int CrashAtEveryPoint(const std::function<Status(const std::string&, Env*)>& write,
+                      const std::function<void(const std::string&)>& check) {
   int points = 0;
   {
     TempDir dir;
     FaultEnv env(dir.path());
-    ASSERT_TRUE(WriteStore(dir.Sub("s"), &env).ok());
+    EXPECT_TRUE(write(dir.Sub("s"), &env).ok());
     points = env.mutations();
   }
-  ASSERT_GT(points, 20);
   for (auto model : {FaultEnv::NameModel::kKeepAll, FaultEnv::NameModel::kDropUnsynced,
                      FaultEnv::NameModel::kKeepParentOnly}) {
     int nothing = 0, whole = 0;
@@ -460,17 +463,17 @@ TEST(StoreFaultTest, ACrashAtEveryPointOfACreateLeavesNothingOrTheWholeStore) {
       TempDir dir;
       FaultEnv env(dir.path());
       env.CrashAt(k);
-      Status st = WriteStore(dir.Sub("s"), &env);
-      ASSERT_EQ(st.ok(), k > points) << st.ToString();
-      ASSERT_EQ(env.crashed(), k <= points);
+      Status st = write(dir.Sub("s"), &env);
+      EXPECT_EQ(st.ok(), k > points) << st.ToString();
+      EXPECT_EQ(env.crashed(), k <= points);
       env.ApplyCrash(model);
       if (!Exists(dir.Sub("s"))) {
         ++nothing;
         continue;
       }
       ++whole;
-      ExpectWholeStore(dir.Sub("s"));
-      if (::testing::Test::HasFatalFailure()) return;
+      check(dir.Sub("s"));
+      if (::testing::Test::HasFailure()) return points;
     }
     // Crash points after the rename (the parent's fsync) keep the store when
     // the rename survives; every earlier point leaves nothing.
@@ -479,6 +482,82 @@ TEST(StoreFaultTest, ACrashAtEveryPointOfACreateLeavesNothingOrTheWholeStore) {
     EXPECT_EQ(whole, model == FaultEnv::NameModel::kDropUnsynced ? 1 : 2);
     EXPECT_EQ(nothing + whole, points + 1);
   }
+  return points;
+}
+
+TEST(StoreFaultTest, ACrashAtEveryPointOfACreateLeavesNothingOrTheWholeStore) {
+  EXPECT_GT(CrashAtEveryPoint(WriteStore, ExpectWholeStore), 20);
+}
+
+// Records above stream_threshold are compressed straight into their shard;
+// one that zstd cannot shrink is rewound (ftruncate) and written raw.
+constexpr uint64_t kStreamItem = 8192;
+constexpr uint64_t kStreamRecords = 10;
+
+std::vector<uint8_t> StreamValues() {
+  std::vector<uint8_t> v;
+  std::mt19937_64 rng(3);
+  for (uint64_t i = 0; i < kStreamRecords; ++i) {
+    std::vector<uint8_t> r = MakeBytes(kStreamItem, i);  // half compressible
+    if (i % 2 == 1) {
+      for (uint8_t& b : r) b = static_cast<uint8_t>(rng());  // incompressible
+    }
+    v.insert(v.end(), r.begin(), r.end());
+  }
+  return v;
+}
+
+Status WriteStreamedStore(const std::string& path, Env* env) {
+  ThreadPool pool(2);
+  WriteOptions o;
+  o.codec = Codec::kZstd;
+  o.data_shards = 2;
+  o.stream_threshold = 4096;
+  o.env = env;
+  o.pool = &pool;
+  auto w = StoreWriter::Create(path, testing::DenseSchema("|u1", {kStreamItem}), o);
+  if (!w.ok()) return w.status();
+  const auto v = StreamValues();
+  LX_RETURN_IF_ERROR((*w)->AppendDense(v.data(), kStreamRecords));
+  return (*w)->Publish();
+}
+
+void ExpectWholeStreamedStore(const std::string& path) {
+  auto s = Store::Open(path);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_EQ((*s)->size(), kStreamRecords);
+  ASSERT_TRUE((*s)->Verify(nullptr).ok());
+  const auto v = StreamValues();
+  std::vector<uint8_t> out(kStreamItem);
+  for (uint64_t i = 0; i < kStreamRecords; ++i) {
+    ASSERT_TRUE((*s)->ReadRecord(i, out.data(), out.size()).ok());
+    ASSERT_EQ(std::memcmp(out.data(), v.data() + i * kStreamItem, kStreamItem), 0) << i;
+  }
+}
+
+TEST(StoreFaultTest, EioOnTheRewindOfAStreamedRecordFailsNamingTheFile) {
+  TempDir dir;
+  FaultEnv env(dir.path());
+  env.AddRule({.op = Op::kTruncate, .nth = 1, .err = EIO});
+  Status st = WriteStreamedStore(dir.Sub("s"), &env);
+  EXPECT_EQ(env.Matches(0), 1);
+  EXPECT_EQ(st.code(), Status::Code::kIOError) << st.ToString();
+  EXPECT_TRUE(Contains(st, "ftruncate: " + std::string(std::strerror(EIO)))) << st.ToString();
+  EXPECT_TRUE(NamesAStoreFile(st)) << st.ToString();
+  EXPECT_FALSE(Exists(dir.Sub("s")));
+  EXPECT_EQ(Others(dir.path(), {}), std::set<std::string>{});
+}
+
+TEST(StoreFaultTest, ACrashAtEveryPointOfAStreamedCreateWithRewindsLeavesNothingOrTheWholeStore) {
+  {
+    TempDir dir;
+    FaultEnv env(dir.path());
+    ASSERT_TRUE(WriteStreamedStore(dir.Sub("s"), &env).ok());
+    int truncates = 0;
+    for (const std::string& e : env.log()) truncates += e.rfind("ftruncate ", 0) == 0;
+    EXPECT_EQ(truncates, static_cast<int>(kStreamRecords / 2));  // one per incompressible record
+  }
+  EXPECT_GT(CrashAtEveryPoint(WriteStreamedStore, ExpectWholeStreamedStore), 20);
 }
 
 }  // namespace
