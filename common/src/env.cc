@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <system_error>
 
 namespace loaderx {
 namespace {
@@ -18,7 +19,7 @@ namespace {
 constexpr size_t kMaxIoBytes = size_t{1} << 30;
 
 Status Missing(const std::string& path, int err) {
-  return Status::NotFound(path + ": " + std::strerror(err));
+  return Status::NotFound(path + ": " + std::generic_category().message(err));
 }
 
 class PosixEnv final : public Env {
@@ -211,7 +212,7 @@ Status RemoveTree(Env& env, const std::string& path) {
     first = names.status();
   } else {
     for (const std::string& n : *names) {
-      Status c = RemoveTree(env, path + "/" + n);
+      Status c = RemoveTree(env, std::string(path).append("/").append(n));
       if (first.ok() && !c.ok()) first = std::move(c);
     }
   }

@@ -643,7 +643,7 @@ void SweepDeadWriters(Env& env, const std::string& parent) {
   for (const std::string& n : *names) {
     const size_t at = n.find(kTmpMarker);
     if (n.empty() || n[0] != '.' || at == std::string::npos) continue;
-    const std::string dir = parent + "/" + n;
+    const std::string dir = std::string(parent).append("/").append(n);
     auto fd = env.Open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW, 0);
     if (!fd.ok()) continue;
     auto locked = env.TryLock(fd->get());
