@@ -30,6 +30,11 @@ constexpr uint64_t kGroupBytes = uint64_t{256} << 10;
 // cuts tasks below kMinGroupCost (a task costs a wake-up).
 constexpr uint64_t kDecodeCost = 8;
 constexpr uint64_t kMinGroupCost = uint64_t{32} << 10;
+// A batch costing less than this stays on the calling thread: waking pool
+// threads cost 20-40 us of wall time on the 2-core VM, more than they save on
+// a batch of 256 raw 784-byte records (~40 us of copying), and doubled its
+// CPU time. 256 small compressed records (8x cost each) are above it.
+constexpr uint64_t kMinParallelCost = uint64_t{1} << 20;
 // How record bytes reach the output (docs/format.md, "How reads work"): raw
 // pieces of at least kPreadBytes are read with pread(2) from the page cache
 // instead of copied out of the mapping. Every page touched through the
@@ -197,12 +202,14 @@ class StoreImpl final : public Store {
     // Tasks are sized by cost, decoding counted kDecodeCost times a copy, and
     // cut so every pool thread gets about two: a batch of 256 small
     // compressed records (200 KiB decoded) is spread over the cores instead
-    // of being one task, while small raw records stay in one task.
+    // of being one task, while a batch below kMinParallelCost (small raw
+    // records) is one task on the calling thread.
     uint64_t total_cost = 0;
     for (size_t k = 0; k < indices.size(); ++k) {
       LX_ASSIGN_OR_RETURN(refs[k], Locate(indices[k]));
       total_cost += Cost(refs[k]);
     }
+    if (total_cost < kMinParallelCost) pool = nullptr;
     const uint64_t group_cost =
         pool == nullptr ? UINT64_MAX
                         : std::clamp<uint64_t>(total_cost / (2 * (pool->size() + 1)),

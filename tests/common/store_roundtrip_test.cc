@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <random>
 #include <thread>
 
 #include "loaderx/store.h"
@@ -370,16 +371,19 @@ TEST(StoreRoundTrip, ConcurrentGathersFromManyThreads) {
   std::atomic<int> mismatches{0};
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
-      std::vector<uint64_t> idx(64);
-      std::vector<uint8_t> out(64 * item);
-      std::vector<void*> outs(64);
+      // 1,024 records: enough decoding that a gather through the pool is
+      // spread over its threads (a smaller batch stays on the caller).
+      constexpr size_t kBatch = 1024;
+      std::vector<uint64_t> idx(kBatch);
+      std::vector<uint8_t> out(kBatch * item);
+      std::vector<void*> outs(kBatch);
       for (int round = 0; round < 20; ++round) {
-        for (size_t k = 0; k < 64; ++k) {
+        for (size_t k = 0; k < kBatch; ++k) {
           idx[k] = (t * 1000 + round * 64 + k * 31) % n;
           outs[k] = out.data() + k * item;
         }
         if (!(*s)->Gather(idx, outs, t % 2 ? &pool : nullptr).ok()) mismatches++;
-        for (size_t k = 0; k < 64; ++k) {
+        for (size_t k = 0; k < kBatch; ++k) {
           if (std::memcmp(outs[k], data.data() + idx[k] * item, item) != 0) mismatches++;
         }
       }
@@ -392,6 +396,50 @@ TEST(StoreRoundTrip, ConcurrentGathersFromManyThreads) {
 TEST(StoreRoundTrip, LargeRawRecordsAreSplitAcrossThePool) {
   TempDir dir;
   DenseRoundTrip(dir.Sub("s"), DenseSchema("|u1", {3 << 20}), Options(Codec::kRaw, 2), 5);
+}
+
+// Gathers of small compressed records below and above the size at which a
+// batch is spread over the pool (docs/format.md, "Reading"): one record, a
+// few, 64 (one task on the caller), 256 and more (tasks on every thread),
+// in a scrambled order with duplicates, raw and zstd, with and without a pool.
+TEST(StoreRoundTrip, SmallRecordBatchesOfEverySizeGatherExactlyWithAndWithoutAPool) {
+  const uint64_t n = 3000, item = 784;
+  std::vector<uint8_t> data(n * item);
+  std::mt19937_64 rng(11);
+  for (uint64_t i = 0; i < data.size(); ++i) {
+    data[i] = static_cast<uint8_t>((i / 97) * 31 + (rng() % 8 == 0 ? rng() : 0));
+  }
+  for (Codec codec : {Codec::kRaw, Codec::kZstd}) {
+    SCOPED_TRACE(CodecName(codec));
+    TempDir dir;
+    {
+      auto w = StoreWriter::Create(dir.Sub("s"), DenseSchema("|u1", {28, 28}), Options(codec, 4));
+      ASSERT_TRUE(w.ok());
+      ASSERT_TRUE((*w)->AppendDense(data.data(), n).ok());
+      ASSERT_TRUE((*w)->Publish().ok());
+    }
+    auto s = Store::Open(dir.Sub("s"));
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    if (codec == Codec::kZstd) {
+      ASSERT_TRUE((*s)->Locate(5)->compressed);
+    }
+    ThreadPool three(3);
+    for (size_t batch : {size_t{1}, size_t{7}, size_t{64}, size_t{256}, size_t{2500}}) {
+      std::vector<uint64_t> idx(batch);
+      for (size_t k = 0; k < batch; ++k) idx[k] = (k * 7919 + batch) % n;
+      idx[batch / 2] = idx[0];  // a duplicate
+      for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &three, &ThreadPool::Default()}) {
+        std::vector<uint8_t> out(batch * item, 0xEE);
+        std::vector<void*> outs(batch);
+        for (size_t k = 0; k < batch; ++k) outs[k] = out.data() + k * item;
+        ASSERT_TRUE((*s)->Gather(idx, outs, pool).ok()) << batch;
+        for (size_t k = 0; k < batch; ++k) {
+          ASSERT_EQ(0, std::memcmp(out.data() + k * item, data.data() + idx[k] * item, item))
+              << "batch " << batch << ", position " << k << ", record " << idx[k];
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
