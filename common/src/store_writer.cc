@@ -124,7 +124,9 @@ class SeqFile {
   const std::vector<uint64_t>& block_sums() const { return sums_; }
 
  private:
-  static constexpr uint64_t kWritebackBytes = uint64_t{8} << 20;
+  // Small enough that the final fdatasync finds little not yet on its way
+  // (at most this much per file); each hint is one cheap syscall.
+  static constexpr uint64_t kWritebackBytes = uint64_t{1} << 20;
 
   void HashBlocks(const uint8_t* p, uint64_t n) {
     while (n > 0) {
@@ -530,21 +532,27 @@ class StoreWriterImpl final : public StoreWriter {
       LX_RETURN_IF_ERROR(shapes_.Finish(&m.shapes_table_xxh3));
       m.files[format::kShapesFile] = shapes_.Info();
     }
-    std::vector<SeqFile*> files;
-    for (auto& f : shards_) files.push_back(f.get());
-    files.push_back(&index_.file());
-    if (shape_table_) files.push_back(&shapes_.file());
-    std::vector<Status> sts(files.size());
-    pool_->ParallelFor(files.size(), [&](size_t k) { sts[k] = files[k]->Sync(); });
-    for (auto& st : sts) LX_RETURN_IF_ERROR(st);
     if (dict_) m.files[format::kDictFile] = dict_info_;
-    // Metadata last: a store whose meta exists had every other file synced.
     const std::string meta = format::EncodeMetadata(m);
     SeqFile mf;
     LX_RETURN_IF_ERROR(mf.Open(env_, File(format::kMetaFile)));
     LX_RETURN_IF_ERROR(mf.Append(meta.data(), meta.size()));
-    LX_RETURN_IF_ERROR(mf.Sync());
-    LX_RETURN_IF_ERROR(SyncDir(*env_, tmp_));
+    // Every file and the directory's entries are made durable in one
+    // parallel round, before the rename: one sync latency instead of three
+    // in a row (docs/format.md, Writing). Their order inside the round does
+    // not matter: nothing reads a temporary directory (a dead writer's is
+    // swept, never opened), so all that counts is that the whole of it is
+    // durable when the rename publishes it.
+    std::vector<SeqFile*> files;
+    for (auto& f : shards_) files.push_back(f.get());
+    files.push_back(&index_.file());
+    if (shape_table_) files.push_back(&shapes_.file());
+    files.push_back(&mf);
+    std::vector<Status> sts(files.size() + 1);
+    pool_->ParallelFor(sts.size(), [&](size_t k) {
+      sts[k] = k < files.size() ? files[k]->Sync() : SyncDir(*env_, tmp_);
+    });
+    for (auto& st : sts) LX_RETURN_IF_ERROR(st);
     Status renamed = env_->RenameNoReplace(tmp_, path_);
     if (renamed.code() == Status::Code::kAlreadyExists) {
       return Status::AlreadyExists(path_ + ": already exists (created while this store was "
