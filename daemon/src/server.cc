@@ -461,6 +461,16 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
           },
           req.msg);
       outstanding_.fetch_sub(1, std::memory_order_relaxed);  // answered (or failed)
+      if (!sent.ok() && sent.code() == Status::Code::kDaemon) {
+        // The client hung up before its reply (a loader closed while it held
+        // batches and freed the last one: the `ok` to its `close` finds the
+        // socket shut). An end, not a failure, and not this thread's to
+        // finish: the releases the client sent before hanging up may still
+        // be unread, and they must meet their leases, not a dropped ledger.
+        // The io thread reads them, then the hang-up, and ends the session.
+        LX_LOG(kDebug) << "session " << id_ << ": client hung up before its reply";
+        continue;
+      }
       if (!sent.ok()) {
         if (sent.code() != Status::Code::kCancelled) {
           LX_LOG(kInfo) << "session " << id_ << ": " << sent.ToString();

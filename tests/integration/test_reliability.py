@@ -35,6 +35,10 @@ SOAK_CLIENTS = int(os.environ.get("LOADERX_SOAK_CLIENTS", "8"))
 IDLE = {"sessions": 1, "loaders": 0, "ring_bytes": 0, "slots_held": 0, "groups": 0, "group_members": 0}
 
 
+# Close-then-free session ends in the stale-release test (each a few ms).
+CLOSE_THEN_FREE = 300
+
+
 def rss_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -150,6 +154,29 @@ def test_idle_connections_that_never_speak_do_not_slow_others(daemon, stores) ->
         for s in idle:
             s.close()
     wait_idle(daemon)
+
+
+def test_close_then_free_counts_no_stale_release_and_logs_no_failure(daemon_factory, stores) -> None:
+    """A loader closed while its caller holds a batch, then the batch freed: the
+    normal end of a session whose arrays outlive ``close()`` (the client sends
+    ``close``, then its last ``release``, then hangs up). Every release must meet
+    its lease (no ``stale_releases``, one ``releases`` each) and the daemon must
+    log no failed reply: the ``ok`` to that ``close`` finding the socket shut is
+    an end, not an error (it used to drop the ledger before the release was
+    read: about 0.5 % of these ends counted a stale release)."""
+    d = daemon_factory("--log-level", "info")
+    for i in range(CLOSE_THEN_FREE):
+        dl = DataLoader(stores["streams"], batch_size=4, seed=i, daemon=d.socket)
+        batch = next(dl)
+        dl.close()
+        del batch  # the last lease: release, then hang-up, right after `close`
+    s = wait_idle(d)
+    assert s["stale_releases"] == 0, s
+    assert s["releases"] == CLOSE_THEN_FREE, s
+    failures = [line for line in d.log.read_text(errors="replace").splitlines()
+                if "closed the connection" in line or "reply failed" in line
+                or " W " in line or " E " in line]
+    assert failures == [], failures[:5]
 
 
 def test_soak_clients_with_random_seeks_closes_and_reconnects(daemon, stores) -> None:
