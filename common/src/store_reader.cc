@@ -145,7 +145,7 @@ class StoreImpl final : public Store {
       return Status::OK();
     }
     LX_ASSIGN_OR_RETURN(const uint8_t* row, shapes_.Row(i));
-    std::memcpy(dims, row, meta_.schema.ndim * 8);
+    std::memcpy(dims, row, size_t{meta_.schema.ndim} * 8);
     return Status::OK();
   }
 
@@ -160,7 +160,7 @@ class StoreImpl final : public Store {
     uint64_t b = meta_.schema.dtype.itemsize;
     for (uint32_t d = 0; d < meta_.schema.ndim; ++d) {
       uint64_t dim;
-      std::memcpy(&dim, row + d * 8, 8);
+      std::memcpy(&dim, row + size_t{d} * 8, 8);
       if (format::MulOverflow(b, dim, &b)) {
         return Status::Corruption(shapes_.what + ": record " + std::to_string(i) +
                                   ": shape overflows");
