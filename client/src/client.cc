@@ -398,6 +398,20 @@ Result<std::vector<std::pair<std::string, uint64_t>>> Client::Stats(const client
   return s->counters;
 }
 
+Result<StatsReplyMsg> Client::Report(const client::WaitHook& hook) {
+  if (conn_ == nullptr) {
+    LX_ASSIGN_OR_RETURN(conn_, Connection::Open(path_));
+  }
+  // A 1.0/1.1 daemon refuses the `detail` key: ask it only for counters.
+  StatsMsg ask;
+  ask.detail = hello_.minor >= 2;
+  LX_ASSIGN_OR_RETURN(client::Reply r, conn_->Call(ask, {}, hook, false));
+  if (auto* err = std::get_if<ErrorMsg>(&r.msg)) return err->ToStatus();
+  auto* s = std::get_if<StatsReplyMsg>(&r.msg);
+  if (s == nullptr) return Status::Protocol("expected stats_reply");
+  return std::move(*s);
+}
+
 Result<std::unique_ptr<client::Loader>> Client::OpenLoader(const client::LoaderSpec& spec) {
   if (spec.stores.empty()) return Status::InvalidArgument("loader needs at least one stream");
   if (spec.stores.size() > kMaxWireStreams) {
@@ -422,6 +436,7 @@ Result<std::unique_ptr<client::Loader>> Client::OpenLoader(const client::LoaderS
     open.group = spec.group;
     open.group_mode = spec.group_mode;
     open.join = spec.join;
+    open.group_timeout_ms = static_cast<uint64_t>(std::max<int64_t>(spec.group_timeout.count(), 0));
   }
   // The client opens every file with its own rights; the daemon gets fds.
   std::vector<StoreFiles> files;

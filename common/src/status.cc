@@ -25,6 +25,7 @@ const char* Status::CodeName(Code c) {
     case Code::kDaemon: return "Daemon";
     case Code::kInternal: return "Internal";
     case Code::kState: return "State";
+    case Code::kTimeout: return "Timeout";
   }
   return "Unknown";
 }

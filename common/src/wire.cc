@@ -63,7 +63,8 @@ struct Encoder {
     // The 1.1 keys only travel with a group, so a solo open is a 1.0 frame.
     const bool grouped = !m.group.empty();
     const bool join = grouped && m.join != GroupJoin::kDefault;
-    Begin(p, "open", 10 + (grouped ? 2 : 0) + (join ? 1 : 0));
+    const bool timeout = grouped && m.group_timeout_ms != 0;
+    Begin(p, "open", 10 + (grouped ? 2 : 0) + (join ? 1 : 0) + (timeout ? 1 : 0));
     Key(p, "streams");
     p.pack_array(static_cast<uint32_t>(m.streams.size()));
     for (const StreamFilesMsg& s : m.streams) {
@@ -87,6 +88,7 @@ struct Encoder {
       KVStr(p, "group_mode", GroupModeName(m.group_mode));
     }
     if (join) KVStr(p, "join", GroupJoinName(m.join));
+    if (timeout) KV(p, "group_timeout_ms", m.group_timeout_ms);
   }
   void operator()(const OpenedMsg& m) {
     Begin(p, "opened", 5 + (m.step ? 1 : 0));
@@ -136,9 +138,13 @@ struct Encoder {
     KV(p, "slot", m.slot);
     KV(p, "seq", m.seq);
   }
-  void operator()(const StatsMsg&) { Begin(p, "stats", 0); }
+  void operator()(const StatsMsg& m) {
+    Begin(p, "stats", m.detail ? 1 : 0);
+    if (m.detail) KV(p, "detail", true);
+  }
   void operator()(const StatsReplyMsg& m) {
-    Begin(p, "stats_reply", 1);
+    Begin(p, "stats_reply", m.status.empty() ? 1 : 2);
+    if (!m.status.empty()) KVStr(p, "status", m.status);
     Key(p, "counters");
     p.pack_map(static_cast<uint32_t>(m.counters.size()));
     for (const auto& [k, v] : m.counters) {
@@ -217,12 +223,12 @@ class Fields {
     }
     return o->via.boolean;
   }
-  std::string Str(std::string_view key) {
+  std::string Str(std::string_view key, uint32_t max = kMaxWireString) {
     const msgpack::object* o = Get(key);
     if (o == nullptr) return {};
-    if (o->type != msgpack::type::STR || o->via.str.size > kMaxWireString) {
+    if (o->type != msgpack::type::STR || o->via.str.size > max) {
       Fail("'" + std::string(key) + "' must be a string of at most " +
-           std::to_string(kMaxWireString) + " bytes");
+           std::to_string(max) + " bytes");
       return {};
     }
     return std::string(o->via.str.ptr, o->via.str.size);
@@ -367,8 +373,10 @@ Result<Message> DecodeTyped(std::string_view t, Fields& f) {
           f.Fail("'join' must be \"start_step\" or \"current\"");
         }
       }
-    } else if (f.Has("group_mode") || f.Has("join")) {
-      f.Fail("'group_mode' and 'join' need a 'group'");
+      // Protocol 1.2 (optional): at most a day.
+      if (f.Has("group_timeout_ms")) m.group_timeout_ms = f.U64("group_timeout_ms", 86'400'000);
+    } else if (f.Has("group_mode") || f.Has("join") || f.Has("group_timeout_ms")) {
+      f.Fail("'group_mode', 'join' and 'group_timeout_ms' need a 'group'");
     }
     return Done(f, std::move(m));
   }
@@ -438,9 +446,14 @@ Result<Message> DecodeTyped(std::string_view t, Fields& f) {
     m.seq = f.U64("seq");
     return Done(f, m);
   }
-  if (t == "stats") return Done(f, StatsMsg{});
+  if (t == "stats") {
+    StatsMsg m;
+    if (f.Has("detail")) m.detail = f.Bool("detail");
+    return Done(f, m);
+  }
   if (t == "stats_reply") {
     StatsReplyMsg m;
+    if (f.Has("status")) m.status = f.Str("status", kMaxStatusBytes);
     if (const msgpack::object* o = f.Get("counters")) {
       if (o->type != msgpack::type::MAP) {
         f.Fail("'counters' must be a map");
@@ -467,7 +480,7 @@ Result<Message> DecodeTyped(std::string_view t, Fields& f) {
   }
   if (t == "error") {
     ErrorMsg m;
-    m.code = f.U32("code", static_cast<uint32_t>(Status::Code::kState));
+    m.code = f.U32("code", static_cast<uint32_t>(Status::Code::kTimeout));
     m.message = f.Str("message");
     m.step = f.U64("step");
     if (f.ok() && m.code == 0) f.Fail("error code must not be 0 (OK)");
@@ -529,7 +542,9 @@ Result<Message> DecodeMessage(std::span<const uint8_t> frame) {
   if (frame.empty()) return Status::Protocol("empty frame");
   // Caps are checked by the parser before it allocates: a 4-byte header
   // claiming a 4 GiB array is refused, not honoured.
-  msgpack::unpack_limit limit(/*array=*/4096, /*map=*/128, /*str=*/kMaxWireString,
+  // Strings: the longest any field may be (the status document); each
+  // field's own cap (Fields::Str) is checked after parsing.
+  msgpack::unpack_limit limit(/*array=*/4096, /*map=*/128, /*str=*/kMaxStatusBytes,
                               /*bin=*/0, /*ext=*/0, /*depth=*/6);
   // The parsed objects live in this thread's zone, emptied when the decode
   // ends (every field is copied into the Message first): one chunk reused

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
@@ -29,11 +30,21 @@ constexpr const char* kUsage =
     "  --socket-mode OCTAL   socket permissions (default 0660)\n"
     "  --gather-nice N       gather threads run N nice levels below the daemon's\n"
     "                        other threads, 0..19 (default 0: same priority)\n"
+    "  --group-timeout SECONDS  how long a group member waits for the others before its\n"
+    "                        next fails naming them, 0.1..86400 (default 300)\n"
     "  --config FILE         read `key = value` settings (same names, no dashes)\n"
     "  --check-config        validate the configuration and exit\n"
     "  --foreground          do not detach (always the case under systemd)\n"
     "  --log-level LEVEL     debug | info | warning | error (default info)\n"
+    "  --log-file PATH       append log lines (with UTC timestamps) to PATH instead of stderr\n"
+    "  --pid-file PATH       write the daemon's pid to PATH (locked while it runs)\n"
     "  --help, --version\n";
+
+std::string Fmt(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", x);
+  return buf;
+}
 
 Result<uint64_t> ParseUint(const std::string& key, const std::string& v, uint64_t max) {
   if (v.empty() || !std::all_of(v.begin(), v.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
@@ -45,6 +56,19 @@ Result<uint64_t> ParseUint(const std::string& key, const std::string& v, uint64_
     return Status::InvalidArgument(key + ": " + v + " exceeds " + std::to_string(max));
   }
   return static_cast<uint64_t>(x);
+}
+
+// Seconds with an optional fraction ("300", "0.5") in [lo, hi], as ms.
+Result<std::chrono::milliseconds> ParseSeconds(const std::string& key, const std::string& v,
+                                               double lo, double hi) {
+  const bool digits = !v.empty() && v.find_first_not_of("0123456789.") == std::string::npos &&
+                      std::count(v.begin(), v.end(), '.') <= 1 && v != ".";
+  double x = digits ? std::strtod(v.c_str(), nullptr) : -1;
+  if (!digits || x < lo || x > hi) {
+    return Status::InvalidArgument(key + ": '" + v + "' is not a number of seconds in " +
+                                   Fmt(lo) + ".." + Fmt(hi));
+  }
+  return std::chrono::milliseconds(static_cast<int64_t>(x * 1000 + 0.5));
 }
 
 // Applies one setting. `from_cli` settings are remembered so a file cannot
@@ -79,11 +103,16 @@ Status Apply(Config& c, const std::string& key, const std::string& v) {
   } else if (key == "gather-nice") {
     LX_ASSIGN_OR_RETURN(uint64_t n, ParseUint(key, v, kMaxGatherNice));
     c.gather_nice = static_cast<int>(n);
+  } else if (key == "group-timeout") {
+    LX_ASSIGN_OR_RETURN(c.group_timeout, ParseSeconds(key, v, 0.1, 86400));
   } else if (key == "socket-mode") {
     if (v.empty() || v.find_first_not_of("01234567") != std::string::npos || v.size() > 4) {
       return Status::InvalidArgument("socket-mode: '" + v + "' is not an octal mode");
     }
     c.socket_mode = static_cast<mode_t>(std::strtoul(v.c_str(), nullptr, 8)) & 0777;
+  } else if (key == "log-file" || key == "pid-file") {
+    if (v.empty()) return Status::InvalidArgument(key + ": empty path");
+    (key == "log-file" ? c.log_file : c.pid_file) = v;
   } else if (key == "log-level") {
     if (!ParseLogLevel(v, &c.log_level)) {
       return Status::InvalidArgument("log-level: '" + v + "' is not debug|info|warning|error");
@@ -174,7 +203,8 @@ Result<Config> ParseArgs(const std::vector<std::string>& args, std::string* help
     }
     static const char* const kKnown[] = {"socket", "threads", "memory-limit", "memory-per-uid",
                                          "sessions-per-uid", "max-leases", "max-prefetch", "max-skew",
-                                         "socket-mode", "log-level", "gather-nice", "config"};
+                                         "socket-mode", "log-level", "gather-nice", "group-timeout",
+                                         "log-file", "pid-file", "config"};
     if (std::find(std::begin(kKnown), std::end(kKnown), key) == std::end(kKnown)) {
       return Status::InvalidArgument("unknown option --" + key + " (see --help)");
     }

@@ -3,7 +3,7 @@
 // The file holds `key = value` lines ('#' starts a comment) using the long
 // flag names without dashes (socket, threads, memory-limit, log-level,
 // sessions-per-uid, memory-per-uid, max-leases, max-prefetch, max-skew,
-// socket-mode, gather-nice).
+// socket-mode, gather-nice, group-timeout, log-file, pid-file).
 // Flags given on the command line win over the file. Sizes accept K/M/G/T
 // binary suffixes. Every problem is InvalidArgument naming the key and, for
 // the file, the line.
@@ -11,6 +11,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -25,6 +26,9 @@ namespace loaderx::daemon {
 // box and risks starving the loader of a busy machine (docs/daemon.md
 // "Performance").
 inline constexpr int kDefaultGatherNice = 0;
+// A few minutes: far longer than any healthy step or a rank's start-up, short
+// enough that a job whose rank died fails before anyone wonders.
+inline constexpr std::chrono::milliseconds kDefaultGroupTimeout = std::chrono::minutes(5);
 
 struct Config {
   std::string socket_path;       // default: DefaultSocketPath()
@@ -40,10 +44,16 @@ struct Config {
   // Nice increment of every pipeline's gather threads over the daemon's
   // own (PipelineOptions::gather_nice; docs/daemon.md "Performance").
   int gather_nice = kDefaultGatherNice;
+  // How long a group member's `next` may wait for the other members before
+  // it fails naming them (Group "Group timeout"); a member may ask for its
+  // own (DaemonOptions.group_timeout).
+  std::chrono::milliseconds group_timeout{kDefaultGroupTimeout};
   mode_t socket_mode = 0660;
   bool foreground = false;
   bool check_config = false;
   LogLevel log_level = LogLevel::kInfo;
+  std::string log_file;  // "": stderr (the journal under systemd)
+  std::string pid_file;  // "": none
   std::string config_file;
 };
 

@@ -1,9 +1,12 @@
 #include "group.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <utility>
+
+#include "log.h"
 
 namespace loaderx::daemon {
 
@@ -31,6 +34,13 @@ uint64_t EstimateBatchBytes(const std::vector<std::shared_ptr<const Store>>& str
 }
 
 std::string Quoted(const std::string& name) { return "group '" + name + "'"; }
+
+// "2.0 s"
+std::string Seconds(std::chrono::steady_clock::duration d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f s", std::chrono::duration<double>(d).count());
+  return buf;
+}
 
 }  // namespace
 
@@ -96,6 +106,7 @@ Group::Group(std::string name, MemberSpec spec, const Options& options,
     // Ranks that have not joined yet still need every batch from the start.
     rank_cursor_.assign(spec_.sampler.world_size, options.start_step);
     rank_member_.assign(spec_.sampler.world_size, 0);
+    rank_joined_.assign(spec_.sampler.world_size, false);
   }
 }
 
@@ -156,7 +167,7 @@ Status Group::CheckCompatible(const MemberSpec& spec) const {
 }
 
 uint64_t& Group::CursorOf(Member& m) {
-  return spec_.mode == GroupMode::kShard ? rank_cursor_[m.rank] : m.cursor;
+  return spec_.mode == GroupMode::kShard ? rank_cursor_[m.info.rank] : m.cursor;
 }
 
 uint64_t Group::Slowest() const {
@@ -194,7 +205,9 @@ void Group::Trim() {
   while (!held_.empty() && held_.begin()->first < slowest) DropHeld(held_.begin());
 }
 
-Result<uint64_t> Group::Join(uint64_t id, uint64_t rank, GroupJoin join, uint64_t start_step) {
+Result<uint64_t> Group::Join(uint64_t id, const MemberInfo& info, GroupJoin join,
+                             uint64_t start_step) {
+  const uint64_t rank = info.rank;
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) return Status::Cancelled(Quoted(name_) + " is closing");
   if (join == GroupJoin::kDefault) {
@@ -215,13 +228,17 @@ Result<uint64_t> Group::Join(uint64_t id, uint64_t rank, GroupJoin join, uint64_
   } else if (members_.empty()) {
     cursor = start_step;  // the creator (produced_ == its start_step)
   }
-  Member m{rank, cursor};
+  Member m;
+  m.info = info;
+  m.cursor = cursor;
   if (spec_.mode == GroupMode::kShard) {
     rank_cursor_[rank] = cursor;
     rank_member_[rank] = id;
+    rank_joined_[rank] = true;
   }
   members_[id] = m;
   Trim();
+  NoteProgress();
   cv_.notify_all();
   return cursor;
 }
@@ -232,9 +249,10 @@ bool Group::Leave(uint64_t id) {
   if (it != members_.end()) {
     // Shard: the rank's cursor stays where it was (frozen), so the batches
     // it still needs are kept for a member rejoining as that rank.
-    if (spec_.mode == GroupMode::kShard) rank_member_[it->second.rank] = 0;
+    if (spec_.mode == GroupMode::kShard) rank_member_[it->second.info.rank] = 0;
     members_.erase(it);
     Trim();
+    NoteProgress();
   }
   cv_.notify_all();
   return members_.empty();
@@ -285,23 +303,70 @@ Delivery Group::Slice(const Held& h, uint64_t step, uint64_t rank) const {
 Result<Delivery> Group::Next(uint64_t id, const std::function<bool()>& closing,
                              std::chrono::milliseconds poll) {
   std::unique_lock<std::mutex> lock(mu_);
+  // Whatever ends this call, the member no longer waits (stats).
+  struct NotWaiting {
+    Group* g;
+    uint64_t id;
+    ~NotWaiting() {
+      if (auto it = g->members_.find(id); it != g->members_.end()) it->second.waiting = false;
+    }
+  } not_waiting{this, id};
   while (true) {
     if (closed_ || closing()) return Status::Cancelled("loader closed");
     auto mit = members_.find(id);
     if (mit == members_.end()) return Status::Internal("not a member of " + Quoted(name_));
-    uint64_t& cursor = CursorOf(mit->second);
+    Member& me = mit->second;
+    uint64_t& cursor = CursorOf(me);
     if (auto it = held_.find(cursor); it != held_.end()) {
-      Delivery d = Slice(it->second, cursor, mit->second.rank);
+      Delivery d = Slice(it->second, cursor, me.info.rank);
       ++cursor;
+      ++me.served;
+      ++served_;
+      me.waiting = false;
       Trim();
+      NoteProgress();
       cv_.notify_all();
       return d;
     }
     const uint64_t slowest = Slowest();
     if (cursor > slowest + options_.max_skew) {  // too far ahead: wait for the slowest
-      cv_.wait_for(lock, poll);
+      const auto now = std::chrono::steady_clock::now();
+      if (!me.waiting) {
+        me.waiting = true;
+        me.waiting_since = now;
+      }
+      const auto waited = now - me.waiting_since;
+      NoteStall(waited, me.info.timeout);
+      if (me.info.timeout.count() > 0 && waited >= me.info.timeout) {
+        me.waiting = false;
+        std::vector<uint64_t> behind;  // the ranks (members) holding this one back
+        if (spec_.mode == GroupMode::kShard) {
+          for (uint64_t r = 0; r < rank_cursor_.size(); ++r) {
+            if (rank_cursor_[r] + options_.max_skew < cursor) behind.push_back(r);
+          }
+        } else {
+          for (const auto& [sid, m] : members_) {
+            if (m.cursor + options_.max_skew < cursor) behind.push_back(sid);
+          }
+        }
+        Status st = Status::Timeout(
+            Quoted(name_) + ": " +
+            (spec_.mode == GroupMode::kShard ? "rank " + std::to_string(me.info.rank)
+                                             : "member session " + std::to_string(id)) +
+            " waited its group_timeout of " + Seconds(me.info.timeout) + " for step " +
+            std::to_string(cursor) + ", which needs " + Describe(behind) + " to reach step " +
+            std::to_string(cursor - options_.max_skew) + " first (max-skew " +
+            std::to_string(options_.max_skew) + ")");
+        return st;  // logged by the server, with the member's pid
+      }
+      auto wait = poll;
+      if (me.info.timeout.count() > 0) {
+        wait = std::min(wait, std::chrono::ceil<std::chrono::milliseconds>(me.info.timeout - waited));
+      }
+      cv_.wait_for(lock, wait);
       continue;
     }
+    me.waiting = false;
     if (cursor < produced_ && cursor >= slowest) {
       return Status::Internal(Quoted(name_) + ": step " + std::to_string(cursor) +
                               " was produced but is not held");
@@ -369,6 +434,7 @@ Status Group::Seek(uint64_t id, uint64_t step, const std::function<bool()>& clos
     if (step < OldestAvailable()) return Gone(step);
     CursorOf(mit->second) = step;
     Trim();
+    NoteProgress();
     cv_.notify_all();
     return Status::OK();
   }
@@ -391,6 +457,7 @@ Status Group::Seek(uint64_t id, uint64_t step, const std::function<bool()>& clos
   // Ranks without a live member follow: the group restarts at `step`.
   for (uint64_t& c : rank_cursor_) c = step;
   mit->second.cursor = step;
+  NoteProgress();
   return Status::OK();
 }
 
@@ -403,7 +470,115 @@ uint64_t Group::cursor(uint64_t id) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = members_.find(id);
   if (it == members_.end()) return 0;
-  return spec_.mode == GroupMode::kShard ? rank_cursor_[it->second.rank] : it->second.cursor;
+  return spec_.mode == GroupMode::kShard ? rank_cursor_[it->second.info.rank] : it->second.cursor;
+}
+
+std::vector<uint64_t> Group::At(uint64_t step) const {
+  std::vector<uint64_t> who;
+  if (spec_.mode == GroupMode::kShard) {
+    for (uint64_t r = 0; r < rank_cursor_.size(); ++r) {
+      if (rank_cursor_[r] == step) who.push_back(r);
+    }
+  } else {
+    for (const auto& [sid, m] : members_) {
+      if (m.cursor == step) who.push_back(sid);
+    }
+  }
+  return who;
+}
+
+std::string Group::Describe(const std::vector<uint64_t>& who) const {
+  std::string out;
+  for (size_t i = 0; i < who.size(); ++i) {
+    if (i != 0) out += i + 1 == who.size() ? " and " : ", ";
+    if (spec_.mode == GroupMode::kShard) {
+      const uint64_t r = who[i];
+      out += "rank " + std::to_string(r);
+      if (rank_member_[r] != 0) {
+        auto it = members_.find(rank_member_[r]);
+        out += " (pid " + std::to_string(it == members_.end() ? 0 : it->second.info.pid) +
+               ", at step " + std::to_string(rank_cursor_[r]) + ")";
+      } else if (rank_joined_[r]) {
+        out += " (left at step " + std::to_string(rank_cursor_[r]) + ")";
+      } else {
+        out += " (not joined)";
+      }
+    } else {
+      auto it = members_.find(who[i]);
+      out += "member session " + std::to_string(who[i]);
+      if (it != members_.end()) {
+        out += " (pid " + std::to_string(it->second.info.pid) + ", at step " +
+               std::to_string(it->second.cursor) + ")";
+      }
+    }
+  }
+  return out;
+}
+
+void Group::NoteStall(std::chrono::steady_clock::duration waited,
+                      std::chrono::milliseconds timeout) {
+  std::chrono::steady_clock::duration after = kStallLogAfter;
+  if (timeout.count() > 0) after = std::min<std::chrono::steady_clock::duration>(after, timeout / 2);
+  if (waited < after) return;
+  const uint64_t slowest = Slowest();
+  std::string who = Describe(At(slowest));
+  if (who == stall_logged_ && slowest == stall_step_) return;
+  stall_logged_ = std::move(who);
+  stall_step_ = slowest;
+  stall_since_ = std::chrono::steady_clock::now() - waited;
+  LX_LOG(kInfo) << Quoted(name_) << " waits for " << stall_logged_ << " at step " << slowest
+                << " since " << Seconds(waited);
+}
+
+void Group::NoteProgress() {
+  if (stall_logged_.empty()) return;
+  const bool shard = spec_.mode == GroupMode::kShard;
+  if (!(shard || !members_.empty()) || Slowest() == stall_step_) return;
+  LX_LOG(kInfo) << Quoted(name_) << " goes on: it waited "
+                << Seconds(std::chrono::steady_clock::now() - stall_since_) << " for "
+                << stall_logged_ << " at step " << stall_step_;
+  stall_logged_.clear();
+}
+
+Group::Snapshot Group::snapshot() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Snapshot s;
+  s.name = name_;
+  s.mode = spec_.mode;
+  s.batch_size = spec_.sampler.batch_size;
+  s.world_size = spec_.sampler.world_size;
+  s.rank_cursors = rank_cursor_;
+  const auto now = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::duration longest{0};
+  for (const auto& [sid, m] : members_) {
+    Snapshot::MemberRow row;
+    row.session = sid;
+    row.info = m.info;
+    row.cursor = spec_.mode == GroupMode::kShard ? rank_cursor_[m.info.rank] : m.cursor;
+    row.served = m.served;
+    s.members.push_back(row);
+    if (m.waiting) {
+      s.waiting = true;
+      longest = std::max(longest, now - m.waiting_since);
+    }
+  }
+  if (s.waiting) {
+    s.waits_at_step = Slowest();
+    s.waits_for = At(s.waits_at_step);
+    s.waiting_ms = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(longest).count());
+  }
+  s.holds = !held_.empty();
+  if (s.holds) {
+    s.oldest_held = held_.begin()->first;
+    s.newest_held = held_.rbegin()->first;
+  }
+  s.produced = produced_;
+  s.ring_bytes = ring_->geometry().total_bytes;
+  s.slots = ring_->geometry().slot_count;
+  s.gathered = gathered_;
+  s.served = served_;
+  return s;
 }
 
 size_t Group::members() const {

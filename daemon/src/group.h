@@ -55,6 +55,16 @@
 // (ResourceExhausted) by a ring that had room, only in pieces; found by the
 // soak test (tests/integration/test_reliability.py).
 //
+// Group timeout: a member whose `next` waits for other members (the skew
+// rule above: in kShard a rank that never joined, left, or is stuck holds
+// every other rank back once they are max_skew ahead) for longer than its
+// timeout gets a Timeout status naming the ranks (members) it waits for and
+// the step; its cursor does not move, so a later `next` waits again. The
+// wait for the pipeline itself (a slow gather) is not a wait for a peer and
+// has no timeout. Stalls are logged (info) once per change of state: when
+// the group has waited kStallLogAfter (at most half the waiter's timeout)
+// for the same ranks at the same step, and once more when it goes on.
+//
 // Thread-safety: all methods are thread-safe (one mutex; the pipeline is
 // waited on without it by one member at a time, the "fetcher").
 // Ownership: the group owns its Pipeline and ring; delivered batches share
@@ -117,6 +127,47 @@ class Group {
     // Incremented once per batch gathered (the server's stats), if set.
     std::atomic<uint64_t>* gathered = nullptr;
   };
+  // Who a member is (for messages, logs and stats) and how long its `next`
+  // may wait for the others (zero: forever, a solo loader's only member).
+  struct MemberInfo {
+    uint64_t rank = 0;
+    int32_t pid = 0;
+    uint32_t uid = 0;
+    std::chrono::milliseconds timeout{0};
+  };
+  // A consistent picture of the group for stats (status.h).
+  struct Snapshot {
+    struct MemberRow {
+      uint64_t session = 0;
+      MemberInfo info;
+      uint64_t cursor = 0;
+      uint64_t served = 0;  // batches handed to this member
+    };
+    std::string name;
+    GroupMode mode = GroupMode::kBroadcast;
+    uint64_t batch_size = 0;  // per member
+    uint64_t world_size = 1;
+    std::vector<MemberRow> members;  // by session id
+    // Shard: the cursor of every rank 0..W-1 (a rank without a member is
+    // frozen where it left, or at the start step if it never joined).
+    std::vector<uint64_t> rank_cursors;
+    bool holds = false;  // any batch held; then oldest/newest are valid
+    uint64_t oldest_held = 0;
+    uint64_t newest_held = 0;
+    uint64_t produced = 0;  // the step the pipeline delivers next
+    // Set while a member waits for others: the ranks (shard) or sessions
+    // (broadcast) at the slowest cursor, that step, and for how long (ms).
+    bool waiting = false;
+    std::vector<uint64_t> waits_for;
+    uint64_t waits_at_step = 0;
+    uint64_t waiting_ms = 0;
+    uint64_t ring_bytes = 0;
+    uint32_t slots = 0;
+    uint64_t gathered = 0;
+    uint64_t served = 0;
+  };
+  // How long a wait for peers lasts before the stall is logged.
+  static constexpr std::chrono::seconds kStallLogAfter{30};
 
   // Slots of a group ring (see the header comment for why).
   static uint32_t Slots(const Options& o) { return o.prefetch + o.leases + o.max_skew + 1; }
@@ -141,7 +192,7 @@ class Group {
   // InvalidArgument if its rank is taken by a live member (shard);
   // IndexError ("out of range") if join = start_step names a step the
   // group has already dropped (the message names the oldest it still holds).
-  Result<uint64_t> Join(uint64_t id, uint64_t rank, GroupJoin join, uint64_t start_step);
+  Result<uint64_t> Join(uint64_t id, const MemberInfo& info, GroupJoin join, uint64_t start_step);
   // Removes member `id`; true if no member is left (the caller then drops
   // the group). Its cursor is forgotten (broadcast) or frozen (shard).
   bool Leave(uint64_t id);
@@ -169,6 +220,7 @@ class Group {
   size_t members() const;
   // Member `id`'s cursor: the step its next `next` returns.
   uint64_t cursor(uint64_t id) const;
+  Snapshot snapshot() const;
 
  private:
   struct Held {
@@ -179,8 +231,12 @@ class Group {
     uint64_t seq = 0;
   };
   struct Member {
-    uint64_t rank = 0;
+    MemberInfo info;
     uint64_t cursor = 0;  // broadcast only; shard cursors live in rank_cursor_
+    uint64_t served = 0;
+    // Set while this member's `next` waits for the others.
+    bool waiting = false;
+    std::chrono::steady_clock::time_point waiting_since;
   };
 
   Group(std::string name, MemberSpec spec, const Options& options,
@@ -194,6 +250,13 @@ class Group {
   void DropHeld(std::map<uint64_t, Held>::iterator it);
   Delivery Slice(const Held& h, uint64_t step, uint64_t rank) const;
   Status Gone(uint64_t step) const;
+  // The ranks (shard) or sessions (broadcast) whose cursor is `step`.
+  std::vector<uint64_t> At(uint64_t step) const;
+  // "rank 1 (not joined) and rank 3 (left at step 9)", or the sessions.
+  std::string Describe(const std::vector<uint64_t>& who) const;
+  // Logs a stall of the group once per state; Resumed() once it ends.
+  void NoteStall(std::chrono::steady_clock::duration waited, std::chrono::milliseconds timeout);
+  void NoteProgress();
 
   const std::string name_;
   const MemberSpec spec_;
@@ -212,6 +275,12 @@ class Group {
   std::map<uint64_t, Member> members_;   // session id -> member
   std::vector<uint64_t> rank_cursor_;    // shard: one per rank
   std::vector<uint64_t> rank_member_;    // shard: live session of each rank, 0 = none
+  std::vector<bool> rank_joined_;        // shard: a member has ever had this rank
+  uint64_t served_ = 0;
+  // The stall last logged ("" = none): waits_for + step, and since when.
+  std::string stall_logged_;
+  uint64_t stall_step_ = 0;
+  std::chrono::steady_clock::time_point stall_since_;
 };
 
 }  // namespace loaderx::daemon

@@ -1,10 +1,18 @@
-// Minimal leveled logging to stderr (journald adds timestamps under systemd).
-// Thread-safe: one line per call, written with a single write(2).
+// Minimal leveled logging (docs/daemon.md "Logging").
+//
+// Lines go to stderr (journald adds timestamps and files each line at its
+// level under systemd) or, after OpenLogFile, to that file with a UTC
+// timestamp and the daemon's pid. Thread-safe: one line per call, written
+// with a single write(2) (O_APPEND for the file, so lines never interleave).
 #pragma once
+
+#include <sys/types.h>
 
 #include <sstream>
 #include <string>
 #include <string_view>
+
+#include "loaderx/status.h"
 
 namespace loaderx::daemon {
 
@@ -15,6 +23,20 @@ bool ParseLogLevel(std::string_view s, LogLevel* out);
 void SetLogLevel(LogLevel level);
 bool LogEnabled(LogLevel level);
 void LogLine(LogLevel level, const std::string& line);
+
+// From now on every line goes to `path` (created 0640, appended to) instead
+// of stderr. Call once, before any other thread logs. IOError naming the path.
+Status OpenLogFile(const std::string& path);
+
+// Why a client process whose socket hung up went away, as far as the kernel
+// still tells: "was killed by signal 9 (SIGKILL)", "exited with status 0",
+// "has exited" (already reaped) or "is still running" (it closed the socket
+// but lives on). Read from /proc/PID/stat: the exit code is set before the
+// process's files are closed, so it is there when the hang-up arrives. The
+// kernel shows another user's exit code only to a daemon allowed to ptrace
+// it (0 otherwise), so a 0 of a process of another `uid` is "has exited".
+std::string PeerFate(pid_t pid, uid_t uid);
+inline constexpr const char* kStillRunning = "is still running";
 
 }  // namespace loaderx::daemon
 

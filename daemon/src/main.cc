@@ -1,5 +1,6 @@
 // loaderxd: the loaderx daemon. See docs/daemon.md.
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -18,12 +19,18 @@
 
 namespace {
 
+using loaderx::Result;
 using loaderx::Status;
 using loaderx::UniqueFd;
 using namespace loaderx::daemon;
 
+// Until the daemon detaches, a failure also reaches the terminal when the
+// log goes to a file.
+bool g_on_terminal_too = false;
+
 int Fail(const Status& st) {
   LogLine(LogLevel::kError, st.ToString());
+  if (g_on_terminal_too) std::fprintf(stderr, "loaderxd: error: %s\n", st.ToString().c_str());
   return 1;
 }
 
@@ -36,6 +43,32 @@ Status EnsureSocketDir(const std::string& socket_path) {
   std::filesystem::create_directories(dir, ec);
   if (ec) return Status::IOError(dir.string() + ": " + ec.message());
   ::chmod(dir.c_str(), ::geteuid() == 0 ? 0755 : 0700);
+  return Status::OK();
+}
+
+// Opens and locks the pid file (the lock is held for the daemon's life, so a
+// second daemon with the same pid file is refused naming the first's pid).
+// The pid itself is written by WritePid once the daemon has detached.
+Result<UniqueFd> LockPidFile(const std::string& path) {
+  UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOCTTY, 0644));
+  if (!fd.valid()) return Status::FromErrno(path + ": cannot open pid file", errno);
+  if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    char buf[32] = {};
+    ssize_t n = ::pread(fd.get(), buf, sizeof buf - 1, 0);
+    std::string other = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+    while (!other.empty() && (other.back() == '\n' || other.back() == ' ')) other.pop_back();
+    return Status::AlreadyExists(path + ": pid file is locked by a running loaderxd" +
+                                 (other.empty() ? std::string() : " (pid " + other + ")"));
+  }
+  return fd;
+}
+
+Status WritePid(const UniqueFd& fd, const std::string& path) {
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd.get(), 0) != 0 ||
+      ::pwrite(fd.get(), pid.data(), pid.size(), 0) != static_cast<ssize_t>(pid.size())) {
+    return Status::FromErrno(path + ": cannot write pid file", errno);
+  }
   return Status::OK();
 }
 
@@ -55,9 +88,13 @@ int Detach() {
   }
   ::close(pipefd[0]);
   ::setsid();
+  // Nothing of the daemon reaches the terminal that started it any more:
+  // log lines go to --log-file (or nowhere; docs/daemon.md "Logging").
   int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
   if (devnull >= 0) {
     ::dup2(devnull, STDIN_FILENO);
+    ::dup2(devnull, STDOUT_FILENO);
+    ::dup2(devnull, STDERR_FILENO);
     ::close(devnull);
   }
   if (::chdir("/") != 0) {
@@ -82,10 +119,30 @@ int main(int argc, char** argv) {
   }
   Config config = std::move(parsed).value();
   SetLogLevel(config.log_level);
+  // Paths are taken relative to where loaderxd started (it then chdirs to /).
+  std::error_code ec;
+  for (std::string* p : {&config.log_file, &config.pid_file}) {
+    if (!p->empty()) *p = std::filesystem::absolute(*p, ec).string();
+  }
   if (config.check_config) {
     std::printf("loaderxd: configuration OK (socket %s, memory limit %llu bytes)\n",
                 config.socket_path.c_str(), static_cast<unsigned long long>(config.memory_limit));
     return 0;
+  }
+
+  // Both before detaching, so a bad path is reported on the terminal (the
+  // pid file first: a second daemon refused for it must not write into the
+  // first one's log).
+  UniqueFd pid_file;
+  if (!config.pid_file.empty()) {
+    auto locked = LockPidFile(config.pid_file);
+    if (!locked.ok()) return Fail(locked.status());
+    pid_file = std::move(locked).value();
+  }
+  if (!config.log_file.empty()) {
+    Status opened = OpenLogFile(config.log_file);
+    if (!opened.ok()) return Fail(opened);
+    g_on_terminal_too = true;
   }
 
   auto activated = TakeListenFd();
@@ -105,6 +162,11 @@ int main(int argc, char** argv) {
   }
   const bool under_systemd = std::getenv("NOTIFY_SOCKET") != nullptr;
   int ready_fd = (config.foreground || under_systemd) ? -1 : Detach();
+  if (ready_fd >= 0) g_on_terminal_too = false;  // stderr is /dev/null now
+  if (pid_file.valid()) {
+    Status written = WritePid(pid_file, config.pid_file);
+    if (!written.ok()) return Fail(written);
+  }
 
   loaderx::daemon::Server server(config, std::move(listener));
   LX_LOG(kInfo) << "serving on " << config.socket_path << " (protocol "
@@ -124,6 +186,8 @@ int main(int argc, char** argv) {
   Status st = server.Run(/*handle_signals=*/true);
   (void)Notify("STOPPING=1");
   if (own_socket) ::unlink(config.socket_path.c_str());
-  LX_LOG(kInfo) << "stopped";
-  return st.ok() ? 0 : Fail(st);
+  if (pid_file.valid()) ::unlink(config.pid_file.c_str());  // still locked: ours
+  if (!st.ok()) return Fail(st);
+  LX_LOG(kInfo) << "stopped cleanly";
+  return 0;
 }

@@ -23,6 +23,7 @@
 #include "loaderx/unix_socket.h"
 #include "group.h"
 #include "ring_allocator.h"
+#include "status.h"
 #include "store_registry.h"
 #include "systemd.h"
 
@@ -44,6 +45,8 @@ constexpr int kFramesPerWakeup = 64;
 // Protocol-violation warnings logged per window at most (log-flood guard).
 constexpr uint32_t kViolationLogsPerWindow = 10;
 constexpr auto kViolationLogWindow = std::chrono::seconds(10);
+// Shutdown's reason for an end-of-file on the socket.
+constexpr const char* kHungUp = "client hung up";
 
 }  // namespace
 
@@ -69,7 +72,7 @@ class Server::Impl {
       signals_.add(SIGINT);
       signals_.async_wait([this](const boost::system::error_code& ec, int sig) {
         if (ec) return;
-        LX_LOG(kInfo) << "signal " << sig << ": shutting down";
+        LX_LOG(kInfo) << "SIG" << ::sigabbrev_np(sig) << " received: shutting down";
         StopOnIo();
       });
     }
@@ -98,9 +101,9 @@ class Server::Impl {
   void Tick();
   void Finish(uint64_t id);  // io thread: a connection is fully torn down
 
-  StatsReplyMsg Stats(uint32_t uid) const {
+  StatsReplyMsg Stats(uint32_t uid, bool detail) {
     StatsReplyMsg r;
-    std::lock_guard<std::mutex> lock(acct_mu_);
+    std::unique_lock<std::mutex> lock(acct_mu_);
     auto it = uids_.find(uid);
     UidAccount mine = it == uids_.end() ? UidAccount{} : it->second;
     r.counters = {
@@ -124,7 +127,37 @@ class Server::Impl {
         {"sessions_per_uid", config_.sessions_per_uid},
         {"max_leases", config_.max_leases},
     };
+    if (!detail) return r;
+    StatusInput in;
+    for (const auto& [u, a] : uids_) in.uids.push_back({u, a.sessions, a.ring_bytes});
+    lock.unlock();
+    in.pid = ::getpid();
+    in.uptime_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+    in.incarnation = incarnation_;
+    in.socket_path = config_.socket_path;
+    in.config = &config_;
+    in.counters = r.counters;
+    std::vector<std::pair<uint32_t, std::shared_ptr<Group>>> all;
+    {
+      std::lock_guard<std::mutex> groups(groups_mu_);
+      for (const auto& [key, g] : groups_) all.emplace_back(key.first, g);
+      for (const auto& [session, owned] : solo_) {
+        if (auto g = owned.second.lock()) all.emplace_back(owned.first, std::move(g));
+      }
+    }
+    for (const auto& [owner, g] : all) in.groups.push_back({owner, g->snapshot()});
+    r.status = BuildStatusJson(in, uid);
     return r;
+  }
+
+  // A solo loader's group, listed for status only (worker threads).
+  void ListSolo(uint64_t session, uint32_t uid, const std::shared_ptr<Group>& g) {
+    std::lock_guard<std::mutex> lock(groups_mu_);
+    if (g) {
+      solo_[session] = {uid, g};
+    } else {
+      solo_.erase(session);
+    }
   }
 
   // io thread: true if a protocol-violation warning may be logged now;
@@ -230,6 +263,9 @@ class Server::Impl {
   // group is private to its connection and not listed here.
   std::mutex groups_mu_;
   std::map<std::pair<uint32_t, std::string>, std::shared_ptr<Group>> groups_;  // guarded
+  // Solo loaders' groups by session, with their uid (status only); guarded.
+  std::map<uint64_t, std::pair<uint32_t, std::weak_ptr<Group>>> solo_;
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   // Statistics only: relaxed, they order nothing.
   std::atomic<uint64_t> slots_held_{0}, batches_served_{0}, releases_{0}, stale_releases_{0},
       protocol_errors_{0}, refused_{0}, batches_gathered_{0};
@@ -259,7 +295,9 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
   void Shutdown(const std::string& why) {
     if (shut_) return;
     shut_ = true;
-    if (!shut_quietly_) {
+    // A hang-up is the normal end of a session (a stats poll is a hello and
+    // a hang-up): only a session with a loader logs it, when it leaves.
+    if (!shut_quietly_ && why != kHungUp) {
       LX_LOG(kDebug) << "session " << id_ << " (pid " << cred_.pid << ", uid " << cred_.uid
                      << ") closing: " << why;
     }
@@ -272,6 +310,7 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
     {
       std::lock_guard<std::mutex> lock(mu_);
       closing_ = true;
+      end_reason_ = why;
     }
     cv_.notify_all();
   }
@@ -309,7 +348,7 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
       Result<Frame> frame = RecvFrame(fd_, kMaxFrameBytes, kMaxFrameFds, /*nonblocking=*/true);
       if (!frame.ok()) return ProtocolViolation(frame.status());
       if (frame->would_block) break;
-      if (frame->eof) return Shutdown("client hung up");
+      if (frame->eof) return Shutdown(kHungUp);
       HandleFrame(std::move(frame).value());
     }
     if (!shut_) ArmRead();
@@ -382,6 +421,10 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
           std::to_string(hello.minor) + ", loaderxd " LOADERX_DAEMON_VERSION " speaks " +
           std::to_string(kProtocolMajor) + "." + std::to_string(kProtocolMinor) +
           " (major versions must match)");
+      if (uint64_t suppressed; server_.AllowViolationLog(&suppressed)) {
+        LX_LOG(kInfo) << "refused pid " << cred_.pid << " (uid " << cred_.uid
+                      << "): " << st.message();
+      }
       (void)Send(ErrorMsg::From(st));
       return Shutdown(st.message());
     }
@@ -397,8 +440,6 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
     counted_ = true;
     hello_done_ = true;
     heartbeat_ = hello.minor >= 2;
-    LX_LOG(kDebug) << "session " << id_ << ": hello from pid " << cred_.pid << " uid " << cred_.uid
-                   << " client " << hello.client_version;
     if (!Send(HelloOkMsg{kProtocolMajor, kProtocolMinor, LOADERX_DAEMON_VERSION,
                          server_.incarnation_, id_, heartbeat_ ? kHeartbeatIntervalMs : 0})
              .ok()) {
@@ -446,15 +487,18 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
         req = std::move(queue_.front());
         queue_.pop_front();
       }
+      request_ = MessageName(req.msg);
       Status sent = std::visit(
           [&](auto& m) -> Status {
             using T = std::decay_t<decltype(m)>;
             if constexpr (std::is_same_v<T, OpenMsg>) return DoOpen(m, std::move(req.fds));
             if constexpr (std::is_same_v<T, NextMsg>) return DoNext();
             if constexpr (std::is_same_v<T, SeekMsg>) return DoSeek(m);
-            if constexpr (std::is_same_v<T, StatsMsg>) return Send(server_.Stats(cred_.uid));
+            if constexpr (std::is_same_v<T, StatsMsg>) {
+              return Send(server_.Stats(cred_.uid, m.detail));
+            }
             if constexpr (std::is_same_v<T, CloseMsg>) {
-              LeaveGroup();
+              LeaveGroup("closed its loader");
               return Send(OkMsg{0});
             }
             return Status::Internal("unreachable");
@@ -481,7 +525,7 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
     }
     // Group first: the pipeline must be stopped before the leased slots are
     // freed, or a gather still running could reuse one.
-    LeaveGroup();
+    if (group_) LeaveGroup(EndReason());
     DropLeases();
     asio::post(server_.io_, [&s = server_, id = id_] { s.Finish(id); });
   }
@@ -522,9 +566,34 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
   // batches dropped). The session's leases stay: after a `close` the client
   // may still view those slots (they are dropped on hang-up), and while a
   // closed group's ring is leased its bytes stay charged to the uid.
-  void LeaveGroup() {
+  // Why this session's loader ends without a `close` (worker thread).
+  std::string EndReason() {
+    std::string why;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      why = end_reason_;
+    }
+    if (why == kHungUp) {
+      // A client that holds no batch closes its loader by closing the
+      // connection (client/src/connection.cc); its process lives on.
+      const std::string fate = PeerFate(cred_.pid, cred_.uid);
+      if (fate == kStillRunning) {
+        return "closed its connection (process " + std::to_string(cred_.pid) + " " + fate + ")";
+      }
+      return "hung up without closing its loader: process " + std::to_string(cred_.pid) + " " + fate;
+    }
+    return why.empty() ? "reply failed" : why;
+  }
+
+  void LeaveGroup(const std::string& how) {
     if (!group_) return;
     const bool named = !group_->name().empty();
+    LX_LOG(kInfo) << "session " << id_ << " (pid " << cred_.pid << ", uid " << cred_.uid << ") "
+                  << (named ? "left group '" + group_->name() + "'" : std::string("closed"))
+                  << (named && group_->mode() == GroupMode::kShard
+                          ? " as rank " + std::to_string(rank_)
+                          : std::string())
+                  << " at step " << group_->cursor(id_) << ": " << how;
     bool last;
     if (named) {
       // Under groups_mu_, so a concurrent open cannot join a group that is
@@ -535,6 +604,7 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
       if (last && it != server_.groups_.end() && it->second == group_) server_.groups_.erase(it);
     } else {
       last = group_->Leave(id_);
+      server_.ListSolo(id_, cred_.uid, nullptr);
     }
     server_.CountLoader(named, -1);
     if (last) {
@@ -550,14 +620,26 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
       } else {
         server_.ReleaseRing(cred_.uid, ring_bytes);
       }
-      if (named) server_.CountGroup(-1);
-      LX_LOG(kDebug) << "session " << id_ << ": last member left group '" << group_->name()
-                     << "', closed";
+      if (named) {
+        server_.CountGroup(-1);
+        LX_LOG(kInfo) << "group '" << group_->name() << "' closed: its last member left ("
+                      << group_->batches_gathered() << " batches gathered)";
+      }
     }
     group_.reset();
   }
 
+  // Every refused request is logged with its reason, except a wait that a
+  // `close` cancelled (the client asked for it).
   Status Error(const Status& st) {
+    if (st.code() != Status::Code::kCancelled) {
+      const LogLevel level = st.code() == Status::Code::kTimeout ? LogLevel::kWarning : LogLevel::kInfo;
+      if (LogEnabled(level)) {
+        LogLine(level, "session " + std::to_string(id_) + " (pid " + std::to_string(cred_.pid) +
+                           ", uid " + std::to_string(cred_.uid) + "): " + request_ +
+                           " refused: " + st.ToString());
+      }
+    }
     return Send(ErrorMsg::From(st, group_ ? group_->cursor(id_) : 0));
   }
 
@@ -655,7 +737,16 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
           server_.CountGroup(1);
         }
       }
-      Result<uint64_t> joined = group->Join(id_, m.rank, m.join, m.start_step);
+      Group::MemberInfo who;
+      who.rank = m.rank;
+      who.pid = cred_.pid;
+      who.uid = cred_.uid;
+      // A solo loader waits for nobody; a member for its peers, at most this.
+      if (named) {
+        who.timeout = m.group_timeout_ms != 0 ? std::chrono::milliseconds(m.group_timeout_ms)
+                                              : server_.config_.group_timeout;
+      }
+      Result<uint64_t> joined = group->Join(id_, who, m.join, m.start_step);
       if (!joined.ok()) {
         if (created) {  // never left behind without members
           if (named) {
@@ -670,6 +761,8 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
       first_step = *joined;
     }
     group_ = std::move(group);
+    rank_ = m.rank;
+    if (!named) server_.ListSolo(id_, cred_.uid, group_);
     server_.CountLoader(named, 1);
     // A member may hold at most what the ring was sized for (group.h).
     lease_cap_ = std::min(options.leases, group_->lease_cap());
@@ -684,12 +777,18 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
       reply.streams.push_back(StreamSchemaMsg{static_cast<uint32_t>(sc.kind), sc.dtype.str,
                                               sc.item_shape, sc.ndim, s->size()});
     }
-    LX_LOG(kInfo) << "session " << id_ << " (pid " << cred_.pid << "): opened loader over "
-                  << spec.streams.size() << " stream(s), n=" << ss.n << " batch=" << ss.batch_size
-                  << (named ? " group '" + m.group + "' (" + GroupModeName(spec.mode) +
-                                  ", rank " + std::to_string(m.rank) + ") at step " +
-                                  std::to_string(first_step)
+    LX_LOG(kInfo) << "session " << id_ << " (pid " << cred_.pid << ", uid " << cred_.uid
+                  << ") opened a loader over " << spec.streams.size() << " stream(s), n=" << ss.n
+                  << " batch=" << ss.batch_size
+                  << (named ? std::string(created ? " creating" : " joining") + " group '" +
+                                  m.group + "' (" + GroupModeName(spec.mode) +
+                                  (spec.mode == GroupMode::kShard
+                                       ? ", rank " + std::to_string(m.rank) + " of " +
+                                             std::to_string(m.world_size)
+                                       : std::string()) +
+                                  ")"
                             : std::string())
+                  << " at step " << first_step
                   << " ring=" << reply.ring_bytes << "B slots=" << reply.slot_count;
     int ring_fd = group_->ring()->fd();
     return Send(reply, std::span<const int>(&ring_fd, 1));
@@ -713,7 +812,11 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
       return Error(got.status());
     }
     Delivery& d = got.value();
-    if (!d.error.ok()) return Send(ErrorMsg::From(d.error, d.step + 1));
+    if (!d.error.ok()) {
+      LX_LOG(kWarning) << "session " << id_ << " (pid " << cred_.pid << "): step " << d.step
+                       << " failed: " << d.error.ToString();
+      return Send(ErrorMsg::From(d.error, d.step + 1));
+    }
     BatchMsg reply;
     reply.step = d.step;
     reply.slot = d.slot;
@@ -772,7 +875,11 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
   bool closing_ = false;         // guarded by mu_
   bool loader_closing_ = false;  // a `close` arrived; guarded by mu_
 
+  std::string end_reason_;        // why Shutdown ended the session; guarded by mu_
+
   // Worker thread only.
+  const char* request_ = "";      // the request being answered (for logs)
+  uint64_t rank_ = 0;             // of this session's loader
   std::shared_ptr<Group> group_;  // the group this session's loader is a member of
   uint32_t lease_cap_ = 0;
   uint64_t closed_ring_bytes_ = 0;  // of a closed group whose slots stay leased
@@ -853,7 +960,7 @@ Server::~Server() = default;
 
 Status Server::Run(bool handle_signals) { return impl_->Run(handle_signals); }
 void Server::Stop() { impl_->Stop(); }
-StatsReplyMsg Server::Stats(uint32_t uid) const { return impl_->Stats(uid); }
+StatsReplyMsg Server::Stats(uint32_t uid, bool detail) { return impl_->Stats(uid, detail); }
 uint64_t Server::incarnation() const { return impl_->incarnation_; }
 
 }  // namespace loaderx::daemon

@@ -52,8 +52,9 @@ class Server {
   // every connection is closed and every ring released.
   Status Run(bool handle_signals);
   void Stop();
-  // The counters a "stats" request returns, for `uid`'s per-uid values.
-  StatsReplyMsg Stats(uint32_t uid) const;
+  // The counters a "stats" request returns, for `uid`'s per-uid values, and
+  // with `detail` the status document `uid` may see (status.h).
+  StatsReplyMsg Stats(uint32_t uid, bool detail = false);
   uint64_t incarnation() const;
 
  private:

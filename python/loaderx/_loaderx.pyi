@@ -245,9 +245,11 @@ class DaemonLoader(Source):
         join: str = "",
         shared_view: bool = False,
         liveness_timeout: float = 10.0,
+        group_timeout: float = 0.0,
     ) -> None:
         """``group`` non-empty joins that loaderxd group (``group_mode`` 'shard' | 'broadcast',
-        ``join`` '' (the mode's default) | 'start_step' | 'current')."""
+        ``join`` '' (the mode's default) | 'start_step' | 'current'); ``group_timeout``
+        seconds a ``next`` may wait for the other members (0: loaderxd's --group-timeout)."""
 
     @property
     def lease_cap(self) -> int: ...
@@ -268,3 +270,6 @@ class DaemonLoader(Source):
 
 def daemon_stats(path: str) -> dict[str, int]:
     """loaderxd's counters (sessions, loaders, slots_held, ring_bytes, ...)."""
+
+def daemon_status(path: str) -> tuple[dict[str, int], str]:
+    """(counters, status JSON) of loaderxd; the JSON is '' from a daemon older than 1.2."""

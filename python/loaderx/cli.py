@@ -8,6 +8,10 @@
                                         directory, directory of data files) -> stores
     loaderx train-dict STORE OUTPUT     train a zstd dictionary from a store's records
     loaderx bench STORE                 quick random-gather benchmark beside NumPy
+    loaderx status [--socket P] [--json] [--watch [SECONDS]]
+                                        what loaderxd is doing: the daemon, its groups
+                                        (members, ranks, cursors, what a group waits
+                                        for), solo loaders, per-uid usage
     loaderx --version
 
 Exit status (documented in docs/guide.md, "Command line"):
@@ -278,6 +282,112 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _interval(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0.1 <= v <= 3600:
+        raise argparse.ArgumentTypeError(f"must be in 0.1..3600 seconds, got {text}")
+    return v
+
+
+def _duration(seconds: float) -> str:
+    s = int(seconds)
+    if s < 60:
+        return f"{seconds:.1f} s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def _size(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    raise AssertionError("unreachable")
+
+
+def _held(g: dict[str, Any]) -> str:
+    held = "nothing held" if g["oldest_held"] is None else f"holds steps {g['oldest_held']}..{g['newest_held']}"
+    return (f"{held}, next gather {g['next_gather']}, ring {_size(g['ring_bytes'])} ({g['slots']} slots), "
+            f"{g['batches_gathered']} gathered, {g['batches_served']} served")
+
+
+def _status_text(s: dict[str, Any]) -> str:
+    """The human form of ``Client.stats()`` (docs/daemon.md, "Status")."""
+    lines = []
+    d = s.get("daemon")
+    if d is None:  # a daemon older than protocol 1.2: counters only
+        lines.append("loaderxd (protocol < 1.2: counters only)")
+    else:
+        lim = d["limits"]
+        lines.append(f"loaderxd pid {d['pid']}, version {d['version']}, protocol {d['protocol']}, "
+                     f"up {_duration(d['uptime_s'])}, socket {d['socket']}")
+        lines.append(f"limits: ring memory {_size(lim['memory_limit'])} ({_size(lim['memory_per_uid'])} per uid), "
+                     f"{lim['sessions_per_uid']} sessions per uid, {lim['max_leases']} leases, "
+                     f"prefetch {lim['max_prefetch']}, max-skew {lim['max_skew']}, "
+                     f"group timeout {lim['group_timeout_s']:g} s")
+    lines.append(f"totals: {s['sessions']} sessions, {s['loaders']} loaders, {s['groups']} groups "
+                 f"({s['group_members']} members), ring {_size(s['ring_bytes'])}, "
+                 f"{s['batches_gathered']} batches gathered, {s['batches_served']} served, "
+                 f"{s['refused']} refused")
+    if d is not None and not d["sees_all_uids"]:
+        lines.append(f"(groups, loaders and usage of uid {d['viewer_uid']} only; root sees every uid's)")
+    for g in s.get("named_groups", []):
+        shape = f"batch {g['batch_size']}" + (f" x world {g['world_size']}" if g["mode"] == "shard" else "")
+        lines.append(f"group {g['name']!r} ({g['mode']}, uid {g['uid']}, {shape}): {_held(g)}")
+        if g["mode"] == "shard":
+            by_rank = {m["rank"]: m for m in g["members"]}
+            for rank, cursor in enumerate(g["rank_cursors"]):
+                m = by_rank.get(rank)
+                who = (f"pid {m['pid']} uid {m['uid']} session {m['session']}, served {m['batches_served']}"
+                       if m else "no member")
+                lines.append(f"  rank {rank}: step {cursor}, {who}")
+        else:
+            for m in g["members"]:
+                lines.append(f"  session {m['session']}: step {m['cursor']}, pid {m['pid']} uid {m['uid']}, "
+                             f"served {m['batches_served']}")
+        w = g["waiting"]
+        if w is not None:
+            who = ", ".join(f"rank {r}" for r in w["ranks"]) if "ranks" in w else \
+                ", ".join(f"session {x}" for x in w["sessions"])
+            lines.append(f"  waits for {who} at step {w['step']} since {_duration(w['since_s'])}")
+    for lo in s.get("solo_loaders", []):
+        lines.append(f"loader session {lo['session']} (pid {lo['pid']}, uid {lo['uid']}, batch {lo['batch_size']}): "
+                     f"step {lo['cursor']}, {_held(lo)}")
+    for u in s.get("uids", []):
+        lines.append(f"uid {u['uid']}: {u['sessions']} sessions, ring {_size(u['ring_bytes'])}")
+    return "\n".join(lines)
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from .client import connect
+
+    while True:
+        try:
+            s = connect(args.socket).stats()
+        except KeyboardInterrupt:
+            if args.watch is None:
+                raise
+            return EXIT_OK
+        if args.json:
+            print(json.dumps(s, sort_keys=True, indent=None if args.watch else 2))
+        else:
+            if args.watch is not None and sys.stdout.isatty():
+                print("\x1b[H\x1b[2J", end="")
+            print(_status_text(s))
+        if args.watch is None:
+            return EXIT_OK
+        sys.stdout.flush()
+        try:
+            time.sleep(args.watch)
+        except KeyboardInterrupt:  # the way a watch ends
+            return EXIT_OK
+
+
 def _positive(text: str) -> int:
     try:
         v = int(text)
@@ -345,8 +455,18 @@ def _parser() -> argparse.ArgumentParser:
     pb.add_argument("--seed", type=int, default=0)
     pb.add_argument("--json", action="store_true")
     pb.set_defaults(func=_cmd_bench)
-    # `loaderx status` (loaderxd sessions, groups, rings; docs/daemon.md) is registered here by
-    # the daemon-operations work, with the same error and exit-status rules.
+    ps = sub.add_parser("status", parents=[common], help="what loaderxd is doing: groups, members, loaders",
+                        description="Shows the daemon (pid, uptime, version, limits), every group "
+                                    "with its members (pid, uid, rank, cursor), the oldest step "
+                                    "it holds and what it waits for, solo loaders and per-uid "
+                                    "usage. A plain user sees their own groups and loaders; "
+                                    "root sees every user's (docs/daemon.md, \"Status\").")
+    ps.add_argument("--socket", help="loaderxd's socket (default: the default socket path)")
+    ps.add_argument("--json", action="store_true", help="the status document as JSON "
+                    "(one line per refresh with --watch)")
+    ps.add_argument("--watch", type=_interval, nargs="?", const=2.0, default=None, metavar="SECONDS",
+                    help="refresh every SECONDS (default 2) until Ctrl-C")
+    ps.set_defaults(func=_cmd_status)
     return p
 
 

@@ -36,6 +36,7 @@ readable. Reconnect by building a new loader with ``start_step=`` (or
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -79,12 +80,22 @@ class Client:
         self.path = path
         self.stats()  # fail now, with DaemonError, if nobody answers
 
-    def stats(self) -> dict[str, int]:
-        """The daemon's counters: sessions, loaders, slots_held, ring_bytes, ...
+    def stats(self) -> dict[str, Any]:
+        """The daemon's counters and status (every field: docs/daemon.md, "Status").
 
-        ``uid_sessions`` / ``uid_ring_bytes`` are this user's share.
+        The counters are ints at the top level (``sessions``, ``loaders``,
+        ``groups``, ``slots_held``, ``ring_bytes``, ...; ``uid_sessions`` /
+        ``uid_ring_bytes`` are this user's share). From a protocol 1.2 daemon
+        the status document adds ``daemon`` (pid, version, uptime, limits),
+        ``named_groups`` (each with its members, cursors, held steps and
+        what it waits for), ``solo_loaders`` and ``uids``; a plain user sees
+        only their own groups, loaders and usage there (root sees all).
         """
-        return dict(_loaderx.daemon_stats(self.path))
+        counters, document = _loaderx.daemon_status(self.path)
+        out: dict[str, Any] = dict(counters)
+        if document:
+            out.update(json.loads(document))
+        return out
 
     def loader(
         self,

@@ -17,6 +17,7 @@ __all__ = [
     "ArgumentTypeError",
     "CorruptStoreError",
     "DaemonError",
+    "GroupTimeoutError",
     "InvalidArgumentError",
     "InvalidIndexError",
     "LoaderClosedError",
@@ -115,3 +116,14 @@ class ProtocolError(LoaderxError, RuntimeError):
 
 class DaemonError(LoaderxError, ConnectionError):
     """loaderxd is unreachable, refused the request or went away."""
+
+
+class GroupTimeoutError(LoaderxError, TimeoutError):
+    """A loaderxd group member waited longer than its group timeout for other members.
+
+    The message names the group, the step the member waits to take and every
+    rank (shard) or member (broadcast) it waits for, e.g. ``group 'ddp': rank 0
+    waited 300 s for step 12: rank 1 has not joined (group_timeout 300 s)``.
+    The member's step is unchanged: a later ``next()`` waits again.
+    See ``DaemonOptions.group_timeout`` and docs/daemon.md, "Group timeout".
+    """

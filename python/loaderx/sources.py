@@ -66,6 +66,7 @@ __all__ = [
     "DEFAULT_LEASES",
     "DEFAULT_LIVENESS_TIMEOUT",
     "MAX_GROUP_NAME",
+    "MIN_GROUP_TIMEOUT",
     "MIN_LIVENESS_TIMEOUT",
     "BatchSource",
     "DaemonOptions",
@@ -85,6 +86,9 @@ DEFAULT_LIVENESS_TIMEOUT = 10.0
 
 #: Smallest ``liveness_timeout``: four daemon heartbeats (client.h kMinLivenessTimeout).
 MIN_LIVENESS_TIMEOUT = 1.0
+
+#: Smallest ``DaemonOptions.group_timeout`` in seconds.
+MIN_GROUP_TIMEOUT = 0.1
 
 #: Longest group name in UTF-8 bytes (the protocol's limit, from wire.h).
 MAX_GROUP_NAME: int = _loaderx.MAX_GROUP_NAME
@@ -256,8 +260,14 @@ class DaemonOptions:
     has a ``start_step`` other than 0, which a broadcast member then honours:
     it starts there, or the open fails with ``IndexError`` naming the
     oldest step the group still holds; ``join="current"`` with such a
-    ``start_step`` is refused). Bad values raise ``ValueError`` naming the
-    argument.
+    ``start_step`` is refused). ``group_timeout``: seconds one ``next()`` of a
+    group member may wait for the group's other members (a shard rank that
+    never joined, left or is stuck; a broadcast member that fell
+    ``max-skew`` steps behind) before it raises
+    :class:`~loaderx.errors.GroupTimeoutError` naming the ranks it waits for
+    and the step; ``None`` takes loaderxd's ``--group-timeout`` (default 300 s).
+    0.1..86400; only with a ``group``. Bad values raise ``ValueError`` naming
+    the argument.
     """
 
     path: str | None = None
@@ -270,9 +280,11 @@ class DaemonOptions:
     join: str | None = None
     shared_view: bool = False
     liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT
+    group_timeout: float | None = None
 
     def __post_init__(self) -> None:
         _check_group(self.group, self.group_mode, self.join)
+        _check_group_timeout(self.group, self.group_timeout)
         t = self.liveness_timeout
         if isinstance(t, bool) or not isinstance(t, (int, float)):
             raise TypeError(f"liveness_timeout must be a number of seconds, got {type(t).__name__}")
@@ -280,6 +292,18 @@ class DaemonOptions:
             raise InvalidArgumentError(
                 f"liveness_timeout must be in {MIN_LIVENESS_TIMEOUT}..86400 seconds, got {t!r}"
             )
+
+
+def _check_group_timeout(group: str | None, timeout: float | None) -> None:
+    if timeout is None:
+        return
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"group_timeout must be a number of seconds or None, got {type(timeout).__name__}")
+    if not MIN_GROUP_TIMEOUT <= timeout <= 86400:
+        raise InvalidArgumentError(
+            f"group_timeout must be in {MIN_GROUP_TIMEOUT}..86400 seconds, got {timeout!r}")
+    if group is None:
+        raise InvalidArgumentError("group_timeout needs a group (a solo loader waits for nobody)")
 
 
 def _store_paths(streams: Mapping[str, Any], names: tuple[str, ...]) -> list[str]:
@@ -312,8 +336,10 @@ class DaemonSource(_NativeSource):
         join: str | None = None,
         shared_view: bool = False,
         liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT,
+        group_timeout: float | None = None,
     ) -> None:
         _check_group(group, group_mode, join)
+        _check_group_timeout(group, group_timeout)
         if group is not None and group_mode == "broadcast" and spec.start_step != 0:
             # An explicit start_step is honoured (a resumed trainer joining a
             # running sweep), never silently replaced by the group's step.
@@ -341,6 +367,7 @@ class DaemonSource(_NativeSource):
             join or "",
             bool(shared_view),
             float(liveness_timeout),
+            0.0 if group_timeout is None else float(group_timeout),
         )
 
     @property
@@ -407,6 +434,7 @@ def open_source(streams: Mapping[str, Any], spec: SourceSpec, daemon: Any = None
             join=options.join,
             shared_view=options.shared_view,
             liveness_timeout=options.liveness_timeout,
+            group_timeout=options.group_timeout,
         )
         source.request_ahead = options.request_ahead
         return source

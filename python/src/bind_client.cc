@@ -33,7 +33,8 @@ class DaemonLoader final : public PySource {
                uint32_t mode, uint64_t seed, uint64_t rank, uint64_t world_size,
                uint64_t start_step, uint32_t prefetch, uint32_t leases, uint64_t ring_bytes,
                std::string group, const std::string& group_mode, const std::string& join,
-               bool shared_view, double liveness_timeout) {
+               bool shared_view, double liveness_timeout,
+               double group_timeout) {
     if (mode > 2) ThrowStatus(Status::InvalidArgument("mode must be 0, 1 or 2"));
     if (group.size() > kMaxGroupName) {
       ThrowStatus(Status::InvalidArgument("group: at most " + std::to_string(kMaxGroupName) +
@@ -74,6 +75,13 @@ class DaemonLoader final : public PySource {
     }
     spec.liveness_timeout = std::chrono::milliseconds(
         static_cast<int64_t>(std::llround(liveness_timeout * 1000)));
+    // 0: the daemon's --group-timeout (sources.DaemonOptions checks the range).
+    if (!(group_timeout >= 0) || group_timeout > 86400) {
+      ThrowStatus(Status::InvalidArgument("group_timeout must be in [0, 86400] seconds, got " +
+                                          std::to_string(group_timeout)));
+    }
+    spec.group_timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(std::llround(group_timeout * 1000)));
     Result<std::unique_ptr<client::Loader>> loader = WithoutGil([&] {
       Result<std::unique_ptr<Client>> c = Client::Connect(path);
       return c.ok() ? (*c)->OpenLoader(spec) : Result<std::unique_ptr<client::Loader>>(c.status());
@@ -106,6 +114,18 @@ py::dict DaemonStats(const std::string& path) {
   return d;
 }
 
+// (counters, status JSON); the JSON is "" from a daemon older than 1.2.
+py::tuple DaemonStatus(const std::string& path) {
+  Result<StatsReplyMsg> r = WithoutGil([&] {
+    Result<std::unique_ptr<Client>> c = Client::Connect(path);
+    return c.ok() ? (*c)->Report() : Result<StatsReplyMsg>(c.status());
+  });
+  StatsReplyMsg reply = Unwrap(std::move(r));
+  py::dict d;
+  for (const auto& [k, v] : reply.counters) d[py::str(k)] = v;
+  return py::make_tuple(d, py::str(reply.status));
+}
+
 }  // namespace
 #endif  // LOADERX_HAVE_CLIENT
 
@@ -118,12 +138,12 @@ daemon's shared-memory ring: writable copy-on-write mappings of their slot,
 or read-only views of the ring itself with shared_view=True.)doc")
       .def(py::init<const std::string&, std::vector<std::string>, uint64_t, uint32_t, uint64_t,
                     uint64_t, uint64_t, uint64_t, uint32_t, uint32_t, uint64_t, std::string,
-                    const std::string&, const std::string&, bool, double>(),
+                    const std::string&, const std::string&, bool, double, double>(),
            py::arg("path"), py::arg("stores"), py::arg("batch_size"), py::arg("mode"),
            py::arg("seed"), py::arg("rank"), py::arg("world_size"), py::arg("start_step"),
            py::arg("prefetch"), py::arg("leases"), py::arg("ring_bytes"), py::arg("group") = "",
            py::arg("group_mode") = "shard", py::arg("join") = "", py::arg("shared_view") = false,
-           py::arg("liveness_timeout") = 10.0)
+           py::arg("liveness_timeout") = 10.0, py::arg("group_timeout") = 0.0)
       .def_property_readonly("lease_cap", &DaemonLoader::lease_cap)
       .def_property_readonly("leases_held", &DaemonLoader::leases_held)
       .def_property_readonly("ring_bytes", &DaemonLoader::ring_bytes)
@@ -139,6 +159,9 @@ or read-only views of the ring itself with shared_view=True.)doc")
                     "loaderx.client.DaemonOptions).");
   m.def("daemon_stats", &DaemonStats, py::arg("path"),
         "loaderxd's counters as a dict (sessions, loaders, slots_held, ring_bytes, ...).");
+  m.def("daemon_status", &DaemonStatus, py::arg("path"),
+        "(counters, status JSON) of loaderxd (docs/daemon.md \"Status\"); the JSON is '' "
+        "from a daemon older than protocol 1.2.");
   m.attr("HAVE_DAEMON_CLIENT") = true;
 #else
   m.attr("HAVE_DAEMON_CLIENT") = false;

@@ -21,6 +21,7 @@ py::object ErrorClass(Status::Code code) {
     case Status::Code::kProtocol: return errors.attr("ProtocolError");
     case Status::Code::kDaemon: return errors.attr("DaemonError");
     case Status::Code::kState: return errors.attr("StateError");
+    case Status::Code::kTimeout: return errors.attr("GroupTimeoutError");
     default: return errors.attr("LoaderxError");
   }
 }

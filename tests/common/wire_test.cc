@@ -289,3 +289,45 @@ TEST(WireTest, RandomAndMutatedFramesNeverCrash) {
 
 }  // namespace
 }  // namespace loaderx
+
+namespace loaderx {
+namespace {
+
+// Protocol 1.2 keys of issue 12: a group member's timeout, the status document.
+TEST(WireTest, GroupTimeoutAndStatusDocumentRoundTrip) {
+  OpenMsg open;
+  open.streams = {{"x", false, false, 1}};
+  open.batch_size = 4;
+  open.group = "ddp";
+  open.group_timeout_ms = 1500;
+  ExpectRoundTrip(open);
+  open.group_timeout_ms = 86'400'000;
+  ExpectRoundTrip(open);
+  ExpectRoundTrip(StatsMsg{true});
+  StatsReplyMsg reply{{{"sessions", 1}}, std::string(kMaxStatusBytes, 'j')};
+  ExpectRoundTrip(reply);
+  ExpectRoundTrip(ErrorMsg{static_cast<uint32_t>(Status::Code::kTimeout), "group 'g': ...", 3});
+}
+
+TEST(WireTest, GroupTimeoutNeedsAGroupAndAtMostADay) {
+  OpenMsg solo;
+  solo.streams = {{"x", false, false, 1}};
+  solo.batch_size = 1;
+  solo.group_timeout_ms = 5;  // meaningless without a group: not sent
+  auto back = DecodeMessage(EncodeMessage(solo));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(std::get<OpenMsg>(*back).group_timeout_ms, 0u);
+  OpenMsg grouped = solo;
+  grouped.group = "g";
+  grouped.group_timeout_ms = 86'400'001;
+  Status st = DecodeError(EncodeMessage(grouped));
+  EXPECT_EQ(st.code(), Status::Code::kProtocol);
+  EXPECT_NE(st.message().find("group_timeout_ms"), std::string::npos) << st.message();
+  StatsReplyMsg big{{}, std::string(kMaxStatusBytes + 1, 'j')};
+  EXPECT_EQ(DecodeError(EncodeMessage(big)).code(), Status::Code::kProtocol);
+  ErrorMsg unknown{15, "from the future", 0};
+  EXPECT_EQ(DecodeError(EncodeMessage(unknown)).code(), Status::Code::kProtocol);
+}
+
+}  // namespace
+}  // namespace loaderx

@@ -36,6 +36,32 @@ TEST(ConfigTest, FlagsSetEveryField) {
   EXPECT_FALSE(c->check_config);
 }
 
+TEST(ConfigTest, GroupTimeoutLogFileAndPidFile) {
+  auto c = Parse({"--socket", "/s"});
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->group_timeout, std::chrono::minutes(5));
+  EXPECT_EQ(c->log_file, "");
+  EXPECT_EQ(c->pid_file, "");
+  c = Parse({"--socket", "/s", "--group-timeout", "0.25", "--log-file", "/var/log/x.log",
+             "--pid-file=/run/x.pid"});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->group_timeout, std::chrono::milliseconds(250));
+  EXPECT_EQ(c->log_file, "/var/log/x.log");
+  EXPECT_EQ(c->pid_file, "/run/x.pid");
+  c = Parse({"--socket", "/s", "--group-timeout", "86400"});
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->group_timeout, std::chrono::hours(24));
+  for (const char* v : {"0", "0.09", "86400.5", "5m", "", ".", "1.2.3", "-1"}) {
+    auto b = Parse({"--socket", "/s", "--group-timeout", v});
+    ASSERT_FALSE(b.ok()) << v;
+    EXPECT_EQ(b.status().message(),
+              std::string("group-timeout: '") + v + "' is not a number of seconds in 0.1..86400");
+  }
+  auto empty = Parse({"--socket", "/s", "--log-file", ""});
+  ASSERT_FALSE(empty.ok());
+  EXPECT_EQ(empty.status().message(), "log-file: empty path");
+}
+
 TEST(ConfigTest, PerUidMemoryDefaultsToAndIsCappedByTheLimit) {
   auto c = Parse({"--socket", "/s", "--memory-limit", "1G"});
   ASSERT_TRUE(c.ok());

@@ -104,6 +104,10 @@ struct LoaderSpec {
   std::string group;
   GroupMode group_mode = GroupMode::kShard;
   GroupJoin join = GroupJoin::kDefault;
+  // How long a `next` may wait for the group's other members before it fails
+  // with a Timeout status naming them (protocol 1.2); zero: loaderxd's
+  // --group-timeout.
+  std::chrono::milliseconds group_timeout{0};
   // How NextUntil's BatchView sees the slot. false (default): through a
   // private copy-on-write mapping of the slot made per batch, so the values
   // are writable like an embedded batch's (a write copies the page it
@@ -310,6 +314,10 @@ class Client {
   Result<std::unique_ptr<client::Loader>> OpenLoader(const client::LoaderSpec& spec);
   // The daemon's counters ("sessions", "slots_held", "ring_bytes", ...).
   Result<std::vector<std::pair<std::string, uint64_t>>> Stats(const client::WaitHook& hook = nullptr);
+  // The counters and the status document (JSON, docs/daemon.md "Status"):
+  // the daemon, the groups and loaders this uid may see, per-uid usage.
+  // The document is empty from a daemon older than protocol 1.2.
+  Result<StatsReplyMsg> Report(const client::WaitHook& hook = nullptr);
 
   const std::string& path() const { return path_; }
   const HelloOkMsg& hello() const;

@@ -39,6 +39,7 @@ class [[nodiscard]] Status {
     kDaemon = 11,           // DaemonError (daemon gone / refused)
     kInternal = 12,         // a bug: should never be seen
     kState = 13,            // wrong object state (reading a builder, ...)
+    kTimeout = 14,          // GroupTimeoutError: a group member waited too long for its peers
   };
 
   Status() = default;
@@ -68,6 +69,7 @@ class [[nodiscard]] Status {
   static Status Daemon(std::string m) { return {Code::kDaemon, std::move(m)}; }
   static Status Internal(std::string m) { return {Code::kInternal, std::move(m)}; }
   static Status State(std::string m) { return {Code::kState, std::move(m)}; }
+  static Status Timeout(std::string m) { return {Code::kTimeout, std::move(m)}; }
   // IOError from errno, formatted "<context>: <strerror>".
   static Status FromErrno(std::string_view context, int err);
 

@@ -118,6 +118,11 @@ struct OpenMsg {
   std::string group;
   GroupMode group_mode = GroupMode::kShard;
   GroupJoin join = GroupJoin::kDefault;
+  // Protocol 1.2, optional, only with a group: how long (ms) this member's
+  // `next` may wait for its group's other members before the daemon answers
+  // it with a Timeout error naming them; 0 (not sent): loaderxd's
+  // --group-timeout.
+  uint64_t group_timeout_ms = 0;
   uint32_t TotalFds() const;
   bool operator==(const OpenMsg&) const = default;
 };
@@ -177,10 +182,17 @@ struct ReleaseMsg {
 };
 // client -> daemon: counters. Reply: StatsReplyMsg.
 struct StatsMsg {
+  // Protocol 1.2, optional: also send the status document (the daemon, its
+  // groups, members and per-uid usage; docs/daemon.md "Status").
+  bool detail = false;
   bool operator==(const StatsMsg&) const = default;
 };
+// Longest status document (JSON) a stats reply may carry.
+inline constexpr uint32_t kMaxStatusBytes = 192 * 1024;
 struct StatsReplyMsg {
   std::vector<std::pair<std::string, uint64_t>> counters;
+  // Protocol 1.2, optional: the status document (JSON), only when asked for.
+  std::string status;
   bool operator==(const StatsReplyMsg&) const = default;
 };
 // client -> daemon: close the loader (the connection stays). Reply: OkMsg.
