@@ -227,8 +227,8 @@ class Fields {
     const msgpack::object* o = Get(key);
     if (o == nullptr) return {};
     if (o->type != msgpack::type::STR || o->via.str.size > max) {
-      Fail("'" + std::string(key) + "' must be a string of at most " +
-           std::to_string(max) + " bytes");
+      Fail("'" + std::string(key) + "' must be a string of at most " + std::to_string(max) +
+           " bytes");
       return {};
     }
     return std::string(o->via.str.ptr, o->via.str.size);

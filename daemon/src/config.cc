@@ -65,8 +65,8 @@ Result<std::chrono::milliseconds> ParseSeconds(const std::string& key, const std
                       std::count(v.begin(), v.end(), '.') <= 1 && v != ".";
   double x = digits ? std::strtod(v.c_str(), nullptr) : -1;
   if (!digits || x < lo || x > hi) {
-    return Status::InvalidArgument(key + ": '" + v + "' is not a number of seconds in " +
-                                   Fmt(lo) + ".." + Fmt(hi));
+    return Status::InvalidArgument(key + ": '" + v + "' is not a number of seconds in " + Fmt(lo) +
+                                   ".." + Fmt(hi));
   }
   return std::chrono::milliseconds(static_cast<int64_t>(x * 1000 + 0.5));
 }
@@ -201,10 +201,10 @@ Result<Config> ParseArgs(const std::vector<std::string>& args, std::string* help
       value = key.substr(eq + 1);
       key.resize(eq);
     }
-    static const char* const kKnown[] = {"socket", "threads", "memory-limit", "memory-per-uid",
-                                         "sessions-per-uid", "max-leases", "max-prefetch", "max-skew",
-                                         "socket-mode", "log-level", "gather-nice", "group-timeout",
-                                         "log-file", "pid-file", "config"};
+    static const char* const kKnown[] = {
+        "socket",      "threads",       "memory-limit", "memory-per-uid", "sessions-per-uid",
+        "max-leases",  "max-prefetch",  "max-skew",     "socket-mode",    "log-level",
+        "gather-nice", "group-timeout", "log-file",     "pid-file",       "config"};
     if (std::find(std::begin(kKnown), std::end(kKnown), key) == std::end(kKnown)) {
       return Status::InvalidArgument("unknown option --" + key + " (see --help)");
     }

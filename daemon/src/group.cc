@@ -361,7 +361,8 @@ Result<Delivery> Group::Next(uint64_t id, const std::function<bool()>& closing,
       }
       auto wait = poll;
       if (me.info.timeout.count() > 0) {
-        wait = std::min(wait, std::chrono::ceil<std::chrono::milliseconds>(me.info.timeout - waited));
+        wait =
+            std::min(wait, std::chrono::ceil<std::chrono::milliseconds>(me.info.timeout - waited));
       }
       cv_.wait_for(lock, wait);
       continue;
@@ -518,7 +519,8 @@ std::string Group::Describe(const std::vector<uint64_t>& who) const {
 void Group::NoteStall(std::chrono::steady_clock::duration waited,
                       std::chrono::milliseconds timeout) {
   std::chrono::steady_clock::duration after = kStallLogAfter;
-  if (timeout.count() > 0) after = std::min<std::chrono::steady_clock::duration>(after, timeout / 2);
+  if (timeout.count() > 0)
+    after = std::min<std::chrono::steady_clock::duration>(after, timeout / 2);
   if (waited < after) return;
   const uint64_t slowest = Slowest();
   std::string who = Describe(At(slowest));

@@ -132,7 +132,8 @@ class Server::Impl {
     for (const auto& [u, a] : uids_) in.uids.push_back({u, a.sessions, a.ring_bytes});
     lock.unlock();
     in.pid = ::getpid();
-    in.uptime_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+    in.uptime_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
     in.incarnation = incarnation_;
     in.socket_path = config_.socket_path;
     in.config = &config_;
@@ -580,7 +581,8 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
       if (fate == kStillRunning) {
         return "closed its connection (process " + std::to_string(cred_.pid) + " " + fate + ")";
       }
-      return "hung up without closing its loader: process " + std::to_string(cred_.pid) + " " + fate;
+      return "hung up without closing its loader: process " + std::to_string(cred_.pid) + " " +
+             fate;
     }
     return why.empty() ? "reply failed" : why;
   }
@@ -633,7 +635,8 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
   // `close` cancelled (the client asked for it).
   Status Error(const Status& st) {
     if (st.code() != Status::Code::kCancelled) {
-      const LogLevel level = st.code() == Status::Code::kTimeout ? LogLevel::kWarning : LogLevel::kInfo;
+      const LogLevel level =
+          st.code() == Status::Code::kTimeout ? LogLevel::kWarning : LogLevel::kInfo;
       if (LogEnabled(level)) {
         LogLine(level, "session " + std::to_string(id_) + " (pid " + std::to_string(cred_.pid) +
                            ", uid " + std::to_string(cred_.uid) + "): " + request_ +
@@ -788,8 +791,8 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
                                        : std::string()) +
                                   ")"
                             : std::string())
-                  << " at step " << first_step
-                  << " ring=" << reply.ring_bytes << "B slots=" << reply.slot_count;
+                  << " at step " << first_step << " ring=" << reply.ring_bytes
+                  << "B slots=" << reply.slot_count;
     int ring_fd = group_->ring()->fd();
     return Send(reply, std::span<const int>(&ring_fd, 1));
   }
@@ -875,7 +878,7 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
   bool closing_ = false;         // guarded by mu_
   bool loader_closing_ = false;  // a `close` arrived; guarded by mu_
 
-  std::string end_reason_;        // why Shutdown ended the session; guarded by mu_
+  std::string end_reason_;  // why Shutdown ended the session; guarded by mu_
 
   // Worker thread only.
   const char* request_ = "";      // the request being answered (for logs)

@@ -33,8 +33,7 @@ class DaemonLoader final : public PySource {
                uint32_t mode, uint64_t seed, uint64_t rank, uint64_t world_size,
                uint64_t start_step, uint32_t prefetch, uint32_t leases, uint64_t ring_bytes,
                std::string group, const std::string& group_mode, const std::string& join,
-               bool shared_view, double liveness_timeout,
-               double group_timeout) {
+               bool shared_view, double liveness_timeout, double group_timeout) {
     if (mode > 2) ThrowStatus(Status::InvalidArgument("mode must be 0, 1 or 2"));
     if (group.size() > kMaxGroupName) {
       ThrowStatus(Status::InvalidArgument("group: at most " + std::to_string(kMaxGroupName) +
@@ -80,8 +79,8 @@ class DaemonLoader final : public PySource {
       ThrowStatus(Status::InvalidArgument("group_timeout must be in [0, 86400] seconds, got " +
                                           std::to_string(group_timeout)));
     }
-    spec.group_timeout = std::chrono::milliseconds(
-        static_cast<int64_t>(std::llround(group_timeout * 1000)));
+    spec.group_timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(std::llround(group_timeout * 1000)));
     Result<std::unique_ptr<client::Loader>> loader = WithoutGil([&] {
       Result<std::unique_ptr<Client>> c = Client::Connect(path);
       return c.ok() ? (*c)->OpenLoader(spec) : Result<std::unique_ptr<client::Loader>>(c.status());
@@ -152,8 +151,7 @@ or read-only views of the ring itself with shared_view=True.)doc")
                              "When loaderxd published the batch next() returned last: "
                              "CLOCK_MONOTONIC ns, comparable with time.monotonic_ns() "
                              "(0 from a daemon without publish stamps).")
-      .def_property("request_ahead", &DaemonLoader::request_ahead,
-                    &DaemonLoader::set_request_ahead,
+      .def_property("request_ahead", &DaemonLoader::request_ahead, &DaemonLoader::set_request_ahead,
                     "Ask for the following batch as soon as next() returns one, so the next "
                     "next() finds it queued (one more slot held at the daemon; see "
                     "loaderx.client.DaemonOptions).");
