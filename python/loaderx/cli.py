@@ -366,26 +366,25 @@ def _status_text(s: dict[str, Any]) -> str:
 def _cmd_status(args: argparse.Namespace) -> int:
     from .client import connect
 
-    while True:
-        try:
-            s = connect(args.socket).stats()
-        except KeyboardInterrupt:
-            if args.watch is None:
-                raise
-            return EXIT_OK
-        if args.json:
-            print(json.dumps(s, sort_keys=True, indent=None if args.watch else 2))
-        else:
-            if args.watch is not None and sys.stdout.isatty():
-                print("\x1b[H\x1b[2J", end="")
-            print(_status_text(s))
-        if args.watch is None:
-            return EXIT_OK
-        sys.stdout.flush()
-        try:
+    if args.watch is None:
+        _show_status(connect(args.socket).stats(), args.json, watch=False)
+        return EXIT_OK
+    try:  # Ctrl-C anywhere in the loop is the way a watch ends
+        while True:
+            _show_status(connect(args.socket).stats(), args.json, watch=True)
+            sys.stdout.flush()
             time.sleep(args.watch)
-        except KeyboardInterrupt:  # the way a watch ends
-            return EXIT_OK
+    except KeyboardInterrupt:
+        return EXIT_OK
+
+
+def _show_status(s: dict[str, Any], as_json: bool, watch: bool) -> None:
+    if as_json:
+        print(json.dumps(s, sort_keys=True, indent=None if watch else 2))
+        return
+    if watch and sys.stdout.isatty():
+        print("\x1b[H\x1b[2J", end="")
+    print(_status_text(s))
 
 
 def _positive(text: str) -> int:

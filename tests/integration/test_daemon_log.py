@@ -147,7 +147,7 @@ def test_a_stall_is_logged_once_per_state_and_its_end_once(logged, stores) -> No
     got = lines(log)
     stalls = [x for x in got if "waits for" in x]
     assert len(stalls) == 1, got
-    assert re.fullmatch(r"info: group 'ddp' waits for rank 1 \(not joined\) at step 0 since 0\.[2-9] s", stalls[0])
+    assert re.fullmatch(r"info: group 'ddp' waits for rank 1 \(not joined\) at step 0 since \d+\.\d s", stalls[0])
     timeouts = [x for x in got if "next refused: Timeout" in x]
     assert len(timeouts) == 3 and all(x.startswith("warning: session ") for x in timeouts)
     ends = [x for x in got if "goes on" in x]
