@@ -1,131 +1,452 @@
-"""loaderxd groups: N consumers of one dataset, N solo loaders vs one broadcast group.
+"""loaderxd groups with processes: 4 trainers over one store of real photos.
 
-Real data: the zstd photo-crop store of bench_loader.py (3×224×224 uint8,
-``bench/data/loader/loaderx/zstd/image``). ``--members`` consumers each draw
-``--steps`` batches of ``--batch`` images (IID, same seed), each in its own
-thread, either as separate solo daemon loaders (every batch gathered and
-decoded once per consumer) or as members of one broadcast group (gathered
-once, mapped by all). Before timing, every member's batch is checked against
-the embedded loader's. Reported: wall time, loaderxd CPU seconds
-(utime + stime from /proc), batches the daemon gathered and the ring memory it
-held. One run; the table goes into docs/daemon.md (section "groups", under
-Groups: it is the measurement behind that section's claim).
+The card's promise measured the way it is used: ``--trainers`` (4) separate
+trainer processes each draw ``--steps`` batches of ``--batch`` (256)
+``uint8[3,224,224]`` photo crops (``bench/prepare_vision.py``'s
+``vision_dense.npy``), from a raw and from a zstd store, in three set-ups:
+
+(a) ``embedded``: every trainer runs its own embedded ``DataLoader`` (each
+    gathers and decodes every batch itself);
+(b) ``broadcast``: every trainer is a member of one loaderxd broadcast group
+    (each batch gathered once, mapped by all four);
+(c) ``torch``: every trainer runs a ``torch.utils.data.DataLoader`` with
+    ``--torch-workers`` (2) forked workers over a map-style dataset reading
+    the same store record by record (default collate).
+
+Before timing, each trainer checks its first batch against the expected one
+(the embedded loader's batch of that step for (a)/(b); the stacked records of
+the torch sampler's first indices for (c)), then waits until all are ready.
+Each trainer "consumes" a batch by reading one byte of every 4 KiB page (so
+every page of a mapped batch is really touched) and reports its batches/s and
+the CPU seconds of its process tree (torch workers included). The parent
+samples the PSS (``/proc/PID/smaps_rollup``) of every process involved —
+trainers, their workers, loaderxd — every 0.1 s and reports the peak of the
+total, plus loaderxd's CPU seconds.
+
+Goals (issue 12): (b) total PSS <= 1.3x one embedded trainer's PSS, and (b)
+per-trainer batches/s >= 2x (a)'s with zstd.
+
+``--quick`` is a smoke run (tiny batch and step count; synthetic data if the
+photos are not prepared); it never writes docs. A real run writes the table
+into docs/benchmarks.md (section "groups-processes") and the plot to
+docs/bench_groups.png. Run it on a quiet machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
+import shutil
+import subprocess
 import sys
-import threading
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_daemon import Daemon, loaderxd_binary
-from benchlib import DATA, REPO, machine_line, markdown_table, update_doc_section
+from benchlib import (
+    DATA,
+    DOCS,
+    PssSampler,
+    machine_line,
+    markdown_table,
+    pss_bytes,
+    tree_pids,
+    update_doc_section,
+)
 
-STORE = DATA / "loader" / "loaderx" / "zstd" / "image"
+SOURCE = DATA / "vision_dense.npy"
+SEED = 7
+CHECK_STEPS = 16  # expected first-batch hashes provided per step (a late group joiner starts later)
+SETUPS = ("embedded", "broadcast", "torch")
+CODECS = ("raw", "zstd")
 
 
-def daemon_cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of one process (0 if gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run(daemon: Daemon, members: int, steps: int, batch: int, group: bool) -> dict[str, float]:
-    from loaderx import _loaderx
-    from loaderx.client import DaemonOptions
+def tree_cpu(root: int) -> float:
+    return sum(cpu_seconds(p) for p in tree_pids(root))
+
+
+def digest(x: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(x).tobytes()).hexdigest()
+
+
+def touch(x: np.ndarray) -> int:
+    """One byte of every 4 KiB page: every page of the batch is really read."""
+    flat = x.reshape(-1)
+    return int(flat[::4096].sum())
+
+
+# ==========================================================================
+# Trainer process: build the loader, check, say ready, wait for go, time.
+# ==========================================================================
+
+class TorchStore:
+    """Map-style dataset over a loaderx store, opened lazily in each worker."""
+
+    def __init__(self, path: str) -> None:
+        from loaderx.zrecord import Dense
+
+        self.path = path
+        with Dense.open(path) as s:
+            self.n = len(s)
+        self._store: Any = None
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> Any:
+        import torch
+
+        if self._store is None:
+            from loaderx.zrecord import Dense
+
+            self._store = Dense.open(self.path)
+        return torch.from_numpy(np.asarray(self._store[int(i)]))
+
+
+def torch_loader(store: str, batch: int, workers: int) -> Any:
+    import torch
+    from torch.utils.data import DataLoader as TorchLoader
+    from torch.utils.data import RandomSampler
+
+    g = torch.Generator()
+    g.manual_seed(SEED)
+    ds = TorchStore(store)
+    return TorchLoader(ds, batch_size=batch, sampler=RandomSampler(ds, generator=g), num_workers=workers,
+                       drop_last=True, persistent_workers=workers > 0,
+                       multiprocessing_context="fork" if workers > 0 else None)
+
+
+def trainer(args: argparse.Namespace) -> int:
+    if args.setup in ("idle", "idle-torch"):  # baselines: the same imports, no loader
+        import loaderx.client  # noqa: F401
+
+        if args.setup == "idle-torch":
+            import torch  # noqa: F401
+
+        print(json.dumps({"ready": os.getpid()}), flush=True)
+        sys.stdin.readline()
+        return 0
+    expected = json.loads(Path(args.expected).read_text())
+    if args.setup == "torch":
+        it = iter(torch_loader(args.store, args.batch, args.torch_workers))
+        first_step = 0
+
+        def draw() -> np.ndarray:
+            return next(it).numpy()
+        close = lambda: None
+    else:
+        from loaderx.client import DaemonOptions
+        from loaderx.dataloader import DataLoader
+        from loaderx.zrecord import Dense
+
+        store = Dense.open(args.store)
+        daemon = None if args.setup == "embedded" else DaemonOptions(args.socket, group="bench",
+                                                                     group_mode="broadcast")
+        loader = DataLoader({"image": store}, batch_size=args.batch, seed=SEED, daemon=daemon)
+        first_step = loader.step
+
+        def draw() -> np.ndarray:
+            return next(loader)["image"]
+
+        def close() -> None:
+            loader.close()
+            store.close()
+    first = draw()
+    if first_step >= len(expected) or digest(first) != expected[first_step]:
+        print(json.dumps({"error": f"first batch (step {first_step}) differs from the expected one"}), flush=True)
+        return 1
+    del first
+    print(json.dumps({"ready": os.getpid()}), flush=True)
+    if sys.stdin.readline().strip() != "go":
+        return 1
+    cpu0 = tree_cpu(os.getpid())
+    t0 = time.perf_counter()
+    sink = 0
+    for _ in range(args.steps):
+        b = draw()
+        sink += touch(b)
+        del b
+    wall = time.perf_counter() - t0
+    cpu = tree_cpu(os.getpid()) - cpu0
+    print(json.dumps({"batches_per_s": args.steps / wall, "cpu_s": cpu, "wall_s": wall, "sink": sink}), flush=True)
+    sys.stdin.readline()  # the parent samples PSS until everyone is done
+    close()
+    return 0
+
+
+# ==========================================================================
+# Parent: stores, expected batches, one run per (codec, setup).
+# ==========================================================================
+
+def source_array(quick: bool, records: int) -> tuple[np.ndarray, str]:
+    if SOURCE.exists():
+        src = np.load(SOURCE, mmap_mode="r")
+        return (src[:records] if quick else src), "real photo crops (bench/prepare_vision.py)"
+    if not quick:
+        raise SystemExit(f"{SOURCE} missing: run bench/prepare_vision.py first")
+    print(f"warning: {SOURCE} missing, smoke run on synthetic data (nothing is published)", file=sys.stderr)
+    rng = np.random.default_rng(0)
+    return rng.integers(0, 256, size=(records, 3, 224, 224), dtype=np.uint8), "synthetic (smoke run)"
+
+
+def build_store(root: Path, src: np.ndarray, codec: str) -> Path:
+    from loaderx.zrecord import Dense
+
+    path = root / codec / "image"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with Dense.create(str(path), src.dtype, src.shape[1:], codec=codec) as ds:
+            for i in range(0, len(src), 512):
+                ds.append(np.ascontiguousarray(src[i:i + 512]))
+    return path
+
+
+def expected_hashes(store: Path, batch: int, setup: str, workers: int) -> list[str]:
     from loaderx.dataloader import DataLoader
     from loaderx.zrecord import Dense
 
-    store = Dense.open(str(STORE))
-    opts = DaemonOptions(daemon.sock, group="bench" if group else None, group_mode="broadcast")
-    loaders = [DataLoader({"image": store}, batch_size=batch, seed=7, daemon=opts)
-               for _ in range(members)]
-    # Exactness first: every consumer's first batch is the embedded one.
-    with DataLoader({"image": store}, batch_size=batch, seed=7) as local:
-        want = next(local)["image"]
-    for loader in loaders:
-        np.testing.assert_array_equal(next(loader)["image"], want)
-    before = _loaderx.daemon_stats(daemon.sock)
-    cpu0 = daemon_cpu_seconds(daemon.proc.pid)
-    errors: list[BaseException] = []
+    if setup == "torch":
+        import torch
+        from torch.utils.data import RandomSampler
 
-    def consume(loader: DataLoader) -> None:
-        try:
-            for _ in range(steps):
-                next(loader)
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
+        g = torch.Generator()
+        g.manual_seed(SEED)
+        with Dense.open(str(store)) as s:
+            order = list(RandomSampler(range(len(s)), generator=g))[:batch]
+            return [digest(np.stack([np.asarray(s[int(i)]) for i in order]))]
+    with Dense.open(str(store)) as s, DataLoader({"image": s}, batch_size=batch, seed=SEED) as local:
+        return [digest(next(local)["image"]) for _ in range(CHECK_STEPS)]
 
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=consume, args=(ld,)) for ld in loaders]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - t0
-    cpu = daemon_cpu_seconds(daemon.proc.pid) - cpu0
-    after = _loaderx.daemon_stats(daemon.sock)
-    for loader in loaders:
-        loader.close()
-    store.close()
-    if errors:
-        raise errors[0]
-    return {"wall": wall, "cpu": cpu,
-            "gathered": after["batches_gathered"] - before["batches_gathered"],
-            "ring_mib": after["ring_bytes"] / 2**20}
+
+class Daemon:
+    def __init__(self, exe: str, threads: int | None) -> None:
+        from loaderx import _loaderx
+
+        self._tmp = tempfile.mkdtemp(prefix="lxgroups-")
+        self.sock = os.path.join(self._tmp, "d.sock")
+        cmd = [exe, "--foreground", "--socket", self.sock, "--log-level", "warning"]
+        if threads:
+            cmd += ["--threads", str(threads)]
+        env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID")}
+        self.proc = subprocess.Popen(cmd, env=env)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                _loaderx.daemon_stats(self.sock)
+                return
+            except Exception:  # noqa: BLE001 - not up yet
+                time.sleep(0.02)
+        self.close()
+        raise SystemExit("loaderxd did not start")
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+
+def run_setup(args: argparse.Namespace, setup: str, store: Path, expected: Path,
+              daemon: Daemon | None) -> dict[str, Any]:
+    cmd = [sys.executable, __file__, "--trainer", "--setup", setup, "--store", str(store), "--expected",
+           str(expected), "--batch", str(args.batch), "--steps", str(args.steps),
+           "--torch-workers", str(args.torch_workers)]
+    if daemon is not None:
+        cmd += ["--socket", daemon.sock]
+    procs = [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+             for _ in range(args.trainers)]
+    try:
+        for p in procs:
+            assert p.stdout is not None
+            line = json.loads(p.stdout.readline() or '{"error": "trainer exited"}')
+            if "ready" not in line:
+                raise SystemExit(f"{setup}: {line.get('error')}")
+        sampler = _TreeSampler([p.pid for p in procs], [daemon.proc.pid] if daemon else [])
+        daemon_cpu0 = cpu_seconds(daemon.proc.pid) if daemon else 0.0
+        with sampler:
+            for p in procs:
+                assert p.stdin is not None
+                p.stdin.write("go\n")
+                p.stdin.flush()
+            results = []
+            for p in procs:
+                assert p.stdout is not None
+                results.append(json.loads(p.stdout.readline()))
+        daemon_cpu = (cpu_seconds(daemon.proc.pid) - daemon_cpu0) if daemon else 0.0
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write("done\n")
+            p.stdin.flush()
+        for p in procs:
+            if p.wait(timeout=120) != 0:
+                raise SystemExit(f"{setup}: a trainer failed")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    rates = [r["batches_per_s"] for r in results]
+    return {"rate_mean": float(np.mean(rates)), "rate_min": float(min(rates)),
+            "pss_mib": sampler.peak / 2**20, "max_trainer_pss_mib": sampler.max_root / 2**20,
+            "cpu_s": sum(r["cpu_s"] for r in results) + daemon_cpu, "daemon_cpu_s": daemon_cpu,
+            "wall_s": max(r["wall_s"] for r in results)}
+
+
+class _TreeSampler(PssSampler):
+    """PssSampler over several process trees; also the peak of the largest trainer tree."""
+
+    def __init__(self, trainers: list[int], others: list[int]) -> None:
+        super().__init__(root=os.getpid(), interval=0.1)
+        self.trainers = trainers
+        self.others = others
+        self.max_root = 0
+
+    def _sample(self) -> None:
+        trees = [sum(pss_bytes(p) for p in tree_pids(r)) for r in self.trainers]
+        rest = sum(pss_bytes(p) for r in self.others for p in tree_pids(r))
+        self.max_root = max([self.max_root, *trees])
+        self.peak = max(self.peak, sum(trees) + rest)
+
+
+def idle_pss(setup: str) -> int:
+    """PSS of one bare trainer process of ``setup``: its imports (NumPy, loaderx; torch for
+    the torch set-up) but no loader."""
+    kind = "idle-torch" if setup == "torch" else "idle"
+    p = subprocess.Popen([sys.executable, __file__, "--trainer", "--setup", kind], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None and p.stdin is not None
+    p.stdout.readline()
+    time.sleep(0.2)
+    pss = pss_bytes(p.pid)
+    p.stdin.write("\n")
+    p.stdin.close()
+    p.wait(timeout=30)
+    return pss
+
+
+def plot(path: Path, results: dict[tuple[str, str], dict[str, Any]], trainers: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), dpi=110)
+    x = np.arange(len(CODECS))
+    width = 0.26
+    colors = {"embedded": "#7570b3", "broadcast": "#d95f02", "torch": "#1b9e77"}
+    for k, setup in enumerate(SETUPS):
+        rate = [results[(c, setup)]["rate_mean"] for c in CODECS]
+        pss = [results[(c, setup)]["pss_mib"] for c in CODECS]
+        axes[0].bar(x + (k - 1) * width, rate, width, label=setup, color=colors[setup])
+        axes[1].bar(x + (k - 1) * width, pss, width, label=setup, color=colors[setup])
+    for ax, title in zip(axes, ("batches/s per trainer", f"total PSS of all {trainers} trainers + loaderxd, MiB")):
+        ax.set_xticks(x, CODECS)
+        ax.set_title(title, fontsize=10)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--loaderxd")
-    ap.add_argument("--members", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=60)
-    ap.add_argument("--batch", type=int, default=32)
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--trainer", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--setup", choices=(*SETUPS, "idle", "idle-torch"), help=argparse.SUPPRESS)
+    ap.add_argument("--store", help=argparse.SUPPRESS)
+    ap.add_argument("--expected", help=argparse.SUPPRESS)
+    ap.add_argument("--socket", help=argparse.SUPPRESS)
+    ap.add_argument("--loaderxd", help="the loaderxd binary (default: $LOADERXD or build/daemon/loaderxd)")
+    ap.add_argument("--trainers", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--torch-workers", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=None, help="loaderxd --threads (default: all cores)")
+    ap.add_argument("--codecs", default=",".join(CODECS))
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke run: batch 16, 5 steps, 512 records; never writes docs")
     ap.add_argument("--no-doc", action="store_true")
     args = ap.parse_args()
-    if not STORE.exists():
-        raise SystemExit(f"{STORE} missing: run bench/prepare_vision.py and bench_loader.py first")
-    exe = loaderxd_binary(args.loaderxd)
+    if args.trainer:
+        return trainer(args)
+    if args.quick:
+        args.batch, args.steps, args.no_doc = 16, 5, True
+    exe = args.loaderxd or os.environ.get("LOADERXD") or str(Path(__file__).resolve().parents[1] / "build" / "daemon" / "loaderxd")
+    codecs = [c for c in args.codecs.split(",") if c]
+    src, what = source_array(args.quick, 512)
+    root = Path(tempfile.mkdtemp(prefix="lxgroups-stores-")) if args.quick else DATA / "groups"
+    results: dict[tuple[str, str], dict[str, Any]] = {}
+    try:
+        for codec in codecs:
+            store = build_store(root, src, codec)
+            for setup in SETUPS:
+                with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+                    json.dump(expected_hashes(store, args.batch, setup, args.torch_workers), f)
+                daemon = Daemon(exe, args.threads) if setup == "broadcast" else None
+                try:
+                    r = run_setup(args, setup, store, Path(f.name), daemon)
+                finally:
+                    if daemon:
+                        daemon.close()
+                    os.unlink(f.name)
+                results[(codec, setup)] = r
+                print(codec, setup, json.dumps({k: round(v, 3) for k, v in r.items()}), flush=True)
+    finally:
+        if args.quick:
+            shutil.rmtree(root, ignore_errors=True)
+    base = {s: idle_pss(s) / 2**20 for s in SETUPS}
     rows = []
-    results = {}
-    for label, group in (("solo loaders", False), ("one broadcast group", True)):
-        daemon = Daemon(exe, args.threads)
-        try:
-            r = run(daemon, args.members, args.steps, args.batch, group)
-        finally:
-            daemon.close()
-        results[label] = r
-        rows.append([f"{args.members} × {label}", f"{r['wall']:.2f}", f"{r['cpu']:.2f}",
-                     f"{int(r['gathered'])}", f"{r['ring_mib']:.0f}"])
-        print(label, r, flush=True)
-    solo, grp = results["solo loaders"], results["one broadcast group"]
-    table = markdown_table(["consumers", "wall s", "loaderxd CPU s", "batches gathered",
-                            "ring MiB"], rows)
+    for codec in codecs:
+        for setup in SETUPS:
+            r = results[(codec, setup)]
+            rows.append([codec, setup, f"{r['rate_mean']:.1f}", f"{r['rate_min']:.1f}", f"{r['pss_mib']:.0f}",
+                         f"{r['pss_mib'] - args.trainers * base[setup]:.0f}", f"{r['cpu_s']:.1f}",
+                         f"{r['daemon_cpu_s']:.1f}"])
+    table = markdown_table(["codec", "set-up", "batches/s per trainer (mean)", "slowest trainer",
+                            "total PSS MiB", f"minus {args.trainers} bare trainer processes, MiB", "total CPU s",
+                            "of which loaderxd"], rows, align="llrrrrrr")
+    goals = []
+    if "zstd" in codecs:
+        a, b = results[("zstd", "embedded")], results[("zstd", "broadcast")]
+        one = a["max_trainer_pss_mib"]
+        bare = base["broadcast"]
+        loaders = b["pss_mib"] - args.trainers * bare
+        goals.append(f"(b) total PSS {b['pss_mib']:.0f} MiB = {b['pss_mib'] / one:.2f}x one embedded trainer's "
+                     f"{one:.0f} MiB (goal <= 1.3x); without the {args.trainers} bare trainer processes "
+                     f"({bare:.0f} MiB each: interpreter, NumPy and loaderx imported, no loader) it is "
+                     f"{loaders:.0f} MiB = {loaders / max(one - bare, 1e-9):.2f}x one embedded loader's "
+                     f"{one - bare:.0f} MiB. "
+                     f"(b) per-trainer {b['rate_mean']:.1f} batches/s = {b['rate_mean'] / a['rate_mean']:.2f}x "
+                     f"(a)'s {a['rate_mean']:.1f} with zstd (goal >= 2x).")
     body = (
-        "### Measured: one gather for N consumers\n\n"
+        "### loaderxd groups with processes\n\n"
         f"{machine_line()}\n\n"
-        f"`bench/bench_groups.py`: {args.members} consumers (threads of one process) each draw "
-        f"{args.steps} IID batches of {args.batch} zstd photo crops (3×224×224 uint8, "
-        f"{args.batch * 3 * 224 * 224 / 2**20:.1f} MiB), checked against the embedded loader "
-        f"first; loaderxd --threads {args.threads}. One run (load average "
-        f"{os.getloadavg()[0]:.1f} at the end: the box is shared, so wall times are noisy; "
-        "CPU seconds are the daemon's own).\n\n"
-        f"{table}\n\n"
-        f"The group gathered {solo['gathered'] / max(grp['gathered'], 1):.1f}× fewer batches and "
-        f"loaderxd spent {solo['cpu'] / max(grp['cpu'], 1e-9):.1f}× less CPU; its ring is "
-        f"{solo['ring_mib'] / max(grp['ring_mib'], 1e-9):.1f}× smaller than the solo rings "
-        "together (a group ring has max_skew more slots than one solo ring).\n"
+        f"`bench/bench_groups.py`: {args.trainers} trainer processes each draw {args.steps} IID batches of "
+        f"{args.batch} uint8[3,224,224] images ({what}, {len(src)} records), touching every page; (a) "
+        f"embedded loaders, (b) members of one loaderxd broadcast group, (c) torch DataLoaders with "
+        f"{args.torch_workers} forked workers each. Every trainer's first batch is checked first. PSS: peak "
+        "of the total over all trainers, their workers and loaderxd; CPU: all of them. One run; load average "
+        f"{os.getloadavg()[0]:.1f} at the end.\n\n{table}\n\n" + "\n".join(goals) + "\n\n"
+        "![batches/s and PSS](bench_groups.png)\n"
     )
     print(body)
     if not args.no_doc:
-        update_doc_section("groups", body, REPO / "docs" / "daemon.md")
+        plot(DOCS / "bench_groups.png", results, args.trainers)
+        update_doc_section("groups-processes", body, DOCS / "benchmarks.md")
     return 0
 
 
