@@ -10,8 +10,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
-#include <fstream>
-#include <iterator>
 
 namespace loaderx::daemon {
 
@@ -87,8 +85,18 @@ void LogLine(LogLevel level, const std::string& line) {
 
 std::string PeerFate(pid_t pid, uid_t uid) {
   if (pid <= 0) return "is unknown";
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  // Plain read(2): the process may vanish mid-read (ESRCH), which a
+  // std::ifstream reports by throwing.
+  std::string stat;
+  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    char buf[1024];
+    ssize_t n;
+    while ((n = ::read(fd, buf, sizeof buf)) > 0) stat.append(buf, static_cast<size_t>(n));
+    ::close(fd);
+    if (n < 0) stat.clear();
+  }
   if (stat.empty()) return "has exited";
   // Fields after the command (which may hold spaces and parentheses): from
   // the last ')' on, field 3 is the state, 9 the flags, 52 the exit code.
