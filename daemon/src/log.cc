@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <ctime>
 
+#include "loaderx/fd.h"
+
 namespace loaderx::daemon {
 
 namespace {
@@ -54,8 +56,7 @@ bool LogEnabled(LogLevel level) {
 Status OpenLogFile(const std::string& path) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0640);
   if (fd < 0) return Status::FromErrno(path + ": cannot open log file", errno);
-  int old = g_file.exchange(fd, std::memory_order_relaxed);
-  if (old >= 0) ::close(old);
+  UniqueFd old(g_file.exchange(fd, std::memory_order_relaxed));  // closes a previous one
   return Status::OK();
 }
 
@@ -89,12 +90,10 @@ std::string PeerFate(pid_t pid, uid_t uid) {
   // std::ifstream reports by throwing.
   std::string stat;
   const std::string path = "/proc/" + std::to_string(pid) + "/stat";
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
+  if (UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC)); fd.valid()) {
     char buf[1024];
     ssize_t n;
-    while ((n = ::read(fd, buf, sizeof buf)) > 0) stat.append(buf, static_cast<size_t>(n));
-    ::close(fd);
+    while ((n = ::read(fd.get(), buf, sizeof buf)) > 0) stat.append(buf, static_cast<size_t>(n));
     if (n < 0) stat.clear();
   }
   if (stat.empty()) return "has exited";
