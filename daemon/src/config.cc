@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -68,7 +69,7 @@ Result<std::chrono::milliseconds> ParseSeconds(const std::string& key, const std
     return Status::InvalidArgument(key + ": '" + v + "' is not a number of seconds in " + Fmt(lo) +
                                    ".." + Fmt(hi));
   }
-  return std::chrono::milliseconds(static_cast<int64_t>(x * 1000 + 0.5));
+  return std::chrono::milliseconds(std::llround(x * 1000));
 }
 
 // Applies one setting. `from_cli` settings are remembered so a file cannot
