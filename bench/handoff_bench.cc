@@ -140,8 +140,8 @@ void VerifyAgainstEmbedded(loaderx::client::Loader& loader, const std::string& s
   spec.batch_size = batch;
   spec.mode = loaderx::SamplerMode::kIID;
   spec.seed = kSeed;
-  auto pipe = Check(loaderx::Pipeline::Create({s}, spec, loaderx::PipelineOptions{}),
-                    "embedded pipeline");
+  auto pipe =
+      Check(loaderx::Pipeline::Create({s}, spec, loaderx::PipelineOptions{}), "embedded pipeline");
   for (int i = 0; i < kVerifySteps; ++i) {
     loaderx::Batch want = Check(pipe->Next(), "embedded next");
     loaderx::client::Batch got = Check(loader.Next(), "daemon next");
@@ -186,10 +186,11 @@ int RunThroughput(const Args& a, loaderx::client::Loader& loader) {
   }
   const uint64_t t1 = MonotonicNowNs(), c1 = ThreadCpuNs();
   loader.Close();
-  std::printf("{\"batches\": %d, \"batches_per_s\": %.3f, \"cpu_ms_per_batch\": %.4f,"
-              " \"work_us\": %.1f, \"spin_us\": %" PRId64 "}\n",
-              a.throughput, a.throughput / (Us(t0, t1) / 1e6), Us(c0, c1) / 1e3 / a.throughput,
-              a.work_us, a.spin_us);
+  std::printf(
+      "{\"batches\": %d, \"batches_per_s\": %.3f, \"cpu_ms_per_batch\": %.4f,"
+      " \"work_us\": %.1f, \"spin_us\": %" PRId64 "}\n",
+      a.throughput, a.throughput / (Us(t0, t1) / 1e6), Us(c0, c1) / 1e3 / a.throughput, a.work_us,
+      a.spin_us);
   return 0;
 }
 
@@ -250,12 +251,14 @@ int RunLoader(const Args& a) {
   Samples queued, queued_cpu, warm, warm_cpu, pushed, pushed_cpu, pushed_warm, pushed_warm_cpu;
   loader->set_request_ahead(true);
   (void)Check(loader->Next(), "next");  // its return requests the first batch ahead
-  draw_until(&queued, &queued_cpu, [&] { SleepMs(pause_ms); }, [] {});
+  draw_until(
+      &queued, &queued_cpu, [&] { SleepMs(pause_ms); }, [] {});
   // A busy client slows production on a small machine: a busy-wait that
   // proved too short for the batch to be made is doubled (up to the pause).
   double warm_us = std::max(a.warm_us, 2e3 * produce_ms);
-  draw_until(&warm, &warm_cpu, [&] { BusyWaitUs(warm_us); },
-             [&] { warm_us = std::min(2 * warm_us, 1e3 * pause_ms); });
+  draw_until(
+      &warm, &warm_cpu, [&] { BusyWaitUs(warm_us); },
+      [&] { warm_us = std::min(2 * warm_us, 1e3 * pause_ms); });
   // Pushed, simulated: NextFor(0) sends `next` and returns at once with the
   // reply owed, so the timed Next() after the pause only receives.
   loader->set_request_ahead(false);
@@ -266,17 +269,24 @@ int RunLoader(const Args& a) {
       if (!early.has_value()) return;  // owed: the pushed draw follows
     }
   };
-  draw_until(&pushed, &pushed_cpu, [&] {
-    send_early();
-    SleepMs(pause_ms);
-  }, [] {});
-  draw_until(&pushed_warm, &pushed_warm_cpu, [&] {
-    send_early();
-    BusyWaitUs(warm_us);
-  }, [&] { warm_us = std::min(2 * warm_us, 1e3 * pause_ms); });
+  draw_until(
+      &pushed, &pushed_cpu,
+      [&] {
+        send_early();
+        SleepMs(pause_ms);
+      },
+      [] {});
+  draw_until(
+      &pushed_warm, &pushed_warm_cpu,
+      [&] {
+        send_early();
+        BusyWaitUs(warm_us);
+      },
+      [&] { warm_us = std::min(2 * warm_us, 1e3 * pause_ms); });
   loader->Close();
 
-  std::printf("{\"nbytes\": %" PRIu64 ", \"pause_ms\": %.3f, \"warm_us\": %.1f,"
+  std::printf("{\"nbytes\": %" PRIu64
+              ", \"pause_ms\": %.3f, \"warm_us\": %.1f,"
               " \"spin_us\": %" PRId64 ", \"skipped\": %d,\n",
               nbytes, pause_ms, warm_us, a.spin_us, skipped);
   PrintSamples("publish_to_holding", p2h);

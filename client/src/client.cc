@@ -34,11 +34,13 @@ Status ValidateBatch(const BatchMsg& m, const std::vector<StreamInfo>& streams,
         if (d != 0 && item > UINT64_MAX / d) return Bad("dense item too large");
         item *= d;
       }
-      if (m.batch_size != 0 && item > UINT64_MAX / m.batch_size) return Bad("dense batch too large");
+      if (m.batch_size != 0 && item > UINT64_MAX / m.batch_size)
+        return Bad("dense batch too large");
       if (l.values_bytes != item * m.batch_size) return Bad("dense values size mismatch");
       continue;
     }
-    if (m.batch_size > (UINT64_MAX / 8) - 1 || s.ndim > kMaxWireDims) return Bad("bad ragged sizes");
+    if (m.batch_size > (UINT64_MAX / 8) - 1 || s.ndim > kMaxWireDims)
+      return Bad("bad ragged sizes");
     if (l.shapes_offset % 8 || l.offsets_offset % 8) return Bad("misaligned ragged tables");
     if (!inside(l.shapes_offset, m.batch_size * s.ndim * 8)) return Bad("shapes outside the batch");
     if (!inside(l.offsets_offset, (m.batch_size + 1) * 8)) return Bad("offsets outside the batch");
@@ -46,7 +48,8 @@ Status ValidateBatch(const BatchMsg& m, const std::vector<StreamInfo>& streams,
     const uint64_t* shapes = reinterpret_cast<const uint64_t*>(base + l.shapes_offset);
     // Offsets count from offsets[0], which is 0 for a whole batch and the
     // slice's first record for a shard group member (protocol 1.1).
-    if (offsets[m.batch_size] < offsets[0] || offsets[m.batch_size] - offsets[0] != l.values_bytes) {
+    if (offsets[m.batch_size] < offsets[0] ||
+        offsets[m.batch_size] - offsets[0] != l.values_bytes) {
       return Bad("offsets do not span values");
     }
     for (uint64_t k = 0; k < m.batch_size; ++k) {
@@ -186,7 +189,8 @@ Result<std::optional<Batch>> Loader::NextImpl(
     return err->ToStatus();
   }
   auto* m = std::get_if<BatchMsg>(&r.msg);
-  if (m == nullptr) return Status::Protocol(std::string("expected batch, got ") + MessageName(r.msg));
+  if (m == nullptr)
+    return Status::Protocol(std::string("expected batch, got ") + MessageName(r.msg));
   // Own the slot first, so every error path below still releases it.
   auto lease = std::make_shared<Lease>(conn_, m->slot, m->seq, conn_->ring_base() + m->offset);
   // Closed meanwhile (another thread): CloseLoader may not have seen this
@@ -462,10 +466,10 @@ Result<std::unique_ptr<client::Loader>> Client::OpenLoader(const client::LoaderS
                                    std::to_string(kMaxFrameFds));
   }
   if (spec.liveness_timeout < client::kMinLivenessTimeout) {
-    return Status::InvalidArgument(
-        "liveness_timeout must be at least " + std::to_string(client::kMinLivenessTimeout.count()) +
-        " ms (several daemon heartbeats), got " + std::to_string(spec.liveness_timeout.count()) +
-        " ms");
+    return Status::InvalidArgument("liveness_timeout must be at least " +
+                                   std::to_string(client::kMinLivenessTimeout.count()) +
+                                   " ms (several daemon heartbeats), got " +
+                                   std::to_string(spec.liveness_timeout.count()) + " ms");
   }
   // The loader gets a connection of its own: the client's (which then
   // reconnects lazily if used again), so one loader costs one session.
@@ -474,10 +478,9 @@ Result<std::unique_ptr<client::Loader>> Client::OpenLoader(const client::LoaderS
     LX_ASSIGN_OR_RETURN(conn, Connection::Open(path_));
   }
   if (!spec.group.empty() && conn->hello().minor < 1) {
-    return Status::Protocol("loaderxd at " + path_ + " speaks protocol " +
-                            std::to_string(conn->hello().major) + "." +
-                            std::to_string(conn->hello().minor) +
-                            "; groups need 1.1 (upgrade the daemon)");
+    return Status::Protocol(
+        "loaderxd at " + path_ + " speaks protocol " + std::to_string(conn->hello().major) + "." +
+        std::to_string(conn->hello().minor) + "; groups need 1.1 (upgrade the daemon)");
   }
   conn->set_liveness_timeout(spec.liveness_timeout);
   LX_ASSIGN_OR_RETURN(client::Reply r, conn->Call(open, fds, nullptr, false));

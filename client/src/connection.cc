@@ -89,8 +89,8 @@ Result<std::shared_ptr<Connection>> Connection::Open(const std::string& path) {
   auto* ok = std::get_if<HelloOkMsg>(&r->msg);
   if (ok == nullptr) return Status::Protocol(path + ": expected hello_ok");
   if (ok->major != kProtocolMajor) {
-    return Status::Protocol(path + ": loaderxd speaks protocol " + std::to_string(ok->major) +
-                            "." + std::to_string(ok->minor) + ", this client " +
+    return Status::Protocol(path + ": loaderxd speaks protocol " + std::to_string(ok->major) + "." +
+                            std::to_string(ok->minor) + ", this client " +
                             std::to_string(kProtocolMajor) + "." + std::to_string(kProtocolMinor));
   }
   c->hello_ = *ok;
@@ -115,9 +115,9 @@ Status Connection::SendMessage(const Message& m, std::span<const int> fds) {
   return st;
 }
 
-Result<Reply> Connection::AwaitReply(
-    const WaitHook& hook, std::optional<std::chrono::steady_clock::time_point> deadline,
-    bool* owed, bool* timed_out) {
+Result<Reply> Connection::AwaitReply(const WaitHook& hook,
+                                     std::optional<std::chrono::steady_clock::time_point> deadline,
+                                     bool* owed, bool* timed_out) {
   using Clock = std::chrono::steady_clock;
   *owed = false;
   if (timed_out) *timed_out = false;
@@ -174,8 +174,8 @@ Result<Reply> Connection::AwaitReply(
   }
 }
 
-Result<Reply> Connection::Call(const Message& req, std::span<const int> fds,
-                               const WaitHook& hook, bool reuse_owed,
+Result<Reply> Connection::Call(const Message& req, std::span<const int> fds, const WaitHook& hook,
+                               bool reuse_owed,
                                std::optional<std::chrono::steady_clock::time_point> deadline,
                                bool* timed_out) {
   LX_RETURN_IF_ERROR(CheckProcess());
@@ -251,7 +251,8 @@ void Connection::Release(uint32_t slot, uint64_t seq) {
   // the next request, which sends it first. If the daemon is gone, so is
   // the slot.
   if (pending_releases_.empty()) {
-    Status st = SendFrame(fd_.get(), EncodeMessage(ReleaseMsg{slot, seq}), {}, /*nonblocking=*/true);
+    Status st =
+        SendFrame(fd_.get(), EncodeMessage(ReleaseMsg{slot, seq}), {}, /*nonblocking=*/true);
     if (st.code() != Status::Code::kResourceExhausted) return;
   }
   pending_releases_.push_back(ReleaseMsg{slot, seq});
@@ -292,8 +293,8 @@ void Connection::Shutdown() {
 }
 
 Status Connection::AttachRing(UniqueFd fd, uint64_t bytes, uint32_t slot_count) {
-  LX_RETURN_IF_ERROR(CheckSealedMemfd(fd.get(), kRingSeals, bytes)
-                         .WithContext("ring from loaderxd"));
+  LX_RETURN_IF_ERROR(
+      CheckSealedMemfd(fd.get(), kRingSeals, bytes).WithContext("ring from loaderxd"));
   LX_ASSIGN_OR_RETURN(ring_, MappedRegion::Map(fd.get(), bytes));
   LX_ASSIGN_OR_RETURN(geometry_, ValidateRing(ring_.data(), bytes));
   if (geometry_.slot_count != slot_count) {

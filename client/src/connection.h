@@ -161,8 +161,8 @@ class Connection {
   std::chrono::steady_clock::time_point last_heard_{};
 
   std::mutex call_mu_;
-  bool owed_ = false;            // guarded by call_mu_
-  size_t owed_index_ = 0;        // Message index of the owed request
+  bool owed_ = false;      // guarded by call_mu_
+  size_t owed_index_ = 0;  // Message index of the owed request
   // SO_RCVTIMEO currently set on fd_ (ms, 0 = never set); guarded by call_mu_.
   int64_t recv_timeout_ms_ = 0;
 

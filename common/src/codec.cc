@@ -69,8 +69,7 @@ constexpr size_t kStreamPiece = 4 << 20;
 
 }  // namespace
 
-Result<std::shared_ptr<const ZstdDictionary>> ZstdDictionary::Create(std::string bytes,
-                                                                      int level) {
+Result<std::shared_ptr<const ZstdDictionary>> ZstdDictionary::Create(std::string bytes, int level) {
   if (bytes.empty()) return Status::InvalidArgument("dict_bytes is empty");
   uint32_t id = ZDICT_getDictID(bytes.data(), bytes.size());
   if (id == 0) {
@@ -98,8 +97,8 @@ ZstdDictionary::~ZstdDictionary() {
 
 size_t CompressBound(size_t n) { return ZSTD_compressBound(n); }
 
-Result<size_t> Compress(const void* src, size_t n, int level, const ZstdDictionary* dict,
-                        void* dst, size_t capacity, Frames frames) {
+Result<size_t> Compress(const void* src, size_t n, int level, const ZstdDictionary* dict, void* dst,
+                        size_t capacity, Frames frames) {
   if (frames == Frames::kCompact) {
     ZSTD_CCtx* cctx = ThreadCompactCCtx();
     if (cctx == nullptr) return Status::ResourceExhausted("ZSTD_createCCtx failed");
@@ -113,9 +112,8 @@ Result<size_t> Compress(const void* src, size_t n, int level, const ZstdDictiona
   }
   ZSTD_CCtx* cctx = ThreadCCtx();
   if (cctx == nullptr) return Status::ResourceExhausted("ZSTD_createCCtx failed");
-  size_t r = dict != nullptr
-                 ? ZSTD_compress_usingCDict(cctx, dst, capacity, src, n, dict->cdict())
-                 : ZSTD_compressCCtx(cctx, dst, capacity, src, n, level);
+  size_t r = dict != nullptr ? ZSTD_compress_usingCDict(cctx, dst, capacity, src, n, dict->cdict())
+                             : ZSTD_compressCCtx(cctx, dst, capacity, src, n, level);
   if (ZSTD_isError(r)) return Status::Internal("zstd compression failed: " + ZstdError(r));
   return r;
 }
@@ -131,8 +129,8 @@ Result<uint64_t> FrameContentSize(const void* src, size_t n, Frames frames) {
   return static_cast<uint64_t>(h.frameContentSize);
 }
 
-Status Decompress(const void* src, size_t n, const ZstdDictionary* dict, void* out,
-                  size_t out_len, const std::string& what, Frames frames) {
+Status Decompress(const void* src, size_t n, const ZstdDictionary* dict, void* out, size_t out_len,
+                  const std::string& what, Frames frames) {
   ZSTD_DCtx* dctx = DCtxFor(frames);
   if (dctx == nullptr) return Status::ResourceExhausted("ZSTD_createDCtx failed");
   size_t r = dict != nullptr ? ZSTD_decompress_usingDDict(dctx, out, out_len, src, n, dict->ddict())
@@ -186,8 +184,8 @@ Status CompressStream(const void* src, uint64_t n, int level, const ZstdDictiona
   }
 }
 
-Status DecompressStream(const void* src, uint64_t n, const ZstdDictionary* dict,
-                        uint64_t out_len, const std::function<void(const void*, size_t)>& sink,
+Status DecompressStream(const void* src, uint64_t n, const ZstdDictionary* dict, uint64_t out_len,
+                        const std::function<void(const void*, size_t)>& sink,
                         const std::string& what, Frames frames) {
   ZSTD_DCtx* dctx = ThreadDCtx();
   if (dctx == nullptr) return Status::ResourceExhausted("ZSTD_createDCtx failed");
@@ -196,7 +194,8 @@ Status DecompressStream(const void* src, uint64_t n, const ZstdDictionary* dict,
     ZSTD_DCtx* c;
     ~Reset() { ZSTD_DCtx_reset(c, ZSTD_reset_session_and_parameters); }
   } reset{dctx};
-  if (frames == Frames::kCompact) ZSTD_DCtx_setParameter(dctx, ZSTD_d_format, ZSTD_f_zstd1_magicless);
+  if (frames == Frames::kCompact)
+    ZSTD_DCtx_setParameter(dctx, ZSTD_d_format, ZSTD_f_zstd1_magicless);
   if (dict != nullptr) ZSTD_DCtx_refDDict(dctx, dict->ddict());
   std::vector<uint8_t> piece(kStreamPiece);
   ZSTD_inBuffer in{src, static_cast<size_t>(n), 0};
@@ -244,8 +243,7 @@ Status DecompressStream(const void* src, uint64_t n, const ZstdDictionary* dict,
 
 namespace loaderx {
 
-Result<std::string> TrainDictionary(const std::vector<std::string_view>& samples,
-                                    size_t capacity) {
+Result<std::string> TrainDictionary(const std::vector<std::string_view>& samples, size_t capacity) {
   if (capacity < 256) {
     return Status::InvalidArgument("dictionary size " + std::to_string(capacity) +
                                    " is too small (minimum 256 bytes)");

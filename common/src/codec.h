@@ -55,8 +55,8 @@ size_t CompressBound(size_t n);
 
 // Compresses [src, src+n) as one frame into dst (capacity >= CompressBound(n)).
 // `dict` may be null. Returns the frame size.
-Result<size_t> Compress(const void* src, size_t n, int level, const ZstdDictionary* dict,
-                        void* dst, size_t capacity, Frames frames = Frames::kCompact);
+Result<size_t> Compress(const void* src, size_t n, int level, const ZstdDictionary* dict, void* dst,
+                        size_t capacity, Frames frames = Frames::kCompact);
 
 // The decoded size a frame's header announces; Corruption if the header is
 // bad or has no content size.
@@ -64,8 +64,8 @@ Result<uint64_t> FrameContentSize(const void* src, size_t n, Frames frames);
 
 // Decodes one record into exactly out_len bytes; any other outcome (bad frame,
 // wrong dictionary, longer or shorter output) is Corruption("<what>: ...").
-Status Decompress(const void* src, size_t n, const ZstdDictionary* dict, void* out,
-                  size_t out_len, const std::string& what, Frames frames);
+Status Decompress(const void* src, size_t n, const ZstdDictionary* dict, void* out, size_t out_len,
+                  const std::string& what, Frames frames);
 
 // Streaming compression of a large record: the frame is handed to `sink` in
 // pieces of at most a few MiB, so memory stays bounded whatever n is.
@@ -75,8 +75,8 @@ Status CompressStream(const void* src, uint64_t n, int level, const ZstdDictiona
 
 // Streaming decode (verify path): decoded pieces go to `sink`; the total must
 // equal out_len.
-Status DecompressStream(const void* src, uint64_t n, const ZstdDictionary* dict,
-                        uint64_t out_len, const std::function<void(const void*, size_t)>& sink,
+Status DecompressStream(const void* src, uint64_t n, const ZstdDictionary* dict, uint64_t out_len,
+                        const std::function<void(const void*, size_t)>& sink,
                         const std::string& what, Frames frames);
 
 }  // namespace loaderx::codec

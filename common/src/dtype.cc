@@ -50,18 +50,32 @@ Result<DType> DType::Parse(std::string_view s) {
 
   bool ok_size = false;
   switch (kind) {
-    case 'b': ok_size = itemsize == 1; break;
+    case 'b':
+      ok_size = itemsize == 1;
+      break;
     case 'i':
-    case 'u': ok_size = itemsize == 1 || itemsize == 2 || itemsize == 4 || itemsize == 8; break;
-    case 'f': ok_size = itemsize == 2 || itemsize == 4 || itemsize == 8 || itemsize == 16; break;
-    case 'c': ok_size = itemsize == 8 || itemsize == 16 || itemsize == 32; break;
+    case 'u':
+      ok_size = itemsize == 1 || itemsize == 2 || itemsize == 4 || itemsize == 8;
+      break;
+    case 'f':
+      ok_size = itemsize == 2 || itemsize == 4 || itemsize == 8 || itemsize == 16;
+      break;
+    case 'c':
+      ok_size = itemsize == 8 || itemsize == 16 || itemsize == 32;
+      break;
     case 'M':
-    case 'm': ok_size = itemsize == 8; break;
-    case 'O': return bad("object dtypes hold pointers and cannot be stored");
+    case 'm':
+      ok_size = itemsize == 8;
+      break;
+    case 'O':
+      return bad("object dtypes hold pointers and cannot be stored");
     case 'S':  // fixed-width bytes, text and unstructured void: any width
     case 'U':
-    case 'V': ok_size = true; break;
-    default: return bad(std::string("unknown type code '") + kind + "'");
+    case 'V':
+      ok_size = true;
+      break;
+    default:
+      return bad(std::string("unknown type code '") + kind + "'");
   }
   if (itemsize == 0) return bad("zero itemsize");
   if (!ok_size) return bad("invalid item size for kind '" + std::string(1, kind) + "'");
@@ -97,9 +111,12 @@ Result<Codec> ParseCodec(std::string_view name) {
 
 const char* CodecName(Codec c) {
   switch (c) {
-    case Codec::kRaw: return "raw";
-    case Codec::kZstd: return "zstd";
-    case Codec::kZstdDict: return "zstd_dict";
+    case Codec::kRaw:
+      return "raw";
+    case Codec::kZstd:
+      return "zstd";
+    case Codec::kZstdDict:
+      return "zstd_dict";
   }
   return "?";
 }

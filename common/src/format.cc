@@ -17,9 +17,12 @@ uint64_t Hash64(const void* data, size_t len) { return XXH3_64bits(data, len); }
 
 const char* LayoutName(Layout l) {
   switch (l) {
-    case Layout::kEntries: return "entries";
-    case Layout::kComputed: return "computed";
-    case Layout::kEnds: return "ends";
+    case Layout::kEntries:
+      return "entries";
+    case Layout::kComputed:
+      return "computed";
+    case Layout::kEnds:
+      return "ends";
   }
   return "?";
 }
@@ -42,23 +45,37 @@ std::string EncodeMetadata(const Metadata& m) {
   Packer p(buf);
   const bool v11 = m.layout != Layout::kEntries;
   p.pack_map(v11 ? 22 : 17);
-  PackStr(p, "magic"); PackStr(p, kMagic);
-  PackStr(p, "major"); p.pack(m.major);
-  PackStr(p, "minor"); p.pack(m.minor);
-  PackStr(p, "kind"); PackStr(p, KindName(m.schema.kind));
-  PackStr(p, "dtype"); PackStr(p, m.schema.dtype.str);
+  PackStr(p, "magic");
+  PackStr(p, kMagic);
+  PackStr(p, "major");
+  p.pack(m.major);
+  PackStr(p, "minor");
+  p.pack(m.minor);
+  PackStr(p, "kind");
+  PackStr(p, KindName(m.schema.kind));
+  PackStr(p, "dtype");
+  PackStr(p, m.schema.dtype.str);
   PackStr(p, "item_shape");
   p.pack_array(static_cast<uint32_t>(m.schema.item_shape.size()));
   for (uint64_t d : m.schema.item_shape) p.pack(d);
-  PackStr(p, "ndim"); p.pack(m.schema.ndim);
-  PackStr(p, "codec"); PackStr(p, CodecName(m.codec));
-  PackStr(p, "level"); p.pack(m.level);
-  PackStr(p, "count"); p.pack(m.count);
-  PackStr(p, "data_shards"); p.pack(m.data_shards);
-  PackStr(p, "dict_id"); p.pack(m.dict_id);
-  PackStr(p, "nbytes"); p.pack(m.nbytes);
-  PackStr(p, "index_table_xxh3"); p.pack(m.index_table_xxh3);
-  PackStr(p, "shapes_table_xxh3"); p.pack(m.shapes_table_xxh3);
+  PackStr(p, "ndim");
+  p.pack(m.schema.ndim);
+  PackStr(p, "codec");
+  PackStr(p, CodecName(m.codec));
+  PackStr(p, "level");
+  p.pack(m.level);
+  PackStr(p, "count");
+  p.pack(m.count);
+  PackStr(p, "data_shards");
+  p.pack(m.data_shards);
+  PackStr(p, "dict_id");
+  p.pack(m.dict_id);
+  PackStr(p, "nbytes");
+  p.pack(m.nbytes);
+  PackStr(p, "index_table_xxh3");
+  p.pack(m.index_table_xxh3);
+  PackStr(p, "shapes_table_xxh3");
+  p.pack(m.shapes_table_xxh3);
   PackStr(p, "files");
   p.pack_map(static_cast<uint32_t>(m.files.size()));
   for (const auto& [name, info] : m.files) {
@@ -67,13 +84,19 @@ std::string EncodeMetadata(const Metadata& m) {
     p.pack(info.size);
     p.pack(info.xxh3);
   }
-  PackStr(p, "writer"); PackStr(p, m.writer);
+  PackStr(p, "writer");
+  PackStr(p, m.writer);
   if (v11) {
-    PackStr(p, "layout"); PackStr(p, LayoutName(m.layout));
-    PackStr(p, "run_records"); p.pack(m.run_records);
-    PackStr(p, "data_block"); p.pack(m.data_block);
-    PackStr(p, "sums_xxh3"); p.pack(m.sums_table_xxh3);
-    PackStr(p, "metadata"); PackStr(p, m.user_metadata);
+    PackStr(p, "layout");
+    PackStr(p, LayoutName(m.layout));
+    PackStr(p, "run_records");
+    p.pack(m.run_records);
+    PackStr(p, "data_block");
+    p.pack(m.data_block);
+    PackStr(p, "sums_xxh3");
+    p.pack(m.sums_table_xxh3);
+    PackStr(p, "metadata");
+    PackStr(p, m.user_metadata);
   }
 
   std::string out(buf.data(), buf.size());
@@ -84,7 +107,8 @@ std::string EncodeMetadata(const Metadata& m) {
 
 Result<Metadata> DecodeMetadata(std::string_view bytes, const std::string& label) {
   auto bad = [&](const std::string& why) { return Status::Corruption(label + ": " + why); };
-  if (bytes.size() < 9) return bad("metadata truncated (" + std::to_string(bytes.size()) + " bytes)");
+  if (bytes.size() < 9)
+    return bad("metadata truncated (" + std::to_string(bytes.size()) + " bytes)");
   const size_t body = bytes.size() - 8;
   uint64_t stored;
   std::memcpy(&stored, bytes.data() + body, 8);
@@ -161,8 +185,8 @@ Result<Metadata> DecodeMetadata(std::string_view bytes, const std::string& label
   if (!seen_magic) return bad("not a Zrecord store (no magic)");
   if (m.major != kFormatMajor) {
     return bad("unsupported format version " + std::to_string(m.major) + "." +
-               std::to_string(m.minor) + " (this reader supports " +
-               std::to_string(kFormatMajor) + ".x)");
+               std::to_string(m.minor) + " (this reader supports " + std::to_string(kFormatMajor) +
+               ".x)");
   }
   if (kind == "dense") {
     m.schema.kind = Kind::kDense;
@@ -190,7 +214,8 @@ Result<Metadata> DecodeMetadata(std::string_view bytes, const std::string& label
   } else if (m.schema.ndim < 1 || m.schema.ndim > kMaxNdim || !m.schema.item_shape.empty()) {
     return bad("ragged ndim " + std::to_string(m.schema.ndim) + " outside 1..64");
   }
-  if ((m.codec == Codec::kZstdDict) != (m.dict_id != 0)) return bad("dict_id inconsistent with codec");
+  if ((m.codec == Codec::kZstdDict) != (m.dict_id != 0))
+    return bad("dict_id inconsistent with codec");
   if (layout.empty() || layout == "entries") {
     m.layout = Layout::kEntries;
   } else if (layout == "computed") {

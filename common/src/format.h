@@ -42,7 +42,7 @@ inline constexpr size_t kEntryBytes = 24;
 inline constexpr uint8_t kFlagCompressed = 0x01;
 inline constexpr uint8_t kKnownFlags = kFlagCompressed;
 inline constexpr uint32_t kMaxShards = 255;
-inline constexpr uint32_t kMaxNdim = 64;      // NumPy 2's own limit (NPY_MAXDIMS)
+inline constexpr uint32_t kMaxNdim = 64;  // NumPy 2's own limit (NPY_MAXDIMS)
 // A dense batch adds one axis to item_shape, so a dense item has one fewer.
 inline constexpr uint32_t kMaxDenseItemNdim = kMaxNdim - 1;
 inline constexpr uint64_t kMaxMetaBytes = 1 << 20;
@@ -157,18 +157,18 @@ struct Metadata {
   int level = 0;
   uint64_t count = 0;
   uint32_t data_shards = 1;
-  uint32_t dict_id = 0;             // 0 unless codec == zstd_dict
-  uint64_t nbytes = 0;              // logical bytes of all records
-  uint64_t index_table_xxh3 = 0;    // XXH3-64 of the index's block-checksum table
-  uint64_t shapes_table_xxh3 = 0;   // same for the shape table (ragged)
+  uint32_t dict_id = 0;                   // 0 unless codec == zstd_dict
+  uint64_t nbytes = 0;                    // logical bytes of all records
+  uint64_t index_table_xxh3 = 0;          // XXH3-64 of the index's block-checksum table
+  uint64_t shapes_table_xxh3 = 0;         // same for the shape table (ragged)
   std::map<std::string, FileInfo> files;  // every file but meta
   std::string writer;
   // 1.1 keys (absent in 1.0 stores: layout kEntries, the rest 0 / empty).
   Layout layout = Layout::kEntries;
-  uint64_t run_records = 0;         // R, >= 1 in 1.1
-  uint64_t data_block = 0;          // bytes per data checksum block
-  uint64_t sums_table_xxh3 = 0;     // XXH3 of the data block sums (end of `index`)
-  std::string user_metadata;        // JSON text given at create, or empty
+  uint64_t run_records = 0;      // R, >= 1 in 1.1
+  uint64_t data_block = 0;       // bytes per data checksum block
+  uint64_t sums_table_xxh3 = 0;  // XXH3 of the data block sums (end of `index`)
+  std::string user_metadata;     // JSON text given at create, or empty
 };
 
 std::string EncodeMetadata(const Metadata& m);

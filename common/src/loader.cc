@@ -74,9 +74,7 @@ struct HeapBuffer {
   uint64_t alignment = 0;
 };
 
-void FreeBuffer(const HeapBuffer& b) {
-  ::operator delete(b.data, std::align_val_t(b.alignment));
-}
+void FreeBuffer(const HeapBuffer& b) { ::operator delete(b.data, std::align_val_t(b.alignment)); }
 
 // Freed buffers waiting for reuse; shared by the allocator and every batch it
 // handed out, so a batch may outlive both the allocator and the pipeline.
@@ -415,8 +413,8 @@ Result<BatchLayout> PlanBatch(const std::vector<std::shared_ptr<const Store>>& s
 }
 
 Status FillBatch(const std::vector<std::shared_ptr<const Store>>& streams,
-                 const std::vector<uint64_t>& indices, const BatchLayout& layout,
-                 uint8_t* base, ThreadPool* pool) {
+                 const std::vector<uint64_t>& indices, const BatchLayout& layout, uint8_t* base,
+                 ThreadPool* pool) {
   if (layout.streams.size() != streams.size() || layout.batch_size != indices.size()) {
     return Status::InvalidArgument("batch layout does not match the streams and indices");
   }
@@ -468,9 +466,7 @@ Status FillBatch(const std::vector<std::shared_ptr<const Store>>& streams,
   return Status::OK();
 }
 
-std::shared_ptr<BatchAllocator> HeapAllocator() {
-  return std::make_shared<HeapAllocatorImpl>();
-}
+std::shared_ptr<BatchAllocator> HeapAllocator() { return std::make_shared<HeapAllocatorImpl>(); }
 
 Result<std::unique_ptr<Pipeline>> Pipeline::Create(
     std::vector<std::shared_ptr<const Store>> streams, const SamplerSpec& sampler,
@@ -483,10 +479,10 @@ Result<std::unique_ptr<Pipeline>> Pipeline::Create(
   }
   for (size_t j = 1; j < streams.size(); ++j) {
     if (streams[j]->size() != streams[0]->size()) {
-      return Status::InvalidArgument(
-          "streams have different lengths: " + StreamName(streams, 0) + " has " +
-          std::to_string(streams[0]->size()) + " records, " + StreamName(streams, j) + " has " +
-          std::to_string(streams[j]->size()));
+      return Status::InvalidArgument("streams have different lengths: " + StreamName(streams, 0) +
+                                     " has " + std::to_string(streams[0]->size()) + " records, " +
+                                     StreamName(streams, j) + " has " +
+                                     std::to_string(streams[j]->size()));
     }
   }
   if (sampler.n != streams[0]->size()) {

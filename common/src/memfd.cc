@@ -33,9 +33,8 @@ Status CheckSealedMemfd(int fd, int required, uint64_t size) {
     return Status::InvalidArgument("ring fd is not a sealable memfd (F_GET_SEALS failed)");
   }
   if ((seals & required) != required) {
-    return Status::InvalidArgument("ring memfd lacks required seals (has " +
-                                   std::to_string(seals) + ", needs " +
-                                   std::to_string(required) + ")");
+    return Status::InvalidArgument("ring memfd lacks required seals (has " + std::to_string(seals) +
+                                   ", needs " + std::to_string(required) + ")");
   }
   struct stat st;
   if (::fstat(fd, &st) != 0) return Status::FromErrno("fstat ring memfd", errno);

@@ -198,9 +198,9 @@ Result<std::shared_ptr<Store>> MixedStore(std::vector<std::shared_ptr<const Stor
                                           std::vector<uint64_t> counts) {
   LX_RETURN_IF_ERROR(ValidateMixCounts(counts));
   if (parts.size() != counts.size()) {
-    return Status::InvalidArgument("a mixture needs one store per dataset: " +
-                                   std::to_string(parts.size()) + " stores, " +
-                                   std::to_string(counts.size()) + " datasets");
+    return Status::InvalidArgument(
+        "a mixture needs one store per dataset: " + std::to_string(parts.size()) + " stores, " +
+        std::to_string(counts.size()) + " datasets");
   }
   for (size_t k = 0; k < parts.size(); ++k) {
     if (parts[k] == nullptr) {

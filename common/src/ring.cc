@@ -58,7 +58,8 @@ void InitRing(uint8_t* base, const RingGeometry& g, uint64_t incarnation, uint64
 
 Result<RingGeometry> ValidateRing(const uint8_t* base, uint64_t size) {
   if (size < kRingHeaderBytes) {
-    return Status::Protocol("ring of " + std::to_string(size) + " bytes is smaller than its header");
+    return Status::Protocol("ring of " + std::to_string(size) +
+                            " bytes is smaller than its header");
   }
   RingHeader h;
   std::memcpy(&h, base, sizeof(h));
@@ -81,8 +82,8 @@ Result<RingGeometry> ValidateRing(const uint8_t* base, uint64_t size) {
   return g;
 }
 
-void PublishSlot(uint8_t* base, const RingGeometry& g, uint32_t slot, uint64_t seq,
-                 uint64_t step, uint64_t offset, uint64_t bytes) {
+void PublishSlot(uint8_t* base, const RingGeometry& g, uint32_t slot, uint64_t seq, uint64_t step,
+                 uint64_t offset, uint64_t bytes) {
   SlotEntry* e = SlotAt(base, g, slot);
   e->step = step;
   e->offset = offset;
@@ -120,8 +121,8 @@ Status CheckSlot(const uint8_t* base, const RingGeometry& g, uint32_t slot, uint
     // slot table does not hold what the daemon published.
     if (stamp == 0) {
       return Status::Protocol("slot " + std::to_string(slot) + " seq " + std::to_string(seq) +
-                              " carries no publish stamp (ring layout 1." +
-                              std::to_string(minor) + ")");
+                              " carries no publish stamp (ring layout 1." + std::to_string(minor) +
+                              ")");
     }
     const uint64_t clock_now = MonotonicNowNs();
     if (stamp > clock_now) {

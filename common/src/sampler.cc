@@ -14,7 +14,7 @@ using u128 = unsigned __int128;
 constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ULL;
 // Separate odd constants so the seed, step, cycle, retry and round-key
 // derivations never feed the mixer the same input for different purposes.
-constexpr uint64_t kSeedSalt = 0x243F6A8885A308D3ULL;   // pi
+constexpr uint64_t kSeedSalt = 0x243F6A8885A308D3ULL;  // pi
 constexpr uint64_t kStepSalt = 0x13198A2E03707345ULL;
 constexpr uint64_t kCycleSalt = 0xA4093822299F31D1ULL;
 constexpr uint64_t kRetrySalt = 0x082EFA98EC4E6C89ULL;
@@ -144,9 +144,12 @@ void PermuteRangeDispatch(const FeistelPerm& f, uint64_t first, uint64_t count, 
 
 const char* SamplerModeName(SamplerMode mode) {
   switch (mode) {
-    case SamplerMode::kSequential: return "Sequential";
-    case SamplerMode::kIID: return "IID";
-    case SamplerMode::kCyclic: return "Cyclic";
+    case SamplerMode::kSequential:
+      return "Sequential";
+    case SamplerMode::kIID:
+      return "IID";
+    case SamplerMode::kCyclic:
+      return "Cyclic";
   }
   return "unknown";
 }
@@ -155,15 +158,14 @@ Status SamplerSpec::Validate() const {
   if (n == 0) return Status::InvalidArgument("n must be > 0 (got 0)");
   if (batch_size == 0) return Status::InvalidArgument("batch_size must be > 0 (got 0)");
   if (batch_size > Sampler::kMaxBatchSize) {
-    return Status::InvalidArgument("batch_size must be <= " +
-                                   std::to_string(Sampler::kMaxBatchSize) + " (got " +
-                                   std::to_string(batch_size) + ")");
+    return Status::InvalidArgument(
+        "batch_size must be <= " + std::to_string(Sampler::kMaxBatchSize) + " (got " +
+        std::to_string(batch_size) + ")");
   }
   if (world_size == 0) return Status::InvalidArgument("world_size must be > 0 (got 0)");
   if (rank >= world_size) {
-    return Status::InvalidArgument("rank must be < world_size (got rank " +
-                                   std::to_string(rank) + ", world_size " +
-                                   std::to_string(world_size) + ")");
+    return Status::InvalidArgument("rank must be < world_size (got rank " + std::to_string(rank) +
+                                   ", world_size " + std::to_string(world_size) + ")");
   }
   if (mode != SamplerMode::kSequential && mode != SamplerMode::kIID &&
       mode != SamplerMode::kCyclic) {
@@ -177,9 +179,9 @@ Status SamplerSpec::Validate() const {
                                    std::to_string(world_size) + ")");
   }
   if (mode == SamplerMode::kCyclic && global > n) {
-    return Status::InvalidArgument(
-        "batch_size * world_size (" + std::to_string(global) + ") must be <= n (" +
-        std::to_string(n) + ") in Cyclic mode: a cycle holds only full global batches");
+    return Status::InvalidArgument("batch_size * world_size (" + std::to_string(global) +
+                                   ") must be <= n (" + std::to_string(n) +
+                                   ") in Cyclic mode: a cycle holds only full global batches");
   }
   return Status::OK();
 }
@@ -214,9 +216,15 @@ Sampler::Sampler(const SamplerSpec& spec, uint64_t step)
 
 void Sampler::Fill(uint64_t step, uint64_t* out) const {
   switch (spec_.mode) {
-    case SamplerMode::kSequential: FillSequential(step, out); return;
-    case SamplerMode::kIID: FillIID(step, out); return;
-    case SamplerMode::kCyclic: FillCyclic(step, out); return;
+    case SamplerMode::kSequential:
+      FillSequential(step, out);
+      return;
+    case SamplerMode::kIID:
+      FillIID(step, out);
+      return;
+    case SamplerMode::kCyclic:
+      FillCyclic(step, out);
+      return;
   }
 }
 
@@ -229,8 +237,9 @@ const std::vector<uint64_t>& Sampler::Next() {
 void Sampler::FillSequential(uint64_t step, uint64_t* out) const {
   const uint64_t n = spec_.n;
   // 128-bit product: step * G may exceed 2^64 long before step does.
-  uint64_t p = static_cast<uint64_t>(
-      (static_cast<u128>(step) * spec_.global_batch() + static_cast<u128>(spec_.rank) * spec_.batch_size) % n);
+  uint64_t p = static_cast<uint64_t>((static_cast<u128>(step) * spec_.global_batch() +
+                                      static_cast<u128>(spec_.rank) * spec_.batch_size) %
+                                     n);
   for (uint64_t i = 0; i < spec_.batch_size; ++i) {
     out[i] = p;
     if (++p == n) p = 0;
@@ -272,7 +281,8 @@ void Sampler::FillIID(uint64_t step, uint64_t* out) const {
       out[i] = reduce(static_cast<uint32_t>(word), j);
       out[i + 1] = reduce(static_cast<uint32_t>(word >> 32), j + 1);
     }
-    if (i < batch) out[i] = reduce(static_cast<uint32_t>(Mix64(step_key + (j / 2 + 1) * kGamma)), j);
+    if (i < batch)
+      out[i] = reduce(static_cast<uint32_t>(Mix64(step_key + (j / 2 + 1) * kGamma)), j);
     return;
   }
   const uint64_t threshold = reject_below_;

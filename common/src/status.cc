@@ -11,21 +11,36 @@ const std::string& Status::message() const {
 
 const char* Status::CodeName(Code c) {
   switch (c) {
-    case Code::kOk: return "OK";
-    case Code::kInvalidArgument: return "InvalidArgument";
-    case Code::kIndexError: return "IndexError";
-    case Code::kSchemaError: return "SchemaError";
-    case Code::kCorruption: return "Corruption";
-    case Code::kIOError: return "IOError";
-    case Code::kNotFound: return "NotFound";
-    case Code::kAlreadyExists: return "AlreadyExists";
-    case Code::kResourceExhausted: return "ResourceExhausted";
-    case Code::kCancelled: return "Cancelled";
-    case Code::kProtocol: return "Protocol";
-    case Code::kDaemon: return "Daemon";
-    case Code::kInternal: return "Internal";
-    case Code::kState: return "State";
-    case Code::kTimeout: return "Timeout";
+    case Code::kOk:
+      return "OK";
+    case Code::kInvalidArgument:
+      return "InvalidArgument";
+    case Code::kIndexError:
+      return "IndexError";
+    case Code::kSchemaError:
+      return "SchemaError";
+    case Code::kCorruption:
+      return "Corruption";
+    case Code::kIOError:
+      return "IOError";
+    case Code::kNotFound:
+      return "NotFound";
+    case Code::kAlreadyExists:
+      return "AlreadyExists";
+    case Code::kResourceExhausted:
+      return "ResourceExhausted";
+    case Code::kCancelled:
+      return "Cancelled";
+    case Code::kProtocol:
+      return "Protocol";
+    case Code::kDaemon:
+      return "Daemon";
+    case Code::kInternal:
+      return "Internal";
+    case Code::kState:
+      return "State";
+    case Code::kTimeout:
+      return "Timeout";
   }
   return "Unknown";
 }

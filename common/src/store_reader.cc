@@ -76,13 +76,16 @@ Result<format::Metadata> ReadMeta(Env& env, int fd, const std::string& what) {
 // acquire/release pair documents that a set bit means "block checked".
 class VerifiedBits {
  public:
-  explicit VerifiedBits(uint64_t n) : words_((n + 63) / 64), bits_(new std::atomic<uint64_t>[words_]) {
+  explicit VerifiedBits(uint64_t n)
+      : words_((n + 63) / 64), bits_(new std::atomic<uint64_t>[words_]) {
     for (uint64_t w = 0; w < words_; ++w) bits_[w].store(0, std::memory_order_relaxed);
   }
   bool Test(uint64_t b) const {
     return (bits_[b / 64].load(std::memory_order_acquire) >> (b % 64)) & 1;
   }
-  void Set(uint64_t b) { bits_[b / 64].fetch_or(uint64_t{1} << (b % 64), std::memory_order_release); }
+  void Set(uint64_t b) {
+    bits_[b / 64].fetch_or(uint64_t{1} << (b % 64), std::memory_order_release);
+  }
 
  private:
   uint64_t words_;
@@ -171,9 +174,12 @@ class StoreImpl final : public Store {
 
   Result<RecordRef> Locate(uint64_t i) const override {
     switch (meta_.layout) {
-      case format::Layout::kEntries: return LocateEntry(i);
-      case format::Layout::kComputed: return LocateComputed(i);
-      case format::Layout::kEnds: return LocateEnd(i);
+      case format::Layout::kEntries:
+        return LocateEntry(i);
+      case format::Layout::kComputed:
+        return LocateComputed(i);
+      case format::Layout::kEnds:
+        return LocateEnd(i);
     }
     return Status::Internal("unknown layout");
   }
@@ -194,9 +200,9 @@ class StoreImpl final : public Store {
       return Status::InvalidArgument("Gather: indices and outputs differ in length");
     }
     struct Task {
-      size_t k;          // first output of the task
-      size_t end;        // one past the last output (groups)
-      uint64_t from, to; // byte range (pieces of one split raw record)
+      size_t k;           // first output of the task
+      size_t end;         // one past the last output (groups)
+      uint64_t from, to;  // byte range (pieces of one split raw record)
     };
     std::vector<RecordRef> refs(indices.size());
     // Tasks are sized by cost, decoding counted kDecodeCost times a copy, and
@@ -210,10 +216,10 @@ class StoreImpl final : public Store {
       total_cost += Cost(refs[k]);
     }
     if (total_cost < kMinParallelCost) pool = nullptr;
-    const uint64_t group_cost =
-        pool == nullptr ? UINT64_MAX
-                        : std::clamp<uint64_t>(total_cost / (2 * (pool->size() + 1)),
-                                               kMinGroupCost, kGroupBytes);
+    const uint64_t group_cost = pool == nullptr
+                                    ? UINT64_MAX
+                                    : std::clamp<uint64_t>(total_cost / (2 * (pool->size() + 1)),
+                                                           kMinGroupCost, kGroupBytes);
     std::vector<Task> tasks;
     uint64_t group = 0;
     for (size_t k = 0; k < indices.size(); ++k) {
@@ -317,8 +323,9 @@ class StoreImpl final : public Store {
         LX_RETURN_IF_ERROR(codec::Decompress(src, r.stored_len, dict_.get(), scratch.data(),
                                              r.raw_len, what(), frames_));
       } else {
-        LX_RETURN_IF_ERROR(codec::DecompressStream(src, r.stored_len, dict_.get(), r.raw_len,
-                                                   [](const void*, size_t) {}, what(), frames_));
+        LX_RETURN_IF_ERROR(codec::DecompressStream(
+            src, r.stored_len, dict_.get(), r.raw_len, [](const void*, size_t) {}, what(),
+            frames_));
       }
     }
     return Status::OK();
@@ -336,7 +343,8 @@ class StoreImpl final : public Store {
     if (e.shard >= meta_.data_shards) {
       return BadEntry(i, "shard " + std::to_string(e.shard) + " out of range");
     }
-    if ((e.flags & ~format::kKnownFlags) != 0 || e.reserved != 0) return BadEntry(i, "unknown flags");
+    if ((e.flags & ~format::kKnownFlags) != 0 || e.reserved != 0)
+      return BadEntry(i, "unknown flags");
     RecordRef r;
     r.shard = e.shard;
     r.offset = e.offset;
@@ -375,8 +383,8 @@ class StoreImpl final : public Store {
     r.shard = format::RunShard(i, meta_.run_records, meta_.data_shards);
     r.compressed = (e & format::kEndCompressedBit) != 0;
     if (end < start) {
-      return BadEntry(i, "ends at " + std::to_string(end) + ", before its start " +
-                             std::to_string(start));
+      return BadEntry(
+          i, "ends at " + std::to_string(end) + ", before its start " + std::to_string(start));
     }
     r.offset = start;
     r.stored_len = end - start;
@@ -393,8 +401,9 @@ class StoreImpl final : public Store {
     } else if (!r.compressed) {
       r.raw_len = r.stored_len;
       if (r.raw_len % meta_.schema.dtype.itemsize != 0) {
-        return BadEntry(i, "length " + std::to_string(r.raw_len) + " is not a multiple of the "
-                           "itemsize");
+        return BadEntry(i, "length " + std::to_string(r.raw_len) +
+                               " is not a multiple of the "
+                               "itemsize");
       }
     } else {
       auto n = codec::FrameContentSize(data_maps_[r.shard].data() + r.offset, r.stored_len,
@@ -507,7 +516,8 @@ class StoreImpl final : public Store {
 
   Status VerifyTable(const Table& t, const char* name) const {
     for (uint64_t b = 0; b < t.block_sums.size(); ++b) LX_RETURN_IF_ERROR(t.CheckBlock(b));
-    if (meta_.layout != format::Layout::kEntries) return Status::OK();  // file checked by its blocks
+    if (meta_.layout != format::Layout::kEntries)
+      return Status::OK();  // file checked by its blocks
     if (format::Hash64(t.map.data(), t.map.size()) != meta_.files.at(name).xxh3) {
       return Status::Corruption(t.what + ": file checksum mismatch");
     }
@@ -625,15 +635,16 @@ Result<std::shared_ptr<Store>> StoreImpl::Make(StoreFiles files, Env* env) {
   };
   const bool ragged = format::HasShapeTable(m);
   s->has_shapes_ = ragged;
-  s->frames_ = m.layout == format::Layout::kEntries ? codec::Frames::kStandard
-                                                     : codec::Frames::kCompact;
+  s->frames_ =
+      m.layout == format::Layout::kEntries ? codec::Frames::kStandard : codec::Frames::kCompact;
   if (s->files_.data.size() != m.data_shards) {
     return Status::Corruption(label + ": " + std::to_string(s->files_.data.size()) +
                               " data files, metadata says " + std::to_string(m.data_shards));
   }
   LX_RETURN_IF_ERROR(check_size(s->files_.index.get(), format::kIndexFile));
   if (ragged) LX_RETURN_IF_ERROR(check_size(s->files_.shapes.get(), format::kShapesFile));
-  if (m.codec == Codec::kZstdDict) LX_RETURN_IF_ERROR(check_size(s->files_.dict.get(), format::kDictFile));
+  if (m.codec == Codec::kZstdDict)
+    LX_RETURN_IF_ERROR(check_size(s->files_.dict.get(), format::kDictFile));
   for (uint32_t i = 0; i < m.data_shards; ++i) {
     LX_RETURN_IF_ERROR(check_size(s->files_.data[i].get(), format::DataFileName(i)));
   }
@@ -664,9 +675,8 @@ Result<std::shared_ptr<Store>> StoreImpl::Make(StoreFiles files, Env* env) {
     }
     s->sums_offset_ = index_rows * entry_bytes + format::NumBlocks(index_rows) * 8;
   }
-  LX_RETURN_IF_ERROR(s->LoadTable(&s->index_, format::kIndexFile, s->files_.index.get(),
-                                  index_rows, entry_bytes, m.index_table_xxh3,
-                                  s->sums_count_ * 8));
+  LX_RETURN_IF_ERROR(s->LoadTable(&s->index_, format::kIndexFile, s->files_.index.get(), index_rows,
+                                  entry_bytes, m.index_table_xxh3, s->sums_count_ * 8));
   if (ragged) {
     LX_RETURN_IF_ERROR(s->LoadTable(&s->shapes_, format::kShapesFile, s->files_.shapes.get(),
                                     m.count, uint64_t{m.schema.ndim} * 8, m.shapes_table_xxh3, 0));

@@ -215,8 +215,9 @@ class StoreWriterImpl final : public StoreWriter {
         opt_(std::move(opt)),
         env_(opt_.env != nullptr ? opt_.env : Env::Default()),
         pool_(opt_.pool != nullptr ? opt_.pool : &ThreadPool::Default()),
-        layout_(schema_.kind == Kind::kDense && opt_.codec == Codec::kRaw ? format::Layout::kComputed
-                                                                          : format::Layout::kEnds),
+        layout_(schema_.kind == Kind::kDense && opt_.codec == Codec::kRaw
+                    ? format::Layout::kComputed
+                    : format::Layout::kEnds),
         shape_table_(schema_.kind == Kind::kRagged && schema_.ndim > 1),
         index_(format::kEndEntryBytes),
         shapes_(schema_.kind == Kind::kRagged ? schema_.ndim * 8 : 8) {}
@@ -251,7 +252,8 @@ class StoreWriterImpl final : public StoreWriter {
     }
     const uint64_t item = schema_.DenseItemBytes();
     uint64_t total;
-    if (format::MulOverflow(item, n, &total)) return Status::InvalidArgument("record count overflows");
+    if (format::MulOverflow(item, n, &total))
+      return Status::InvalidArgument("record count overflows");
     return Guard(WriteRecords(static_cast<const uint8_t*>(data), n, nullptr, item, nullptr));
   }
 
@@ -301,8 +303,9 @@ class StoreWriterImpl final : public StoreWriter {
     if (published_) return Status::State(path_ + ": store already published (closed)");
     if (aborted_) return Status::State(path_ + ": store was discarded");
     if (failed_) {
-      return Status::State(path_ + ": a previous append failed part-way; the store cannot be "
-                                   "published");
+      return Status::State(path_ +
+                           ": a previous append failed part-way; the store cannot be "
+                           "published");
     }
     return Status::OK();
   }
@@ -328,9 +331,7 @@ class StoreWriterImpl final : public StoreWriter {
     run_records_ = std::clamp<uint64_t>(kRunBytes / std::max<uint64_t>(mean, 1), 1, kRunMaxRecords);
   }
 
-  uint32_t ShardOf(uint64_t k) const {
-    return format::RunShard(k, run_records_, opt_.data_shards);
-  }
+  uint32_t ShardOf(uint64_t k) const { return format::RunShard(k, run_records_, opt_.data_shards); }
 
   // Records are cut into pieces: consecutive records of one run within one
   // chunk, at most kRunBytes (or one record) of input. Pieces are compressed
@@ -350,8 +351,8 @@ class StoreWriterImpl final : public StoreWriter {
     while (j < count) {
       if (Len(lens, uniform, j) > opt_.stream_threshold) {
         const uint64_t len = Len(lens, uniform, j);
-        LX_RETURN_IF_ERROR(
-            WriteLarge(data + in_off, len, shapes != nullptr ? shapes + j * schema_.ndim : nullptr));
+        LX_RETURN_IF_ERROR(WriteLarge(data + in_off, len,
+                                      shapes != nullptr ? shapes + j * schema_.ndim : nullptr));
         in_off += len;
         ++j;
         continue;
@@ -402,7 +403,8 @@ class StoreWriterImpl final : public StoreWriter {
           return;
         }
         uint64_t cap = 0;
-        for (uint64_t k = p.first; k < p.end; ++k) cap += codec::CompressBound(Len(lens, uniform, k));
+        for (uint64_t k = p.first; k < p.end; ++k)
+          cap += codec::CompressBound(Len(lens, uniform, k));
         o.buf.data = std::make_unique_for_overwrite<uint8_t[]>(cap);
         uint8_t* out = o.buf.data.get();
         uint64_t pos = 0, src_pos = 0;
@@ -457,7 +459,8 @@ class StoreWriterImpl final : public StoreWriter {
 
       for (size_t pi = 0; pi < pieces.size(); ++pi) {
         const Piece& p = pieces[pi];
-        if (want_ends) LX_RETURN_IF_ERROR(index_.AppendRows(outs[pi].ends.data(), outs[pi].ends.size()));
+        if (want_ends)
+          LX_RETURN_IF_ERROR(index_.AppendRows(outs[pi].ends.data(), outs[pi].ends.size()));
         if (shape_table_) {
           LX_RETURN_IF_ERROR(shapes_.AppendRows(shapes + p.first * schema_.ndim, p.end - p.first));
         }
@@ -555,8 +558,9 @@ class StoreWriterImpl final : public StoreWriter {
     for (auto& st : sts) LX_RETURN_IF_ERROR(st);
     Status renamed = env_->RenameNoReplace(tmp_, path_);
     if (renamed.code() == Status::Code::kAlreadyExists) {
-      return Status::AlreadyExists(path_ + ": already exists (created while this store was "
-                                           "being written)");
+      return Status::AlreadyExists(path_ +
+                                   ": already exists (created while this store was "
+                                   "being written)");
     }
     LX_RETURN_IF_ERROR(renamed);
     // Visible now: from here on the store must not be removed, whatever happens.
@@ -589,8 +593,9 @@ Status ValidateSchema(Schema* s) {
   LX_ASSIGN_OR_RETURN(s->dtype, DType::Parse(s->dtype.str));
   if (s->kind == Kind::kDense) {
     if (s->item_shape.size() > format::kMaxDenseItemNdim) {
-      return Status::InvalidArgument("item_shape has more than 63 dimensions (a batch adds one; "
-                                     "NumPy allows 64)");
+      return Status::InvalidArgument(
+          "item_shape has more than 63 dimensions (a batch adds one; "
+          "NumPy allows 64)");
     }
     s->ndim = static_cast<uint32_t>(s->item_shape.size());
     uint64_t b = s->dtype.itemsize;
@@ -599,7 +604,8 @@ Status ValidateSchema(Schema* s) {
     }
   } else {
     if (s->ndim < 1 || s->ndim > format::kMaxNdim) {
-      return Status::InvalidArgument("ragged ndim must be in 1..64, got " + std::to_string(s->ndim) +
+      return Status::InvalidArgument("ragged ndim must be in 1..64, got " +
+                                     std::to_string(s->ndim) +
                                      " (scalar records: use Dense with item_shape=())");
     }
     if (!s->item_shape.empty()) return Status::InvalidArgument("ragged stores have no item_shape");
@@ -613,15 +619,18 @@ Status ValidateOptions(const WriteOptions& o) {
                                    std::to_string(o.data_shards));
   }
   if (o.codec == Codec::kZstdDict && o.dictionary.empty()) {
-    return Status::InvalidArgument("codec 'zstd_dict' needs dict_bytes (train one with "
-                                   "loaderx.utils.train_dict)");
+    return Status::InvalidArgument(
+        "codec 'zstd_dict' needs dict_bytes (train one with "
+        "loaderx.utils.train_dict)");
   }
   if (o.codec != Codec::kZstdDict && !o.dictionary.empty()) {
     return Status::InvalidArgument(std::string("dict_bytes is only used with codec 'zstd_dict', "
-                                               "not '") + CodecName(o.codec) + "'");
+                                               "not '") +
+                                   CodecName(o.codec) + "'");
   }
   if (o.codec != Codec::kRaw && (o.level < -100 || o.level > 22)) {
-    return Status::InvalidArgument("zstd level must be in -100..22, got " + std::to_string(o.level));
+    return Status::InvalidArgument("zstd level must be in -100..22, got " +
+                                   std::to_string(o.level));
   }
   if (o.stream_threshold == 0) return Status::InvalidArgument("stream_threshold must be > 0");
   if (o.user_metadata.size() > format::kMaxUserMetadataBytes) {

@@ -163,8 +163,8 @@ Result<Frame> RecvFrame(int fd, size_t max_bytes, size_t max_fds, bool nonblocki
     return Status::Protocol("frame larger than " + std::to_string(max_bytes) + " bytes");
   }
   if (frame.fds.size() > max_fds) {
-    return Status::Protocol("frame carried " + std::to_string(frame.fds.size()) +
-                            " fds, at most " + std::to_string(max_fds) + " expected");
+    return Status::Protocol("frame carried " + std::to_string(frame.fds.size()) + " fds, at most " +
+                            std::to_string(max_fds) + " expected");
   }
   if (n == 0 && frame.fds.empty()) {
     frame.eof = true;  // SEQPACKET: a zero-length read is the peer's hang-up

@@ -1,9 +1,8 @@
 #include "loaderx/wire.h"
 
-#include <msgpack.hpp>
-
 #include <exception>
 #include <limits>
+#include <msgpack.hpp>
 #include <string_view>
 
 namespace loaderx {
@@ -262,7 +261,7 @@ class Fields {
     return &o.via.array;
   }
 
-  void Fail(std::string msg) {
+  void Fail(const std::string& msg) {
     if (st_.ok()) st_ = Status::Protocol(what_ + ": " + msg);
   }
 
@@ -513,19 +512,16 @@ uint32_t OpenMsg::TotalFds() const {
   return n;
 }
 
-Status ErrorMsg::ToStatus() const {
-  return Status(static_cast<Status::Code>(code), message);
-}
+Status ErrorMsg::ToStatus() const { return Status(static_cast<Status::Code>(code), message); }
 
 ErrorMsg ErrorMsg::From(const Status& s, uint64_t step) {
   return ErrorMsg{static_cast<uint32_t>(s.code()), s.message(), step};
 }
 
 const char* MessageName(const Message& m) {
-  static constexpr const char* kNames[] = {"hello",   "hello_ok", "open",  "opened",
-                                           "next",    "batch",    "seek",  "release",
-                                           "stats",   "stats_reply", "close", "ok", "error",
-                                           "heartbeat"};
+  static constexpr const char* kNames[] = {
+      "hello",   "hello_ok", "open",        "opened", "next", "batch", "seek",
+      "release", "stats",    "stats_reply", "close",  "ok",   "error", "heartbeat"};
   static_assert(std::size(kNames) == std::variant_size_v<Message>);
   return kNames[m.index()];
 }
@@ -555,9 +551,8 @@ Result<Message> DecodeMessage(std::span<const uint8_t> frame) {
   } clear_zone;
   try {
     size_t off = 0;
-    const msgpack::object root =
-        msgpack::unpack(zone, reinterpret_cast<const char*>(frame.data()), frame.size(), off,
-                        nullptr, nullptr, limit);
+    const msgpack::object root = msgpack::unpack(zone, reinterpret_cast<const char*>(frame.data()),
+                                                 frame.size(), off, nullptr, nullptr, limit);
     if (off != frame.size()) {
       return Status::Protocol("trailing bytes after the message (" +
                               std::to_string(frame.size() - off) + ")");

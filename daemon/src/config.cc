@@ -48,7 +48,9 @@ std::string Fmt(double x) {
 }
 
 Result<uint64_t> ParseUint(const std::string& key, const std::string& v, uint64_t max) {
-  if (v.empty() || !std::all_of(v.begin(), v.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+  if (v.empty() || !std::all_of(v.begin(), v.end(), [](char c) {
+        return std::isdigit(static_cast<unsigned char>(c));
+      })) {
     return Status::InvalidArgument(key + ": '" + v + "' is not a non-negative integer");
   }
   errno = 0;
@@ -131,7 +133,8 @@ std::string Trim(const std::string& s) {
   return s.substr(b, e - b + 1);
 }
 
-Status ApplyFile(Config& c, const std::string& path, const std::map<std::string, std::string>& cli) {
+Status ApplyFile(Config& c, const std::string& path,
+                 const std::map<std::string, std::string>& cli) {
   std::ifstream in(path);
   if (!in) return Status::NotFound(path + ": cannot open config file");
   std::string line;
@@ -142,7 +145,8 @@ Status ApplyFile(Config& c, const std::string& path, const std::map<std::string,
     if (line.empty()) continue;
     size_t eq = line.find('=');
     if (eq == std::string::npos) {
-      return Status::InvalidArgument(path + ":" + std::to_string(lineno) + ": expected key = value");
+      return Status::InvalidArgument(path + ":" + std::to_string(lineno) +
+                                     ": expected key = value");
     }
     std::string key = Trim(line.substr(0, eq));
     if (cli.count(key)) continue;  // the command line wins
@@ -159,14 +163,24 @@ Result<uint64_t> ParseSize(const std::string& s) {
   std::string digits = s;
   uint64_t mult = 1;
   switch (std::toupper(static_cast<unsigned char>(s.back()))) {
-    case 'K': mult = uint64_t{1} << 10; break;
-    case 'M': mult = uint64_t{1} << 20; break;
-    case 'G': mult = uint64_t{1} << 30; break;
-    case 'T': mult = uint64_t{1} << 40; break;
-    default: break;
+    case 'K':
+      mult = uint64_t{1} << 10;
+      break;
+    case 'M':
+      mult = uint64_t{1} << 20;
+      break;
+    case 'G':
+      mult = uint64_t{1} << 30;
+      break;
+    case 'T':
+      mult = uint64_t{1} << 40;
+      break;
+    default:
+      break;
   }
   if (mult != 1) digits.pop_back();
-  LX_ASSIGN_OR_RETURN(uint64_t n, ParseUint("size", digits, std::numeric_limits<uint64_t>::max() / mult));
+  LX_ASSIGN_OR_RETURN(uint64_t n,
+                      ParseUint("size", digits, std::numeric_limits<uint64_t>::max() / mult));
   return n * mult;
 }
 
@@ -192,8 +206,14 @@ Result<Config> ParseArgs(const std::vector<std::string>& args, std::string* help
       *help = "loaderxd " LOADERX_DAEMON_VERSION "\n";
       return c;
     }
-    if (a == "--foreground") { c.foreground = true; continue; }
-    if (a == "--check-config") { c.check_config = true; continue; }
+    if (a == "--foreground") {
+      c.foreground = true;
+      continue;
+    }
+    if (a == "--check-config") {
+      c.check_config = true;
+      continue;
+    }
     if (a.rfind("--", 0) != 0) return Status::InvalidArgument("unexpected argument '" + a + "'");
     std::string key = a.substr(2), value;
     size_t eq = key.find('=');

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "log.h"
 #include "loaderx/status.h"
+#include "log.h"
 
 namespace loaderx::daemon {
 
@@ -31,12 +31,12 @@ inline constexpr int kDefaultGatherNice = 0;
 inline constexpr std::chrono::milliseconds kDefaultGroupTimeout = std::chrono::minutes(5);
 
 struct Config {
-  std::string socket_path;       // default: DefaultSocketPath()
-  uint32_t threads = 0;          // gather threads per loader; 0 = hardware concurrency
+  std::string socket_path;                    // default: DefaultSocketPath()
+  uint32_t threads = 0;                       // gather threads per loader; 0 = hardware concurrency
   uint64_t memory_limit = uint64_t{8} << 30;  // all rings together
-  uint64_t memory_per_uid = 0;   // ring bytes per uid; 0 = memory_limit
+  uint64_t memory_per_uid = 0;                // ring bytes per uid; 0 = memory_limit
   uint32_t sessions_per_uid = 64;
-  uint32_t max_leases = 64;      // cap on the batches one client may hold
+  uint32_t max_leases = 64;  // cap on the batches one client may hold
   uint32_t max_prefetch = 64;
   // Steps a group member may run ahead of its group's slowest member before
   // its `next` waits (docs/daemon.md "Groups"); also sizes group rings.

@@ -80,9 +80,9 @@ Result<RingGeometry> Group::Geometry(const MemberSpec& spec, const Options& opti
 Result<std::shared_ptr<Group>> Group::Create(std::string name, MemberSpec spec,
                                              const Options& options) {
   LX_ASSIGN_OR_RETURN(RingGeometry g, Geometry(spec, options));
-  LX_ASSIGN_OR_RETURN(std::shared_ptr<RingAllocator> ring,
-                      RingAllocator::Create(g.slot_count, g.payload_bytes, options.incarnation,
-                                            options.session));
+  LX_ASSIGN_OR_RETURN(
+      std::shared_ptr<RingAllocator> ring,
+      RingAllocator::Create(g.slot_count, g.payload_bytes, options.incarnation, options.session));
   PipelineOptions po;
   po.start_step = options.start_step;
   po.prefetch = options.prefetch;
@@ -125,8 +125,7 @@ void Group::Close() {
 }
 
 Status Group::CheckCompatible(const MemberSpec& spec) const {
-  auto differs = [&](const std::string& field, const std::string& mine,
-                     const std::string& theirs) {
+  auto differs = [&](const std::string& field, const std::string& mine, const std::string& theirs) {
     return Status::InvalidArgument(Quoted(name_) + ": " + field + " " + mine +
                                    " differs from the group's " + theirs +
                                    " (every member must pass the same stores, batch_size, "
@@ -214,11 +213,10 @@ Result<uint64_t> Group::Join(uint64_t id, const MemberInfo& info, GroupJoin join
     join = spec_.mode == GroupMode::kShard ? GroupJoin::kStartStep : GroupJoin::kCurrent;
   }
   if (spec_.mode == GroupMode::kShard && rank_member_[rank] != 0) {
-    return Status::InvalidArgument(Quoted(name_) + ": rank " + std::to_string(rank) + " of " +
-                                 std::to_string(spec_.sampler.world_size) +
-                                 " is already taken by session " +
-                                 std::to_string(rank_member_[rank]) +
-                                 " (each rank may have one live member)");
+    return Status::InvalidArgument(
+        Quoted(name_) + ": rank " + std::to_string(rank) + " of " +
+        std::to_string(spec_.sampler.world_size) + " is already taken by session " +
+        std::to_string(rank_member_[rank]) + " (each rank may have one live member)");
   }
   const uint64_t oldest = OldestAvailable();
   uint64_t cursor = oldest;
@@ -409,8 +407,7 @@ Result<Delivery> Group::Next(uint64_t id, const std::function<bool()>& closing,
       Batch& b = **got;
       if (b.step != produced_) {
         return Status::Internal(Quoted(name_) + ": pipeline delivered step " +
-                                std::to_string(b.step) + ", expected " +
-                                std::to_string(produced_));
+                                std::to_string(b.step) + ", expected " + std::to_string(produced_));
       }
       auto* memory = dynamic_cast<RingMemory*>(b.memory.get());
       if (memory == nullptr) return Status::Internal("batch memory is not from the ring");

@@ -99,9 +99,9 @@ struct Delivery {
   Status error;
   uint32_t slot = 0;
   uint64_t seq = 0;
-  uint64_t offset = 0;       // of the whole batch, from the ring start
-  uint64_t total_bytes = 0;  // of the whole batch (what the slot table says)
-  uint64_t batch_size = 0;   // rows of this member's slice
+  uint64_t offset = 0;                // of the whole batch, from the ring start
+  uint64_t total_bytes = 0;           // of the whole batch (what the slot table says)
+  uint64_t batch_size = 0;            // rows of this member's slice
   std::vector<StreamLayout> streams;  // this member's slice, relative to offset
   std::shared_ptr<BatchMemory> memory;
 };
@@ -119,7 +119,7 @@ class Group {
     uint32_t leases = 8;  // the lease cap the ring is sized for
     uint32_t max_skew = 0;
     uint32_t threads = 0;
-    int gather_nice = 0;  // PipelineOptions::gather_nice (loaderxd --gather-nice)
+    int gather_nice = 0;      // PipelineOptions::gather_nice (loaderxd --gather-nice)
     uint64_t ring_bytes = 0;  // 0: sized from the streams
     uint64_t incarnation = 0;
     uint64_t session = 0;  // creator's session id (names the memfd)
@@ -246,7 +246,7 @@ class Group {
   uint64_t& CursorOf(Member& m);
   uint64_t Slowest() const;
   uint64_t OldestAvailable() const;
-  void Trim();           // drops held batches no cursor needs any more
+  void Trim();  // drops held batches no cursor needs any more
   void DropHeld(std::map<uint64_t, Held>::iterator it);
   Delivery Slice(const Held& h, uint64_t step, uint64_t rank) const;
   Status Gone(uint64_t step) const;
@@ -267,15 +267,15 @@ class Group {
   mutable std::mutex mu_;
   std::condition_variable cv_;  // a batch was held, a cursor moved, a fetch ended
   // Guarded by mu_.
-  std::map<uint64_t, Held> held_;      // step -> batch; contiguous [slowest, produced_)
-  uint64_t produced_ = 0;              // the step the pipeline delivers next
-  bool fetching_ = false;              // a member waits on the pipeline (unlocked)
+  std::map<uint64_t, Held> held_;  // step -> batch; contiguous [slowest, produced_)
+  uint64_t produced_ = 0;          // the step the pipeline delivers next
+  bool fetching_ = false;          // a member waits on the pipeline (unlocked)
   bool closed_ = false;
   uint64_t gathered_ = 0;
-  std::map<uint64_t, Member> members_;   // session id -> member
-  std::vector<uint64_t> rank_cursor_;    // shard: one per rank
-  std::vector<uint64_t> rank_member_;    // shard: live session of each rank, 0 = none
-  std::vector<bool> rank_joined_;        // shard: a member has ever had this rank
+  std::map<uint64_t, Member> members_;  // session id -> member
+  std::vector<uint64_t> rank_cursor_;   // shard: one per rank
+  std::vector<uint64_t> rank_member_;   // shard: live session of each rank, 0 = none
+  std::vector<bool> rank_joined_;       // shard: a member has ever had this rank
   uint64_t served_ = 0;
   // The stall last logged ("" = none): waits_for + step, and since when.
   std::string stall_logged_;

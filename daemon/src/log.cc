@@ -39,15 +39,22 @@ std::string Timestamp() {
 }  // namespace
 
 bool ParseLogLevel(std::string_view s, LogLevel* out) {
-  if (s == "debug") *out = LogLevel::kDebug;
-  else if (s == "info") *out = LogLevel::kInfo;
-  else if (s == "warning") *out = LogLevel::kWarning;
-  else if (s == "error") *out = LogLevel::kError;
-  else return false;
+  if (s == "debug")
+    *out = LogLevel::kDebug;
+  else if (s == "info")
+    *out = LogLevel::kInfo;
+  else if (s == "warning")
+    *out = LogLevel::kWarning;
+  else if (s == "error")
+    *out = LogLevel::kError;
+  else
+    return false;
   return true;
 }
 
-void SetLogLevel(LogLevel level) { g_level.store(static_cast<int>(level), std::memory_order_relaxed); }
+void SetLogLevel(LogLevel level) {
+  g_level.store(static_cast<int>(level), std::memory_order_relaxed);
+}
 
 bool LogEnabled(LogLevel level) {
   return static_cast<int>(level) >= g_level.load(std::memory_order_relaxed);

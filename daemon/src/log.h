@@ -41,9 +41,9 @@ inline constexpr const char* kStillRunning = "is still running";
 }  // namespace loaderx::daemon
 
 // LX_LOG(kInfo) << "session " << id << " opened";
-#define LX_LOG(level)                                                                    \
+#define LX_LOG(level)                                                                     \
   for (bool _lx_once = ::loaderx::daemon::LogEnabled(::loaderx::daemon::LogLevel::level); \
-       _lx_once; _lx_once = false)                                                       \
+       _lx_once; _lx_once = false)                                                        \
   ::loaderx::daemon::LogStream(::loaderx::daemon::LogLevel::level).stream()
 
 namespace loaderx::daemon {

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "config.h"
-#include "log.h"
 #include "loaderx/unix_socket.h"
+#include "log.h"
 #include "server.h"
 #include "systemd.h"
 
@@ -169,9 +169,8 @@ int main(int argc, char** argv) {
   }
 
   loaderx::daemon::Server server(config, std::move(listener));
-  LX_LOG(kInfo) << "serving on " << config.socket_path << " (protocol "
-                << loaderx::kProtocolMajor << "." << loaderx::kProtocolMinor << ", pid "
-                << ::getpid() << ")";
+  LX_LOG(kInfo) << "serving on " << config.socket_path << " (protocol " << loaderx::kProtocolMajor
+                << "." << loaderx::kProtocolMinor << ", pid " << ::getpid() << ")";
   if (ready_fd >= 0) {
     char ok = 1;
     ssize_t ignored = ::write(ready_fd, &ok, 1);

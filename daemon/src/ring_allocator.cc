@@ -67,11 +67,12 @@ Result<std::shared_ptr<BatchMemory>> RingAllocator::Allocate(uint64_t step, uint
     return Status::Cancelled("loader closed");
   }
   if (!region) {
-    return Status::ResourceExhausted(
-        "step " + std::to_string(step) + ": the ring is full of the " +
-        std::to_string(client_held_) + " batches the client holds and a batch of " +
-        std::to_string(bytes) + " bytes does not fit beside them; hold fewer batches or open "
-        "the loader with a larger ring_bytes");
+    return Status::ResourceExhausted("step " + std::to_string(step) + ": the ring is full of the " +
+                                     std::to_string(client_held_) +
+                                     " batches the client holds and a batch of " +
+                                     std::to_string(bytes) +
+                                     " bytes does not fit beside them; hold fewer batches or open "
+                                     "the loader with a larger ring_bytes");
   }
   uint32_t slot = free_slots_.back();
   free_slots_.pop_back();
@@ -100,7 +101,7 @@ void RingAllocator::Free(uint32_t slot, uint64_t ring_offset) {
 }
 
 uint64_t RingAllocator::Publish(const RingMemory& memory, uint64_t step, uint64_t bytes,
-                               bool retained) {
+                                bool retained) {
   uint64_t seq;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -57,8 +57,7 @@ class RingMemory final : public BatchMemory {
 class RingAllocator final : public BatchAllocator,
                             public std::enable_shared_from_this<RingAllocator> {
  public:
-  static Result<std::shared_ptr<RingAllocator>> Create(uint32_t slot_count,
-                                                       uint64_t payload_bytes,
+  static Result<std::shared_ptr<RingAllocator>> Create(uint32_t slot_count, uint64_t payload_bytes,
                                                        uint64_t incarnation, uint64_t session);
   ~RingAllocator() override = default;
 
@@ -67,8 +66,7 @@ class RingAllocator final : public BatchAllocator,
 
   // Writes step/offset/bytes of `memory` into its slot and a new epoch
   // (release). Returns the epoch (seq) to announce to the client.
-  uint64_t Publish(const RingMemory& memory, uint64_t step, uint64_t bytes,
-                   bool retained = false);
+  uint64_t Publish(const RingMemory& memory, uint64_t step, uint64_t bytes, bool retained = false);
   // The daemon no longer holds `slot` for anyone: from now on only client
   // leases keep it (see the header comment). No-op if not retained.
   void EndRetain(uint32_t slot);

@@ -3,11 +3,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <boost/asio.hpp>
-#include <boost/asio/generic/seq_packet_protocol.hpp>
-
 #include <algorithm>
 #include <atomic>
+#include <boost/asio.hpp>
+#include <boost/asio/generic/seq_packet_protocol.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -17,11 +16,11 @@
 #include <thread>
 #include <utility>
 
-#include "log.h"
+#include "group.h"
 #include "loaderx/loader.h"
 #include "loaderx/sampler.h"
 #include "loaderx/unix_socket.h"
-#include "group.h"
+#include "log.h"
 #include "ring_allocator.h"
 #include "status.h"
 #include "store_registry.h"
@@ -183,10 +182,10 @@ class Server::Impl {
     std::lock_guard<std::mutex> lock(acct_mu_);
     UidAccount& a = uids_[uid];
     if (a.sessions >= config_.sessions_per_uid) {
-      return Status::ResourceExhausted("uid " + std::to_string(uid) + " already has " +
-                                       std::to_string(a.sessions) +
-                                       " loaderxd sessions (cap --sessions-per-uid=" +
-                                       std::to_string(config_.sessions_per_uid) + ")");
+      return Status::ResourceExhausted(
+          "uid " + std::to_string(uid) + " already has " + std::to_string(a.sessions) +
+          " loaderxd sessions (cap --sessions-per-uid=" + std::to_string(config_.sessions_per_uid) +
+          ")");
     }
     ++a.sessions;
     ++sessions_;
@@ -202,16 +201,16 @@ class Server::Impl {
     UidAccount& a = uids_[uid];
     if (a.ring_bytes + bytes > config_.memory_per_uid) {
       return Status::ResourceExhausted(
-          "a ring of " + std::to_string(bytes) + " bytes would exceed the per-uid ring memory cap (uid " +
-          std::to_string(uid) + " holds " + std::to_string(a.ring_bytes) + " of " +
+          "a ring of " + std::to_string(bytes) +
+          " bytes would exceed the per-uid ring memory cap (uid " + std::to_string(uid) +
+          " holds " + std::to_string(a.ring_bytes) + " of " +
           std::to_string(config_.memory_per_uid) + " bytes, --memory-per-uid)");
     }
     if (ring_bytes_ + bytes > config_.memory_limit) {
-      return Status::ResourceExhausted("a ring of " + std::to_string(bytes) +
-                                       " bytes would exceed loaderxd's memory limit (" +
-                                       std::to_string(ring_bytes_) + " of " +
-                                       std::to_string(config_.memory_limit) +
-                                       " bytes in use, --memory-limit)");
+      return Status::ResourceExhausted(
+          "a ring of " + std::to_string(bytes) + " bytes would exceed loaderxd's memory limit (" +
+          std::to_string(ring_bytes_) + " of " + std::to_string(config_.memory_limit) +
+          " bytes in use, --memory-limit)");
     }
     a.ring_bytes += bytes;
     ring_bytes_ += bytes;
@@ -237,9 +236,9 @@ class Server::Impl {
   asio::io_context io_;
   asio::basic_socket_acceptor<SeqPacket> acceptor_;
   asio::signal_set signals_;
-  asio::steady_timer tick_;                                   // io thread only
-  uint64_t watchdog_usec_ = 0;                                // io thread only
-  std::chrono::steady_clock::time_point last_watchdog_;      // io thread only
+  asio::steady_timer tick_;                              // io thread only
+  uint64_t watchdog_usec_ = 0;                           // io thread only
+  std::chrono::steady_clock::time_point last_watchdog_;  // io thread only
   StoreRegistry registry_;
   const uint64_t incarnation_;
   bool stopping_ = false;                                     // io thread only
@@ -275,7 +274,10 @@ class Server::Impl {
 class Server::Impl::Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(Impl& server, SeqPacket::socket socket, uint64_t id, PeerCred cred)
-      : server_(server), socket_(std::move(socket)), fd_(socket_.native_handle()), id_(id),
+      : server_(server),
+        socket_(std::move(socket)),
+        fd_(socket_.native_handle()),
+        id_(id),
         cred_(cred) {}
 
   ~Connection() {
@@ -363,9 +365,9 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
     if (uint64_t suppressed; server_.AllowViolationLog(&suppressed)) {
       LX_LOG(kWarning) << "session " << id_ << " (pid " << cred_.pid << ", uid " << cred_.uid
                        << "): " << st.ToString()
-                       << (suppressed ? " (" + std::to_string(suppressed) +
-                                            " similar messages suppressed)"
-                                      : std::string());
+                       << (suppressed
+                               ? " (" + std::to_string(suppressed) + " similar messages suppressed)"
+                               : std::string());
     }
     shut_quietly_ = true;
     Shutdown("protocol violation");
@@ -377,14 +379,14 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
     Message& msg = decoded.value();
     const bool is_open = std::holds_alternative<OpenMsg>(msg);
     if (!frame.fds.empty() && !is_open) {
-      return ProtocolViolation(Status::Protocol(std::string("'") + MessageName(msg) +
-                                                "' must not carry fds"));
+      return ProtocolViolation(
+          Status::Protocol(std::string("'") + MessageName(msg) + "' must not carry fds"));
     }
     if (!hello_done_) {
       auto* hello = std::get_if<HelloMsg>(&msg);
       if (hello == nullptr) {
-        return ProtocolViolation(Status::Protocol(std::string("expected hello, got '") +
-                                                  MessageName(msg) + "'"));
+        return ProtocolViolation(
+            Status::Protocol(std::string("expected hello, got '") + MessageName(msg) + "'"));
       }
       return HandleHello(*hello);
     }
@@ -392,9 +394,9 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
     if (is_open || std::holds_alternative<NextMsg>(msg) || std::holds_alternative<SeekMsg>(msg) ||
         std::holds_alternative<StatsMsg>(msg) || std::holds_alternative<CloseMsg>(msg)) {
       if (is_open && frame.fds.size() != std::get<OpenMsg>(msg).TotalFds()) {
-        return ProtocolViolation(Status::Protocol(
-            "open announced " + std::to_string(std::get<OpenMsg>(msg).TotalFds()) +
-            " fds but carried " + std::to_string(frame.fds.size())));
+        return ProtocolViolation(
+            Status::Protocol("open announced " + std::to_string(std::get<OpenMsg>(msg).TotalFds()) +
+                             " fds but carried " + std::to_string(frame.fds.size())));
       }
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -417,11 +419,11 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
   void HandleHello(const HelloMsg& hello) {
     if (hello.major != kProtocolMajor) {
       server_.refused_.fetch_add(1, std::memory_order_relaxed);
-      Status st = Status::Protocol(
-          "protocol version mismatch: client speaks " + std::to_string(hello.major) + "." +
-          std::to_string(hello.minor) + ", loaderxd " LOADERX_DAEMON_VERSION " speaks " +
-          std::to_string(kProtocolMajor) + "." + std::to_string(kProtocolMinor) +
-          " (major versions must match)");
+      Status st = Status::Protocol("protocol version mismatch: client speaks " +
+                                   std::to_string(hello.major) + "." + std::to_string(hello.minor) +
+                                   ", loaderxd " LOADERX_DAEMON_VERSION " speaks " +
+                                   std::to_string(kProtocolMajor) + "." +
+                                   std::to_string(kProtocolMinor) + " (major versions must match)");
       if (uint64_t suppressed; server_.AllowViolationLog(&suppressed)) {
         LX_LOG(kInfo) << "refused pid " << cred_.pid << " (uid " << cred_.uid
                       << "): " << st.message();
@@ -649,7 +651,8 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
   Status DoOpen(const OpenMsg& m, std::vector<UniqueFd> fds) {
     if (group_) return Error(Status::State("a loader is already open on this connection"));
     if (LoaderClosing()) {
-      return Error(Status::State("the loader of this connection was closed; open a new connection"));
+      return Error(
+          Status::State("the loader of this connection was closed; open a new connection"));
     }
     Group::MemberSpec spec;
     spec.mode = m.group.empty() ? GroupMode::kBroadcast : m.group_mode;
@@ -667,10 +670,10 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
       if (!store.ok()) return Error(store.status());
       const auto& streams = spec.streams;
       if (!streams.empty() && store.value()->size() != streams[0]->size()) {
-        return Error(Status::InvalidArgument(
-            "streams differ in length: " + streams[0]->label() + " has " +
-            std::to_string(streams[0]->size()) + " records, " + store.value()->label() + " has " +
-            std::to_string(store.value()->size())));
+        return Error(Status::InvalidArgument("streams differ in length: " + streams[0]->label() +
+                                             " has " + std::to_string(streams[0]->size()) +
+                                             " records, " + store.value()->label() + " has " +
+                                             std::to_string(store.value()->size())));
       }
       spec.streams.push_back(std::move(store).value());
     }
@@ -686,10 +689,9 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
     // The pipeline of a shard group draws the global batch.
     const uint64_t drawn = Group::PipelineSpec(spec).batch_size;
     if (drawn > (uint64_t{1} << 32)) {
-      return Error(Status::InvalidArgument("batch_size " + std::to_string(drawn) +
-                                           (drawn != m.batch_size ? " (batch_size * world_size)"
-                                                                  : "") +
-                                           " is too large"));
+      return Error(Status::InvalidArgument(
+          "batch_size " + std::to_string(drawn) +
+          (drawn != m.batch_size ? " (batch_size * world_size)" : "") + " is too large"));
     }
     Group::Options options;
     options.leases = std::clamp<uint32_t>(m.leases, 1, server_.config_.max_leases);
@@ -708,7 +710,7 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
     const bool named = !m.group.empty();
     std::shared_ptr<Group> group;
     bool created = false;
-    uint64_t first_step = m.start_step;
+    uint64_t first_step = 0;  // set by the join below (m.start_step or where the group is)
     {
       std::unique_lock<std::mutex> lock(server_.groups_mu_, std::defer_lock);
       if (named) {
@@ -809,7 +811,8 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
             " batches, its lease cap; drop references to old batches before drawing more"));
       }
     }
-    Result<Delivery> got = group_->Next(id_, [this] { return LoaderClosing(); }, kWorkerPoll);
+    Result<Delivery> got = group_->Next(
+        id_, [this] { return LoaderClosing(); }, kWorkerPoll);
     if (!got.ok()) {
       if (got.status().code() == Status::Code::kCancelled) return Cancelled(got.status());
       return Error(got.status());
@@ -850,7 +853,8 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
 
   Status DoSeek(const SeekMsg& m) {
     if (!group_) return Error(Status::State("no loader is open on this connection"));
-    Status st = group_->Seek(id_, m.step, [this] { return LoaderClosing(); }, kWorkerPoll);
+    Status st = group_->Seek(
+        id_, m.step, [this] { return LoaderClosing(); }, kWorkerPoll);
     if (st.code() == Status::Code::kCancelled) return Cancelled(st);
     if (!st.ok()) return Error(st);
     return Send(OkMsg{m.step});
@@ -929,7 +933,8 @@ void Server::Impl::Tick() {
   if (stopping_) return;
   for (auto& [id, c] : conns_) c->Heartbeat();
   const auto now = std::chrono::steady_clock::now();
-  if (watchdog_usec_ != 0 && now - last_watchdog_ >= std::chrono::microseconds(watchdog_usec_ / 2)) {
+  if (watchdog_usec_ != 0 &&
+      now - last_watchdog_ >= std::chrono::microseconds(watchdog_usec_ / 2)) {
     (void)Notify("WATCHDOG=1");
     last_watchdog_ = now;
   }

@@ -37,13 +37,14 @@ class DaemonLoader final : public PySource {
     if (mode > 2) ThrowStatus(Status::InvalidArgument("mode must be 0, 1 or 2"));
     if (group.size() > kMaxGroupName) {
       ThrowStatus(Status::InvalidArgument("group: at most " + std::to_string(kMaxGroupName) +
-                            " bytes, got " + std::to_string(group.size())));
+                                          " bytes, got " + std::to_string(group.size())));
     }
     GroupMode gm = GroupMode::kShard;
     if (group_mode == "broadcast") {
       gm = GroupMode::kBroadcast;
     } else if (group_mode != "shard") {
-      ThrowStatus(Status::InvalidArgument("group_mode must be 'shard' or 'broadcast', got '" + group_mode + "'"));
+      ThrowStatus(Status::InvalidArgument("group_mode must be 'shard' or 'broadcast', got '" +
+                                          group_mode + "'"));
     }
     GroupJoin gj = GroupJoin::kDefault;
     if (join == "start_step") {
@@ -51,7 +52,8 @@ class DaemonLoader final : public PySource {
     } else if (join == "current") {
       gj = GroupJoin::kCurrent;
     } else if (!join.empty()) {
-      ThrowStatus(Status::InvalidArgument("join must be 'start_step', 'current' or None, got '" + join + "'"));
+      ThrowStatus(Status::InvalidArgument("join must be 'start_step', 'current' or None, got '" +
+                                          join + "'"));
     }
     client::LoaderSpec spec;
     spec.stores = std::move(stores);
@@ -72,8 +74,8 @@ class DaemonLoader final : public PySource {
       ThrowStatus(Status::InvalidArgument("liveness_timeout must be in (0, 86400] seconds, got " +
                                           std::to_string(liveness_timeout)));
     }
-    spec.liveness_timeout = std::chrono::milliseconds(
-        static_cast<int64_t>(std::llround(liveness_timeout * 1000)));
+    spec.liveness_timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(std::llround(liveness_timeout * 1000)));
     // 0: the daemon's --group-timeout (sources.DaemonOptions checks the range).
     if (!(group_timeout >= 0) || group_timeout > 86400) {
       ThrowStatus(Status::InvalidArgument("group_timeout must be in [0, 86400] seconds, got " +

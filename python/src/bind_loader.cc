@@ -40,10 +40,9 @@ Pipeline(stores, n, batch_size, mode, seed, rank, world_size, start_step,
 stores are native store handles of equal length n; mode is 0 Sequential,
 1 IID, 2 Cyclic. next/seek/step/close: see Source; the arrays are writable.
 )doc")
-      .def(py::init([](std::vector<std::shared_ptr<Store>> stores, uint64_t n,
-                       uint64_t batch_size, int mode, uint64_t seed, uint64_t rank,
-                       uint64_t world_size, uint64_t start_step, uint32_t prefetch,
-                       uint32_t num_threads) {
+      .def(py::init([](std::vector<std::shared_ptr<Store>> stores, uint64_t n, uint64_t batch_size,
+                       int mode, uint64_t seed, uint64_t rank, uint64_t world_size,
+                       uint64_t start_step, uint32_t prefetch, uint32_t num_threads) {
              if (mode < 0 || mode > 2) {
                ThrowStatus(Status::InvalidArgument("mode must be 0, 1 or 2"));
              }
@@ -62,9 +61,9 @@ stores are native store handles of equal length n; mode is 0 Sequential,
                  std::vector<std::shared_ptr<const Store>>(stores.begin(), stores.end()), spec,
                  options);
            }),
-           py::arg("stores"), py::arg("n"), py::arg("batch_size"), py::arg("mode"),
-           py::arg("seed"), py::arg("rank"), py::arg("world_size"), py::arg("start_step"),
-           py::arg("prefetch"), py::arg("num_threads"));
+           py::arg("stores"), py::arg("n"), py::arg("batch_size"), py::arg("mode"), py::arg("seed"),
+           py::arg("rank"), py::arg("world_size"), py::arg("start_step"), py::arg("prefetch"),
+           py::arg("num_threads"));
 }
 
 }  // namespace loaderx::py_bind

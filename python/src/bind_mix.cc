@@ -16,9 +16,9 @@ void BindMix(py::module_& m) {
   m.def(
       "mixed_store",
       [](const std::vector<std::shared_ptr<Store>>& parts, std::vector<uint64_t> counts) {
-        return Unwrap(MixedStore(std::vector<std::shared_ptr<const Store>>(parts.begin(),
-                                                                           parts.end()),
-                                 std::move(counts)));
+        return Unwrap(
+            MixedStore(std::vector<std::shared_ptr<const Store>>(parts.begin(), parts.end()),
+                       std::move(counts)));
       },
       py::arg("parts"), py::arg("counts"),
       "One stream of a mixture: position start_k + j is record j mod len(parts[k]).");

@@ -39,9 +39,10 @@ struct Core {
 
 struct SamplerObject {
   PyObject_HEAD
-  // Placement-constructed in tp_new, destroyed in tp_dealloc. Null until
-  // __init__ succeeded; never replaced afterwards.
-  std::shared_ptr<Core> core;
+      // Placement-constructed in tp_new, destroyed in tp_dealloc. Null until
+      // __init__ succeeded; never replaced afterwards.
+      std::shared_ptr<Core>
+          core;
   PyObject* view;  // owned; read-only uint64 ndarray over the buffer
 };
 
@@ -73,8 +74,8 @@ bool ToU64(PyObject* obj, const char* name, uint64_t* out) {
     PyErr_Clear();  // a failed repr only degrades the message
     Py_XDECREF(repr);
     Py_DECREF(idx);
-    SetStatus(Status::InvalidArgument(std::string(name) + " must be in 0..2**64-1 (got " +
-                                      shown + ")"));
+    SetStatus(
+        Status::InvalidArgument(std::string(name) + " must be in 0..2**64-1 (got " + shown + ")"));
     return false;
   }
   Py_DECREF(idx);
@@ -112,7 +113,7 @@ int SamplerInit(PyObject* o, PyObject* args, PyObject* kwds) {
   static const char* kwlist[] = {"n",    "batch_size", "mode",       "seed",
                                  "rank", "world_size", "start_step", nullptr};
   PyObject *n_obj, *batch_obj, *mode_obj = nullptr, *seed_obj = nullptr, *rank_obj = nullptr,
-                                *world_obj = nullptr, *start_obj = nullptr;
+                               *world_obj = nullptr, *start_obj = nullptr;
   if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|OO$OOO", const_cast<char**>(kwlist), &n_obj,
                                    &batch_obj, &mode_obj, &seed_obj, &rank_obj, &world_obj,
                                    &start_obj)) {
@@ -255,8 +256,7 @@ PyGetSetDef kGetSet[] = {
      nullptr},
     {"seed", GetU64<GetSeed>, nullptr, "Seed of the counter-based streams.", nullptr},
     {"rank", GetU64<GetRank>, nullptr, "This sampler's slice of the global batch.", nullptr},
-    {"world_size", GetU64<GetWorld>, nullptr, "Number of ranks sharing a global batch.",
-     nullptr},
+    {"world_size", GetU64<GetWorld>, nullptr, "Number of ranks sharing a global batch.", nullptr},
     {"global_batch", GetU64<GetGlobal>, nullptr, "batch_size * world_size.", nullptr},
     {"cycle_steps", GetU64<GetCycleSteps>, nullptr,
      "Cyclic: steps per cycle, n // global_batch. 0 in the other modes.", nullptr},

@@ -24,8 +24,8 @@ Clock::time_point DeadlineOf(std::optional<double> timeout) {
 }
 
 // A C-contiguous view of `data` with `base` as its base object.
-py::object View(const py::dtype& dtype, int nd, const Py_intptr_t* dims, void* data,
-                bool writable, const py::capsule& base) {
+py::object View(const py::dtype& dtype, int nd, const Py_intptr_t* dims, void* data, bool writable,
+                const py::capsule& base) {
   auto& api = py::detail::npy_api::get();
   // NumPy derives contiguity and alignment itself; NewFromDescr steals the
   // dtype reference.
@@ -67,8 +67,8 @@ py::object PySource::Next(std::optional<double> timeout) {
 
 void PySource::Seek(uint64_t step) {
   for (;;) {
-    Result<bool> r = WithoutGil(
-        [&] { return source_->SeekUntil(step, Clock::now() + kPollSlice); });
+    Result<bool> r =
+        WithoutGil([&] { return source_->SeekUntil(step, Clock::now() + kPollSlice); });
     if (!r.ok()) ThrowStatus(r.status());
     if (*r) return;
     // Interrupted here, the seek is settled by the next next()/seek().

@@ -58,9 +58,8 @@ py::array OutputArray(const py::dtype& dt, const std::vector<py::ssize_t>& shape
   static auto* allocator = new std::shared_ptr<BatchAllocator>(HeapAllocator());
   auto mem = Unwrap((*allocator)->Allocate(0, bytes));
   uint8_t* data = mem->data();
-  py::capsule owner(new std::shared_ptr<BatchMemory>(std::move(mem)), [](void* p) {
-    delete static_cast<std::shared_ptr<BatchMemory>*>(p);
-  });
+  py::capsule owner(new std::shared_ptr<BatchMemory>(std::move(mem)),
+                    [](void* p) { delete static_cast<std::shared_ptr<BatchMemory>*>(p); });
   return py::array(dt, shape, data, owner);
 }
 
@@ -130,8 +129,8 @@ py::list GatherRagged(const Store& s, const py::array& idx_arr) {
     }
     return Status::OK();
   }));
-  py::array values = OutputArray(py::dtype::of<uint8_t>(),
-                                 {static_cast<py::ssize_t>(offsets[b])}, offsets[b]);
+  py::array values =
+      OutputArray(py::dtype::of<uint8_t>(), {static_cast<py::ssize_t>(offsets[b])}, offsets[b]);
   uint8_t* base = static_cast<uint8_t*>(values.mutable_data());
   Check(WithoutGil([&] {
     std::vector<void*> outs(b);
@@ -141,7 +140,8 @@ py::list GatherRagged(const Store& s, const py::array& idx_arr) {
   py::dtype dt = NumpyDType(sc.dtype);
   py::list result(b);
   for (size_t k = 0; k < b; ++k) {
-    result[k] = py::array(dt, ToShape(dims.data() + k * sc.ndim, sc.ndim), base + offsets[k], values);
+    result[k] =
+        py::array(dt, ToShape(dims.data() + k * sc.ndim, sc.ndim), base + offsets[k], values);
   }
   return result;
 }
@@ -223,8 +223,9 @@ void BindStore(py::module_& m) {
               if (!py::isinstance<py::array>(obj)) return static_cast<py::ssize_t>(k);
               auto a = py::reinterpret_borrow<py::array>(obj);
               py::dtype adt = a.dtype();
-              if (adt.ptr() != dt.ptr() && (!adt.equal(dt) || adt.attr("str").cast<std::string>() !=
-                                                                 dt.attr("str").cast<std::string>())) {
+              if (adt.ptr() != dt.ptr() &&
+                  (!adt.equal(dt) ||
+                   adt.attr("str").cast<std::string>() != dt.attr("str").cast<std::string>())) {
                 return static_cast<py::ssize_t>(k);
               }
               if (static_cast<uint32_t>(a.ndim()) != ndim) return static_cast<py::ssize_t>(k);
@@ -249,7 +250,8 @@ void BindStore(py::module_& m) {
               size_t first = 0;
               auto flush = [&](size_t end) {
                 if (st.ok() && end > first) {
-                  st = w.writer->AppendRagged(buf.data(), shapes.data() + first * ndim, end - first);
+                  st =
+                      w.writer->AppendRagged(buf.data(), shapes.data() + first * ndim, end - first);
                 }
                 buf.clear();
                 first = end;
@@ -295,7 +297,7 @@ void BindStore(py::module_& m) {
       });
 
   py::class_<Store, std::shared_ptr<Store>>(m, "Store",
-                                             "Native read-only Zrecord store (use loaderx.zrecord).")
+                                            "Native read-only Zrecord store (use loaderx.zrecord).")
       .def_static(
           "open",
           [](const std::string& path) {

@@ -2,9 +2,8 @@
 // and the per-feature Bind* entry points registered by module.cc.
 #pragma once
 
-#include <pybind11/pybind11.h>
-
 #include <cxxabi.h>
+#include <pybind11/pybind11.h>
 
 #include <exception>
 #include <optional>

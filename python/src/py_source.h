@@ -58,5 +58,4 @@ class PySource {
   std::vector<py::dtype> dtypes_;
 };
 
-
 }  // namespace loaderx::py_bind

@@ -95,7 +95,7 @@ TEST(ClientTest, HangUpDuringHelloIsDaemonError) {
 struct RingScript {
   std::function<BatchMsg(const RingGeometry&, uint8_t* base)> make_batch;
   bool seal = true;
-  uint32_t minor = 0;  // the protocol minor the fake announces
+  uint32_t minor = 0;                                       // the protocol minor the fake announces
   OpenedMsg opened{10, 4, 0, 2, {{0, "<u4", {4}, 1, 10}}};  // ring_bytes filled in
   std::vector<ReleaseMsg> releases;
 
@@ -167,10 +167,14 @@ TEST(ClientTest, BatchOutsideTheRingOrNotMatchingItsSlotIsRefusedAndReleased) {
     uint64_t off = g.payload_offset;
     PublishSlot(base, g, 0, 7, 0, off, 64);
     switch (call++) {
-      case 0: return BatchMsg{0, 0, 7, g.total_bytes, 2, 64, {{0, 0, 32, 0, 0}}};  // past the end
-      case 1: return BatchMsg{0, 0, 6, off, 2, 64, {{0, 0, 32, 0, 0}}};            // stale seq
-      case 2: return BatchMsg{0, 0, 7, off, 2, 64, {{0, 0, 16, 0, 0}}};            // wrong size
-      default: return BatchMsg{0, 0, 7, off, 2, 64, {{1, 0, 32, 0, 0}}};           // wrong kind
+      case 0:
+        return BatchMsg{0, 0, 7, g.total_bytes, 2, 64, {{0, 0, 32, 0, 0}}};  // past the end
+      case 1:
+        return BatchMsg{0, 0, 6, off, 2, 64, {{0, 0, 32, 0, 0}}};  // stale seq
+      case 2:
+        return BatchMsg{0, 0, 7, off, 2, 64, {{0, 0, 16, 0, 0}}};  // wrong size
+      default:
+        return BatchMsg{0, 0, 7, off, 2, 64, {{1, 0, 32, 0, 0}}};  // wrong kind
     }
   };
   {
@@ -196,7 +200,8 @@ TEST(ClientTest, UnsealedRingIsRefused) {
   auto c = Client::Connect(fake.path()).value();
   auto loader = c->OpenLoader(SpecWithStore(fake.dir()));
   ASSERT_FALSE(loader.ok());
-  EXPECT_NE(loader.status().message().find("seals"), std::string::npos) << loader.status().ToString();
+  EXPECT_NE(loader.status().message().find("seals"), std::string::npos)
+      << loader.status().ToString();
 }
 
 TEST(ClientTest, NextForTimesOutAndTheLateBatchIsDeliveredNext) {
@@ -244,10 +249,17 @@ TEST(ClientTest, RaggedShardSliceIsReadRelativeToItsFirstOffsetAndValidated) {
     // Rank 1 of 2: records 2 and 3.
     StreamLayoutMsg slice{1, 6, 8, 64 + 16, 128 + 16};
     switch (call++) {
-      case 0: break;                                  // honest
-      case 1: slice.values_bytes = 6; break;          // does not span the slice
-      case 2: slice.offsets_offset = 128 + 24; break; // offsets past the values
-      default: slice.values_offset = 188; break;      // values outside the batch
+      case 0:
+        break;  // honest
+      case 1:
+        slice.values_bytes = 6;
+        break;  // does not span the slice
+      case 2:
+        slice.offsets_offset = 128 + 24;
+        break;  // offsets past the values
+      default:
+        slice.values_offset = 188;
+        break;  // values outside the batch
     }
     return BatchMsg{0, 0, seq, off, 2, 192, {slice}};
   };
@@ -363,8 +375,13 @@ TEST(ClientTest, RequestAheadAsksForTheNextBatchBeforeTheCallerDoes) {
     const int k = calls->fetch_add(1);  // step k in slot k
     const uint64_t off = g.payload_offset + static_cast<uint64_t>(k) * 64;
     PublishSlot(base, g, static_cast<uint32_t>(k), k + 1, k, off, 64);
-    return BatchMsg{static_cast<uint64_t>(k), static_cast<uint32_t>(k), static_cast<uint64_t>(k + 1),
-                    off, 2, 64, {{0, 0, 32, 0, 0}}};
+    return BatchMsg{static_cast<uint64_t>(k),
+                    static_cast<uint32_t>(k),
+                    static_cast<uint64_t>(k + 1),
+                    off,
+                    2,
+                    64,
+                    {{0, 0, 32, 0, 0}}};
   };
   FakeDaemon fake([script](int fd) { (*script)(fd); });
   auto c = Client::Connect(fake.path()).value();

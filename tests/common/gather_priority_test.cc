@@ -47,8 +47,8 @@ std::map<int, int> ThreadNices() {
 int OwnNice() { return ::getpriority(PRIO_PROCESS, ::gettid()); }
 
 std::shared_ptr<const Store> SmallStore(const testing::TempDir& dir) {
-  auto w = StoreWriter::Create(dir.Sub("s"), testing::DenseSchema("<u4", {4}), WriteOptions{})
-               .value();
+  auto w =
+      StoreWriter::Create(dir.Sub("s"), testing::DenseSchema("<u4", {4}), WriteOptions{}).value();
   std::vector<uint32_t> data(4 * 64, 7);
   EXPECT_TRUE(w->AppendDense(data.data(), 64).ok());
   EXPECT_TRUE(w->Publish().ok());

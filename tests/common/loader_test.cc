@@ -2,6 +2,8 @@
 // layout, ordered deterministic delivery, errors per step, Seek, Close and
 // memory bounds. Stores are in-memory fakes so tests can inject errors and
 // delays; the sampler is the real one.
+#include "loaderx/loader.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -13,7 +15,6 @@
 #include <set>
 #include <thread>
 
-#include "loaderx/loader.h"
 #include "loaderx/thread_pool.h"
 #include "store_test_util.h"
 
@@ -251,8 +252,7 @@ TEST(FillBatchTest, WritesValuesShapesOffsetsAndZeroPadding) {
   ASSERT_TRUE(FillBatch({dense, ragged}, indices, *layout, base, &pool).ok());
   uint64_t dims[8];
   std::memcpy(dims, base + layout->streams[1].shapes_offset, sizeof dims);
-  EXPECT_EQ(std::vector<uint64_t>(dims, dims + 8),
-            (std::vector<uint64_t>{2, 4, 1, 2, 3, 3, 3, 3}));
+  EXPECT_EQ(std::vector<uint64_t>(dims, dims + 8), (std::vector<uint64_t>{2, 4, 1, 2, 3, 3, 3, 3}));
   uint16_t dense_first[3];
   std::memcpy(dense_first, base, sizeof dense_first);  // record 10: 70, 71, 72
   EXPECT_EQ(dense_first[0], 70);
@@ -558,8 +558,8 @@ class CountingAllocator final : public BatchAllocator {
       cv_.wait(lock, [&] { return cancelled_; });
       return Status::Cancelled("allocator cancelled");
     }
-    if (fail_step == step) return Status::ResourceExhausted("no memory for step " +
-                                                            std::to_string(step));
+    if (fail_step == step)
+      return Status::ResourceExhausted("no memory for step " + std::to_string(step));
     auto inner = heap_->Allocate(step, bytes);
     if (!inner.ok()) return inner.status();
     const int now = ++live;
@@ -657,7 +657,8 @@ TEST(PipelineTest, RecordsAreReadByExactlyTheNumThreadsGatherThreads) {
     EXPECT_FALSE(alloc->producers.empty());
     EXPECT_LE(alloc->producers.size(), std::min(prefetch, kThreads)) << "prefetch " << prefetch;
     for (const auto& id : alloc->producers) {
-      EXPECT_TRUE(dense->readers.contains(id)) << "a producer did not gather, prefetch " << prefetch;
+      EXPECT_TRUE(dense->readers.contains(id))
+          << "a producer did not gather, prefetch " << prefetch;
     }
     EXPECT_FALSE(dense->readers.contains(std::this_thread::get_id()));
   }
@@ -688,18 +689,15 @@ TEST(PipelineTest, CloseCancelsAProducerBlockedInTheAllocator) {
 TEST(PipelineCreateTest, RejectsBadArguments) {
   auto a = FakeStore::Dense(10, {2});
   auto b = FakeStore::Dense(11, {2});
-  EXPECT_EQ(Pipeline::Create({}, Spec(10, 2), {}).status().code(),
-            Status::Code::kInvalidArgument);
+  EXPECT_EQ(Pipeline::Create({}, Spec(10, 2), {}).status().code(), Status::Code::kInvalidArgument);
   auto diff = Pipeline::Create({a, b}, Spec(10, 2), {});
   EXPECT_EQ(diff.status().code(), Status::Code::kInvalidArgument);
   EXPECT_NE(diff.status().message().find("has 10 records"), std::string::npos);
   EXPECT_NE(diff.status().message().find("has 11"), std::string::npos);
-  EXPECT_EQ(Pipeline::Create({a}, Spec(9, 2), {}).status().code(),
-            Status::Code::kInvalidArgument);
+  EXPECT_EQ(Pipeline::Create({a}, Spec(9, 2), {}).status().code(), Status::Code::kInvalidArgument);
   EXPECT_EQ(Pipeline::Create({a}, Spec(10, 2), {.prefetch = 0}).status().code(),
             Status::Code::kInvalidArgument);
-  EXPECT_EQ(Pipeline::Create({a}, Spec(10, 0), {}).status().code(),
-            Status::Code::kInvalidArgument);
+  EXPECT_EQ(Pipeline::Create({a}, Spec(10, 0), {}).status().code(), Status::Code::kInvalidArgument);
   EXPECT_EQ(Pipeline::Create({a, nullptr}, Spec(10, 2), {}).status().code(),
             Status::Code::kInvalidArgument);
 }

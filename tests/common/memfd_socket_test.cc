@@ -1,9 +1,8 @@
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -138,7 +137,10 @@ TEST(UnixSocketTest, ListenConnectAndPeerCredName) {
 TEST(UnixSocketTest, StaleSocketIsReplacedAndMissingSocketIsDaemonError) {
   std::string path = TempSocketPath("stale.sock");
   EXPECT_EQ(ConnectSeqpacket(path).status().code(), Status::Code::kDaemon);
-  { auto l = ListenSeqpacket(path, 0600); ASSERT_TRUE(l.ok()); }
+  {
+    auto l = ListenSeqpacket(path, 0600);
+    ASSERT_TRUE(l.ok());
+  }
   // The listener is closed; the file remains: connecting is refused...
   EXPECT_EQ(ConnectSeqpacket(path).status().code(), Status::Code::kDaemon);
   // ...and a new daemon takes the path over.

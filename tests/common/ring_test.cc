@@ -10,7 +10,8 @@ namespace {
 
 struct RingBuffer {
   explicit RingBuffer(const RingGeometry& g) : bytes(g.total_bytes + 64) {
-    base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(bytes.data()) + 63) & ~uintptr_t{63});
+    base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(bytes.data()) + 63) &
+                                      ~uintptr_t{63});
   }
   std::vector<uint8_t> bytes;
   uint8_t* base;

@@ -235,7 +235,8 @@ TEST(ShardingTest, RanksConcatenateToTheSingleRankGlobalBatch) {
       const uint64_t n = 1009, b = 5;
       Sampler global = MakeOrDie(Spec(n, b * world, mode, 77));
       std::vector<Sampler> ranks;
-      for (uint64_t r = 0; r < world; ++r) ranks.push_back(MakeOrDie(Spec(n, b, mode, 77, r, world)));
+      for (uint64_t r = 0; r < world; ++r)
+        ranks.push_back(MakeOrDie(Spec(n, b, mode, 77, r, world)));
       for (uint64_t step : {0u, 1u, 2u, 40u, 41u, 1000u}) {
         std::vector<uint64_t> cat;
         for (const Sampler& r : ranks) {
@@ -251,8 +252,8 @@ TEST(ShardingTest, RanksConcatenateToTheSingleRankGlobalBatch) {
 // ---------------------------------------------------------------- IID
 
 TEST(IIDTest, IndicesAreInRange) {
-  for (uint64_t n : {1ull, 2ull, 3ull, 7ull, 1000ull, (1ull << 32) - 1, 1ull << 32, (1ull << 32) + 1,
-                     (1ull << 63) + 1, ~0ull}) {
+  for (uint64_t n : {1ull, 2ull, 3ull, 7ull, 1000ull, (1ull << 32) - 1, 1ull << 32,
+                     (1ull << 32) + 1, (1ull << 63) + 1, ~0ull}) {
     Sampler s = MakeOrDie(Spec(n, 512, SamplerMode::kIID, 5));
     for (int k = 0; k < 20; ++k) {
       for (uint64_t v : s.Next()) ASSERT_LT(v, n) << "n=" << n;
@@ -393,9 +394,9 @@ TEST(CyclicTest, InterleavedLanesMatchOnePositionAtATime) {
 }
 
 TEST(CyclicTest, EachCycleIsAPermutationForManyN) {
-  const std::vector<uint64_t> ns = {1, 2, 3, 4, 5, 7, 8, 9, 13, 15, 16, 17, 31, 32, 33,
-                                    63, 64, 65, 97, 127, 128, 129, 255, 256, 257, 1000,
-                                    1023, 1024, 1025, 4093, 65535, 65536, 65537};
+  const std::vector<uint64_t> ns = {
+      1,  2,  3,   4,   5,   7,   8,   9,   13,   15,   16,   17,   31,   32,    33,    63,   64,
+      65, 97, 127, 128, 129, 255, 256, 257, 1000, 1023, 1024, 1025, 4093, 65535, 65536, 65537};
   for (uint64_t n : ns) {
     for (uint64_t b : std::vector<uint64_t>{1, 2, 3, 7, n / 2, n - 1, n}) {
       if (b == 0 || b > n) continue;

@@ -18,9 +18,9 @@ namespace loaderx {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::DenseSchema;
 using testing::MakeBytes;
 using testing::RaggedSchema;
-using testing::DenseSchema;
 using testing::ReadFileBytes;
 using testing::TempDir;
 using testing::WriteFileBytes;
@@ -93,9 +93,10 @@ TEST_F(CorruptionTest, IntactStoreVerifies) {
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   uint64_t last_done = 0, last_total = 0;
   EXPECT_TRUE((*s)->Verify([&](uint64_t d, uint64_t t) {
-                     last_done = d;
-                     last_total = t;
-                   }).ok());
+                    last_done = d;
+                    last_total = t;
+                  })
+                  .ok());
   EXPECT_EQ(last_done, kN);
   EXPECT_EQ(last_total, kN);
   EXPECT_TRUE(ReadAll(**s).ok());
@@ -267,8 +268,8 @@ TEST_F(CorruptionTest, VerifyNamesTheLowestBadRecordAcrossParallelChunks) {
   auto s = Store::Open(path_);
   ASSERT_TRUE(s.ok());
   // Named: the bad block holding the lowest record (record 300's).
-  const uint64_t from = (early.offset + early.stored_len - 1) / format::kDataBlockBytes *
-                        format::kDataBlockBytes;
+  const uint64_t from =
+      (early.offset + early.stored_len - 1) / format::kDataBlockBytes * format::kDataBlockBytes;
   for (int run = 0; run < 3; ++run) {
     const Status st = (*s)->Verify(nullptr);
     ExpectCorruption(st, format::DataFileName(early.shard) + ": checksum mismatch in bytes " +
@@ -372,7 +373,7 @@ TEST(StoreReadTest, LargeRecordOfADataFileTruncatedAfterOpenIsCorruption) {
     SCOPED_TRACE(CodecName(codec));
     TempDir dir;
     const std::string path = dir.Sub("s");
-    constexpr uint64_t kItem = uint64_t{3} << 19;  // 1.5 MiB: split across the pool if raw
+    constexpr uint64_t kItem = uint64_t{3} << 19;       // 1.5 MiB: split across the pool if raw
     std::vector<uint8_t> values = MakeBytes(kItem, 5);  // each record half compressible
     const std::vector<uint8_t> second = MakeBytes(kItem, 6);
     values.insert(values.end(), second.begin(), second.end());
@@ -500,9 +501,9 @@ TEST(RaggedRank1Test, BadFrameHeaderIsCorruptionNamingTheRecord) {
   std::vector<uint64_t> idx = {6, 7};
   std::vector<uint8_t> c(4 * 106);
   std::vector<void*> outs = {c.data(), a.data()};
-  for (const Status& st : {(*s)->RecordShape(7, &dim), (*s)->RecordBytes(7).status(),
-                           (*s)->ReadRecord(7, a.data(), a.size()),
-                           (*s)->Gather(idx, outs, &ThreadPool::Default())}) {
+  for (const Status& st :
+       {(*s)->RecordShape(7, &dim), (*s)->RecordBytes(7).status(),
+        (*s)->ReadRecord(7, a.data(), a.size()), (*s)->Gather(idx, outs, &ThreadPool::Default())}) {
     EXPECT_EQ(st.code(), Status::Code::kCorruption) << st.ToString();
     EXPECT_NE(st.message().find(want), std::string::npos) << st.ToString();
   }
@@ -569,10 +570,10 @@ TEST(ComputedLayoutTest, DataFileOfTheWrongSizeFailsOpenNamingIt) {
   EditMeta(path, [&](format::Metadata& m) { m.files["data-002"].size = size - 6; });
   auto s = Store::Open(path);
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.status().message().find("/data-002: size " + std::to_string(size - 6) +
-                                      " bytes, expected " + std::to_string(size) +
-                                      " for 100000 records"),
-            std::string::npos)
+  EXPECT_NE(
+      s.status().message().find("/data-002: size " + std::to_string(size - 6) +
+                                " bytes, expected " + std::to_string(size) + " for 100000 records"),
+      std::string::npos)
       << s.status().ToString();
 }
 
@@ -603,8 +604,9 @@ TEST(StoreWriterTest, BadOptionsAreInvalidArgument) {
   EXPECT_EQ(w.status().code(), Status::Code::kInvalidArgument);
   EXPECT_NE(w.status().message().find("could not be loaded"), std::string::npos);
   EXPECT_TRUE(fs::is_empty(dir.path())) << "no temporary directory left behind";
-  EXPECT_EQ(StoreWriter::Create(dir.Sub("r"), RaggedSchema("<i4", 0), WriteOptions{}).status().code(),
-            Status::Code::kInvalidArgument);
+  EXPECT_EQ(
+      StoreWriter::Create(dir.Sub("r"), RaggedSchema("<i4", 0), WriteOptions{}).status().code(),
+      Status::Code::kInvalidArgument);
 }
 
 TEST(StoreWriterTest, DestroyedOrAbortedWriterLeavesNothing) {
@@ -688,8 +690,9 @@ TEST(StoreOpenTest, HundredMillionRecordStoreOpensWithoutReadingTheIndex) {
 
   const auto t0 = std::chrono::steady_clock::now();
   auto s = Store::Open(path);
-  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(
-                      std::chrono::steady_clock::now() - t0).count();
+  const auto us =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   RecordProperty("open_us", static_cast<int>(us));
   std::cout << "[ info ] opened a 1e8-record store in " << us << " us\n";

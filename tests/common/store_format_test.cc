@@ -14,16 +14,15 @@ TEST(DTypeTest, ParsesAndCanonicalisesNumpyStrings) {
     char kind;
     uint32_t itemsize;
   };
-  for (const Case& c : {Case{"<f4", "<f4", 'f', 4}, Case{"=i8", "<i8", 'i', 8},
-                        Case{"|b1", "|b1", 'b', 1}, Case{"u1", "|u1", 'u', 1},
-                        Case{"<c16", "<c16", 'c', 16}, Case{"<M8[ns]", "<M8[ns]", 'M', 8},
-                        Case{"<m8[10s]", "<m8[10s]", 'm', 8}, Case{"<M8", "<M8", 'M', 8},
-                        Case{"<f2", "<f2", 'f', 2}, Case{">f4", ">f4", 'f', 4},
-                        Case{">i2", ">i2", 'i', 2}, Case{">u1", "|u1", 'u', 1},
-                        Case{">M8[s]", ">M8[s]", 'M', 8}, Case{"|S3", "|S3", 'S', 3},
-                        Case{"<S3", "|S3", 'S', 3}, Case{"<U3", "<U3", 'U', 12},
-                        Case{">U1", ">U1", 'U', 4}, Case{"|V8", "|V8", 'V', 8},
-                        Case{"|S100000", "|S100000", 'S', 100000}}) {
+  for (const Case& c :
+       {Case{"<f4", "<f4", 'f', 4}, Case{"=i8", "<i8", 'i', 8}, Case{"|b1", "|b1", 'b', 1},
+        Case{"u1", "|u1", 'u', 1}, Case{"<c16", "<c16", 'c', 16},
+        Case{"<M8[ns]", "<M8[ns]", 'M', 8}, Case{"<m8[10s]", "<m8[10s]", 'm', 8},
+        Case{"<M8", "<M8", 'M', 8}, Case{"<f2", "<f2", 'f', 2}, Case{">f4", ">f4", 'f', 4},
+        Case{">i2", ">i2", 'i', 2}, Case{">u1", "|u1", 'u', 1}, Case{">M8[s]", ">M8[s]", 'M', 8},
+        Case{"|S3", "|S3", 'S', 3}, Case{"<S3", "|S3", 'S', 3}, Case{"<U3", "<U3", 'U', 12},
+        Case{">U1", ">U1", 'U', 4}, Case{"|V8", "|V8", 'V', 8},
+        Case{"|S100000", "|S100000", 'S', 100000}}) {
     auto d = DType::Parse(c.in);
     ASSERT_TRUE(d.ok()) << c.in << ": " << d.status().ToString();
     EXPECT_EQ(d->str, c.str);

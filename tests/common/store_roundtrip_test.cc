@@ -79,13 +79,13 @@ class DenseDTypeCodecTest : public ::testing::TestWithParam<DTypeCodec> {};
 
 TEST_P(DenseDTypeCodecTest, RoundTripsEveryByte) {
   TempDir dir;
-  DenseRoundTrip(dir.Sub("s"), DenseSchema(GetParam().dtype, {3, 5}),
-                 Options(GetParam().codec, 4), 300);
+  DenseRoundTrip(dir.Sub("s"), DenseSchema(GetParam().dtype, {3, 5}), Options(GetParam().codec, 4),
+                 300);
 }
 
 std::vector<DTypeCodec> AllDTypeCodecs() {
-  const char* dtypes[] = {"|b1",  "|i1",  "<i2",  "<i4",  "<i8",  "|u1",  "<u2",
-                          "<u4",  "<u8",  "<f2",  "<f4",  "<f8",  "<c8",  "<c16",
+  const char* dtypes[] = {"|b1",     "|i1",    "<i2",     "<i4",    "<i8", "|u1", "<u2",
+                          "<u4",     "<u8",    "<f2",     "<f4",    "<f8", "<c8", "<c16",
                           "<M8[ns]", "<M8[D]", "<m8[us]", "<m8[s]", "<M8"};
   std::vector<DTypeCodec> v;
   for (const char* d : dtypes) {
@@ -171,10 +171,9 @@ TEST(StoreRoundTrip, SixtyThreeDenseAndSixtyFourRaggedDims) {
                 .code(),
             Status::Code::kInvalidArgument);
   EXPECT_TRUE(StoreWriter::Create(dir.Sub("r"), RaggedSchema("|u1", 64), WriteOptions{}).ok());
-  EXPECT_EQ(StoreWriter::Create(dir.Sub("q"), RaggedSchema("|u1", 65), WriteOptions{})
-                .status()
-                .code(),
-            Status::Code::kInvalidArgument);
+  EXPECT_EQ(
+      StoreWriter::Create(dir.Sub("q"), RaggedSchema("|u1", 65), WriteOptions{}).status().code(),
+      Status::Code::kInvalidArgument);
 }
 
 TEST(StoreRoundTrip, RecordsSpreadOverAllShards) {
@@ -241,7 +240,8 @@ void RaggedRoundTrip(uint32_t ndim, Codec codec, uint32_t shards, uint64_t n) {
   for (uint64_t i = 0; i < n; ++i) {
     std::vector<uint64_t> dims(ndim);
     ASSERT_TRUE((*s)->RecordShape(i, dims.data()).ok());
-    EXPECT_EQ(dims, std::vector<uint64_t>(shapes.begin() + i * ndim, shapes.begin() + (i + 1) * ndim));
+    EXPECT_EQ(dims,
+              std::vector<uint64_t>(shapes.begin() + i * ndim, shapes.begin() + (i + 1) * ndim));
     const uint64_t len = offsets[i + 1] - offsets[i];
     ASSERT_EQ((*s)->RecordBytes(i).value(), len);
     std::vector<uint8_t> out(len);
@@ -342,7 +342,8 @@ TEST(StoreRoundTrip, RecordLargerThan4GiB) {
   char small[5];
   ASSERT_TRUE((*s)->ReadRecord(1, small, 5).ok());
   EXPECT_EQ(std::string(small, 5), "hello");
-  auto* out = static_cast<uint8_t*>(::mmap(nullptr, len + 1, PROT_READ | PROT_WRITE, kFlags, -1, 0));
+  auto* out =
+      static_cast<uint8_t*>(::mmap(nullptr, len + 1, PROT_READ | PROT_WRITE, kFlags, -1, 0));
   ASSERT_NE(out, MAP_FAILED);
   out[0] = out[len / 2] = out[len - 1] = out[len] = 0xAB;
   ASSERT_TRUE((*s)->ReadRecord(0, out, len).ok());
@@ -359,7 +360,8 @@ TEST(StoreRoundTrip, ConcurrentGathersFromManyThreads) {
   const uint64_t n = 2000, item = 256;
   std::vector<uint8_t> data = MakeBytes(n * item, 5);
   {
-    auto w = StoreWriter::Create(dir.Sub("s"), DenseSchema("|u1", {item}), Options(Codec::kZstd, 4));
+    auto w =
+        StoreWriter::Create(dir.Sub("s"), DenseSchema("|u1", {item}), Options(Codec::kZstd, 4));
     ASSERT_TRUE(w.ok());
     ASSERT_TRUE((*w)->AppendDense(data.data(), n).ok());
     ASSERT_TRUE((*w)->Publish().ok());

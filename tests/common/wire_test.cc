@@ -1,8 +1,8 @@
 #include "loaderx/wire.h"
 
 #include <gtest/gtest.h>
-#include <msgpack.hpp>
 
+#include <msgpack.hpp>
 #include <random>
 #include <string>
 
@@ -53,11 +53,12 @@ TEST(WireTest, EveryMessageTypeRoundTrips) {
   open.ring_bytes = 1 << 20;
   ExpectRoundTrip(open);
   EXPECT_EQ(open.TotalFds(), 6u + 6u);
-  OpenedMsg opened{1000, 9, 1 << 22, 5,
-                   {{0, "<f4", {3, 224, 224}, 3, 1000}, {1, "<i4", {}, 1, 1000}}};
+  OpenedMsg opened{
+      1000, 9, 1 << 22, 5, {{0, "<f4", {3, 224, 224}, 3, 1000}, {1, "<i4", {}, 1, 1000}}};
   ExpectRoundTrip(opened);
   ExpectRoundTrip(NextMsg{});
-  ExpectRoundTrip(BatchMsg{7, 3, 44, 8192, 256, 4096, {{0, 0, 1024, 0, 0}, {1, 1024, 64, 1088, 2112}}});
+  ExpectRoundTrip(
+      BatchMsg{7, 3, 44, 8192, 256, 4096, {{0, 0, 1024, 0, 0}, {1, 1024, 64, 1088, 2112}}});
   ExpectRoundTrip(SeekMsg{123456789});
   ExpectRoundTrip(ReleaseMsg{3, 44});
   ExpectRoundTrip(StatsMsg{});
@@ -106,16 +107,16 @@ TEST(WireTest, MissingKeyIsRefused) {
 }
 
 TEST(WireTest, WrongValueTypesAreRefused) {
-  EXPECT_EQ(DecodeError(MapOf(std::string("t"), std::string("seek"), std::string("step"),
-                              std::string("5")))
+  EXPECT_EQ(DecodeError(
+                MapOf(std::string("t"), std::string("seek"), std::string("step"), std::string("5")))
                 .code(),
             Status::Code::kProtocol);
-  EXPECT_EQ(DecodeError(MapOf(std::string("t"), std::string("seek"), std::string("step"), -1))
-                .code(),
-            Status::Code::kProtocol);
-  EXPECT_EQ(DecodeError(MapOf(std::string("t"), std::string("seek"), std::string("step"), 1.5))
-                .code(),
-            Status::Code::kProtocol);
+  EXPECT_EQ(
+      DecodeError(MapOf(std::string("t"), std::string("seek"), std::string("step"), -1)).code(),
+      Status::Code::kProtocol);
+  EXPECT_EQ(
+      DecodeError(MapOf(std::string("t"), std::string("seek"), std::string("step"), 1.5)).code(),
+      Status::Code::kProtocol);
   EXPECT_EQ(DecodeError(MapOf(std::string("t"), 7)).code(), Status::Code::kProtocol);
 }
 
@@ -271,7 +272,8 @@ TEST(WireTest, RandomAndMutatedFramesNeverCrash) {
       for (auto& c : f) c = static_cast<uint8_t>(rng());
     } else {
       f = seeds[rng() % seeds.size()];
-      for (int k = 0, n = 1 + rng() % 4; k < n; ++k) f[rng() % f.size()] = static_cast<uint8_t>(rng());
+      for (int k = 0, n = 1 + rng() % 4; k < n; ++k)
+        f[rng() % f.size()] = static_cast<uint8_t>(rng());
     }
     auto r = DecodeMessage(f);
     if (r.ok()) {

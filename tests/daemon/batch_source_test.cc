@@ -3,12 +3,13 @@
 // loaderxd deliver the same bytes through the same views; a daemon batch is
 // a private copy-on-write view unless shared_view is asked for; a deadline
 // that passes consumes nothing; SeekUntil never sends a seek twice.
+#include "loaderx/batch_source.h"
+
 #include <cstring>
 #include <memory>
 #include <vector>
 
 #include "daemon/daemon_fixture.h"
-#include "loaderx/batch_source.h"
 
 namespace loaderx::testing {
 namespace {

@@ -16,10 +16,25 @@ Result<Config> Parse(std::vector<std::string> args) {
 }
 
 TEST(ConfigTest, FlagsSetEveryField) {
-  auto c = Parse({"--socket", "/tmp/x.sock", "--threads", "3", "--memory-limit", "2G",
-                  "--memory-per-uid=512M", "--sessions-per-uid", "5", "--max-leases", "9",
-                  "--max-prefetch", "7", "--max-skew", "3", "--socket-mode", "0600",
-                  "--log-level", "debug",
+  auto c = Parse({"--socket",
+                  "/tmp/x.sock",
+                  "--threads",
+                  "3",
+                  "--memory-limit",
+                  "2G",
+                  "--memory-per-uid=512M",
+                  "--sessions-per-uid",
+                  "5",
+                  "--max-leases",
+                  "9",
+                  "--max-prefetch",
+                  "7",
+                  "--max-skew",
+                  "3",
+                  "--socket-mode",
+                  "0600",
+                  "--log-level",
+                  "debug",
                   "--foreground"});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->socket_path, "/tmp/x.sock");

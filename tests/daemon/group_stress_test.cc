@@ -121,8 +121,8 @@ class GroupStressTest : public DaemonFixture {
           if (!got.ok()) return fail("next: " + got.status().ToString());
           if (!got->has_value()) continue;  // waiting for the slowest: ask again
           client::Batch& b = **got;
-          if (b.step() != step) return fail("step " + std::to_string(b.step()) + " for " +
-                                            std::to_string(step));
+          if (b.step() != step)
+            return fail("step " + std::to_string(b.step()) + " for " + std::to_string(step));
           if (Contents(b) != want[m][step]) return fail("wrong batch at " + std::to_string(step));
           if (rng() % 2) held.emplace_back(step, std::move(b));
         } else if (op < 8) {
@@ -140,8 +140,8 @@ class GroupStressTest : public DaemonFixture {
           }
         }
         for (auto& [step, b] : held) {
-          if (Contents(b) != want[m][step]) return fail("held batch of " + std::to_string(step) +
-                                                        " rewritten");
+          if (Contents(b) != want[m][step])
+            return fail("held batch of " + std::to_string(step) + " rewritten");
         }
       }
     };

@@ -72,9 +72,9 @@ class GroupTest : public DaemonFixture {
       for (uint64_t k = 0; k < want.layout.batch_size; ++k) {
         client::ArrayView r = got.Record(j, k);
         ASSERT_EQ(r.shape, std::vector<uint64_t>({shapes[k]})) << what << " record " << k;
-        EXPECT_EQ(std::memcmp(r.data, base + l.values_offset + offsets[k],
-                              offsets[k + 1] - offsets[k]),
-                  0)
+        EXPECT_EQ(
+            std::memcmp(r.data, base + l.values_offset + offsets[k], offsets[k + 1] - offsets[k]),
+            0)
             << what << " record " << k;
       }
     }
@@ -115,9 +115,7 @@ TEST_F(GroupTest, ShardOfThreeDenseAndRaggedRanksAreByteIdenticalToEmbeddedRanks
   ShardRanksMatchEmbedded(3, true);
 }
 
-TEST_F(GroupTest, ShardOfTwoRaggedRanksSliceTheOffsetTables) {
-  ShardRanksMatchEmbedded(2, true);
-}
+TEST_F(GroupTest, ShardOfTwoRaggedRanksSliceTheOffsetTables) { ShardRanksMatchEmbedded(2, true); }
 
 TEST_F(GroupTest, BroadcastMembersShareOneRingAndOneGatherPerStep) {
   std::vector<std::unique_ptr<client::Loader>> members;
@@ -203,8 +201,10 @@ TEST_F(GroupTest, LateShardRankGetsTheBatchesKeptForItFromTheStart) {
   for (int i = 0; i < 200 && !again; ++i) {
     auto c = Connect();
     auto l = c->OpenLoader(cur);
-    if (l.ok()) again = std::move(l).value();
-    else std::this_thread::sleep_for(milliseconds(10));  // r1's leave is asynchronous
+    if (l.ok())
+      again = std::move(l).value();
+    else
+      std::this_thread::sleep_for(milliseconds(10));  // r1's leave is asynchronous
   }
   ASSERT_TRUE(again);
   EXPECT_EQ(again->step(), 3u);
@@ -445,10 +445,10 @@ TEST_F(GroupTest, CloseDropsABatchCollectedByARefusedSeek) {
   auto a = Open(Spec(GroupMode::kBroadcast));
   a->set_request_ahead(true);
   auto b = Open(Spec(GroupMode::kBroadcast));
-  ASSERT_TRUE(b->Seek(3).ok());  // b ahead: the group still holds 0.. for a
+  ASSERT_TRUE(b->Seek(3).ok());    // b ahead: the group still holds 0.. for a
   { auto x = a->Next().value(); }  // 0, freed; the `next` for 1 is answered
   EXPECT_TRUE(WaitStat("slots_held", 1));
-  ASSERT_TRUE(a->Seek(2).ok());   // accepted: 1 is released
+  ASSERT_TRUE(a->Seek(2).ok());  // accepted: 1 is released
   EXPECT_TRUE(WaitStat("slots_held", 0));
   { auto x = a->Next().value(); }  // 2; the `next` for 3 is answered
   EXPECT_TRUE(WaitStat("slots_held", 1));

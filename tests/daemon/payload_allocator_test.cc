@@ -8,8 +8,8 @@ namespace {
 TEST(PayloadAllocatorTest, FirstFitRoundsToAlignmentAndZeroTakesOneUnit) {
   PayloadAllocator a(1024, 64);
   EXPECT_EQ(a.Allocate(1), 0u);
-  EXPECT_EQ(a.Allocate(65), 64u);   // 128 bytes
-  EXPECT_EQ(a.Allocate(0), 192u);   // one unit
+  EXPECT_EQ(a.Allocate(65), 64u);  // 128 bytes
+  EXPECT_EQ(a.Allocate(0), 192u);  // one unit
   EXPECT_EQ(a.used(), 256u);
 }
 
@@ -29,7 +29,7 @@ TEST(PayloadAllocatorTest, FreedNeighboursCoalesce) {
   a.Free(*z);
   EXPECT_FALSE(a.Allocate(384).has_value());  // holes of 128 and 256, not adjacent
   a.Free(*y);
-  EXPECT_EQ(a.Allocate(512), 0u);             // all three merged
+  EXPECT_EQ(a.Allocate(512), 0u);  // all three merged
   EXPECT_EQ(a.used(), 512u);
 }
 

@@ -34,7 +34,8 @@ TEST(RingAllocatorTest, AllocationWritesLandInTheClientsReadOnlyView) {
   mem->data()[5] = 0x5a;
   EXPECT_EQ(ro.data()[rm->ring_offset() + 5], 0x5a);
   uint64_t seq = ring->Publish(*rm, 7, 100);
-  EXPECT_TRUE(CheckSlot(ro.data(), ring->geometry(), rm->slot(), seq, 7, rm->ring_offset(), 100).ok());
+  EXPECT_TRUE(
+      CheckSlot(ro.data(), ring->geometry(), rm->slot(), seq, 7, rm->ring_offset(), 100).ok());
   auto mem2 = ring->Allocate(1, 100).value();
   uint64_t seq2 = ring->Publish(*static_cast<RingMemory*>(mem2.get()), 8, 100);
   EXPECT_GT(seq2, seq);  // epochs are never reused
@@ -89,7 +90,8 @@ TEST(RingAllocatorTest, RingFullOfClientHeldBatchesIsResourceExhaustedNotAHang) 
   ASSERT_EQ(pending.wait_for(std::chrono::seconds(5)), std::future_status::ready);
   Status st = pending.get().status();
   EXPECT_EQ(st.code(), Status::Code::kResourceExhausted);
-  EXPECT_NE(st.message().find("full of the 2 batches the client holds"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("full of the 2 batches the client holds"), std::string::npos)
+      << st.message();
   // The client lets one go: room again.
   a.reset();
   EXPECT_TRUE(ring->Allocate(4, 4096).ok());

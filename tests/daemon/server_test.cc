@@ -289,8 +289,9 @@ TEST_F(ServerTest, ProtocolMajorMismatchIsRefusedNamingBothVersions) {
   ASSERT_NE(err, nullptr);
   EXPECT_EQ(err->code, static_cast<uint32_t>(Status::Code::kProtocol));
   EXPECT_NE(err->message.find(std::to_string(kProtocolMajor + 1) + ".0"), std::string::npos);
-  EXPECT_NE(err->message.find(std::to_string(kProtocolMajor) + "." + std::to_string(kProtocolMinor)),
-            std::string::npos);
+  EXPECT_NE(
+      err->message.find(std::to_string(kProtocolMajor) + "." + std::to_string(kProtocolMinor)),
+      std::string::npos);
   EXPECT_TRUE(HungUp(fd.get()));
 }
 
@@ -371,12 +372,15 @@ TEST_F(ServerTest, WaitHookAbortKeepsTheReplyForTheNextCall) {
   auto c = Connect();
   LoaderSpec spec = DenseSpec();
   auto loader = c->OpenLoader(spec).value();
-  auto b0 = loader->Next(); // warm
+  auto b0 = loader->Next();  // warm
   ASSERT_TRUE(b0.ok());
   // A hook that aborts at once: whether or not the reply was already there,
   // no step is lost or repeated.
   int calls = 0;
-  auto aborted = loader->Next([&] { ++calls; return Status::Cancelled("interrupted"); });
+  auto aborted = loader->Next([&] {
+    ++calls;
+    return Status::Cancelled("interrupted");
+  });
   uint64_t expect = aborted.ok() ? 2 : 1;
   auto b = loader->Next();
   ASSERT_TRUE(b.ok()) << b.status().ToString();

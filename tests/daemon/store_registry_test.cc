@@ -105,8 +105,8 @@ TEST(StoreRegistryTest, OwnDataFilesBesideLinkedMetaAreNeverServedTheOwnersRecor
   const std::vector<uint8_t> data = MakeBytes(kItem * kCount, 11);
   for (uint64_t i = 0; i < kCount; ++i) {
     EXPECT_EQ(Record(**attacker, i), zeros) << i;
-    EXPECT_EQ(Record(**owner, i), std::vector<uint8_t>(data.begin() + i * kItem,
-                                                       data.begin() + (i + 1) * kItem));
+    EXPECT_EQ(Record(**owner, i),
+              std::vector<uint8_t>(data.begin() + i * kItem, data.begin() + (i + 1) * kItem));
   }
 }
 
@@ -181,7 +181,7 @@ TEST(StoreRegistryTest, KeyCoversEveryFileInOrder) {
   WriteStore(real, 3);
   auto k = StoreRegistry::KeyOf(FilesOf(real, 3));
   ASSERT_TRUE(k.ok());
-  ASSERT_EQ(k->size(), 4u + 3u);  // meta, index, shapes, dict, 3 data shards
+  ASSERT_EQ(k->size(), 4u + 3u);                // meta, index, shapes, dict, 3 data shards
   EXPECT_EQ((*k)[2], StoreRegistry::FileId{});  // dense: no shapes
   EXPECT_EQ((*k)[3], StoreRegistry::FileId{});  // raw: no dictionary
   for (size_t i : {0u, 1u, 4u, 5u, 6u}) EXPECT_NE((*k)[i].ino, 0u) << i;

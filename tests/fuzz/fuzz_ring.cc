@@ -38,8 +38,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (g->total_bytes > (uint64_t{1} << 19)) return 0;
   // The mapped size may differ from what the header claims (shrunk or grown).
   const int64_t delta = in.Take<int16_t>();
-  const uint64_t mapped = static_cast<uint64_t>(
-      std::max<int64_t>(0, static_cast<int64_t>(g->total_bytes) + delta));
+  const uint64_t mapped =
+      static_cast<uint64_t>(std::max<int64_t>(0, static_cast<int64_t>(g->total_bytes) + delta));
   std::vector<uint8_t> ring(g->total_bytes);
   loaderx::InitRing(ring.data(), *g, 7, 9);
   const uint32_t pub_slot = in.Take<uint8_t>() % slots;
@@ -75,7 +75,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         std::abort();  // accepted a batch outside the payload
       }
       volatile uint8_t sink = 0;
-      for (uint64_t i = 0; i < bytes; i += 4096) sink = static_cast<uint8_t>(sink + view[offset + i]);
+      for (uint64_t i = 0; i < bytes; i += 4096)
+        sink = static_cast<uint8_t>(sink + view[offset + i]);
       (void)sink;
     }
   }

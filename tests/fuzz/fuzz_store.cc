@@ -65,7 +65,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   uint64_t total = 0;
   for (uint64_t i = 0; i < std::min<uint64_t>(s.size(), 64); ++i) {
     auto bytes = s.RecordBytes(i);
-    if (!bytes.ok() || *bytes > (uint64_t{1} << 20) || total + *bytes > (uint64_t{8} << 20)) continue;
+    if (!bytes.ok() || *bytes > (uint64_t{1} << 20) || total + *bytes > (uint64_t{8} << 20))
+      continue;
     total += *bytes;
     std::vector<uint8_t> out(*bytes);
     (void)s.ReadRecord(i, out.data(), out.size());

@@ -135,7 +135,9 @@ class Lease {
     copy_ = std::move(copy);
     base_ = base;
   }
-  uint8_t* mutable_base() const { return copy_.size() != 0 ? const_cast<uint8_t*>(base_) : nullptr; }
+  uint8_t* mutable_base() const {
+    return copy_.size() != 0 ? const_cast<uint8_t*>(base_) : nullptr;
+  }
 
  private:
   MappedRegion copy_;
@@ -177,7 +179,7 @@ class Batch {
   // B + 1 byte offsets; record k starts at values + offsets[k] - offsets[0]
   // (offsets[0] is 0 for a whole batch, not for a shard group's slice).
   const uint64_t* offsets(size_t j) const;
-  const uint64_t* shapes(size_t j) const;   // B * ndim dims
+  const uint64_t* shapes(size_t j) const;  // B * ndim dims
   const std::shared_ptr<Lease>& lease() const { return lease_; }
   void Reset() { lease_.reset(); }  // lets the slot go now
 
@@ -313,7 +315,8 @@ class Client {
   // same Status codes as opening them embedded (NotFound, Corruption, ...).
   Result<std::unique_ptr<client::Loader>> OpenLoader(const client::LoaderSpec& spec);
   // The daemon's counters ("sessions", "slots_held", "ring_bytes", ...).
-  Result<std::vector<std::pair<std::string, uint64_t>>> Stats(const client::WaitHook& hook = nullptr);
+  Result<std::vector<std::pair<std::string, uint64_t>>> Stats(
+      const client::WaitHook& hook = nullptr);
   // The counters and the status document (JSON, docs/daemon.md "Status"):
   // the daemon, the groups and loaders this uid may see, per-uid usage.
   // The document is empty from a daemon older than protocol 1.2.

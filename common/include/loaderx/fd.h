@@ -62,8 +62,7 @@ class MappedRegion {
 
   // Maps `length` bytes of `fd` from `offset` (page aligned). `writable`
   // selects PROT_READ|PROT_WRITE with MAP_SHARED.
-  static Result<MappedRegion> Map(int fd, size_t length, off_t offset = 0,
-                                  bool writable = false);
+  static Result<MappedRegion> Map(int fd, size_t length, off_t offset = 0, bool writable = false);
   // A private copy-on-write mapping (PROT_READ|PROT_WRITE, MAP_PRIVATE):
   // reads see the file's pages, the first write to a page copies it for
   // this mapping alone. Linux also shows later writes to the file through

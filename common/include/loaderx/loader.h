@@ -93,8 +93,8 @@ Result<BatchLayout> PlanBatch(const std::vector<std::shared_ptr<const Store>>& s
 // (layout.total_bytes bytes, 64-byte aligned). Uses `pool` (nullptr: caller
 // only). REQUIRES: layout == PlanBatch(streams, indices).
 Status FillBatch(const std::vector<std::shared_ptr<const Store>>& streams,
-                 const std::vector<uint64_t>& indices, const BatchLayout& layout,
-                 uint8_t* base, ThreadPool* pool);
+                 const std::vector<uint64_t>& indices, const BatchLayout& layout, uint8_t* base,
+                 ThreadPool* pool);
 
 // Owner of one batch's bytes. Freed (or returned to its ring) on destruction.
 class BatchMemory {

@@ -27,12 +27,11 @@
 //
 // Slot life cycle (daemon side): a slot is taken when the pipeline allocates
 // payload for a step; when the batch is complete the daemon writes step,
-// offset, bytes and the publish time (publish_ns), then stores a new, never reused sequence number with
-// release ordering, then sends the client a "batch" message naming (slot,
-// seq). The sequence number is the slot's epoch: a release naming an old seq
-// (a stale or duplicated release, a forked child's release) is ignored, and a
-// client that checks `seq` before building views can never mistake a
-// recycled slot for the batch it was told about.
+// offset, bytes and the publish time (publish_ns), then stores a new, never reused sequence number
+// with release ordering, then sends the client a "batch" message naming (slot, seq). The sequence
+// number is the slot's epoch: a release naming an old seq (a stale or duplicated release, a forked
+// child's release) is ignored, and a client that checks `seq` before building views can never
+// mistake a recycled slot for the batch it was told about.
 //
 // Versions: 1.0 had no stamp (publish_ns was reserved, always 0). 1.1 stamps
 // every publish with CLOCK_MONOTONIC nanoseconds, a system-wide clock, so a
@@ -63,8 +62,8 @@ inline constexpr uint64_t kRingPageBytes = 4096;
 inline constexpr uint32_t kMaxRingSlots = 4096;
 
 struct RingHeader {
-  uint64_t magic;              // kRingMagic
-  uint16_t version_major;      // kRingVersionMajor; a client refuses another major
+  uint64_t magic;          // kRingMagic
+  uint16_t version_major;  // kRingVersionMajor; a client refuses another major
   uint16_t version_minor;
   uint32_t slot_count;         // entries in the slot table, 1..kMaxRingSlots
   uint64_t slot_table_offset;  // == kRingHeaderBytes
@@ -123,8 +122,7 @@ struct RingGeometry {
 
 // Daemon: writes the header and zeroes the slot table of a fresh ring.
 // REQUIRES: `base` maps geometry.total_bytes writable bytes.
-void InitRing(uint8_t* base, const RingGeometry& geometry, uint64_t incarnation,
-              uint64_t session);
+void InitRing(uint8_t* base, const RingGeometry& geometry, uint64_t incarnation, uint64_t session);
 
 // Client: validates the header of a mapped ring of `size` bytes (magic,
 // major version, every offset in bounds) and returns its geometry.
@@ -140,8 +138,8 @@ inline const SlotEntry* SlotAt(const uint8_t* base, const RingGeometry& g, uint3
 
 // Daemon: publishes a finished batch in `slot` (fields and the publish_ns
 // stamp of MonotonicNowNs(), then seq with release).
-void PublishSlot(uint8_t* base, const RingGeometry& g, uint32_t slot, uint64_t seq,
-                 uint64_t step, uint64_t offset, uint64_t bytes);
+void PublishSlot(uint8_t* base, const RingGeometry& g, uint32_t slot, uint64_t seq, uint64_t step,
+                 uint64_t offset, uint64_t bytes);
 
 // Client: checks that the announced (slot, seq, step, offset, bytes) is what
 // the slot table holds and lies inside the payload, and (ring layout >= 1.1)
@@ -149,7 +147,6 @@ void PublishSlot(uint8_t* base, const RingGeometry& g, uint32_t slot, uint64_t s
 // otherwise. On success `*publish_ns` (if given) is the slot's stamp, 0 for
 // a 1.0 ring.
 Status CheckSlot(const uint8_t* base, const RingGeometry& g, uint32_t slot, uint64_t seq,
-                 uint64_t step, uint64_t offset, uint64_t bytes,
-                 uint64_t* publish_ns = nullptr);
+                 uint64_t step, uint64_t offset, uint64_t bytes, uint64_t* publish_ns = nullptr);
 
 }  // namespace loaderx

@@ -17,9 +17,9 @@
 //  * kCyclic: sampling without replacement. With G = batch_size * world_size,
 //    a cycle is n / G steps; cycle c walks a pseudo-random permutation of
 //    0..n-1 keyed by (seed, c): a 6-round alternating Feistel network (32-bit
-//    keyed round function) over the next power of two >= n with cycle walking. O(1) memory for any n (10^12
-//    works). Only full global batches are drawn, so the n mod G indices left
-//    out differ per cycle. REQUIRES G <= n (else Validate() fails).
+//    keyed round function) over the next power of two >= n with cycle walking. O(1) memory for any
+//    n (10^12 works). Only full global batches are drawn, so the n mod G indices left out differ
+//    per cycle. REQUIRES G <= n (else Validate() fails).
 //
 // Sharding. The global batch of step s has G = batch_size * world_size
 // positions; rank r receives positions [r * batch_size, (r + 1) * batch_size).

@@ -26,28 +26,26 @@ class [[nodiscard]] Status {
   // Codes are stable: they cross the wire in daemon error replies.
   enum class Code : int {
     kOk = 0,
-    kInvalidArgument = 1,   // ValueError
-    kIndexError = 2,        // IndexError
-    kSchemaError = 3,       // TypeError-like: dtype / shape / ndim mismatch
-    kCorruption = 4,        // CorruptStoreError
-    kIOError = 5,           // OSError
-    kNotFound = 6,          // FileNotFoundError
-    kAlreadyExists = 7,     // FileExistsError
-    kResourceExhausted = 8, // ResourceExhausted (lease cap, memory cap)
-    kCancelled = 9,         // loader closed while waiting
-    kProtocol = 10,         // ProtocolError (daemon wire)
-    kDaemon = 11,           // DaemonError (daemon gone / refused)
-    kInternal = 12,         // a bug: should never be seen
-    kState = 13,            // wrong object state (reading a builder, ...)
-    kTimeout = 14,          // GroupTimeoutError: a group member waited too long for its peers
+    kInvalidArgument = 1,    // ValueError
+    kIndexError = 2,         // IndexError
+    kSchemaError = 3,        // TypeError-like: dtype / shape / ndim mismatch
+    kCorruption = 4,         // CorruptStoreError
+    kIOError = 5,            // OSError
+    kNotFound = 6,           // FileNotFoundError
+    kAlreadyExists = 7,      // FileExistsError
+    kResourceExhausted = 8,  // ResourceExhausted (lease cap, memory cap)
+    kCancelled = 9,          // loader closed while waiting
+    kProtocol = 10,          // ProtocolError (daemon wire)
+    kDaemon = 11,            // DaemonError (daemon gone / refused)
+    kInternal = 12,          // a bug: should never be seen
+    kState = 13,             // wrong object state (reading a builder, ...)
+    kTimeout = 14,           // GroupTimeoutError: a group member waited too long for its peers
   };
 
   Status() = default;
   Status(Code code, std::string msg)
-      : rep_(code == Code::kOk ? nullptr
-                               : std::make_unique<Rep>(Rep{code, std::move(msg)})) {}
-  Status(const Status& o)
-      : rep_(o.rep_ ? std::make_unique<Rep>(*o.rep_) : nullptr) {}
+      : rep_(code == Code::kOk ? nullptr : std::make_unique<Rep>(Rep{code, std::move(msg)})) {}
+  Status(const Status& o) : rep_(o.rep_ ? std::make_unique<Rep>(*o.rep_) : nullptr) {}
   Status& operator=(const Status& o) {
     if (this != &o) rep_ = o.rep_ ? std::make_unique<Rep>(*o.rep_) : nullptr;
     return *this;
@@ -63,7 +61,9 @@ class [[nodiscard]] Status {
   static Status IOError(std::string m) { return {Code::kIOError, std::move(m)}; }
   static Status NotFound(std::string m) { return {Code::kNotFound, std::move(m)}; }
   static Status AlreadyExists(std::string m) { return {Code::kAlreadyExists, std::move(m)}; }
-  static Status ResourceExhausted(std::string m) { return {Code::kResourceExhausted, std::move(m)}; }
+  static Status ResourceExhausted(std::string m) {
+    return {Code::kResourceExhausted, std::move(m)};
+  }
   static Status Cancelled(std::string m) { return {Code::kCancelled, std::move(m)}; }
   static Status Protocol(std::string m) { return {Code::kProtocol, std::move(m)}; }
   static Status Daemon(std::string m) { return {Code::kDaemon, std::move(m)}; }
@@ -96,7 +96,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}        // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {  // NOLINT
     assert(!std::get<Status>(v_).ok() && "Result built from an OK status");
   }
@@ -105,9 +105,18 @@ class [[nodiscard]] Result {
     static const Status kOkStatus;
     return ok() ? kOkStatus : std::get<Status>(v_);
   }
-  T& value() & { assert(ok()); return std::get<T>(v_); }
-  const T& value() const& { assert(ok()); return std::get<T>(v_); }
-  T&& value() && { assert(ok()); return std::get<T>(std::move(v_)); }
+  T& value() & {
+    assert(ok());
+    return std::get<T>(v_);
+  }
+  const T& value() const& {
+    assert(ok());
+    return std::get<T>(v_);
+  }
+  T&& value() && {
+    assert(ok());
+    return std::get<T>(std::move(v_));
+  }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
@@ -122,10 +131,10 @@ class [[nodiscard]] Result {
 #define LOADERX_CONCAT(a, b) LOADERX_CONCAT_INNER(a, b)
 
 // Returns the status from the enclosing function if it is not OK.
-#define LX_RETURN_IF_ERROR(expr)                 \
-  do {                                           \
-    ::loaderx::Status _lx_st = (expr);           \
-    if (!_lx_st.ok()) return _lx_st;             \
+#define LX_RETURN_IF_ERROR(expr)       \
+  do {                                 \
+    ::loaderx::Status _lx_st = (expr); \
+    if (!_lx_st.ok()) return _lx_st;   \
   } while (0)
 
 // `LX_ASSIGN_OR_RETURN(auto x, MakeX());`

@@ -72,9 +72,9 @@ struct Schema {
 
 struct WriteOptions {
   Codec codec = Codec::kRaw;
-  uint32_t data_shards = 4;  // 1..255
-  int level = 3;             // zstd level
-  std::string dictionary;    // zstd_dict only: non-empty zstd dictionary bytes
+  uint32_t data_shards = 4;    // 1..255
+  int level = 3;               // zstd level
+  std::string dictionary;      // zstd_dict only: non-empty zstd dictionary bytes
   ThreadPool* pool = nullptr;  // compression/write pool; nullptr = Default()
   // Every file operation of the writer goes through this Env (loaderx/env.h;
   // tests inject faults with it); nullptr = Env::Default(). Must outlive the
@@ -93,9 +93,8 @@ class StoreWriter {
  public:
   // REQUIRES: `path` does not exist (else AlreadyExists). Missing parent
   // directories are created.
-  static Result<std::unique_ptr<StoreWriter>> Create(const std::string& path,
-                                                      const Schema& schema,
-                                                      const WriteOptions& options);
+  static Result<std::unique_ptr<StoreWriter>> Create(const std::string& path, const Schema& schema,
+                                                     const WriteOptions& options);
   virtual ~StoreWriter() = default;
 
   // Dense: appends `n` records from C-contiguous `data` (n * item_bytes bytes).
@@ -127,7 +126,7 @@ struct RecordRef {
 
 // The already-opened files of a store, as the client passes them to loaderxd.
 struct StoreFiles {
-  std::string label;  // for messages (the path as the opener saw it)
+  std::string label;                   // for messages (the path as the opener saw it)
   UniqueFd meta, index, shapes, dict;  // shapes/dict may be invalid if absent
   std::vector<UniqueFd> data;
 };
@@ -186,7 +185,6 @@ class Store {
 };
 
 // Trains a zstd dictionary of at most `capacity` bytes from samples.
-Result<std::string> TrainDictionary(const std::vector<std::string_view>& samples,
-                                    size_t capacity);
+Result<std::string> TrainDictionary(const std::vector<std::string_view>& samples, size_t capacity);
 
 }  // namespace loaderx

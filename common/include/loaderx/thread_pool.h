@@ -49,7 +49,7 @@ class ThreadPool {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;  // guarded by mu_
-  bool stopping_ = false;                     // guarded by mu_
+  bool stopping_ = false;                    // guarded by mu_
   std::vector<std::thread> workers_;
 };
 

@@ -57,8 +57,8 @@ Status SendFrame(int fd, std::span<const uint8_t> bytes, std::span<const int> fd
 
 // Receives one frame of at most `max_bytes` and `max_fds`. Blocking unless
 // `nonblocking`. EOF and would-block are reported in the Frame, not as errors.
-Result<Frame> RecvFrame(int fd, size_t max_bytes = kMaxFrameBytes,
-                        size_t max_fds = kMaxFrameFds, bool nonblocking = false);
+Result<Frame> RecvFrame(int fd, size_t max_bytes = kMaxFrameBytes, size_t max_fds = kMaxFrameFds,
+                        bool nonblocking = false);
 
 // poll(2) for readability (or hang-up) for up to `timeout_ms` (-1: forever).
 // Returns true when a receive would not block.

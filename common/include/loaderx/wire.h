@@ -110,8 +110,8 @@ struct OpenMsg {
   uint64_t world_size = 1;
   uint64_t start_step = 0;
   uint32_t prefetch = 4;
-  uint32_t leases = 8;       // batches the client may hold at once
-  uint64_t ring_bytes = 0;   // 0: the daemon sizes the ring
+  uint32_t leases = 8;      // batches the client may hold at once
+  uint64_t ring_bytes = 0;  // 0: the daemon sizes the ring
   // Protocol 1.1, optional: a non-empty `group` joins (or creates) that
   // group of the caller's uid. `group_mode`/`join` are only sent with a
   // group; a frame carrying them without one is malformed.
@@ -215,9 +215,9 @@ struct ErrorMsg {
   bool operator==(const ErrorMsg&) const = default;
 };
 
-using Message = std::variant<HelloMsg, HelloOkMsg, OpenMsg, OpenedMsg, NextMsg, BatchMsg, SeekMsg,
-                             ReleaseMsg, StatsMsg, StatsReplyMsg, CloseMsg, OkMsg, ErrorMsg,
-                             HeartbeatMsg>;
+using Message =
+    std::variant<HelloMsg, HelloOkMsg, OpenMsg, OpenedMsg, NextMsg, BatchMsg, SeekMsg, ReleaseMsg,
+                 StatsMsg, StatsReplyMsg, CloseMsg, OkMsg, ErrorMsg, HeartbeatMsg>;
 
 // The "t" string of a message ("hello", "batch", ...).
 const char* MessageName(const Message& m);
