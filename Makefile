@@ -1,5 +1,6 @@
 # make demo : set up, build, write stores from real data, read them back.
-# make test : set up, build, run every C++ (plain, ASan/UBSan, TSan) and Python test.
+# make test : set up, build, the C++ gates (clang-format, clang-tidy), every C++ test
+#             (plain, ASan/UBSan, TSan), every Python test, the fuzz targets (bounded).
 SHELL := /bin/bash
 PY    := .venv/bin/python
 JOBS  ?= $(shell nproc)
@@ -24,7 +25,7 @@ demo: build
 demo-daemon: build
 	PYTHONPATH=python $(PY) scripts/demo.py --daemon
 
-test: build test-cpp test-py test-asan test-tsan fuzz
+test: build format-check tidy test-cpp test-py test-asan test-tsan fuzz
 
 test-cpp: build
 	cd build && ctest --output-on-failure -j $(JOBS) --timeout 600
