@@ -77,7 +77,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,7 +85,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import DATA, REPO, machine_line, markdown_table, update_doc_section
+from benchlib import DATA, REPO, Daemon, machine_line, markdown_table, update_doc_section
 
 IMAGE_STORE = DATA / "loader" / "loaderx" / "raw" / "image"
 FMNIST_NPY = DATA / "fmnist_images.npy"
@@ -136,33 +135,6 @@ def ensure_stores() -> None:
         FMNIST_STORE.parent.mkdir(parents=True, exist_ok=True)
         with Dense.create(str(FMNIST_STORE), images.dtype, images.shape[1:], codec="raw") as s:
             s.append(images)
-
-
-class Daemon:
-    """A loaderxd on a temporary socket with the given ``--gather-nice``."""
-
-    def __init__(self, exe: str, threads: int, gather_nice: int) -> None:
-        from loaderx import _loaderx
-
-        self._tmp = tempfile.TemporaryDirectory(prefix="lxbench-")
-        self.sock = os.path.join(self._tmp.name, "d.sock")
-        cmd = [exe, "--foreground", "--socket", self.sock, "--threads", str(threads),
-               "--log-level", "warning", "--gather-nice", str(gather_nice)]
-        self.proc = subprocess.Popen(cmd)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                _loaderx.daemon_stats(self.sock)
-                return
-            except Exception:  # noqa: BLE001 - not up yet
-                time.sleep(0.02)
-        self.close()
-        raise SystemExit("loaderxd did not start")
-
-    def close(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
-        self._tmp.cleanup()
 
 
 def check_identical(sock: str, store: Path, batch: int) -> None:
@@ -452,7 +424,7 @@ def main() -> int:
     results: dict[int, list[Row]] = {}
     hot = (float("nan"), float("nan"))
     for gnice in args.gather_nice:
-        daemon = Daemon(exe, args.threads, gnice)
+        daemon = Daemon(exe, "--threads", str(args.threads), "--gather-nice", str(gnice))
         try:
             results[gnice] = []
             for size, what, store, batch in CASES:
@@ -477,7 +449,7 @@ def main() -> int:
     # The C++ client's spin wait at the default gather priority: latency of
     # the request/reply hand-off and its CPU, at the smallest and largest size.
     spin_rows = []
-    daemon = Daemon(exe, args.threads, default_gnice)
+    daemon = Daemon(exe, "--threads", str(args.threads), "--gather-nice", str(default_gnice))
     try:
         for spin in args.spin_us:
             row = [str(spin)]
@@ -498,7 +470,7 @@ def main() -> int:
     # 37 MiB batches, request_ahead, no spin.
     gnice_rows = []
     for gnice in args.gather_nice:
-        daemon = Daemon(exe, args.threads, gnice)
+        daemon = Daemon(exe, "--threads", str(args.threads), "--gather-nice", str(gnice))
         try:
             row = [str(gnice)]
             for work in (0.0, args.work_ms):
@@ -512,7 +484,7 @@ def main() -> int:
 
     # Rounds of (embedded, daemon, daemon + request_ahead): (batches/s, CPU s/batch) each.
     runs: list[list[tuple[float, float]]] = []
-    daemon = Daemon(exe, args.threads, default_gnice)
+    daemon = Daemon(exe, "--threads", str(args.threads), "--gather-nice", str(default_gnice))
     try:
         for r in range(args.repeats):
             runs.append([throughput(None, args.batches), throughput(daemon.sock, args.batches),

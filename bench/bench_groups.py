@@ -52,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import (
     DATA,
     DOCS,
+    Daemon,
     PssSampler,
     machine_line,
     markdown_table,
@@ -234,33 +235,6 @@ def expected_hashes(store: Path, batch: int, setup: str, workers: int) -> list[s
         return [digest(next(local)["image"]) for _ in range(CHECK_STEPS)]
 
 
-class Daemon:
-    def __init__(self, exe: str, threads: int | None) -> None:
-        from loaderx import _loaderx
-
-        self._tmp = tempfile.mkdtemp(prefix="lxgroups-")
-        self.sock = os.path.join(self._tmp, "d.sock")
-        cmd = [exe, "--foreground", "--socket", self.sock, "--log-level", "warning"]
-        if threads:
-            cmd += ["--threads", str(threads)]
-        env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID")}
-        self.proc = subprocess.Popen(cmd, env=env)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                _loaderx.daemon_stats(self.sock)
-                return
-            except Exception:  # noqa: BLE001 - not up yet
-                time.sleep(0.02)
-        self.close()
-        raise SystemExit("loaderxd did not start")
-
-    def close(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(timeout=10)
-        shutil.rmtree(self._tmp, ignore_errors=True)
-
-
 def run_setup(args: argparse.Namespace, setup: str, store: Path, expected: Path,
               daemon: Daemon | None) -> dict[str, Any]:
     cmd = [sys.executable, __file__, "--trainer", "--setup", setup, "--store", str(store), "--expected",
@@ -396,7 +370,8 @@ def main() -> int:
             for setup in SETUPS:
                 with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
                     json.dump(expected_hashes(store, args.batch, setup, args.torch_workers), f)
-                daemon = Daemon(exe, args.threads) if setup == "broadcast" else None
+                daemon = (Daemon(exe, *(["--threads", str(args.threads)] if args.threads else []))
+                          if setup == "broadcast" else None)
                 try:
                     r = run_setup(args, setup, store, Path(f.name), daemon)
                 finally:

@@ -1,7 +1,8 @@
 """Shared helpers of the benchmark suite (benchmark engineer).
 
 One place for: where prepared data lives, how a prepared workload is loaded,
-timing statistics, the process-tree PSS sampler, Markdown tables, bar plots and
+timing statistics, the process-tree PSS sampler, a loaderxd on a temporary
+socket, Markdown tables, bar plots and
 the section-wise update of docs/benchmarks.md. Every bench_*.py imports this
 module; nothing here is part of the loaderx package.
 """
@@ -12,6 +13,9 @@ import datetime as _dt
 import os
 import platform
 import re
+import shutil
+import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -304,6 +308,37 @@ class PssSampler:
 # --------------------------------------------------------------------------
 # Reporting
 # --------------------------------------------------------------------------
+
+class Daemon:
+    """A foreground loaderxd on a temporary socket, serving when constructed.
+
+    ``flags`` are appended to its command line (e.g. ``"--threads", "2"``);
+    systemd's activation variables are dropped from its environment.
+    """
+
+    def __init__(self, exe: str, *flags: str) -> None:
+        from loaderx import _loaderx
+
+        self._tmp = tempfile.mkdtemp(prefix="lxbench-")
+        self.sock = os.path.join(self._tmp, "d.sock")
+        cmd = [exe, "--foreground", "--socket", self.sock, "--log-level", "warning", *flags]
+        env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "LISTEN_FDS", "LISTEN_PID")}
+        self.proc = subprocess.Popen(cmd, env=env)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                _loaderx.daemon_stats(self.sock)
+                return
+            except Exception:  # noqa: BLE001 - not up yet
+                time.sleep(0.02)
+        self.close()
+        raise SystemExit("loaderxd did not start")
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
 
 def machine_line() -> str:
     cpu = "unknown CPU"
