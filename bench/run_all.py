@@ -9,11 +9,13 @@ one failing benchmark does not hide the others:
   litdata
 * bench/bench_sampler.py, bench/bench_daemon.py - owned by the sampler and
   daemon engineers; run with no arguments when present.
+* bench/bench_groups.py  - the design card's promise with processes: 4 trainers as
+  embedded loaders, one loaderxd broadcast group, torch DataLoaders.
 
 Each writes its tables into docs/benchmarks.md (its own marked section) and
 its PNG plots into docs/. Exit status is non-zero if any benchmark failed.
 
-Usage: bench/run_all.py [--only store,loader,sampler,daemon] [--skip-setup]
+Usage: bench/run_all.py [--only store,loader,sampler,daemon,groups] [--skip-setup]
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ SUITE = {
     "loader": ["bench_loader.py"],
     "sampler": ["bench_sampler.py"],
     "daemon": ["bench_daemon.py"],
+    "groups": ["bench_groups.py"],
 }
 
 
