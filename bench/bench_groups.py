@@ -145,11 +145,17 @@ def trainer(args: argparse.Namespace) -> int:
         return 0
     expected = json.loads(Path(args.expected).read_text())
     if args.setup == "torch":
-        it = iter(torch_loader(args.store, args.batch, args.torch_workers))
+        tl = torch_loader(args.store, args.batch, args.torch_workers)
+        it = iter(tl)
         first_step = 0
 
-        def draw() -> np.ndarray:
-            return next(it).numpy()
+        def draw() -> np.ndarray:  # epoch after epoch, as a training loop does
+            nonlocal it
+            try:
+                return next(it).numpy()
+            except StopIteration:
+                it = iter(tl)
+                return next(it).numpy()
         close = lambda: None
     else:
         from loaderx.client import DaemonOptions
