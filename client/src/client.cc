@@ -442,13 +442,35 @@ Result<std::unique_ptr<client::Loader>> Client::OpenLoader(const client::LoaderS
     open.join = spec.join;
     open.group_timeout_ms = static_cast<uint64_t>(std::max<int64_t>(spec.group_timeout.count(), 0));
   }
+  if (!spec.mix_counts.empty() || !spec.mix_parts.empty()) {
+    if (spec.mix_counts.empty() || spec.mix_parts.size() != spec.stores.size()) {
+      return Status::InvalidArgument(
+          "a mixture needs mix_counts and one mix_parts entry per stream (" +
+          std::to_string(spec.stores.size()) + " streams, " +
+          std::to_string(spec.mix_parts.size()) + " mix_parts entries)");
+    }
+    for (size_t j = 0; j < spec.stores.size(); ++j) {
+      const size_t got = spec.mix_parts[j].size();
+      if (got != 0 && got != spec.mix_counts.size()) {
+        return Status::InvalidArgument("mixed stream " + std::to_string(j) + " has " +
+                                       std::to_string(got) + " parts; the mixture has " +
+                                       std::to_string(spec.mix_counts.size()) + " datasets");
+      }
+    }
+    open.mix_counts = spec.mix_counts;
+  }
   // The client opens every file with its own rights; the daemon gets fds.
   std::vector<StoreFiles> files;
   std::vector<int> fds;
-  for (const std::string& path : spec.stores) {
-    LX_ASSIGN_OR_RETURN(StoreFiles f, Store::OpenFileSet(path));
+  auto add = [&](const std::string& path, StreamRole role) -> Status {
     StreamFilesMsg s;
     s.label = path.size() > kMaxWireString ? path.substr(path.size() - kMaxWireString) : path;
+    s.role = role;
+    if (role == StreamRole::kMixSource) {
+      open.streams.push_back(std::move(s));
+      return Status::OK();
+    }
+    LX_ASSIGN_OR_RETURN(StoreFiles f, Store::OpenFileSet(path));
     s.has_shapes = f.shapes.valid();
     s.has_dict = f.dict.valid();
     s.data_files = static_cast<uint32_t>(f.data.size());
@@ -459,6 +481,23 @@ Result<std::unique_ptr<client::Loader>> Client::OpenLoader(const client::LoaderS
     for (const UniqueFd& d : f.data) fds.push_back(d.get());
     open.streams.push_back(std::move(s));
     files.push_back(std::move(f));
+    return Status::OK();
+  };
+  for (size_t j = 0; j < spec.stores.size(); ++j) {
+    if (!open.mix_counts.empty() && !spec.mix_parts[j].empty()) {
+      for (const std::string& part : spec.mix_parts[j]) {
+        LX_RETURN_IF_ERROR(add(part, StreamRole::kMixPart));
+      }
+    } else if (!open.mix_counts.empty() && spec.stores[j].empty()) {
+      LX_RETURN_IF_ERROR(add("", StreamRole::kMixSource));
+    } else {
+      LX_RETURN_IF_ERROR(add(spec.stores[j], StreamRole::kStore));
+    }
+  }
+  if (open.streams.size() > kMaxWireStreams) {
+    return Status::InvalidArgument(
+        "the mixture's streams have " + std::to_string(open.streams.size()) +
+        " parts together; one loader can pass at most " + std::to_string(kMaxWireStreams));
   }
   if (fds.size() > kMaxFrameFds) {
     return Status::InvalidArgument("the streams have " + std::to_string(fds.size()) +
@@ -481,6 +520,11 @@ Result<std::unique_ptr<client::Loader>> Client::OpenLoader(const client::LoaderS
     return Status::Protocol(
         "loaderxd at " + path_ + " speaks protocol " + std::to_string(conn->hello().major) + "." +
         std::to_string(conn->hello().minor) + "; groups need 1.1 (upgrade the daemon)");
+  }
+  if (!open.mix_counts.empty() && conn->hello().minor < 2) {
+    return Status::Protocol(
+        "loaderxd at " + path_ + " speaks protocol " + std::to_string(conn->hello().major) + "." +
+        std::to_string(conn->hello().minor) + "; mixtures need 1.2 (upgrade the daemon)");
   }
   conn->set_liveness_timeout(spec.liveness_timeout);
   LX_ASSIGN_OR_RETURN(client::Reply r, conn->Call(open, fds, nullptr, false));

@@ -63,16 +63,21 @@ struct Encoder {
     const bool grouped = !m.group.empty();
     const bool join = grouped && m.join != GroupJoin::kDefault;
     const bool timeout = grouped && m.group_timeout_ms != 0;
-    Begin(p, "open", 10 + (grouped ? 2 : 0) + (join ? 1 : 0) + (timeout ? 1 : 0));
+    const bool mixed = !m.mix_counts.empty();
+    Begin(p, "open", 10 + (grouped ? 2 : 0) + (join ? 1 : 0) + (timeout ? 1 : 0) + (mixed ? 1 : 0));
     Key(p, "streams");
     p.pack_array(static_cast<uint32_t>(m.streams.size()));
     for (const StreamFilesMsg& s : m.streams) {
-      p.pack_map(4);
+      // Plain stores keep the 1.0 shape (no "mix" key).
+      const bool role = s.role != StreamRole::kStore;
+      p.pack_map(4 + (role ? 1 : 0));
       KVStr(p, "label", s.label);
       KV(p, "has_shapes", s.has_shapes);
       KV(p, "has_dict", s.has_dict);
       KV(p, "data_files", s.data_files);
+      if (role) KV(p, "mix", static_cast<uint32_t>(s.role));
     }
+    if (mixed) KVU64s(p, "mix_counts", m.mix_counts);
     KV(p, "batch_size", m.batch_size);
     KV(p, "mode", m.mode);
     KV(p, "seed", m.seed);
@@ -333,7 +338,14 @@ Result<Message> DecodeTyped(std::string_view t, Fields& f) {
         sf.has_shapes = s.Bool("has_shapes");
         sf.has_dict = s.Bool("has_dict");
         sf.data_files = s.U32("data_files", kMaxWireDataFiles);
-        if (s.ok() && sf.data_files == 0) s.Fail("'data_files' must be >= 1");
+        if (s.Has("mix")) sf.role = static_cast<StreamRole>(s.U32("mix", 2));
+        if (sf.role == StreamRole::kMixSource) {
+          if (s.ok() && (sf.has_shapes || sf.has_dict || sf.data_files != 0)) {
+            s.Fail("a mix source stream (\"mix\": 2) has no files");
+          }
+        } else if (s.ok() && sf.data_files == 0) {
+          s.Fail("'data_files' must be >= 1");
+        }
         Status st = s.Finish();
         if (!st.ok()) return st;
         m.streams.push_back(std::move(sf));
@@ -376,6 +388,43 @@ Result<Message> DecodeTyped(std::string_view t, Fields& f) {
       if (f.Has("group_timeout_ms")) m.group_timeout_ms = f.U64("group_timeout_ms", 86'400'000);
     } else if (f.Has("group_mode") || f.Has("join") || f.Has("group_timeout_ms")) {
       f.Fail("'group_mode', 'join' and 'group_timeout_ms' need a 'group'");
+    }
+    // Protocol 1.2 (optional): a mixture. Its shape is checked here, the
+    // counts' values and the parts' schemas by the daemon (loaderx/mix.h).
+    if (f.Has("mix_counts")) {
+      if (const msgpack::object_array* a = f.Array("mix_counts", kMaxWireStreams)) {
+        if (a->size == 0) f.Fail("'mix_counts' must not be empty");
+        for (uint32_t i = 0; i < a->size && f.ok(); ++i) {
+          m.mix_counts.push_back(f.AsU64(a->ptr[i], "mix_counts", UINT64_MAX));
+        }
+      }
+    }
+    if (f.ok()) {
+      // Mixed streams are runs of K parts (a run of 2K is two streams).
+      const uint64_t k = m.mix_counts.size();
+      uint64_t run = 0, parts = 0, sources = 0;
+      bool whole = true;
+      for (const StreamFilesMsg& s : m.streams) {
+        if (s.role == StreamRole::kMixPart) {
+          ++run;
+          ++parts;
+          continue;
+        }
+        whole &= k == 0 || run % k == 0;
+        run = 0;
+        sources += s.role == StreamRole::kMixSource;
+      }
+      whole &= k == 0 || run % k == 0;
+      if (k == 0 && parts + sources != 0) {
+        f.Fail("mix streams need 'mix_counts'");
+      } else if (k != 0 && parts + sources == 0) {
+        f.Fail("'mix_counts' without mix streams");
+      } else if (!whole) {
+        f.Fail("every mixed stream needs exactly " + std::to_string(k) +
+               " consecutive parts (one per count in 'mix_counts')");
+      } else if (sources > 1) {
+        f.Fail("at most one mix source stream");
+      }
     }
     return Done(f, std::move(m));
   }

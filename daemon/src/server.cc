@@ -18,6 +18,7 @@
 
 #include "group.h"
 #include "loaderx/loader.h"
+#include "loaderx/mix.h"
 #include "loaderx/sampler.h"
 #include "loaderx/unix_socket.h"
 #include "log.h"
@@ -658,15 +659,34 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
     spec.mode = m.group.empty() ? GroupMode::kBroadcast : m.group_mode;
     size_t next_fd = 0;
     auto take = [&] { return std::move(fds[next_fd++]); };
+    // A mixture's K parts of one stream arrive as K consecutive entries
+    // (wire.h, StreamRole; the decoder checked the shape).
+    const size_t k = m.mix_counts.size();
+    if (k != 0) {
+      Status valid = ValidateMixCounts(m.mix_counts);
+      if (!valid.ok()) return Error(valid);
+    }
+    std::vector<std::shared_ptr<const Store>> parts;
     for (const StreamFilesMsg& s : m.streams) {
-      StoreFiles files;
-      files.label = s.label;
-      files.meta = take();
-      files.index = take();
-      if (s.has_shapes) files.shapes = take();
-      if (s.has_dict) files.dict = take();
-      for (uint32_t i = 0; i < s.data_files; ++i) files.data.push_back(take());
-      Result<std::shared_ptr<const Store>> store = server_.registry_.Get(std::move(files));
+      Result<std::shared_ptr<const Store>> store = std::shared_ptr<const Store>();
+      if (s.role == StreamRole::kMixSource) {
+        store = server_.registry_.GetMixed({}, m.mix_counts);
+      } else {
+        StoreFiles files;
+        files.label = s.label;
+        files.meta = take();
+        files.index = take();
+        if (s.has_shapes) files.shapes = take();
+        if (s.has_dict) files.dict = take();
+        for (uint32_t i = 0; i < s.data_files; ++i) files.data.push_back(take());
+        store = server_.registry_.Get(std::move(files));
+        if (store.ok() && s.role == StreamRole::kMixPart) {
+          parts.push_back(std::move(store).value());
+          if (parts.size() < k) continue;
+          store = server_.registry_.GetMixed(std::move(parts), m.mix_counts);
+          parts.clear();
+        }
+      }
       if (!store.ok()) return Error(store.status());
       const auto& streams = spec.streams;
       if (!streams.empty() && store.value()->size() != streams[0]->size()) {

@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "loaderx/mix.h"
+
 namespace loaderx::daemon {
 
 namespace {
@@ -67,6 +69,35 @@ Result<std::shared_ptr<const Store>> StoreRegistry::Get(StoreFiles files) {
   // Drop entries whose stores are gone, so the map does not grow forever.
   for (auto it = stores_.begin(); it != stores_.end();) {
     it = it->second.expired() ? stores_.erase(it) : std::next(it);
+  }
+  return store;
+}
+
+Result<std::shared_ptr<const Store>> StoreRegistry::GetMixed(
+    std::vector<std::shared_ptr<const Store>> parts, const std::vector<uint64_t>& counts) {
+  MixKey key;
+  for (const auto& p : parts) key.first.push_back(p.get());
+  key.second = counts;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = mixed_.find(key);
+    if (it != mixed_.end()) {
+      if (std::shared_ptr<const Store> s = it->second.lock()) return s;
+    }
+  }
+  std::shared_ptr<Store> made;
+  if (parts.empty()) {
+    LX_ASSIGN_OR_RETURN(made, MixSourceStore(counts));
+  } else {
+    LX_ASSIGN_OR_RETURN(made, MixedStore(std::move(parts), counts));
+  }
+  std::shared_ptr<const Store> store = std::move(made);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& slot = mixed_[key];
+  if (std::shared_ptr<const Store> raced = slot.lock()) return raced;
+  slot = store;
+  for (auto it = mixed_.begin(); it != mixed_.end();) {
+    it = it->second.expired() ? mixed_.erase(it) : std::next(it);
   }
   return store;
 }

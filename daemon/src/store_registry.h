@@ -19,6 +19,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "loaderx/store.h"
@@ -42,12 +43,24 @@ class StoreRegistry {
   Result<std::shared_ptr<const Store>> Get(StoreFiles files);
   // Checks the fds of `files` as Get does and returns their key.
   static Result<Key> KeyOf(const StoreFiles& files);
+  // The mixture (loaderx/mix.h) of `parts` (stores from Get, one per
+  // dataset) with `counts`, or with `parts` empty its dataset-number stream.
+  // Shared, like stores, between clients that passed the same parts and
+  // counts: a group tells its members' streams apart by identity, so two
+  // members opening one mixture must get one Store. Errors are mix.h's.
+  Result<std::shared_ptr<const Store>> GetMixed(std::vector<std::shared_ptr<const Store>> parts,
+                                                const std::vector<uint64_t>& counts);
   // Stores currently mapped.
   size_t size() const;
 
  private:
+  // The parts by identity (a live entry keeps them alive, so an address is
+  // never reused while its entry can be found) and the counts.
+  using MixKey = std::pair<std::vector<const Store*>, std::vector<uint64_t>>;
+
   mutable std::mutex mu_;
-  std::map<Key, std::weak_ptr<const Store>> stores_;  // guarded by mu_
+  std::map<Key, std::weak_ptr<const Store>> stores_;    // guarded by mu_
+  std::map<MixKey, std::weak_ptr<const Store>> mixed_;  // guarded by mu_
 };
 
 }  // namespace loaderx::daemon

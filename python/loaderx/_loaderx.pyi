@@ -246,10 +246,15 @@ class DaemonLoader(Source):
         shared_view: bool = False,
         liveness_timeout: float = 10.0,
         group_timeout: float = 0.0,
+        mix_counts: Sequence[SupportsIndex] = ...,
+        mix_parts: Sequence[Sequence[str]] = ...,
     ) -> None:
         """``group`` non-empty joins that loaderxd group (``group_mode`` 'shard' | 'broadcast',
         ``join`` '' (the mode's default) | 'start_step' | 'current'); ``group_timeout``
-        seconds a ``next`` may wait for the other members (0: loaderxd's --group-timeout)."""
+        seconds a ``next`` may wait for the other members (0: loaderxd's --group-timeout).
+        A mixture: ``mix_counts`` (one per dataset) and one ``mix_parts`` entry per stream
+        (its parts' store paths; none for the dataset-number stream, whose ``stores``
+        entry is '', or for a plain store)."""
 
     @property
     def lease_cap(self) -> int: ...

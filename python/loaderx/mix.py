@@ -44,14 +44,15 @@ one kind, dtype and item shape (or rank) across datasets. ``source=`` (default
 ``"dataset"``) adds an ``int64`` stream holding each sample's dataset number
 (:attr:`Mixture.names` maps numbers to names); ``source=None`` leaves it out.
 
-Mixed streams are readers like any store (``streams["label"][i]``) and are
-gathered in this process; loaderxd serves stores, not mixtures, so
-``DataLoader(mix(...), daemon=...)`` is refused (the stream has no path).
+Mixed streams are readers like any store (``streams["label"][i]``).
+``DataLoader(mix(...), daemon=...)`` is served by loaderxd, which builds the
+same mixture from the parts' store files (docs/guide.md, "Mixing datasets").
 """
 
 from __future__ import annotations
 
 import math
+import os
 import pathlib
 from collections.abc import Mapping
 from fractions import Fraction
@@ -69,12 +70,19 @@ DEFAULT_MIN_POSITIONS = 1 << 24
 
 
 class _MixedStream:
-    """What a mixed Dense/Ragged reader adds: no store path (it is not on disk)."""
+    """What a mixed Dense/Ragged reader adds: no store path (it is not on disk),
+    but what loaderxd needs to build the same mixture (:mod:`loaderx.sources`)."""
+
+    #: The store paths of the parts (dataset order), ``()`` for the dataset-number
+    #: stream, ``None`` when a part has no path (a mixture of mixtures).
+    _mix_parts: tuple[str, ...] | None = None
+    #: The mixture's counts.
+    _mix_counts: tuple[int, ...] = ()
 
     @property
     def path(self) -> pathlib.Path:
-        raise AttributeError("a mixed stream has no store path: it is gathered in this process "
-                             "(loaderxd serves stores, not mixtures)")
+        raise AttributeError("a mixed stream has no store path: it is gathered from its "
+                             "datasets' stores")
 
 
 class MixedDense(_MixedStream, Dense):
@@ -211,10 +219,19 @@ def mix(datasets: Mapping[str, tuple[Mapping[str, Any], float]], *, source: str 
     for sname, first in stream_sets[0].items():
         native = _loaderx.mixed_store([s[sname]._live_store() for s in stream_sets], counts)
         cls = MixedDense if isinstance(first, Dense) else MixedRagged
-        out[sname] = cls(_TOKEN, f"mix({label})/{sname}", store=native)
+        mixed = cls(_TOKEN, f"mix({label})/{sname}", store=native)
+        paths = [getattr(s[sname], "path", None) for s in stream_sets]
+        mixed._mix_parts = (tuple(os.path.abspath(os.fspath(p)) for p in paths
+                                  if isinstance(p, (str, os.PathLike)))
+                            if all(isinstance(p, (str, os.PathLike)) for p in paths) else None)
+        mixed._mix_counts = tuple(counts)
+        out[sname] = mixed
     if source is not None:
-        out[source] = MixedDense(_TOKEN, f"mix({label})/{source}",
-                                 store=_loaderx.mix_source_store(counts))
+        numbers = MixedDense(_TOKEN, f"mix({label})/{source}",
+                             store=_loaderx.mix_source_store(counts))
+        numbers._mix_parts = ()
+        numbers._mix_counts = tuple(counts)
+        out[source] = numbers
     out.names = tuple(names)
     out.weights = tuple(weights)
     out.counts = tuple(counts)

@@ -306,14 +306,35 @@ def _check_group_timeout(group: str | None, timeout: float | None) -> None:
         raise InvalidArgumentError("group_timeout needs a group (a solo loader waits for nobody)")
 
 
-def _store_paths(streams: Mapping[str, Any], names: tuple[str, ...]) -> list[str]:
-    paths = []
+def _wire_streams(streams: Mapping[str, Any], names: tuple[str, ...]
+                  ) -> tuple[list[str], list[int], list[list[str]]]:
+    """``(stores, mix_counts, mix_parts)`` for ``_loaderx.DaemonLoader``: a store's path,
+    or for the streams of one mixture (:mod:`loaderx.mix`) their parts' paths, so
+    loaderxd builds the same mixture from the same files."""
+    paths: list[str] = []
+    parts: list[list[str]] = []
+    counts: tuple[int, ...] = ()
     for name in names:
-        path = getattr(streams[name], "path", None)
+        stream = streams[name]
+        if hasattr(stream, "_mix_parts"):
+            mixed: tuple[str, ...] | None = stream._mix_parts
+            if mixed is None:
+                raise TypeError(f"stream {name!r} mixes a mixture: loaderxd serves mixtures of "
+                                "stores only (mix the stores themselves)")
+            if counts and counts != stream._mix_counts:
+                raise InvalidArgumentError(f"stream {name!r} belongs to another mixture than the "
+                                           "other mixed streams (counts differ): one loader "
+                                           "through loaderxd serves one mixture's positions")
+            counts = stream._mix_counts
+            paths.append(str(stream._path) if mixed else "")
+            parts.append(list(mixed))
+            continue
+        path = getattr(stream, "path", None)
         if not isinstance(path, (str, os.PathLike)):  # a store's path is a pathlib.Path
             raise TypeError(f"stream {name!r} has no store path to pass to loaderxd")
         paths.append(os.path.abspath(os.fspath(path)))
-    return paths
+        parts.append([])
+    return paths, list(counts), parts if counts else []
 
 
 class DaemonSource(_NativeSource):
@@ -350,9 +371,10 @@ class DaemonSource(_NativeSource):
             join = "start_step"
         self._names = tuple(spec.names)
         self._path = path
+        stores, mix_counts, mix_parts = _wire_streams(streams, self._names)
         self._native = _loaderx.DaemonLoader(
             path,
-            _store_paths(streams, self._names),
+            stores,
             spec.batch_size,
             spec.mode,
             spec.seed,
@@ -368,6 +390,8 @@ class DaemonSource(_NativeSource):
             bool(shared_view),
             float(liveness_timeout),
             0.0 if group_timeout is None else float(group_timeout),
+            mix_counts,
+            mix_parts,
         )
 
     @property

@@ -33,7 +33,8 @@ class DaemonLoader final : public PySource {
                uint32_t mode, uint64_t seed, uint64_t rank, uint64_t world_size,
                uint64_t start_step, uint32_t prefetch, uint32_t leases, uint64_t ring_bytes,
                std::string group, const std::string& group_mode, const std::string& join,
-               bool shared_view, double liveness_timeout, double group_timeout) {
+               bool shared_view, double liveness_timeout, double group_timeout,
+               std::vector<uint64_t> mix_counts, std::vector<std::vector<std::string>> mix_parts) {
     if (mode > 2) ThrowStatus(Status::InvalidArgument("mode must be 0, 1 or 2"));
     if (group.size() > kMaxGroupName) {
       ThrowStatus(Status::InvalidArgument("group: at most " + std::to_string(kMaxGroupName) +
@@ -57,6 +58,8 @@ class DaemonLoader final : public PySource {
     }
     client::LoaderSpec spec;
     spec.stores = std::move(stores);
+    spec.mix_counts = std::move(mix_counts);
+    spec.mix_parts = std::move(mix_parts);
     spec.batch_size = batch_size;
     spec.mode = static_cast<SamplerMode>(mode);
     spec.seed = seed;
@@ -139,12 +142,15 @@ daemon's shared-memory ring: writable copy-on-write mappings of their slot,
 or read-only views of the ring itself with shared_view=True.)doc")
       .def(py::init<const std::string&, std::vector<std::string>, uint64_t, uint32_t, uint64_t,
                     uint64_t, uint64_t, uint64_t, uint32_t, uint32_t, uint64_t, std::string,
-                    const std::string&, const std::string&, bool, double, double>(),
+                    const std::string&, const std::string&, bool, double, double,
+                    std::vector<uint64_t>, std::vector<std::vector<std::string>>>(),
            py::arg("path"), py::arg("stores"), py::arg("batch_size"), py::arg("mode"),
            py::arg("seed"), py::arg("rank"), py::arg("world_size"), py::arg("start_step"),
            py::arg("prefetch"), py::arg("leases"), py::arg("ring_bytes"), py::arg("group") = "",
            py::arg("group_mode") = "shard", py::arg("join") = "", py::arg("shared_view") = false,
-           py::arg("liveness_timeout") = 10.0, py::arg("group_timeout") = 0.0)
+           py::arg("liveness_timeout") = 10.0, py::arg("group_timeout") = 0.0,
+           py::arg("mix_counts") = std::vector<uint64_t>(),
+           py::arg("mix_parts") = std::vector<std::vector<std::string>>())
       .def_property_readonly("lease_cap", &DaemonLoader::lease_cap)
       .def_property_readonly("leases_held", &DaemonLoader::leases_held)
       .def_property_readonly("ring_bytes", &DaemonLoader::ring_bytes)

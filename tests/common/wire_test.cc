@@ -331,5 +331,43 @@ TEST(WireTest, GroupTimeoutNeedsAGroupAndAtMostADay) {
   EXPECT_EQ(DecodeError(EncodeMessage(unknown)).code(), Status::Code::kProtocol);
 }
 
+// Protocol 1.2: a mixture's streams are runs of K parts plus at most one
+// dataset-number stream without files; a plain stream keeps the 1.0 shape.
+TEST(WireTest, MixtureOpenRoundTripsAndItsShapeIsChecked) {
+  const StreamFilesMsg plain{"/p", false, false, 1};
+  const StreamFilesMsg part{"/a", true, false, 2, StreamRole::kMixPart};
+  const StreamFilesMsg source{"", false, false, 0, StreamRole::kMixSource};
+  OpenMsg open;
+  open.batch_size = 2;
+  open.streams = {part, part, plain, source, part, part};
+  open.mix_counts = {30, 70};
+  ExpectRoundTrip(open);
+  EXPECT_EQ(open.TotalFds(), 4u * 5u + 3u);  // four parts of 5 fds, a plain store of 3
+  auto refused = [](OpenMsg m, const std::string& needle) {
+    Status s = DecodeError(EncodeMessage(m));
+    EXPECT_EQ(s.code(), Status::Code::kProtocol);
+    EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+  };
+  OpenMsg bad = open;
+  bad.streams = {part, part, part};  // a run of 3 for K = 2
+  refused(bad, "exactly 2 consecutive parts");
+  bad.streams = {part, plain, part};  // a run split by a plain stream
+  refused(bad, "exactly 2 consecutive parts");
+  bad.streams = {part, part, source, source};
+  refused(bad, "at most one mix source");
+  bad.streams = {plain};
+  refused(bad, "without mix streams");
+  bad = open;
+  bad.mix_counts.clear();
+  refused(bad, "need 'mix_counts'");
+  bad = open;
+  bad.streams[3].data_files = 1;
+  refused(bad, "has no files");
+  // The counts' values are the daemon's to check (mix.h), not the decoder's.
+  bad = open;
+  bad.mix_counts = {0, 5};
+  EXPECT_TRUE(DecodeMessage(EncodeMessage(bad)).ok());
+}
+
 }  // namespace
 }  // namespace loaderx

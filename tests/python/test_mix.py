@@ -198,9 +198,3 @@ def test_refusals(parts: dict[str, Any], tmp_path: Path) -> None:
     closed.close()
     with pytest.raises(StateError):
         mix({"c": ({"x": closed}, 1)})
-
-
-def test_loaderxd_refuses_a_mixture(parts: dict[str, Any]) -> None:
-    m = mixture(parts)
-    with pytest.raises(TypeError, match="no store path"):
-        DataLoader(m, batch_size=8, daemon="/nonexistent/loaderxd.sock")

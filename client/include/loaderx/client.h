@@ -85,6 +85,13 @@ using StreamInfo = ::loaderx::StreamInfo;  // label: the store path as passed
 
 struct LoaderSpec {
   std::vector<std::string> stores;  // store directories, one per stream
+  // Weighted mixing (loaderx/mix.h, docs/daemon.md "Mixtures"), protocol
+  // 1.2: with mix_counts non-empty (K datasets), mix_parts has one entry per
+  // stream: the K store directories of a mixed stream's parts (datasets
+  // 0..K-1; stores[j] is then only its label), or none for the mixture's
+  // dataset-number stream (stores[j] empty) or a plain store (stores[j]).
+  std::vector<uint64_t> mix_counts;
+  std::vector<std::vector<std::string>> mix_parts;
   uint64_t batch_size = 0;
   SamplerMode mode = SamplerMode::kIID;
   uint64_t seed = 42;

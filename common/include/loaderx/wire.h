@@ -90,14 +90,26 @@ struct HeartbeatMsg {
   bool operator==(const HeartbeatMsg&) const = default;
 };
 
+// What one entry of OpenMsg::streams stands for (protocol 1.2, optional key
+// "mix"; absent: kStore). A mixture (loaderx/mix.h) with K = mix_counts
+// datasets is sent as K consecutive kMixPart entries per mixed stream (its
+// part of dataset 0, 1, ..., K-1) and at most one kMixSource entry (the
+// dataset-number stream, no files). The loader's streams are the entries in
+// order with each run of K parts counted once.
+enum class StreamRole : uint32_t { kStore = 0, kMixPart = 1, kMixSource = 2 };
+
 // How many fds one stream contributes to an OpenMsg, in this order:
-// meta, index, [shapes], [dict], data[0..data_files).
+// meta, index, [shapes], [dict], data[0..data_files). A kMixSource entry
+// contributes none (no label, no files).
 struct StreamFilesMsg {
   std::string label;
   bool has_shapes = false;
   bool has_dict = false;
   uint32_t data_files = 0;
-  uint32_t FdCount() const { return 2 + has_shapes + has_dict + data_files; }
+  StreamRole role = StreamRole::kStore;
+  uint32_t FdCount() const {
+    return role == StreamRole::kMixSource ? 0 : 2 + has_shapes + has_dict + data_files;
+  }
   bool operator==(const StreamFilesMsg&) const = default;
 };
 // client -> daemon: open a loader over the passed store fds.
@@ -123,6 +135,10 @@ struct OpenMsg {
   // it with a Timeout error naming them; 0 (not sent): loaderxd's
   // --group-timeout.
   uint64_t group_timeout_ms = 0;
+  // Protocol 1.2, optional: the positions each dataset of a mixture owns
+  // (loaderx/mix.h); non-empty exactly when some stream is a kMixPart or
+  // kMixSource entry.
+  std::vector<uint64_t> mix_counts;
   uint32_t TotalFds() const;
   bool operator==(const OpenMsg&) const = default;
 };

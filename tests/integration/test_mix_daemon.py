@@ -1,0 +1,149 @@
+"""Weighted mixtures (loaderx.mix) served by a real loaderxd: the same batches as the
+embedded loader, in groups too, and clear errors for what the daemon cannot serve."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import assert_same_batch
+from loaderx import _loaderx
+from loaderx.dataloader import DataLoader
+from loaderx.errors import InvalidArgumentError, SchemaError
+from loaderx.mix import mix
+from loaderx.zrecord import Dense, Ragged
+
+LENGTHS = {"web": 53, "books": 19, "code": 7}
+BASE = {"web": 0, "books": 1000, "code": 2000}
+WEIGHTS = {"web": 0.5, "books": 0.3, "code": 0.2}
+
+
+@pytest.fixture
+def parts(tmp_path: Path) -> Any:
+    out = {}
+    for name, n in LENGTHS.items():
+        with Dense.create(tmp_path / name / "x", np.int64, (), codec="zstd") as w:
+            w.append(np.arange(n, dtype=np.int64) + BASE[name])
+        with Ragged.create(tmp_path / name / "r", np.int32, 1, codec="raw") as w:
+            w.append([np.full(i % 4, BASE[name] + i, np.int32) for i in range(n)])
+        out[name] = {"x": Dense.open(tmp_path / name / "x"), "r": Ragged.open(tmp_path / name / "r")}
+    yield out
+    for streams in out.values():
+        for s in streams.values():
+            s.close()
+
+
+def mixture(parts: dict[str, Any], **kw: Any) -> Any:
+    return mix({name: (parts[name], WEIGHTS[name]) for name in LENGTHS}, min_positions=1000, **kw)
+
+
+def batches(loader: DataLoader, n: int) -> list[dict]:
+    out = []
+    for _ in range(n):
+        b = next(loader)
+        out.append({k: ([np.array(r) for r in v] if isinstance(v, list) else np.array(v))
+                    for k, v in b.items()})
+        del b
+    return out
+
+
+def test_a_mixture_through_loaderxd_gives_the_embedded_batches(daemon, parts) -> None:
+    m = mixture(parts)
+    kw: dict[str, Any] = {"batch_size": 16, "mode": "IID", "seed": 7}
+    with DataLoader(m, **kw) as embedded:
+        want = batches(embedded, 25)
+    with DataLoader(m, **kw, daemon=daemon.socket) as served:
+        got = batches(served, 25)
+    assert len(got) == 25
+    for a, b in zip(got, want):
+        assert_same_batch(a, b)
+    # The dataset numbers say where each sample came from: every value of "x" is its
+    # dataset's base plus a record index below that dataset's length.
+    for b in got:
+        for k, x in zip(b["dataset"], b["x"]):
+            name = m.names[int(k)]
+            assert BASE[name] <= int(x) < BASE[name] + LENGTHS[name]
+    assert daemon.stats()["batches_served"] >= 25
+
+
+def test_a_resumed_mixture_starts_at_the_embedded_step(daemon, parts) -> None:
+    m = mixture(parts, source=None)
+    with DataLoader(m, batch_size=8, seed=3) as embedded:
+        want = batches(embedded, 12)[9:]
+    with DataLoader(m, batch_size=8, seed=3, start_step=9,
+                    daemon=daemon.socket) as served:
+        got = batches(served, 3)
+    assert list(got[0]) == ["x", "r"]
+    for a, b in zip(got, want):
+        assert_same_batch(a, b)
+
+
+def test_two_members_of_a_broadcast_group_share_one_mixture(daemon, parts) -> None:
+    from loaderx.sources import DaemonOptions
+
+    m = mixture(parts)
+    opts = DaemonOptions(path=daemon.socket, group="mixed", group_mode="broadcast")
+    with DataLoader(m, batch_size=8, seed=5) as embedded:
+        want = batches(embedded, 6)
+    with DataLoader(m, batch_size=8, seed=5, daemon=opts) as a, \
+            DataLoader(m, batch_size=8, seed=5, daemon=opts) as b:
+        got_a = batches(a, 6)
+        got_b = batches(b, 6)
+    for x, y, w in zip(got_a, got_b, want):
+        assert_same_batch(x, w)
+        assert_same_batch(y, w)
+    # One group gathered each step once for both members.
+    assert daemon.stats()["batches_gathered"] <= 6 + 8  # + what it gathered ahead (prefetch)
+
+
+def test_what_loaderxd_cannot_serve_is_refused_by_name(daemon, parts) -> None:
+    m = mixture(parts, source=None)
+    nested = mix({"all": (m, 1.0), "web": (parts["web"], 1.0)}, min_positions=1000, source=None)
+    with pytest.raises(TypeError, match="mixes a mixture"):
+        DataLoader(nested, batch_size=4, daemon=daemon.socket)
+    # Streams of two mixtures with the same counts are one mixture on the wire (each
+    # mixed stream brings its own parts; the counts are shared): served exactly.
+    one = mix({"web": (parts["web"], 1.0), "books": (parts["books"], 1.0)}, min_positions=1000)
+    two = mix({"web": (parts["web"], 1.0), "code": (parts["code"], 1.0)}, min_positions=1000)
+    assert one.counts == two.counts == (500, 500)
+    both = {"x": one["x"], "y": two["x"], "k": two["dataset"]}
+    with DataLoader(both, batch_size=8, seed=1) as embedded:
+        want = batches(embedded, 5)
+    with DataLoader(both, batch_size=8, seed=1, daemon=daemon.socket) as served:
+        for a, b in zip(batches(served, 5), want):
+            assert_same_batch(a, b)
+    # Other counts are another index space: refused through the daemon, by name.
+    three = mix({"web": (parts["web"], 1.0), "code": (parts["code"], 3.0)}, min_positions=1000)
+    assert three.counts == (250, 750)
+    mixed = {"x": one["x"], "y": three["x"]}
+    with pytest.raises(InvalidArgumentError, match="stream 'y' belongs to another mixture"):
+        DataLoader(mixed, batch_size=4, daemon=daemon.socket)
+    # Embedded, the same two streams are fine (equal lengths): only the daemon path refuses.
+    with DataLoader(mixed, batch_size=4) as loader:
+        assert next(loader)["x"].shape == (4,)
+    assert daemon.stats()["loaders"] == 0
+
+
+def test_the_daemon_checks_counts_and_part_schemas(daemon, parts, tmp_path: Path) -> None:
+    web, books = str(parts["web"]["x"]._path), str(parts["books"]["x"]._path)
+
+    def open_native(parts_paths: list[str], counts: list[int]) -> Any:
+        return _loaderx.DaemonLoader(daemon.socket, ["mixed"], 4, 1, 0, 0, 1, 0, 2, 4, 0,
+                                     mix_counts=counts, mix_parts=[parts_paths])
+
+    with pytest.raises(InvalidArgumentError, match="dataset 1 has 0 positions"):
+        open_native([web, books], [10, 0])
+    with Dense.create(tmp_path / "f", np.float64, (), codec="raw") as w:
+        w.append(np.zeros(5))
+    with pytest.raises(SchemaError):
+        open_native([web, str(tmp_path / "f")], [10, 10])
+    with pytest.raises(InvalidArgumentError, match="has 1 parts; the mixture has 2"):
+        open_native([web], [10, 10])
+    # The refusals left nothing open.
+    assert daemon.wait_stat("loaders", 0)["loaders"] == 0
+    ok = open_native([web, books], [10, 20])
+    step, batch = ok.next(10.0)
+    assert step == 0 and batch[0].shape == (4,)
+    ok.close()
