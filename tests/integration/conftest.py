@@ -17,23 +17,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from batch_compare import batch_difference
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def assert_same_batch(a: dict, b: dict) -> None:
     """Two DataLoader batches hold the same streams, dtypes, shapes and values."""
-    assert a.keys() == b.keys()
-    for name, x in a.items():
-        y = b[name]
-        if isinstance(y, list):
-            assert isinstance(x, list) and len(x) == len(y), name
-            for u, v in zip(x, y):
-                assert u.dtype == v.dtype and u.shape == v.shape, name
-                np.testing.assert_array_equal(u, v)
-        else:
-            assert x.dtype == y.dtype and x.shape == y.shape, name
-            np.testing.assert_array_equal(x, y)
+    difference = batch_difference(a, b)
+    assert difference is None, difference
 
 
 def loaderxd_binary() -> str:
