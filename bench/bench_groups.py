@@ -282,6 +282,7 @@ def run_setup(args: argparse.Namespace, setup: str, store: Path, expected: Path,
     rates = [r["batches_per_s"] for r in results]
     return {"rate_mean": float(np.mean(rates)), "rate_min": float(min(rates)),
             "pss_mib": sampler.peak / 2**20, "max_trainer_pss_mib": sampler.max_root / 2**20,
+            "shmem_mib": sampler.peak_shmem / 2**20, "file_mib": sampler.peak_file / 2**20,
             "cpu_s": sum(r["cpu_s"] for r in results) + daemon_cpu, "daemon_cpu_s": daemon_cpu,
             "wall_s": max(r["wall_s"] for r in results)}
 
@@ -294,12 +295,22 @@ class _TreeSampler(PssSampler):
         self.trainers = trainers
         self.others = others
         self.max_root = 0
+        self.peak_shmem = 0
+        self.peak_file = 0
 
     def _sample(self) -> None:
-        trees = [sum(pss_bytes(p) for p in tree_pids(r)) for r in self.trainers]
-        rest = sum(pss_bytes(p) for r in self.others for p in tree_pids(r))
+        pids = {r: tree_pids(r) for r in (*self.trainers, *self.others)}
+        trees = [sum(pss_bytes(p) for p in pids[r]) for r in self.trainers]
+        rest = sum(pss_bytes(p) for r in self.others for p in pids[r])
         self.max_root = max([self.max_root, *trees])
-        self.peak = max(self.peak, sum(trees) + rest)
+        if sum(trees) + rest > self.peak:
+            self.peak = sum(trees) + rest
+            # What the peak is made of: shared memory (loaderxd's rings, the
+            # batches members map) and mapped files (the stores' page cache,
+            # counted once in total however many processes map it; libraries).
+            every = [p for r in pids for p in pids[r]]
+            self.peak_shmem = sum(pss_bytes(p, "Pss_Shmem:") for p in every)
+            self.peak_file = sum(pss_bytes(p, "Pss_File:") for p in every)
 
 
 def idle_pss(setup: str) -> int:
@@ -356,6 +367,8 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--torch-workers", type=int, default=2)
     ap.add_argument("--threads", type=int, default=None, help="loaderxd --threads (default: all cores)")
+    ap.add_argument("--daemon-args", default="",
+                    help='more loaderxd flags for (b), e.g. "--group-prefetch 0" (default: its defaults)')
     ap.add_argument("--codecs", default=",".join(CODECS))
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: batch 16, 5 steps, 512 records; never writes docs")
@@ -376,8 +389,8 @@ def main() -> int:
             for setup in SETUPS:
                 with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
                     json.dump(expected_hashes(store, args.batch, setup, args.torch_workers), f)
-                daemon = (Daemon(exe, *(["--threads", str(args.threads)] if args.threads else []))
-                          if setup == "broadcast" else None)
+                flags = [*(["--threads", str(args.threads)] if args.threads else []), *args.daemon_args.split()]
+                daemon = Daemon(exe, *flags) if setup == "broadcast" else None
                 try:
                     r = run_setup(args, setup, store, Path(f.name), daemon)
                 finally:
@@ -395,11 +408,13 @@ def main() -> int:
         for setup in SETUPS:
             r = results[(codec, setup)]
             rows.append([codec, setup, f"{r['rate_mean']:.1f}", f"{r['rate_min']:.1f}", f"{r['pss_mib']:.0f}",
-                         f"{r['pss_mib'] - args.trainers * base[setup]:.0f}", f"{r['cpu_s']:.1f}",
+                         f"{r['pss_mib'] - args.trainers * base[setup]:.0f}", f"{r['shmem_mib']:.0f}",
+                         f"{r['file_mib']:.0f}", f"{r['cpu_s']:.1f}",
                          f"{r['daemon_cpu_s']:.1f}"])
     table = markdown_table(["codec", "set-up", "batches/s per trainer (mean)", "slowest trainer",
-                            "total PSS MiB", f"minus {args.trainers} bare trainer processes, MiB", "total CPU s",
-                            "of which loaderxd"], rows, align="llrrrrrr")
+                            "total PSS MiB", f"minus {args.trainers} bare trainer processes, MiB",
+                            "of which shared memory (rings), MiB", "of which mapped files, MiB", "total CPU s",
+                            "of which loaderxd"], rows, align="llrrrrrrrr")
     goals = []
     if "zstd" in codecs:
         a, b = results[("zstd", "embedded")], results[("zstd", "broadcast")]
@@ -420,7 +435,12 @@ def main() -> int:
         f"{args.batch} uint8[3,224,224] images ({what}, {len(src)} records), touching every page; (a) "
         f"embedded loaders, (b) members of one loaderxd broadcast group, (c) torch DataLoaders with "
         f"{args.torch_workers} forked workers each. Every trainer's first batch is checked first. PSS: peak "
-        "of the total over all trainers, their workers and loaderxd; CPU: all of them. One run; load average "
+        "of the total over all trainers, their workers and loaderxd, and what it is made of at that moment: "
+        "shared memory (loaderxd's group ring; torch's worker tensors) and mapped files (libraries and store "
+        "pages read through the mapping, counted once in total however many processes map them; records of "
+        "64 KiB and more are read with pread, so the stores' page cache is not in PSS in any set-up); CPU: all "
+        f"of them. loaderxd flags: {' '.join(args.daemon_args.split()) or 'its defaults (--group-prefetch 1)'}. "
+        "One run; load average "
         f"{os.getloadavg()[0]:.1f} at the end.\n\n{table}\n\n" + "\n".join(goals) + "\n\n"
         "![batches/s and PSS](bench_groups.png)\n"
     )

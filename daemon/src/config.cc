@@ -28,6 +28,7 @@ constexpr const char* kUsage =
     "  --max-leases N        batches one client may hold at once (default 64)\n"
     "  --max-prefetch N      prefetch cap per loader (default 64)\n"
     "  --max-skew N          steps a group member may run ahead of the slowest (default 8)\n"
+    "  --group-prefetch N    cap on a named group's prefetch, 0 = none (default 1)\n"
     "  --socket-mode OCTAL   socket permissions (default 0660)\n"
     "  --gather-nice N       gather threads run N nice levels below the daemon's\n"
     "                        other threads, 0..19 (default 0: same priority)\n"
@@ -103,6 +104,9 @@ Status Apply(Config& c, const std::string& key, const std::string& v) {
   } else if (key == "max-skew") {
     LX_ASSIGN_OR_RETURN(uint64_t n, ParseUint(key, v, 1024));
     c.max_skew = static_cast<uint32_t>(n);
+  } else if (key == "group-prefetch") {
+    LX_ASSIGN_OR_RETURN(uint64_t n, ParseUint(key, v, 1024));
+    c.group_prefetch = static_cast<uint32_t>(n);
   } else if (key == "gather-nice") {
     LX_ASSIGN_OR_RETURN(uint64_t n, ParseUint(key, v, kMaxGatherNice));
     c.gather_nice = static_cast<int>(n);
@@ -223,9 +227,10 @@ Result<Config> ParseArgs(const std::vector<std::string>& args, std::string* help
       key.resize(eq);
     }
     static const char* const kKnown[] = {
-        "socket",      "threads",       "memory-limit", "memory-per-uid", "sessions-per-uid",
-        "max-leases",  "max-prefetch",  "max-skew",     "socket-mode",    "log-level",
-        "gather-nice", "group-timeout", "log-file",     "pid-file",       "config"};
+        "socket",           "threads",    "memory-limit", "memory-per-uid",
+        "sessions-per-uid", "max-leases", "max-prefetch", "max-skew",
+        "socket-mode",      "log-level",  "gather-nice",  "group-timeout",
+        "log-file",         "pid-file",   "config",       "group-prefetch"};
     if (std::find(std::begin(kKnown), std::end(kKnown), key) == std::end(kKnown)) {
       return Status::InvalidArgument("unknown option --" + key + " (see --help)");
     }

@@ -3,7 +3,7 @@
 // The file holds `key = value` lines ('#' starts a comment) using the long
 // flag names without dashes (socket, threads, memory-limit, log-level,
 // sessions-per-uid, memory-per-uid, max-leases, max-prefetch, max-skew,
-// socket-mode, gather-nice, group-timeout, log-file, pid-file).
+// group-prefetch, socket-mode, gather-nice, group-timeout, log-file, pid-file).
 // Flags given on the command line win over the file. Sizes accept K/M/G/T
 // binary suffixes. Every problem is InvalidArgument naming the key and, for
 // the file, the line.
@@ -29,6 +29,11 @@ inline constexpr int kDefaultGatherNice = 0;
 // A few minutes: far longer than any healthy step or a rank's start-up, short
 // enough that a job whose rank died fails before anyone wonders.
 inline constexpr std::chrono::milliseconds kDefaultGroupTimeout = std::chrono::minutes(5);
+// One batch ahead, gathered by all --threads at once: 4 broadcast members on
+// the 2-core box kept (or raised) their batches/s against the creator's
+// prefetch 4, and the ring's resident pages fell from ~6 batches to 2-3
+// (docs/daemon.md "Memory").
+inline constexpr uint32_t kDefaultGroupPrefetch = 1;
 
 struct Config {
   std::string socket_path;                    // default: DefaultSocketPath()
@@ -41,6 +46,9 @@ struct Config {
   // Steps a group member may run ahead of its group's slowest member before
   // its `next` waits (docs/daemon.md "Groups"); also sizes group rings.
   uint32_t max_skew = 8;
+  // Cap on the prefetch of a named group's pipeline (the creator's prefetch
+  // if lower; 0 = no cap). Solo loaders keep their own prefetch.
+  uint32_t group_prefetch = kDefaultGroupPrefetch;
   // Nice increment of every pipeline's gather threads over the daemon's
   // own (PipelineOptions::gather_nice; docs/daemon.md "Performance").
   int gather_nice = kDefaultGatherNice;

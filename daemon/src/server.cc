@@ -716,6 +716,11 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
     Group::Options options;
     options.leases = std::clamp<uint32_t>(m.leases, 1, server_.config_.max_leases);
     options.prefetch = std::clamp<uint32_t>(m.prefetch, 1, server_.config_.max_prefetch);
+    // A named group's pipeline runs at most --group-prefetch batches ahead
+    // (docs/daemon.md "Memory"): its members already hold the batches behind.
+    if (!m.group.empty() && server_.config_.group_prefetch != 0) {
+      options.prefetch = std::min(options.prefetch, server_.config_.group_prefetch);
+    }
     // A solo loader is its group's only member: no skew to absorb, so its
     // ring is prefetch + leases + 1 slots, as before groups existed.
     options.max_skew = m.group.empty() ? 0 : server_.config_.max_skew;

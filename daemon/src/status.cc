@@ -193,6 +193,7 @@ std::string BuildStatusJson(const StatusInput& in, uint32_t viewer) {
     j.Key("max_leases").U(c.max_leases);
     j.Key("max_prefetch").U(c.max_prefetch);
     j.Key("max_skew").U(c.max_skew);
+    j.Key("group_prefetch").U(c.group_prefetch);
     j.Key("group_timeout_s").D(std::chrono::duration<double>(c.group_timeout).count());
     j.Key("threads").U(c.threads);
     j.Close('}');

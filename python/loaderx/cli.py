@@ -329,6 +329,7 @@ def _status_text(s: dict[str, Any]) -> str:
         lines.append(f"limits: ring memory {_size(lim['memory_limit'])} ({_size(lim['memory_per_uid'])} per uid), "
                      f"{lim['sessions_per_uid']} sessions per uid, {lim['max_leases']} leases, "
                      f"prefetch {lim['max_prefetch']}, max-skew {lim['max_skew']}, "
+                     f"group prefetch {lim.get('group_prefetch', '-')}, "
                      f"group timeout {lim['group_timeout_s']:g} s")
     lines.append(f"totals: {s['sessions']} sessions, {s['loaders']} loaders, {s['groups']} groups "
                  f"({s['group_members']} members), ring {_size(s['ring_bytes'])}, "

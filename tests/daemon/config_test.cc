@@ -31,6 +31,8 @@ TEST(ConfigTest, FlagsSetEveryField) {
                   "7",
                   "--max-skew",
                   "3",
+                  "--group-prefetch",
+                  "0",
                   "--socket-mode",
                   "0600",
                   "--log-level",
@@ -45,6 +47,7 @@ TEST(ConfigTest, FlagsSetEveryField) {
   EXPECT_EQ(c->max_leases, 9u);
   EXPECT_EQ(c->max_prefetch, 7u);
   EXPECT_EQ(c->max_skew, 3u);
+  EXPECT_EQ(c->group_prefetch, 0u);
   EXPECT_EQ(c->socket_mode, 0600u);
   EXPECT_EQ(c->log_level, LogLevel::kDebug);
   EXPECT_TRUE(c->foreground);
@@ -100,6 +103,8 @@ TEST(ConfigTest, BadValuesNameTheSetting) {
   bad({"--socket-mode", "999"}, "socket-mode");
   bad({"--max-leases", "0"}, "max-leases");
   bad({"--max-skew", "1025"}, "max-skew");
+  bad({"--group-prefetch", "1025"}, "group-prefetch");
+  bad({"--group-prefetch", "-1"}, "group-prefetch");
   bad({"--bogus", "1"}, "unknown option --bogus");
   bad({"--socket"}, "missing value");
   bad({"stray"}, "unexpected argument");
@@ -116,6 +121,7 @@ TEST(ConfigTest, FileSettingsApplyAndCommandLineWins) {
   EXPECT_EQ(c->threads, 2u);
   EXPECT_EQ(c->max_leases, 12u);
   EXPECT_EQ(c->max_skew, 8u);  // the default
+  EXPECT_EQ(c->group_prefetch, 1u);
 }
 
 TEST(ConfigTest, FileErrorsNameFileAndLine) {

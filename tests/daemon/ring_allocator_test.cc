@@ -2,8 +2,11 @@
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 
 #include <chrono>
+#include <cstring>
+#include <deque>
 #include <future>
 
 #include "loaderx/memfd.h"
@@ -24,6 +27,41 @@ TEST(RingAllocatorTest, RingFdIsSealedAndHeaderValidates) {
   // Nobody else can map it writable.
   EXPECT_EQ(::mmap(nullptr, g.total_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, (*ring)->fd(), 0),
             MAP_FAILED);
+}
+
+// Bytes of the ring memfd backed by memory (shmem pages allocated).
+uint64_t ResidentBytes(int fd) {
+  struct stat st {};
+  EXPECT_EQ(::fstat(fd, &st), 0);
+  return static_cast<uint64_t>(st.st_blocks) * 512;
+}
+
+// The pages a ring keeps are the high-water of its live batches, not every
+// slot it ever used: a freed region is reused lowest first (first fit), so
+// a 12-slot ring that never has more than 2 batches live touches 2 batches'
+// worth however many steps it serves. Pages are not released once touched
+// (the FUTURE_WRITE seal forbids punching holes; docs/daemon.md "Memory"),
+// so a burst to 4 live batches stays resident at 4.
+TEST(RingAllocatorTest, ResidentPagesAreTheLiveHighWaterNotEverySlot) {
+  constexpr uint64_t kBatch = uint64_t{1} << 20;
+  auto ring = RingAllocator::Create(12, 12 * kBatch, 1, 1).value();
+  const uint64_t base = ResidentBytes(ring->fd());  // the header
+  EXPECT_LT(base, kBatch);
+  std::deque<std::shared_ptr<BatchMemory>> live;
+  auto step = [&](uint64_t s, size_t keep) {  // at most `keep` live, this one included
+    while (live.size() >= keep) live.pop_front();
+    auto mem = ring->Allocate(s, kBatch);
+    ASSERT_TRUE(mem.ok()) << mem.status().ToString();
+    std::memset((*mem)->data(), static_cast<int>(s), kBatch);  // the gather writes every page
+    live.push_back(std::move(mem).value());
+  };
+  for (uint64_t s = 0; s < 40; ++s) step(s, 2);
+  EXPECT_LE(ResidentBytes(ring->fd()), base + 2 * kBatch + 8192);
+  EXPECT_GE(ResidentBytes(ring->fd()), base + 2 * kBatch - 4096);
+  for (uint64_t s = 40; s < 44; ++s) step(s, 4);  // a burst: 4 live
+  for (uint64_t s = 44; s < 80; ++s) step(s, 1);
+  EXPECT_LE(ResidentBytes(ring->fd()), base + 4 * kBatch + 8192);
+  EXPECT_GE(ResidentBytes(ring->fd()), base + 4 * kBatch - 4096);
 }
 
 TEST(RingAllocatorTest, AllocationWritesLandInTheClientsReadOnlyView) {

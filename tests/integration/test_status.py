@@ -75,8 +75,8 @@ def test_stats_lists_the_daemon_groups_members_loaders_and_uids(busy) -> None:
     assert 0 < d["uptime_s"] < 600 and d["socket"] == daemon.socket
     assert d["viewer_uid"] == UID and d["sees_all_uids"] is True
     assert d["limits"] == {"memory_limit": 1 << 30, "memory_per_uid": 1 << 30, "sessions_per_uid": 20,
-                           "max_leases": 32, "max_prefetch": 16, "max_skew": 2, "group_timeout_s": 30.0,
-                           "threads": 2}
+                           "max_leases": 32, "max_prefetch": 16, "max_skew": 2, "group_prefetch": 1,
+                           "group_timeout_s": 30.0, "threads": 2}
     ddp, sweep = s["named_groups"]
     sessions = {m["session"] for g in (ddp, sweep) for m in g["members"]}
     assert len(sessions) == 3

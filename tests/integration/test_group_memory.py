@@ -1,0 +1,154 @@
+"""Group ring memory on a real loaderxd (docs/daemon.md "Memory").
+
+What a group keeps resident is what it has live: the daemon's ring memfd is
+measured directly (``st_blocks`` of the daemon's own descriptor, i.e. the
+shmem pages allocated), not estimated. Also the two ways members could fill a
+ring: a member asking for more leases than the group's, and broadcast members
+at different speeds.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from loaderx.client import DaemonOptions, connect
+from loaderx.dataloader import DataLoader
+from loaderx.errors import GroupTimeoutError, ResourceExhausted
+from loaderx.zrecord import Dense
+
+RECORD = (64, 1024)  # 64 KiB uint8 records
+BATCH = 8  # 512 KiB batches
+BATCH_BYTES = BATCH * RECORD[0] * RECORD[1]
+SEED = 5
+
+
+@pytest.fixture
+def big(tmp_path: Path):
+    rng = np.random.default_rng(3)
+    data = rng.integers(0, 256, size=(96, *RECORD), dtype=np.uint8)
+    with Dense.create(str(tmp_path / "big"), data.dtype, RECORD, codec="raw") as s:
+        s.append(data)
+    store = Dense.open(str(tmp_path / "big"))
+    with DataLoader({"x": store}, batch_size=BATCH, seed=SEED) as local:
+        want = [next(local)["x"].copy() for _ in range(60)]
+    yield {"streams": {"x": store}, "want": want}
+    store.close()
+
+
+def ring_resident_bytes(daemon_pid: int) -> list[int]:
+    """Shmem bytes allocated to each ring memfd loaderxd holds open."""
+    out = []
+    for fd in Path(f"/proc/{daemon_pid}/fd").iterdir():
+        try:
+            if "loaderx-ring-" in os.readlink(fd):
+                out.append(os.stat(fd).st_blocks * 512)
+        except OSError:
+            continue  # closed meanwhile
+    return out
+
+
+def group_row(socket: str) -> dict:
+    [g] = connect(socket).stats()["named_groups"]
+    return g
+
+
+def test_a_named_groups_prefetch_is_capped_by_group_prefetch_and_solo_keeps_its_own(
+        daemon_factory, big) -> None:
+    # Default --group-prefetch 1: the creator's prefetch 4 becomes 1, so the
+    # ring has 1 + leases + max_skew + 1 slots; a solo loader keeps 4.
+    d = daemon_factory("--max-skew", "2")
+    opts = DaemonOptions(d.socket, group="g", group_mode="broadcast", leases=5)
+    with DataLoader(big["streams"], batch_size=BATCH, seed=SEED, prefetch=4, daemon=opts) as a:
+        np.testing.assert_array_equal(next(a)["x"], big["want"][0])
+        assert group_row(d.socket)["slots"] == 1 + 5 + 2 + 1
+        with DataLoader(big["streams"], batch_size=BATCH, seed=SEED, prefetch=4,
+                        daemon=DaemonOptions(d.socket, leases=5)) as solo:
+            np.testing.assert_array_equal(next(solo)["x"], big["want"][0])
+            assert connect(d.socket).stats()["solo_loaders"][0]["slots"] == 4 + 5 + 1
+    # --group-prefetch 0: no cap; a lower creator prefetch is kept under a cap.
+    d0 = daemon_factory("--max-skew", "2", "--group-prefetch", "0", name="d0.sock")
+    opts = DaemonOptions(d0.socket, group="g", group_mode="broadcast", leases=5)
+    with DataLoader(big["streams"], batch_size=BATCH, seed=SEED, prefetch=4, daemon=opts) as a:
+        np.testing.assert_array_equal(next(a)["x"], big["want"][0])
+        assert group_row(d0.socket)["slots"] == 4 + 5 + 2 + 1
+    d3 = daemon_factory("--max-skew", "2", "--group-prefetch", "3", name="d3.sock")
+    opts = DaemonOptions(d3.socket, group="g", group_mode="broadcast", leases=5)
+    with DataLoader(big["streams"], batch_size=BATCH, seed=SEED, prefetch=2, daemon=opts) as a:
+        np.testing.assert_array_equal(next(a)["x"], big["want"][0])
+        assert group_row(d3.socket)["slots"] == 2 + 5 + 2 + 1
+        assert connect(d3.socket).stats()["daemon"]["limits"]["group_prefetch"] == 3
+
+
+def test_a_group_ring_keeps_its_live_batches_resident_not_every_slot(daemon_factory, big) -> None:
+    # Two broadcast members in step for 40 steps over a 26-slot ring: the
+    # ring's allocated pages stay at the few batches live at once.
+    d = daemon_factory()  # --max-skew 8, --group-prefetch 1
+    opts = DaemonOptions(d.socket, group="g", group_mode="broadcast", leases=16)
+    with DataLoader(big["streams"], batch_size=BATCH, seed=SEED, daemon=opts) as a, \
+            DataLoader(big["streams"], batch_size=BATCH, seed=SEED, daemon=opts) as b:
+        for step in range(40):
+            xa, xb = next(a)["x"], next(b)["x"]
+            np.testing.assert_array_equal(xa, big["want"][step])
+            np.testing.assert_array_equal(xb, big["want"][step])
+            del xa, xb
+        g = group_row(d.socket)
+        assert g["slots"] == 1 + 16 + 8 + 1
+        [resident] = ring_resident_bytes(d.proc.pid)
+        assert resident <= 5 * BATCH_BYTES + (1 << 20), resident
+        assert resident >= 2 * BATCH_BYTES, resident  # it did gather into the ring
+        assert resident < g["ring_bytes"] / 4
+
+
+def test_a_member_asking_for_more_leases_than_the_group_gets_the_groups_cap(
+        daemon_factory, big) -> None:
+    d = daemon_factory("--max-skew", "4")
+    creator = DaemonOptions(d.socket, group="g", group_mode="broadcast", leases=2)
+    greedy = DaemonOptions(d.socket, group="g", group_mode="broadcast", leases=8)
+    with DataLoader(big["streams"], batch_size=BATCH, seed=SEED, daemon=creator) as a, \
+            DataLoader(big["streams"], batch_size=BATCH, seed=SEED, daemon=greedy) as b:
+        assert b._source._native.lease_cap == 2
+        held = [next(b) for _ in range(2)]
+        with pytest.raises(ResourceExhausted, match="lease cap 2"):
+            next(b)
+        assert b.step == 2
+        for step in range(3):  # the creator is not starved by the hoarder
+            np.testing.assert_array_equal(next(a)["x"], big["want"][step])
+        held.pop(0)
+        gc.collect()
+        np.testing.assert_array_equal(next(b)["x"], big["want"][2])
+        np.testing.assert_array_equal(held[0]["x"], big["want"][1])
+
+
+def test_broadcast_members_at_different_speeds_wait_at_the_skew_and_never_fill_the_ring(
+        daemon_factory, big) -> None:
+    # A fast member runs max_skew steps ahead of a slow one, then its next
+    # waits (here: until its group timeout, naming the slow member); the ring
+    # holds the skew window, it never refuses a step, and the fast member
+    # goes on once the slow one moves.
+    d = daemon_factory("--max-skew", "3")
+    fast_opts = DaemonOptions(d.socket, group="g", group_mode="broadcast", leases=2,
+                              group_timeout=0.5)
+    slow_opts = DaemonOptions(d.socket, group="g", group_mode="broadcast", leases=2)
+    with DataLoader(big["streams"], batch_size=BATCH, seed=SEED, daemon=fast_opts) as fast, \
+            DataLoader(big["streams"], batch_size=BATCH, seed=SEED, daemon=slow_opts) as slow:
+        for step in range(4):  # steps 0..3: slowest at 0, max-skew 3
+            np.testing.assert_array_equal(next(fast)["x"], big["want"][step])
+        start = time.monotonic()
+        with pytest.raises(GroupTimeoutError, match=r"for step 4.*at step 0"):
+            next(fast)
+        assert time.monotonic() - start >= 0.5
+        assert fast.step == 4
+        g = group_row(d.socket)
+        assert (g["oldest_held"], g["newest_held"]) == (0, 3)
+        [resident] = ring_resident_bytes(d.proc.pid)
+        assert resident <= (4 + 1 + 2) * BATCH_BYTES + (1 << 20), resident
+        for step in range(2):
+            np.testing.assert_array_equal(next(slow)["x"], big["want"][step])
+        for step in range(4, 6):  # slowest now at 2: steps up to 5 are open
+            np.testing.assert_array_equal(next(fast)["x"], big["want"][step])
+        assert group_row(d.socket)["oldest_held"] == 2
