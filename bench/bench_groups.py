@@ -413,7 +413,7 @@ def main() -> int:
                          f"{r['daemon_cpu_s']:.1f}"])
     table = markdown_table(["codec", "set-up", "batches/s per trainer (mean)", "slowest trainer",
                             "total PSS MiB", f"minus {args.trainers} bare trainer processes, MiB",
-                            "of which shared memory (rings), MiB", "of which mapped files, MiB", "total CPU s",
+                            "of which shared memory, MiB", "of which mapped files, MiB", "total CPU s",
                             "of which loaderxd"], rows, align="llrrrrrrrr")
     goals = []
     if "zstd" in codecs:
