@@ -199,6 +199,10 @@ class StoreImpl final : public Store {
     if (indices.size() != outs.size()) {
       return Status::InvalidArgument("Gather: indices and outputs differ in length");
     }
+    if (meta_.layout == format::Layout::kComputed && item_bytes_ < kPreadBytes &&
+        (pool == nullptr || item_bytes_ == 0 || indices.size() < kMinParallelCost / item_bytes_)) {
+      return GatherComputed(indices, outs);
+    }
     struct Task {
       size_t k;           // first output of the task
       size_t end;         // one past the last output (groups)
@@ -327,6 +331,26 @@ class StoreImpl final : public Store {
             src, r.stored_len, dict_.get(), r.raw_len, [](const void*, size_t) {}, what(),
             frames_));
       }
+    }
+    return Status::OK();
+  }
+
+  // Dense raw records of format 1.1 (offsets computed from the index) in a
+  // batch that stays on the calling thread: every index is checked first (a
+  // bad one writes nothing), then one loop of offset arithmetic and copies out
+  // of the mapping, with no per-record RecordRef, Result or task. Open checked
+  // every shard's size against the count, so every computed extent is inside
+  // its file.
+  Status GatherComputed(std::span<const uint64_t> indices, std::span<void* const> outs) const {
+    for (uint64_t i : indices) LX_RETURN_IF_ERROR(CheckIndex(i));
+    const uint64_t runs = meta_.run_records, item = item_bytes_;
+    const uint32_t shards = meta_.data_shards;
+    if (item == 0) return Status::OK();
+    for (size_t k = 0; k < indices.size(); ++k) {
+      const uint64_t i = indices[k];
+      const uint8_t* src = data_maps_[format::RunShard(i, runs, shards)].data() +
+                           format::ComputedOffset(i, runs, shards, item);
+      std::memcpy(outs[k], src, item);
     }
     return Status::OK();
   }

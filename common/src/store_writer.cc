@@ -34,6 +34,9 @@ constexpr uint64_t kChunkBytes = uint64_t{64} << 20;
 // R, the records per run.
 constexpr uint64_t kRunMaxRecords = uint64_t{16} << 10;
 constexpr uint64_t kChunkMaxRecords = uint64_t{1} << 20;
+// A scattered raw record at least this large is written from the caller's
+// buffer (its own pwrite); smaller ones are copied together first.
+constexpr uint64_t kDirectBytes = uint64_t{64} << 10;
 
 class HashState {
  public:
@@ -259,20 +262,17 @@ class StoreWriterImpl final : public StoreWriter {
 
   Status AppendRagged(const void* data, const uint64_t* shapes, uint64_t count) override {
     LX_RETURN_IF_ERROR(CheckWritable());
-    if (schema_.kind != Kind::kRagged) {
-      return Status::SchemaError(path_ + ": AppendRagged on a dense store");
-    }
-    std::vector<uint64_t> lens(count);
-    for (uint64_t k = 0; k < count; ++k) {
-      uint64_t b = schema_.dtype.itemsize;
-      for (uint32_t d = 0; d < schema_.ndim; ++d) {
-        if (format::MulOverflow(b, shapes[k * schema_.ndim + d], &b)) {
-          return Status::InvalidArgument("record " + std::to_string(k) + ": shape overflows");
-        }
-      }
-      lens[k] = b;
-    }
+    LX_ASSIGN_OR_RETURN(std::vector<uint64_t> lens, RaggedLens("AppendRagged", shapes, count));
     return Guard(WriteRecords(static_cast<const uint8_t*>(data), count, lens.data(), 0, shapes));
+  }
+
+  Status AppendRaggedRecords(const void* const* records, const uint64_t* shapes,
+                             uint64_t count) override {
+    LX_RETURN_IF_ERROR(CheckWritable());
+    LX_ASSIGN_OR_RETURN(std::vector<uint64_t> lens,
+                        RaggedLens("AppendRaggedRecords", shapes, count));
+    return Guard(WriteRecords(nullptr, count, lens.data(), 0, shapes,
+                              reinterpret_cast<const uint8_t* const*>(records)));
   }
 
   Status Publish() override {
@@ -315,6 +315,25 @@ class StoreWriterImpl final : public StoreWriter {
     return st;
   }
 
+  // The byte length of each ragged record, from its shape.
+  Result<std::vector<uint64_t>> RaggedLens(const char* what, const uint64_t* shapes,
+                                           uint64_t count) const {
+    if (schema_.kind != Kind::kRagged) {
+      return Status::SchemaError(path_ + ": " + what + " on a dense store");
+    }
+    std::vector<uint64_t> lens(count);
+    for (uint64_t k = 0; k < count; ++k) {
+      uint64_t b = schema_.dtype.itemsize;
+      for (uint32_t d = 0; d < schema_.ndim; ++d) {
+        if (format::MulOverflow(b, shapes[k * schema_.ndim + d], &b)) {
+          return Status::InvalidArgument("record " + std::to_string(k) + ": shape overflows");
+        }
+      }
+      lens[k] = b;
+    }
+    return lens;
+  }
+
   uint64_t Len(const uint64_t* lens, uint64_t uniform, uint64_t k) const {
     return lens != nullptr ? lens[k] : uniform;
   }
@@ -333,13 +352,48 @@ class StoreWriterImpl final : public StoreWriter {
 
   uint32_t ShardOf(uint64_t k) const { return format::RunShard(k, run_records_, opt_.data_shards); }
 
+  // The spans a raw piece of records [first, end) at `ptrs` is written as:
+  // records that are neighbours in memory too go as one span, and so do
+  // large records, straight from the caller's buffers; the small scattered
+  // rest is copied into `buf` (sized once: spans keep pointing into it), on
+  // the pool thread, so a shard still writes few, large pieces.
+  static void RawSpans(const uint8_t* const* ptrs, const uint64_t* lens, uint64_t first,
+                       uint64_t end, uint64_t piece_bytes, Buffer* buf,
+                       std::vector<std::pair<const uint8_t*, uint64_t>>* spans) {
+    bool last_copied = false;
+    for (uint64_t k = first; k < end; ++k) {
+      const uint8_t* src = ptrs[k];
+      const uint64_t len = lens[k];
+      if (len == 0) continue;
+      if (!spans->empty() && !last_copied && spans->back().first + spans->back().second == src) {
+        spans->back().second += len;
+      } else if (len >= kDirectBytes) {
+        spans->emplace_back(src, len);
+        last_copied = false;
+      } else {
+        if (buf->data == nullptr)
+          buf->data = std::make_unique_for_overwrite<uint8_t[]>(piece_bytes);
+        std::memcpy(buf->data.get() + buf->size, src, len);
+        if (last_copied) {
+          spans->back().second += len;
+        } else {
+          spans->emplace_back(buf->data.get() + buf->size, len);
+        }
+        buf->size += len;
+        last_copied = true;
+      }
+    }
+  }
+
   // Records are cut into pieces: consecutive records of one run within one
   // chunk, at most kRunBytes (or one record) of input. Pieces are compressed
   // in parallel, then each shard appends its pieces in order, shards in
   // parallel. A run cut by a chunk (or an append) boundary goes on in the
   // next one: its shard file has received nothing else meanwhile.
+  // The input is `data` (records back to back) or, when `ptrs` is set,
+  // record k at ptrs[k] (`data` unused).
   Status WriteRecords(const uint8_t* data, uint64_t count, const uint64_t* lens, uint64_t uniform,
-                      const uint64_t* shapes) {
+                      const uint64_t* shapes, const uint8_t* const* ptrs = nullptr) {
     if (count == 0) return Status::OK();
     if (run_records_ == 0) ChooseRunRecords(lens, uniform, count);
     struct Piece {
@@ -351,7 +405,7 @@ class StoreWriterImpl final : public StoreWriter {
     while (j < count) {
       if (Len(lens, uniform, j) > opt_.stream_threshold) {
         const uint64_t len = Len(lens, uniform, j);
-        LX_RETURN_IF_ERROR(WriteLarge(data + in_off, len,
+        LX_RETURN_IF_ERROR(WriteLarge(ptrs != nullptr ? ptrs[j] : data + in_off, len,
                                       shapes != nullptr ? shapes + j * schema_.ndim : nullptr));
         in_off += len;
         ++j;
@@ -379,8 +433,8 @@ class StoreWriterImpl final : public StoreWriter {
       // Compress every piece in parallel (order is kept by position).
       struct PieceOut {
         Buffer buf;
-        const uint8_t* src = nullptr;
-        uint64_t bytes = 0;
+        // What the shard appends, in order: (pointer, bytes) spans.
+        std::vector<std::pair<const uint8_t*, uint64_t>> spans;
         std::vector<uint64_t> ends;  // kEnds entries, relative to the piece's start
         Status st;
       };
@@ -389,16 +443,18 @@ class StoreWriterImpl final : public StoreWriter {
       pool_->ParallelFor(pieces.size(), [&](size_t pi) {
         const Piece& p = pieces[pi];
         PieceOut& o = outs[pi];
-        const uint8_t* in = data + p.in_off;
+        const uint8_t* in = ptrs != nullptr ? nullptr : data + p.in_off;
         if (want_ends) o.ends.resize(p.end - p.first);
         if (opt_.codec == Codec::kRaw) {
-          // Written straight from the caller's buffer: no copy.
-          o.src = in;
-          o.bytes = p.bytes;
           uint64_t pos = 0;
           for (uint64_t k = p.first; k < p.end && want_ends; ++k) {
             pos += Len(lens, uniform, k);
             o.ends[k - p.first] = pos;
+          }
+          if (ptrs == nullptr) {
+            o.spans.emplace_back(in, p.bytes);  // straight from the caller's buffer
+          } else {
+            RawSpans(ptrs, lens, p.first, p.end, p.bytes, &o.buf, &o.spans);
           }
           return;
         }
@@ -410,9 +466,10 @@ class StoreWriterImpl final : public StoreWriter {
         uint64_t pos = 0, src_pos = 0;
         for (uint64_t k = p.first; k < p.end; ++k) {
           const uint64_t len = Len(lens, uniform, k);
+          const uint8_t* src = ptrs != nullptr ? ptrs[k] : in + src_pos;
           uint64_t stored = len, flag = 0;
           if (len > 0) {
-            auto c = codec::Compress(in + src_pos, len, opt_.level, dict_.get(), out + pos,
+            auto c = codec::Compress(src, len, opt_.level, dict_.get(), out + pos,
                                      codec::CompressBound(len));
             if (!c.ok()) {
               o.st = c.status();
@@ -424,14 +481,13 @@ class StoreWriterImpl final : public StoreWriter {
             }
           }
           // Incompressible: store it raw so zstd never loses to raw on size.
-          if (flag == 0 && len > 0) std::memcpy(out + pos, in + src_pos, len);
+          if (flag == 0 && len > 0) std::memcpy(out + pos, src, len);
           pos += stored;
           src_pos += len;
           o.ends[k - p.first] = pos | flag;
         }
         o.buf.size = pos;
-        o.src = out;
-        o.bytes = pos;
+        o.spans.emplace_back(out, pos);
       });
       for (auto& o : outs) LX_RETURN_IF_ERROR(o.st);
 
@@ -448,10 +504,12 @@ class StoreWriterImpl final : public StoreWriter {
         for (size_t pi : by_shard[active[ai]]) {
           PieceOut& o = outs[pi];
           for (uint64_t& e : o.ends) e += f.size();
-          Status st = f.Append(o.src, o.bytes);
-          if (!st.ok()) {
-            sts[ai] = std::move(st);
-            return;
+          for (const auto& [src, bytes] : o.spans) {
+            Status st = f.Append(src, bytes);
+            if (!st.ok()) {
+              sts[ai] = std::move(st);
+              return;
+            }
           }
         }
       });

@@ -59,7 +59,6 @@ class StoreWriter:
         batch: list[Any],
         dtype: np.dtype[Any],
         ndim: SupportsIndex,
-        chunk_bytes: SupportsIndex,
     ) -> int:
         """Validates then appends a list of ndarrays; returns the index of the first record
         that is not an ndarray of ``dtype`` and rank ``ndim`` (nothing appended), else -1."""

@@ -607,7 +607,7 @@ class Ragged(_Stream):
                 batch = list(itertools.islice(it, _RAGGED_BATCH_RECORDS))
                 if not batch:
                     return
-                bad = w.append_ragged_batch(batch, self._dtype, self._ndim, _APPEND_CHUNK_BYTES)
+                bad = w.append_ragged_batch(batch, self._dtype, self._ndim)
                 if bad >= 0:
                     self._check_record(k0 + bad, batch[bad])
                     raise SchemaError(f"record {k0 + bad} was rejected")  # pragma: no cover

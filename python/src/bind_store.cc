@@ -121,11 +121,17 @@ py::list GatherRagged(const Store& s, const py::array& idx_arr) {
   std::vector<uint64_t> dims(b * sc.ndim), offsets(b + 1, 0);
   Check(WithoutGil([&] {
     for (size_t k = 0; k < b; ++k) {
-      Status st = s.RecordShape(idx[k], dims.data() + k * sc.ndim);
-      if (!st.ok()) return st;
       Result<uint64_t> bytes = s.RecordBytes(idx[k]);
       if (!bytes.ok()) return bytes.status();
       offsets[k + 1] = offsets[k] + *bytes;
+      if (sc.ndim == 1) {
+        // Rank 1: the shape follows from the length (RecordShape would locate
+        // the record a second time in a store without a shape table).
+        dims[k] = *bytes / sc.dtype.itemsize;
+      } else {
+        Status st = s.RecordShape(idx[k], dims.data() + k * sc.ndim);
+        if (!st.ok()) return st;
+      }
     }
     return Status::OK();
   }));
@@ -212,8 +218,8 @@ void BindStore(py::module_& m) {
           py::arg("values"), py::arg("shapes"), py::arg("count"))
       .def(
           "append_ragged_batch",
-          [](PyWriter& w, const py::list& batch, const py::dtype& dt, uint32_t ndim,
-             uint64_t chunk_bytes) -> py::ssize_t {
+          [](PyWriter& w, const py::list& batch, const py::dtype& dt,
+             uint32_t ndim) -> py::ssize_t {
             // Validate the whole batch first: a rejected batch writes nothing.
             const size_t n = batch.size();
             std::vector<py::array> arrs;
@@ -235,44 +241,22 @@ void BindStore(py::module_& m) {
               }
               arrs.push_back(std::move(a));
             }
-            std::vector<const uint8_t*> ptrs(n);
-            std::vector<uint64_t> lens(n), shapes(n * ndim);
+            std::vector<const void*> ptrs(n);
+            std::vector<uint64_t> shapes(n * ndim);
             for (size_t k = 0; k < n; ++k) {
-              ptrs[k] = static_cast<const uint8_t*>(arrs[k].data());
-              lens[k] = static_cast<uint64_t>(arrs[k].nbytes());
+              ptrs[k] = arrs[k].data();
               for (uint32_t d = 0; d < ndim; ++d) shapes[k * ndim + d] = arrs[k].shape(d);
             }
-            // `arrs` keeps every buffer alive while the GIL is released.
+            // `arrs` keeps every buffer alive while the GIL is released; the
+            // writer reads each record from its own buffer (no gathering copy).
             Check(WithoutGil([&] {
-              Status st;
               std::lock_guard<std::mutex> lock(w.mu);
-              std::vector<uint8_t> buf;
-              size_t first = 0;
-              auto flush = [&](size_t end) {
-                if (st.ok() && end > first) {
-                  st =
-                      w.writer->AppendRagged(buf.data(), shapes.data() + first * ndim, end - first);
-                }
-                buf.clear();
-                first = end;
-              };
-              if (!w.writer) st = Status::State("builder is closed");
-              for (size_t k = 0; k < n && st.ok(); ++k) {
-                if (lens[k] >= chunk_bytes) {  // big: appended from its own buffer, no copy
-                  flush(k);
-                  if (st.ok()) st = w.writer->AppendRagged(ptrs[k], shapes.data() + k * ndim, 1);
-                  first = k + 1;
-                  continue;
-                }
-                buf.insert(buf.end(), ptrs[k], ptrs[k] + lens[k]);
-                if (buf.size() >= chunk_bytes) flush(k + 1);
-              }
-              flush(n);
-              return st;
+              return w.writer ? w.writer->AppendRaggedRecords(ptrs.data(), shapes.data(), n)
+                              : Status::State("builder is closed");
             }));
             return -1;
           },
-          py::arg("batch"), py::arg("dtype"), py::arg("ndim"), py::arg("chunk_bytes"),
+          py::arg("batch"), py::arg("dtype"), py::arg("ndim"),
           "Validates then appends a list of ndarrays; returns the index of the first record "
           "that is not an ndarray of `dtype` and rank `ndim` (nothing appended), else -1.")
       .def("publish",

@@ -284,6 +284,149 @@ TEST(StoreRoundTrip, RaggedZeroLengthRecords) {
   EXPECT_TRUE((*s)->ReadRecord(0, nullptr, 0).ok());
 }
 
+std::vector<uint8_t> FileBytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+// AppendRaggedRecords reads each record from its own buffer: records that are
+// neighbours in memory, scattered small ones (copied together), scattered
+// large ones (written from their buffers), zero-length ones, and records
+// above stream_threshold. The store must be the one AppendRagged writes from
+// the same records packed into one buffer, file for file and byte for byte.
+TEST(StoreRoundTrip, RaggedRecordsFromScatteredBuffersWriteTheStoreOfOnePackedBuffer) {
+  std::mt19937_64 rng(5);
+  const uint64_t n = 700;
+  std::vector<uint64_t> lens(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    if (i % 97 == 5) {
+      lens[i] = (64 << 10) + 4 * (rng() % 60000);  // large: 64..298 KiB
+    } else if (i % 13 == 7) {
+      lens[i] = 0;
+    } else {
+      lens[i] = 4 * (1 + rng() % 300);
+    }
+  }
+  uint64_t total = 0;
+  for (uint64_t l : lens) total += l;
+  std::vector<uint8_t> packed = MakeBytes(total, 3);
+  // Records 0..299 sit back to back in one arena (neighbours in memory);
+  // every other record has a buffer of its own.
+  std::vector<std::vector<uint8_t>> own(n);
+  std::vector<uint8_t> arena;
+  std::vector<const void*> ptrs(n);
+  std::vector<uint64_t> offsets{0};
+  for (uint64_t i = 0; i < n; ++i) offsets.push_back(offsets.back() + lens[i]);
+  arena.assign(packed.begin(), packed.begin() + static_cast<ptrdiff_t>(offsets[300]));
+  for (uint64_t i = 0; i < n; ++i) {
+    if (i < 300) {
+      ptrs[i] = arena.data() + offsets[i];
+    } else {
+      own[i].assign(packed.begin() + static_cast<ptrdiff_t>(offsets[i]),
+                    packed.begin() + static_cast<ptrdiff_t>(offsets[i + 1]));
+      ptrs[i] = own[i].data();
+    }
+  }
+  std::vector<uint64_t> shapes(lens.size());
+  for (uint64_t i = 0; i < n; ++i) shapes[i] = lens[i] / 4;
+  for (Codec c : {Codec::kRaw, Codec::kZstd, Codec::kZstdDict}) {
+    for (uint64_t threshold : {uint64_t{32} << 20, uint64_t{100} << 10}) {
+      SCOPED_TRACE(std::string(CodecName(c)) + " threshold " + std::to_string(threshold));
+      TempDir dir;
+      WriteOptions o = Options(c, 3);
+      o.stream_threshold = threshold;
+      {
+        auto w = StoreWriter::Create(dir.Sub("packed"), RaggedSchema("<i4", 1), o);
+        ASSERT_TRUE(w.ok());
+        // The same two calls as below (the first call's records fix the run length).
+        ASSERT_TRUE((*w)->AppendRagged(packed.data(), shapes.data(), 150).ok());
+        ASSERT_TRUE(
+            (*w)->AppendRagged(packed.data() + offsets[150], shapes.data() + 150, n - 150).ok());
+        ASSERT_TRUE((*w)->Publish().ok());
+      }
+      {
+        auto w = StoreWriter::Create(dir.Sub("scattered"), RaggedSchema("<i4", 1), o);
+        ASSERT_TRUE(w.ok());
+        // Two calls, the first ending inside the arena: runs go on across calls.
+        ASSERT_TRUE((*w)->AppendRaggedRecords(ptrs.data(), shapes.data(), 150).ok());
+        ASSERT_TRUE(
+            (*w)->AppendRaggedRecords(ptrs.data() + 150, shapes.data() + 150, n - 150).ok());
+        EXPECT_EQ((*w)->size(), n);
+        ASSERT_TRUE((*w)->Publish().ok());
+      }
+      size_t files = 0;
+      for (const auto& e : std::filesystem::directory_iterator(dir.Sub("packed"))) {
+        const std::string name = e.path().filename().string();
+        EXPECT_EQ(FileBytes(e.path().string()), FileBytes(dir.Sub("scattered") + "/" + name))
+            << name;
+        ++files;
+      }
+      EXPECT_GE(files, 5u);  // meta, index, three data files
+      auto s = Store::Open(dir.Sub("scattered"));
+      ASSERT_TRUE(s.ok()) << s.status().ToString();
+      ASSERT_EQ((*s)->size(), n);
+      for (uint64_t i = 0; i < n; ++i) {
+        ASSERT_EQ((*s)->RecordBytes(i).value(), lens[i]) << i;
+        std::vector<uint8_t> out(lens[i]);
+        ASSERT_TRUE((*s)->ReadRecord(i, out.data(), lens[i]).ok()) << i;
+        ASSERT_EQ(0, lens[i] ? std::memcmp(out.data(), packed.data() + offsets[i], lens[i]) : 0)
+            << "record " << i;
+      }
+      EXPECT_TRUE((*s)->Verify(nullptr).ok());
+    }
+  }
+}
+
+TEST(StoreRoundTrip, RaggedRecordsOnADenseStoreIsASchemaError) {
+  TempDir dir;
+  auto w = StoreWriter::Create(dir.Sub("d"), DenseSchema("<i4", {2}), WriteOptions{});
+  ASSERT_TRUE(w.ok());
+  const int32_t v[2] = {1, 2};
+  const void* p = v;
+  const uint64_t shape = 2;
+  Status st = (*w)->AppendRaggedRecords(&p, &shape, 1);
+  EXPECT_EQ(st.code(), Status::Code::kSchemaError) << st.ToString();
+  EXPECT_NE(st.ToString().find("AppendRaggedRecords on a dense store"), std::string::npos);
+}
+
+// Dense raw records gathered on the calling thread take the computed-offset
+// loop (store_reader.cc, GatherComputed): 8 KiB records in 256 KiB runs over 3
+// shards, so records of every shard and of later rounds of runs are read; a
+// batch with an out-of-range index is an IndexError that writes nothing.
+TEST(StoreRoundTrip, DenseRawGatherOnTheCallerReadsEveryShardExactly) {
+  const uint64_t n = 400, item = 8192;
+  std::vector<uint8_t> data = MakeBytes(n * item, 21);
+  TempDir dir;
+  {
+    auto w = StoreWriter::Create(dir.Sub("s"), DenseSchema("|u1", {item}), Options(Codec::kRaw, 3));
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE((*w)->AppendDense(data.data(), n).ok());
+    ASSERT_TRUE((*w)->Publish().ok());
+  }
+  auto s = Store::Open(dir.Sub("s"));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_EQ((*s)->Locate(32)->shard, 1u);   // 32 records per run
+  ASSERT_EQ((*s)->Locate(399)->shard, 0u);  // run 12: the fifth round
+  std::vector<uint64_t> idx;
+  for (uint64_t k = 0; k < 100; ++k) idx.push_back((k * 7919 + 3) % n);
+  idx.push_back(idx[4]);
+  idx.push_back(n - 1);
+  std::vector<uint8_t> out(idx.size() * item, 0xEE);
+  std::vector<void*> outs;
+  for (size_t k = 0; k < idx.size(); ++k) outs.push_back(out.data() + k * item);
+  ASSERT_TRUE((*s)->Gather(idx, outs, nullptr).ok());
+  for (size_t k = 0; k < idx.size(); ++k) {
+    ASSERT_EQ(0, std::memcmp(out.data() + k * item, data.data() + idx[k] * item, item))
+        << "position " << k << ", record " << idx[k];
+  }
+  std::fill(out.begin(), out.end(), 0xEE);
+  idx.back() = n;
+  Status st = (*s)->Gather(idx, outs, &ThreadPool::Default());
+  EXPECT_EQ(st.code(), Status::Code::kIndexError) << st.ToString();
+  EXPECT_NE(st.message().find("record index 400 out of range"), std::string::npos) << st.ToString();
+  EXPECT_EQ(std::count(out.begin(), out.end(), 0xEE), static_cast<ptrdiff_t>(out.size()));
+}
+
 TEST(StoreRoundTrip, StreamedRecordsAboveThreshold) {
   // The bounded-memory path of huge records, exercised with a small threshold.
   for (Codec c : {Codec::kRaw, Codec::kZstd, Codec::kZstdDict}) {

@@ -103,6 +103,12 @@ class StoreWriter {
   // Ragged: appends `count` records whose values are concatenated in `data`
   // and whose shapes are `shapes[count * ndim]` (C order per record).
   virtual Status AppendRagged(const void* data, const uint64_t* shapes, uint64_t count) = 0;
+  // Ragged: the same, with record k's values at `records[k]` (buffers
+  // anywhere, each C-contiguous and alive for the call): nothing is gathered
+  // into one buffer first. Neighbouring records that are also neighbours in
+  // memory are written as one; large ones straight from their buffers.
+  virtual Status AppendRaggedRecords(const void* const* records, const uint64_t* shapes,
+                                     uint64_t count) = 0;
   // fsync everything, write metadata, rename into place. After Publish the
   // writer accepts nothing more.
   virtual Status Publish() = 0;
