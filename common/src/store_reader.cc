@@ -35,6 +35,13 @@ constexpr uint64_t kMinGroupCost = uint64_t{32} << 10;
 // a batch of 256 raw 784-byte records (~40 us of copying), and doubled its
 // CPU time. 256 small compressed records (8x cost each) are above it.
 constexpr uint64_t kMinParallelCost = uint64_t{1} << 20;
+// GatherComputed prefetches the first kPrefetchBytes of the record
+// kPrefetchAhead places ahead while it copies the current one, so the cache
+// and TLB misses of scattered records overlap (256 random Fashion-MNIST
+// records, one core: 36 -> 29 us per batch; 2 KiB token blocks 76 -> 62 us;
+// prefetching 4 KiB instead of 1 KiB changed neither).
+constexpr size_t kPrefetchAhead = 4;
+constexpr uint64_t kPrefetchBytes = 1024;
 // How record bytes reach the output (docs/format.md, "How reads work"): raw
 // pieces of at least kPreadBytes are read with pread(2) from the page cache
 // instead of copied out of the mapping. Every page touched through the
@@ -346,11 +353,18 @@ class StoreImpl final : public Store {
     const uint64_t runs = meta_.run_records, item = item_bytes_;
     const uint32_t shards = meta_.data_shards;
     if (item == 0) return Status::OK();
-    for (size_t k = 0; k < indices.size(); ++k) {
-      const uint64_t i = indices[k];
-      const uint8_t* src = data_maps_[format::RunShard(i, runs, shards)].data() +
-                           format::ComputedOffset(i, runs, shards, item);
-      std::memcpy(outs[k], src, item);
+    auto src_of = [&](uint64_t i) {
+      return data_maps_[format::RunShard(i, runs, shards)].data() +
+             format::ComputedOffset(i, runs, shards, item);
+    };
+    const size_t n = indices.size();
+    const uint64_t ahead_bytes = std::min<uint64_t>(item, kPrefetchBytes);
+    for (size_t k = 0; k < n; ++k) {
+      if (k + kPrefetchAhead < n) {
+        const uint8_t* next = src_of(indices[k + kPrefetchAhead]);
+        for (uint64_t b = 0; b < ahead_bytes; b += 64) __builtin_prefetch(next + b);
+      }
+      std::memcpy(outs[k], src_of(indices[k]), item);
     }
     return Status::OK();
   }
