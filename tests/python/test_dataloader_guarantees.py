@@ -214,14 +214,19 @@ def test_concurrent_closers_all_return_after_the_loader_is_closed(
         time.sleep(0.1)
         return batch
 
+    before = set(threading.enumerate())
     loader = DataLoader(stores, batch_size=8, transform=slow, transform_threads=2)
+    # This loader's pool (another test's loader may still be finishing its own).
+    pool = [t for t in threading.enumerate()
+            if t not in before and t.name.startswith("loaderx-transform")]
+    assert len(pool) == 2
     next(loader)
     seen: list[bool] = []
 
     def closer() -> None:
         loader.close()
         # Whichever thread got here, the transform pool is already joined.
-        seen.append(not any(t.name.startswith("loaderx-transform") for t in threading.enumerate()))
+        seen.append(not any(t.is_alive() for t in pool))
 
     threads = [threading.Thread(target=closer) for _ in range(4)]
     for t in threads:
