@@ -221,9 +221,8 @@ def mix(datasets: Mapping[str, tuple[Mapping[str, Any], float]], *, source: str 
         cls = MixedDense if isinstance(first, Dense) else MixedRagged
         mixed = cls(_TOKEN, f"mix({label})/{sname}", store=native)
         paths = [getattr(s[sname], "path", None) for s in stream_sets]
-        mixed._mix_parts = (tuple(os.path.abspath(os.fspath(p)) for p in paths
-                                  if isinstance(p, (str, os.PathLike)))
-                            if all(isinstance(p, (str, os.PathLike)) for p in paths) else None)
+        on_disk = [os.path.abspath(os.fspath(p)) for p in paths if isinstance(p, (str, os.PathLike))]
+        mixed._mix_parts = tuple(on_disk) if len(on_disk) == len(paths) else None
         mixed._mix_counts = tuple(counts)
         out[sname] = mixed
     if source is not None:
