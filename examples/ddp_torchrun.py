@@ -78,13 +78,19 @@ def main() -> int:
                 print(f"step {step + 1}: loss {loss.item():.4f}", flush=True)
     for s in streams.values():
         s.close()
-    total = torch.tensor([mismatches])
-    dist.all_reduce(total)
-    if rank == 0:
-        source = f"loaderxd shard group '{args.group}'" if args.daemon else "embedded"
-        print(f"ddp: world {world}, {args.steps} steps from {source}, batch mismatches {int(total)}")
+    # Each rank reports its own count, and torchrun fails the job if any rank
+    # exits non-zero. No extra collective on a tensor made here: a gloo worker
+    # thread lets go of a collective's tensors after the call returned, and a
+    # tensor Python already dropped then needs the GIL on that thread, which
+    # aborts the process if the interpreter is exiting by then (torch 2.13:
+    # "terminate called without an active exception"; destroy_process_group()
+    # does not join gloo's threads). DDP's own buckets are made in C++ and
+    # need no GIL.
+    source = f"loaderxd shard group '{args.group}'" if args.daemon else "embedded"
+    print(f"ddp rank {rank} of {world}: {args.steps} steps from {source}, batch mismatches {mismatches}",
+          flush=True)
     dist.destroy_process_group()
-    return 1 if int(total) else 0
+    return 1 if mismatches else 0
 
 
 if __name__ == "__main__":

@@ -47,4 +47,5 @@ def test_ddp_torchrun_two_ranks_embedded_or_one_shard_group(daemon, tmp_path, th
         cmd += ["--daemon", daemon.socket]
     out = run(cmd)
     source = "loaderxd shard group 'ddp-fmnist'" if through_daemon else "embedded"
-    assert f"ddp: world 2, 12 steps from {source}, batch mismatches 0" in out, out
+    for rank in (0, 1):
+        assert f"ddp rank {rank} of 2: 12 steps from {source}, batch mismatches 0" in out, out
