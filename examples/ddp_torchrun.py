@@ -87,8 +87,10 @@ def main() -> int:
     # does not join gloo's threads). DDP's own buckets are made in C++ and
     # need no GIL.
     source = f"loaderxd shard group '{args.group}'" if args.daemon else "embedded"
-    print(f"ddp rank {rank} of {world}: {args.steps} steps from {source}, batch mismatches {mismatches}",
-          flush=True)
+    # One write per line, so the two ranks' lines never interleave in a pipe.
+    sys.stdout.write(f"ddp rank {rank} of {world}: {args.steps} steps from {source}, "
+                     f"batch mismatches {mismatches}\n")
+    sys.stdout.flush()
     dist.destroy_process_group()
     return 1 if mismatches else 0
 
