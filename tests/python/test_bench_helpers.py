@@ -95,6 +95,73 @@ def test_batch_bytes_counts_logical_bytes_of_requested_records(tmp_path, monkeyp
     assert bench_store.batch_bytes(d, np.array([0, 3, 3], dtype=np.uint64)) == 3 * 32
 
 
+def test_ragged_records_are_one_list_of_exact_views_built_once(tmp_path, monkeypatch):
+    recs = [np.arange(4, dtype=np.int32).reshape(2, 2), np.zeros((0, 2), np.int32),
+            np.full((3, 2), 9, np.int32)]
+    w = _ragged(tmp_path, monkeypatch, recs)
+    got = w.records()
+    assert isinstance(got, list) and len(got) == 3
+    assert w.records() is got  # kept: a timed write does not build the views again
+    for g, r in zip(got, recs):
+        assert g.shape == r.shape and g.dtype == r.dtype
+        np.testing.assert_array_equal(g, r)
+
+
+class _CountingWriter:
+    """A backend whose every write leaves one file naming how many writes came before."""
+
+    def __init__(self) -> None:
+        self.writes = 0
+
+    def write(self, w, path: Path) -> None:
+        path.mkdir()
+        (path / "data").write_bytes(b"x" * (self.writes + 1))
+        self.writes += 1
+
+
+def _fake_timer(monkeypatch: pytest.MonkeyPatch, durations: list[float]) -> None:
+    """bench_store.Timer reports ``durations`` in turn (write, sync, write, sync, ...)."""
+    import bench_store
+    it = iter(durations)
+
+    class T:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.s = next(it)
+
+    monkeypatch.setattr(bench_store, "Timer", T)
+    monkeypatch.setattr(bench_store.os, "sync", lambda: None)
+
+
+def test_timed_writes_reports_the_median_write_and_keeps_the_last_store(tmp_path, monkeypatch):
+    import argparse
+
+    import bench_store
+    _fake_timer(monkeypatch, [2.0, 0.2, 3.0, 0.5, 0.1, 2.0])
+    be = _CountingWriter()
+    path = tmp_path / "store"
+    write_s, sync_s, durable = bench_store.timed_writes(
+        be, None, path, argparse.Namespace(write_repeats=3, max_write_seconds=100.0))
+    assert be.writes == 3
+    assert durable == pytest.approx([2.2, 3.5, 2.1])
+    assert (write_s, sync_s) == pytest.approx((2.0, 0.2))  # the median by write + sync (not the last)
+    assert (path / "data").read_bytes() == b"xxx"  # the last write's store is kept
+
+
+def test_timed_writes_stops_repeating_after_max_write_seconds(tmp_path, monkeypatch):
+    import argparse
+
+    import bench_store
+    _fake_timer(monkeypatch, [5.0, 0.0, 4.0, 1.0])
+    be = _CountingWriter()
+    write_s, sync_s, durable = bench_store.timed_writes(
+        be, None, tmp_path / "s", argparse.Namespace(write_repeats=5, max_write_seconds=8.0))
+    assert be.writes == 2 and durable == pytest.approx([5.0, 5.0])
+    assert (write_s, sync_s) == pytest.approx((5.0, 0.0))  # even count: the lower middle
+
+
 def test_ragged_pieces_respect_bounds_and_keep_every_token_in_order():
     prepare_tokens = pytest.importorskip("prepare_tokens")
     paras = [list(range(5)), list(range(5, 9)), list(range(9, 1300)), list(range(1300, 1310))]
