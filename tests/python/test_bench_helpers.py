@@ -3,7 +3,8 @@
 They need no prepared data and no bench-only packages: they pin down the
 pieces whose bugs would silently corrupt a published table - the exactness
 check every backend passes before it is timed, the ragged record layout, the
-token record splitter, the doc-section rewriter and the process-tree PSS sum.
+token record splitter, the doc-section rewriter, the repeated timed writes and
+the process-tree PSS sum.
 """
 
 from __future__ import annotations
