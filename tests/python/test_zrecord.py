@@ -195,6 +195,46 @@ def test_float_bool_and_other_indices_raise_type_error(ds: Dense, key: object) -
         ds[key]
 
 
+@pytest.mark.parametrize("codec", ["raw", "zstd"])
+def test_uint64_index_vectors_take_the_same_checks_as_any_index(tmp_path: Path, codec: str) -> None:
+    # A 1-D uint64 ndarray goes straight to the engine (the samplers' form): same
+    # values, order, duplicates, strides, range check and state errors as any index.
+    data = np.arange(10 * 3, dtype=np.int32).reshape(10, 3)
+    d = _dense(tmp_path / "d", data, codec=codec)
+    with Ragged.create(tmp_path / "r", np.int32, 1, codec=codec) as rb:
+        rb.append([np.arange(k, dtype=np.int32) + 100 * k for k in range(10)])
+    r = Ragged.open(tmp_path / "r")
+    idx = np.array([7, 0, 7, 9, 2], dtype=np.uint64)
+    for key in (idx, np.array([9, 1, 9, 4, 3, 0], dtype=np.uint64)[::2]):
+        want = [int(k) for k in key]
+        got = d[key]
+        assert got.dtype == np.int32 and got.shape == (len(want), 3)
+        assert got.tolist() == data[want].tolist()
+        assert d.__getitems__(key).tolist() == data[want].tolist()
+        rs = r[key]
+        assert [x.tolist() for x in rs] == [(np.arange(k) + 100 * k).tolist() for k in want]
+        assert all(x.dtype == np.int32 for x in rs)
+        assert [x.tolist() for x in r.__getitems__(key)] == [x.tolist() for x in rs]
+    assert d[np.empty(0, np.uint64)].shape == (0, 3) and r[np.empty(0, np.uint64)] == []
+    for store in (d, r):
+        with pytest.raises(errors.RecordIndexError, match="10"):
+            store[np.array([3, 10], dtype=np.uint64)]
+        with pytest.raises(errors.RecordIndexError):
+            store.__getitems__(np.array([2**63], dtype=np.uint64))
+        store.close()
+        with pytest.raises(errors.StateError, match="closed"):
+            store[idx]
+        with pytest.raises(errors.StateError, match="closed"):
+            store.__getitems__(idx)
+    b = Dense.create(tmp_path / "b", np.int32, (3,), codec=codec)
+    b.append(data)
+    with pytest.raises(errors.StateError, match="builder cannot be read"):
+        b[idx]
+    with pytest.raises(errors.StateError, match="builder cannot be read"):
+        b.__getitems__(idx)
+    b.close()
+
+
 def test_two_dimensional_index_arrays_are_flattened(ds: Dense) -> None:
     assert ds[np.array([[0, 1], [4, 3]])].tolist() == ds[[0, 1, 4, 3]].tolist()
     with pytest.raises(errors.InvalidArgumentError, match="regular array"):
