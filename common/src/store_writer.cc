@@ -34,8 +34,9 @@ constexpr uint64_t kChunkBytes = uint64_t{64} << 20;
 // R, the records per run.
 constexpr uint64_t kRunMaxRecords = uint64_t{16} << 10;
 constexpr uint64_t kChunkMaxRecords = uint64_t{1} << 20;
-// A scattered raw record at least this large is written from the caller's
-// buffer (its own pwrite); smaller ones are copied together first.
+// Raw records that are neighbours in memory and together at least this large
+// (or one record this large) are written from the caller's buffer (their own
+// span); smaller scattered ones are copied together first.
 constexpr uint64_t kDirectBytes = uint64_t{64} << 10;
 
 class HashState {
@@ -353,35 +354,39 @@ class StoreWriterImpl final : public StoreWriter {
   uint32_t ShardOf(uint64_t k) const { return format::RunShard(k, run_records_, opt_.data_shards); }
 
   // The spans a raw piece of records [first, end) at `ptrs` is written as:
-  // records that are neighbours in memory too go as one span, and so do
-  // large records, straight from the caller's buffers; the small scattered
-  // rest is copied into `buf` (sized once: spans keep pointing into it), on
-  // the pool thread, so a shard still writes few, large pieces.
+  // records that are neighbours in memory (views of one array) form a group,
+  // and a group of at least kDirectBytes (a large record alone, or a run of
+  // small neighbours) goes as one span straight from the caller's buffer; the
+  // small scattered rest is copied into `buf` (sized once: spans keep
+  // pointing into it), on the pool thread, so a shard still writes few, large
+  // pieces. Zero-length records are skipped (their pointer means nothing).
   static void RawSpans(const uint8_t* const* ptrs, const uint64_t* lens, uint64_t first,
                        uint64_t end, uint64_t piece_bytes, Buffer* buf,
                        std::vector<std::pair<const uint8_t*, uint64_t>>* spans) {
     bool last_copied = false;
-    for (uint64_t k = first; k < end; ++k) {
+    uint64_t k = first;
+    while (k < end) {
+      if (lens[k] == 0) {
+        ++k;
+        continue;
+      }
       const uint8_t* src = ptrs[k];
-      const uint64_t len = lens[k];
-      if (len == 0) continue;
-      if (!spans->empty() && !last_copied && spans->back().first + spans->back().second == src) {
-        spans->back().second += len;
-      } else if (len >= kDirectBytes) {
+      uint64_t len = lens[k];
+      for (++k; k < end && (lens[k] == 0 || ptrs[k] == src + len); ++k) len += lens[k];
+      if (len >= kDirectBytes) {
         spans->emplace_back(src, len);
         last_copied = false;
-      } else {
-        if (buf->data == nullptr)
-          buf->data = std::make_unique_for_overwrite<uint8_t[]>(piece_bytes);
-        std::memcpy(buf->data.get() + buf->size, src, len);
-        if (last_copied) {
-          spans->back().second += len;
-        } else {
-          spans->emplace_back(buf->data.get() + buf->size, len);
-        }
-        buf->size += len;
-        last_copied = true;
+        continue;
       }
+      if (buf->data == nullptr) buf->data = std::make_unique_for_overwrite<uint8_t[]>(piece_bytes);
+      std::memcpy(buf->data.get() + buf->size, src, len);
+      if (last_copied) {
+        spans->back().second += len;
+      } else {
+        spans->emplace_back(buf->data.get() + buf->size, len);
+      }
+      buf->size += len;
+      last_copied = true;
     }
   }
 

@@ -310,8 +310,10 @@ TEST(StoreRoundTrip, RaggedRecordsFromScatteredBuffersWriteTheStoreOfOnePackedBu
   uint64_t total = 0;
   for (uint64_t l : lens) total += l;
   std::vector<uint8_t> packed = MakeBytes(total, 3);
-  // Records 0..299 sit back to back in one arena (neighbours in memory);
-  // every other record has a buffer of its own.
+  // Records 0..299 sit back to back in one arena (neighbours in memory; runs
+  // of them reach kDirectBytes and are written from the arena), except that a
+  // zero-length record there points elsewhere (its pointer means nothing and
+  // must not split the group); every other record has a buffer of its own.
   std::vector<std::vector<uint8_t>> own(n);
   std::vector<uint8_t> arena;
   std::vector<const void*> ptrs(n);
@@ -320,7 +322,7 @@ TEST(StoreRoundTrip, RaggedRecordsFromScatteredBuffersWriteTheStoreOfOnePackedBu
   arena.assign(packed.begin(), packed.begin() + static_cast<ptrdiff_t>(offsets[300]));
   for (uint64_t i = 0; i < n; ++i) {
     if (i < 300) {
-      ptrs[i] = arena.data() + offsets[i];
+      ptrs[i] = lens[i] == 0 ? static_cast<const void*>(&rng) : arena.data() + offsets[i];
     } else {
       own[i].assign(packed.begin() + static_cast<ptrdiff_t>(offsets[i]),
                     packed.begin() + static_cast<ptrdiff_t>(offsets[i + 1]));
