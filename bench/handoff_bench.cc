@@ -3,46 +3,40 @@
 // docs/benchmarks.md, section "loaderxd").
 //
 //   loaderx_handoff_bench --socket PATH --store DIR --batch N [--samples N]
-//                         [--pause-ms F] [--warm-us N] [--spin-us N]
+//                         [--pause-ms F] [--warm-us N]
 //   loaderx_handoff_bench --socket PATH --store DIR --batch N --throughput N
-//                         [--work-us N] [--spin-us N]
+//                         [--work-us N]
 //   loaderx_handoff_bench --calibrate [--samples N] [--pause-ms F]
 //
 // Prints one JSON object of raw microsecond samples (the caller computes the
 // percentiles). Clocks: CLOCK_MONOTONIC (the clock of the slot's publish_ns
 // stamp, system-wide) and CLOCK_THREAD_CPUTIME_ID for the call's own CPU.
 //
-// Regimes, each of a batch the daemon's pipeline already has:
-//  * reply:  request/reply; the client sends `next` and blocks in recvmsg
-//            while the daemon publishes. publish -> holding = the moment
-//            Loader::Next() returned a Batch whose views are built, minus the
-//            slot's publish stamp (the reply leg: daemon send, wake-up,
-//            receive, decode, checks, views); round_trip = from the call.
-//  * queued: request_ahead; the `batch` message is already in the socket
-//            (the previous Next() asked for it), cold: the client slept
-//            --pause-ms before the call, as bench_daemon.py's Python draws.
-//  * pushed: as queued, but the timed call sends nothing (the request went
-//            out before the pause via NextFor(0)): the receive side alone.
+// Regimes, each of a batch the daemon's pipeline already has (protocol 1.2:
+// the daemon pushes batches while the client holds fewer than its credit):
+//  * credit: the client holds its whole credit (nothing is pushed), then
+//            frees one batch and takes the next: release -> daemon wake-up
+//            -> push -> receive, decode, checks, views. round_trip = from
+//            the release; publish_to_holding = from the later of the
+//            release and the slot's publish stamp (reply_cpu: the call's CPU).
+//  * queued: the batch was pushed while the client slept --pause-ms (cold,
+//            as bench_daemon.py's Python draws): the receive side alone.
 //  * warm:   as queued, but a busy-wait instead of the sleep (caches and the
-//            core stay ours).
-//  * pushed_warm: as pushed, with the busy-wait: the instruction cost of the
-//            hand-off itself (receive, decode, checks, views; nothing sent).
-// A queued/pushed/warm draw whose batch was published after the call began
-// was not ready (production, not hand-off): it is redrawn, counted in
-// "skipped".
+//            core stay ours): the instruction cost of the hand-off itself.
+// A queued/warm draw whose batch was published after the call began was not
+// ready (production, not hand-off): it is redrawn, counted in "skipped".
 //
-// --throughput N draws N batches back to back with request_ahead, the
-// caller busy for --work-us per batch (a training step on the CPU), and
-// reports batches/s and this thread's CPU per batch: what a spin or the
-// daemon's gather priority cost or give when the consumer competes for the
-// same cores.
+// --throughput N draws N batches back to back, the caller busy for
+// --work-us per batch (a training step on the CPU), and reports batches/s
+// and this thread's CPU per batch: what the daemon's gather priority costs
+// or gives when the consumer competes for the same cores.
 //
 // --calibrate measures the floor under any socket design on this machine,
 // with no loaderx code on the path: a forked process sends a 200-byte
 // SEQPACKET message while this one is blocked in recvmsg (wake), or after
 // this one slept (queued_cold recvmsg), and the warm per-stage costs of the
 // client's Next() (RecvFrame of a queued frame, DecodeMessage of a batch
-// message, CheckSlot, SendFrame of the `next` request).
+// message, CheckSlot, SendFrame of the `release` that returns credit).
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -54,6 +48,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <string>
 #include <thread>
@@ -83,7 +78,6 @@ struct Args {
   int samples = 300;
   double pause_ms = 80;
   double warm_us = 500;
-  int64_t spin_us = 0;
   int throughput = 0;
   double work_us = 0;
   bool calibrate = false;
@@ -176,7 +170,6 @@ void PrintSamples(const char* name, const Samples& s, bool last = false) {
 }
 
 int RunThroughput(const Args& a, loaderx::client::Loader& loader) {
-  loader.set_request_ahead(true);
   for (int i = 0; i < 3; ++i) (void)Check(loader.Next(), "next");
   const uint64_t c0 = ThreadCpuNs(), t0 = MonotonicNowNs();
   for (int i = 0; i < a.throughput; ++i) {
@@ -188,9 +181,8 @@ int RunThroughput(const Args& a, loaderx::client::Loader& loader) {
   loader.Close();
   std::printf(
       "{\"batches\": %d, \"batches_per_s\": %.3f, \"cpu_ms_per_batch\": %.4f,"
-      " \"work_us\": %.1f, \"spin_us\": %" PRId64 "}\n",
-      a.throughput, a.throughput / (Us(t0, t1) / 1e6), Us(c0, c1) / 1e3 / a.throughput, a.work_us,
-      a.spin_us);
+      " \"work_us\": %.1f}\n",
+      a.throughput, a.throughput / (Us(t0, t1) / 1e6), Us(c0, c1) / 1e3 / a.throughput, a.work_us);
   return 0;
 }
 
@@ -204,7 +196,6 @@ int RunLoader(const Args& a) {
   spec.prefetch = 2;
   spec.leases = 4;
   auto loader = Check(client->OpenLoader(spec), "open loader");
-  Check(loader->set_spin_wait(std::chrono::microseconds(a.spin_us)), "--spin-us");
   VerifyAgainstEmbedded(*loader, a.store, a.batch);
   if (a.throughput > 0) return RunThroughput(a, *loader);
 
@@ -220,19 +211,22 @@ int RunLoader(const Args& a) {
   const double pause_ms = std::max(a.pause_ms, 1 + 3 * produce_ms);
 
   Samples p2h, round_trip, reply_cpu;
-  for (int i = 0; i < a.samples; ++i) {
-    SleepMs(pause_ms);
-    const uint64_t c0 = ThreadCpuNs(), t0 = MonotonicNowNs();
-    loaderx::client::Batch b = Check(loader->Next(), "next");
-    loaderx::client::ArrayView v = b.Dense(0);
-    const uint64_t t1 = MonotonicNowNs(), c1 = ThreadCpuNs();
-    const uint64_t stamp = b.publish_ns();
-    if (stamp < t0 || stamp > t1 || v.data == nullptr) {
-      Die("publish stamp outside the request/reply draw");
+  {
+    std::deque<loaderx::client::Batch> held;
+    while (held.size() < spec.leases) held.push_back(Check(loader->Next(), "next"));
+    for (int i = 0; i < a.samples; ++i) {
+      SleepMs(pause_ms);  // the next batch is gathered, not pushed: no credit
+      const uint64_t c0 = ThreadCpuNs(), t0 = MonotonicNowNs();
+      held.pop_front();  // its release returns one credit
+      loaderx::client::Batch b = Check(loader->Next(), "next");
+      loaderx::client::ArrayView v = b.Dense(0);
+      const uint64_t t1 = MonotonicNowNs(), c1 = ThreadCpuNs();
+      if (v.data == nullptr) Die("batch without values");
+      p2h.push_back(Us(std::max(b.publish_ns(), t0), t1));
+      round_trip.push_back(Us(t0, t1));
+      reply_cpu.push_back(Us(c0, c1));
+      held.push_back(std::move(b));
     }
-    p2h.push_back(Us(stamp, t1));
-    round_trip.push_back(Us(t0, t1));
-    reply_cpu.push_back(Us(c0, c1));
   }
 
   int skipped = 0;
@@ -248,9 +242,7 @@ int RunLoader(const Args& a) {
       }
     }
   };
-  Samples queued, queued_cpu, warm, warm_cpu, pushed, pushed_cpu, pushed_warm, pushed_warm_cpu;
-  loader->set_request_ahead(true);
-  (void)Check(loader->Next(), "next");  // its return requests the first batch ahead
+  Samples queued, queued_cpu, warm, warm_cpu;
   draw_until(
       &queued, &queued_cpu, [&] { SleepMs(pause_ms); }, [] {});
   // A busy client slows production on a small machine: a busy-wait that
@@ -259,47 +251,19 @@ int RunLoader(const Args& a) {
   draw_until(
       &warm, &warm_cpu, [&] { BusyWaitUs(warm_us); },
       [&] { warm_us = std::min(2 * warm_us, 1e3 * pause_ms); });
-  // Pushed, simulated: NextFor(0) sends `next` and returns at once with the
-  // reply owed, so the timed Next() after the pause only receives.
-  loader->set_request_ahead(false);
-  (void)Check(loader->Next(), "next");  // collects the batch requested ahead
-  auto send_early = [&] {
-    for (;;) {
-      auto early = Check(loader->NextFor(std::chrono::milliseconds(0)), "next_for");
-      if (!early.has_value()) return;  // owed: the pushed draw follows
-    }
-  };
-  draw_until(
-      &pushed, &pushed_cpu,
-      [&] {
-        send_early();
-        SleepMs(pause_ms);
-      },
-      [] {});
-  draw_until(
-      &pushed_warm, &pushed_warm_cpu,
-      [&] {
-        send_early();
-        BusyWaitUs(warm_us);
-      },
-      [&] { warm_us = std::min(2 * warm_us, 1e3 * pause_ms); });
   loader->Close();
 
   std::printf("{\"nbytes\": %" PRIu64
               ", \"pause_ms\": %.3f, \"warm_us\": %.1f,"
-              " \"spin_us\": %" PRId64 ", \"skipped\": %d,\n",
-              nbytes, pause_ms, warm_us, a.spin_us, skipped);
+              " \"skipped\": %d,\n",
+              nbytes, pause_ms, warm_us, skipped);
   PrintSamples("publish_to_holding", p2h);
   PrintSamples("round_trip", round_trip);
   PrintSamples("reply_cpu", reply_cpu);
   PrintSamples("queued", queued);
   PrintSamples("queued_cpu", queued_cpu);
   PrintSamples("warm", warm);
-  PrintSamples("warm_cpu", warm_cpu);
-  PrintSamples("pushed", pushed);
-  PrintSamples("pushed_cpu", pushed_cpu);
-  PrintSamples("pushed_warm", pushed_warm);
-  PrintSamples("pushed_warm_cpu", pushed_warm_cpu, true);
+  PrintSamples("warm_cpu", warm_cpu, true);
   std::printf("}\n");
   return 0;
 }
@@ -372,7 +336,7 @@ int RunCalibrate(const Args& a) {
   bm.total_bytes = 38535168;
   bm.streams.push_back({0, 0, 38535168, 0, 0});
   const std::vector<uint8_t> frame = loaderx::EncodeMessage(bm);
-  const std::vector<uint8_t> next = loaderx::EncodeMessage(loaderx::NextMsg{});
+  const std::vector<uint8_t> release = loaderx::EncodeMessage(loaderx::ReleaseMsg{3, 987654});
   int sv[2];
   if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) Die("socketpair");
   Check(loaderx::SendFrame(sv[1], frame), "send");
@@ -381,7 +345,7 @@ int RunCalibrate(const Args& a) {
       [&] { Check(loaderx::SendFrame(sv[1], frame), "send"); });
   (void)Check(loaderx::RecvFrame(sv[0]), "recv");
   Samples send = Stage(
-      kStageRuns, [&] { Check(loaderx::SendFrame(sv[1], next), "send"); },
+      kStageRuns, [&] { Check(loaderx::SendFrame(sv[1], release), "send"); },
       [&] { (void)Check(loaderx::RecvFrame(sv[0]), "recv"); });
   ::close(sv[0]);
   ::close(sv[1]);
@@ -436,8 +400,6 @@ int main(int argc, char** argv) {
       a.pause_ms = std::atof(v);
     } else if (k == "--warm-us") {
       a.warm_us = std::atof(v);
-    } else if (k == "--spin-us") {
-      a.spin_us = std::atoll(v);
     } else if (k == "--throughput") {
       a.throughput = std::atoi(v);
     } else if (k == "--work-us") {
@@ -450,7 +412,7 @@ int main(int argc, char** argv) {
   if (a.calibrate) return RunCalibrate(a);
   if (a.socket.empty() || a.store.empty() || a.batch == 0) {
     Die("usage: --socket PATH --store DIR --batch N [--samples N] [--pause-ms F] [--warm-us N]"
-        " [--spin-us N] [--throughput N [--work-us N]] | --calibrate");
+        " [--throughput N [--work-us N]] | --calibrate");
   }
   return RunLoader(a);
 }

@@ -116,33 +116,12 @@ Loader::~Loader() { Close(); }
 
 void Loader::Close() {
   if (!conn_) return;
-  // A batch a Seek collected ends its lease first, so that CloseLoader sees
-  // only the batches the caller still views.
-  std::optional<Collected> dropped = TakeCollected();
-  dropped.reset();
-  conn_->CloseLoader();
-}
-
-std::optional<Loader::Collected> Loader::TakeCollected() {
-  std::lock_guard<std::mutex> lock(collected_mu_);
-  return std::exchange(collected_, std::nullopt);
+  conn_->CloseLoader();  // releases the pushed batches not taken first
 }
 
 uint32_t Loader::leases_held() const { return conn_->leases_held.load(std::memory_order_seq_cst); }
 
 uint64_t Loader::step() const { return step_.load(std::memory_order_relaxed); }
-
-Status Loader::set_spin_wait(std::chrono::microseconds spin) {
-  if (spin.count() < 0 || spin > kMaxSpinWait) {
-    return Status::InvalidArgument("spin wait must be in 0.." +
-                                   std::to_string(kMaxSpinWait.count()) + " us, got " +
-                                   std::to_string(spin.count()));
-  }
-  conn_->set_spin_wait(spin);
-  return Status::OK();
-}
-
-std::chrono::microseconds Loader::spin_wait() const { return conn_->spin_wait(); }
 
 Result<Batch> Loader::Next(const WaitHook& hook) {
   Result<std::optional<Batch>> r = NextImpl(std::nullopt, hook);
@@ -157,63 +136,50 @@ Result<std::optional<Batch>> Loader::NextFor(std::chrono::milliseconds timeout,
 }
 
 Result<std::optional<Batch>> Loader::NextImpl(
-    std::optional<std::chrono::steady_clock::time_point> deadline, const WaitHook& hook,
-    bool ask_ahead) {
+    std::optional<std::chrono::steady_clock::time_point> deadline, const WaitHook& hook) {
   LX_RETURN_IF_ERROR(conn_->CheckProcess());
   if (conn_->closed()) return Status::Cancelled("loader closed");
-  LX_RETURN_IF_ERROR(SettleSeek(hook));
-  // Collected by a refused Seek: it is this step's reply (already counted
-  // by the lease cap, so it is returned before that check).
-  if (std::optional<Collected> c = TakeCollected()) {
-    step_.store(c->step_after, std::memory_order_relaxed);
-    if (!c->status.ok()) return c->status;
-    if (ask_ahead && request_ahead_ && leases_held() < lease_cap_) {
-      (void)conn_->SendAhead(NextMsg{});
+  // An interrupted seek first: until its answer is in, nobody knows whether
+  // the batches queued meanwhile are still wanted.
+  if (conn_->seek_in_flight()) {
+    LX_ASSIGN_OR_RETURN(bool settled, SettleSeek(hook, deadline));
+    if (!settled) return std::optional<Batch>();  // our deadline: the seek stays in flight
+  }
+  std::optional<Pushed> item;
+  while (!(item = conn_->TakeReady())) {
+    // Nothing queued: the daemon pushes only while this process holds fewer
+    // than its credit, so at the cap nothing can come.
+    const uint32_t held = leases_held();
+    if (held >= lease_cap_) {
+      return Status::ResourceExhausted(
+          "holding " + std::to_string(held) + " daemon batches (lease cap " +
+          std::to_string(lease_cap_) +
+          "): drop references to earlier batches (and arrays viewing them) before drawing more");
     }
-    return std::move(c->batch);
+    LX_ASSIGN_OR_RETURN(bool read, conn_->Pump(hook, deadline));
+    // Closed meanwhile (another thread): CloseLoader may not have seen a
+    // lease filed just now, so the queue is dropped here (the socket may be
+    // hanging up and the slot must not be used).
+    if (conn_->closed()) {
+      conn_->CloseLoader();
+      return Status::Cancelled("loader closed");
+    }
+    if (!read) return std::optional<Batch>();  // deadline; whatever comes stays queued
   }
-  const uint32_t held = leases_held();
-  if (held >= lease_cap_) {
-    return Status::ResourceExhausted(
-        "holding " + std::to_string(held) + " daemon batches (lease cap " +
-        std::to_string(lease_cap_) +
-        "): drop references to earlier batches (and arrays viewing them) before drawing more");
-  }
-  bool timed_out = false;
-  Result<Reply> got = conn_->Call(NextMsg{}, {}, hook, /*reuse_owed=*/true, deadline, &timed_out);
-  if (timed_out) return std::optional<Batch>();
-  if (!got.ok()) return got.status();
-  Reply& r = got.value();
-  if (auto* err = std::get_if<ErrorMsg>(&r.msg)) {
-    step_.store(err->step, std::memory_order_relaxed);
-    return err->ToStatus();
-  }
-  auto* m = std::get_if<BatchMsg>(&r.msg);
-  if (m == nullptr)
-    return Status::Protocol(std::string("expected batch, got ") + MessageName(r.msg));
-  // Own the slot first, so every error path below still releases it.
-  auto lease = std::make_shared<Lease>(conn_, m->slot, m->seq, conn_->ring_base() + m->offset);
-  // Closed meanwhile (another thread): CloseLoader may not have seen this
-  // lease, so the socket may be hanging up and the slot must not be used.
-  if (conn_->closed()) return Status::Cancelled("loader closed");
+  step_.store(item->step_after, std::memory_order_relaxed);
+  if (!item->error.ok()) return item->error;  // the step's gather failed (still advanced)
+  BatchMsg& m = *item->batch;
   uint64_t publish_ns = 0;
-  LX_RETURN_IF_ERROR(CheckSlot(conn_->ring_base(), conn_->geometry(), m->slot, m->seq, m->step,
-                               m->offset, m->total_bytes, &publish_ns));
-  LX_RETURN_IF_ERROR(ValidateBatch(*m, *streams_, conn_->ring_base() + m->offset));
+  LX_RETURN_IF_ERROR(CheckSlot(conn_->ring_base(), conn_->geometry(), m.slot, m.seq, m.step,
+                               m.offset, m.total_bytes, &publish_ns));
+  LX_RETURN_IF_ERROR(ValidateBatch(m, *streams_, conn_->ring_base() + m.offset));
   Batch b;
-  b.step_ = m->step;
-  b.batch_size_ = m->batch_size;
+  b.step_ = m.step;
+  b.batch_size_ = m.batch_size;
   b.publish_ns_ = publish_ns;
-  b.layout_ = std::move(m->streams);
+  b.layout_ = std::move(m.streams);
   b.streams_ = streams_;
-  b.lease_ = std::move(lease);
-  step_.store(m->step + 1, std::memory_order_relaxed);
-  // Ask for the next step now (see set_request_ahead) if the daemon will
-  // grant it: it counts this caller's leases, including the one above. A
-  // failed send is not this batch's error; the next call meets it again.
-  if (ask_ahead && request_ahead_ && leases_held() < lease_cap_) {
-    (void)conn_->SendAhead(NextMsg{});
-  }
+  b.lease_ = std::move(item->lease);
   return std::optional<Batch>(std::move(b));
 }
 
@@ -265,111 +231,50 @@ Result<std::optional<BatchView>> Loader::NextUntil(Clock::time_point deadline) {
 }
 
 Result<bool> Loader::SeekUntil(uint64_t step, Clock::time_point deadline) {
-  // The wait ends at the deadline; the request (if sent) stays in flight and
-  // the next call settles it instead of sending it again.
-  bool expired = false;
-  const WaitHook until = [deadline, &expired]() -> Status {
-    if (Clock::now() < deadline) return Status::OK();
-    expired = true;
-    return Status::Cancelled("seek deadline");
-  };
-  if (seek_in_flight_ && *seek_in_flight_ == step) {
-    bool accepted = false;
-    Status st = SettleSeek(until, &accepted);
-    if (seek_in_flight_ || (expired && !st.ok())) {
-      if (conn_->closed()) return Status::Cancelled("loader closed");
-      return false;  // still waiting for the daemon's answer
+  LX_RETURN_IF_ERROR(conn_->CheckProcess());
+  if (conn_->closed()) return Status::Cancelled("loader closed");
+  if (const std::optional<uint64_t> in_flight = conn_->seek_in_flight()) {
+    // The same step: this call's request is already out. Another: that
+    // seek is answered first (its outcome only tells where we stand).
+    Status outcome;
+    LX_ASSIGN_OR_RETURN(bool settled, SettleSeek(nullptr, deadline, &outcome));
+    if (!settled) return false;
+    if (*in_flight == step) {
+      LX_RETURN_IF_ERROR(outcome);  // refused: the caller gets the refusal
+      return true;
     }
-    LX_RETURN_IF_ERROR(st);
-    if (accepted) return true;
-    // Refused: nothing moved. Ask again, so the caller gets the refusal.
   }
-  Status st = Seek(step, until);
-  if (st.ok()) return true;
-  // Our deadline, not an error: whatever was sent is settled by the next call.
-  if (expired && !conn_->closed()) return false;
-  return st;
+  LX_RETURN_IF_ERROR(conn_->StartSeek(step));
+  Status outcome;
+  LX_ASSIGN_OR_RETURN(bool settled, SettleSeek(nullptr, deadline, &outcome));
+  if (!settled) return false;  // called again with `step`, it waits, not resends
+  LX_RETURN_IF_ERROR(outcome);
+  return true;
 }
 
-Status Loader::SettleSeek(const WaitHook& hook, bool* accepted) {
-  if (accepted) *accepted = false;
-  if (!seek_in_flight_) return Status::OK();
-  const uint64_t target = *seek_in_flight_;
-  if (!conn_->Owes(SeekMsg{})) {  // collected elsewhere: outcome unknown
-    seek_in_flight_.reset();
-    return Status::OK();
-  }
-  // Same kind with reuse_owed: waits for the owed reply, sends nothing.
-  Result<Reply> got = conn_->Call(SeekMsg{target}, {}, hook, /*reuse_owed=*/true);
-  if (!got.ok()) {
-    if (!conn_->Owes(SeekMsg{})) seek_in_flight_.reset();
-    return got.status();  // interrupted again: still in flight
-  }
-  seek_in_flight_.reset();
-  if (std::holds_alternative<OkMsg>(got->msg)) {
-    TakeCollected().reset();  // the seek happened: a batch kept for a refusal is stale
-    step_.store(target, std::memory_order_relaxed);
-    if (accepted) *accepted = true;
-  }
-  // Refused (an error reply): nothing moved, as for a refused Seek().
-  return Status::OK();
+Result<bool> Loader::SettleSeek(const WaitHook& hook,
+                                std::optional<std::chrono::steady_clock::time_point> deadline,
+                                Status* outcome) {
+  const std::optional<uint64_t> target = conn_->seek_in_flight();
+  if (!target) return true;
+  LX_ASSIGN_OR_RETURN(std::optional<Status> answer, conn_->AwaitSeek(hook, deadline));
+  if (!answer) return false;
+  if (answer->ok()) step_.store(*target, std::memory_order_relaxed);
+  if (outcome) *outcome = std::move(*answer);
+  return true;
 }
 
 Status Loader::Seek(uint64_t step, const WaitHook& hook) {
   LX_RETURN_IF_ERROR(conn_->CheckProcess());
   if (conn_->closed()) return Status::Cancelled("loader closed");
-  LX_RETURN_IF_ERROR(SettleSeek(hook));
-  // A `next` already sent is answered before the seek, and the daemon's
-  // cursor has moved past its step. Dropping that batch and then having the
-  // seek refused (IndexError in a group) would silently skip the step, so
-  // collect it first and keep it until the seek is accepted.
-  bool have_collected;
-  {
-    std::lock_guard<std::mutex> lock(collected_mu_);
-    have_collected = collected_.has_value();
-  }
-  if (!have_collected && conn_->Owes(NextMsg{})) {
-    const uint64_t before = this->step();
-    Result<std::optional<Batch>> early = NextImpl(std::nullopt, hook, /*ask_ahead=*/false);
-    if (conn_->Owes(NextMsg{}) || conn_->closed()) {
-      return early.ok() ? Status::Cancelled("loader closed") : early.status();  // nothing moved
-    }
-    if (!early.ok() && (early.status().code() == Status::Code::kDaemon ||
-                        early.status().code() == Status::Code::kProtocol)) {
-      return early.status();  // the session is over anyway
-    }
-    Collected c;
-    c.step_after = this->step();
-    if (early.ok()) {
-      c.batch = std::move(*early);
-    } else {
-      c.status = early.status();  // the step's error, e.g. its gather failed
-    }
-    step_.store(before, std::memory_order_relaxed);
-    {
-      std::lock_guard<std::mutex> lock(collected_mu_);
-      collected_ = std::move(c);
-    }
-    // Closed meanwhile (another thread), maybe before the batch was kept:
-    // drop it here, so the session can end.
-    if (conn_->closed()) {
-      TakeCollected().reset();
-      return Status::Cancelled("loader closed");
-    }
-  }
-  Result<Reply> got = conn_->Call(SeekMsg{step}, {}, hook, /*reuse_owed=*/false);
-  if (!got.ok()) {
-    // Interrupted (Ctrl-C) after the seek went out: the daemon performs it
-    // anyway, so the next call must learn its outcome before anything else.
-    if (conn_->Owes(SeekMsg{})) seek_in_flight_ = step;
-    return got.status();
-  }
-  Reply& r = got.value();
-  if (auto* err = std::get_if<ErrorMsg>(&r.msg)) return err->ToStatus();
-  if (!std::holds_alternative<OkMsg>(r.msg)) return Status::Protocol("expected ok after seek");
-  TakeCollected().reset();  // accepted: that batch is not wanted any more (released)
-  step_.store(step, std::memory_order_relaxed);
-  return Status::OK();
+  // An interrupted seek first. Then this one; interrupted (Ctrl-C) after it
+  // went out, the daemon performs it anyway and the next call learns its
+  // outcome before anything else.
+  LX_RETURN_IF_ERROR(SettleSeek(hook, std::nullopt).status());
+  LX_RETURN_IF_ERROR(conn_->StartSeek(step));
+  Status outcome;
+  LX_RETURN_IF_ERROR(SettleSeek(hook, std::nullopt, &outcome).status());
+  return outcome;  // refused: nothing moved
 }
 
 }  // namespace client
@@ -395,7 +300,7 @@ Result<std::vector<std::pair<std::string, uint64_t>>> Client::Stats(const client
   if (conn_ == nullptr) {
     LX_ASSIGN_OR_RETURN(conn_, Connection::Open(path_));
   }
-  LX_ASSIGN_OR_RETURN(client::Reply r, conn_->Call(StatsMsg{}, {}, hook, false));
+  LX_ASSIGN_OR_RETURN(client::Reply r, conn_->Call(StatsMsg{}, {}, hook));
   if (auto* err = std::get_if<ErrorMsg>(&r.msg)) return err->ToStatus();
   auto* s = std::get_if<StatsReplyMsg>(&r.msg);
   if (s == nullptr) return Status::Protocol("expected stats_reply");
@@ -516,18 +421,8 @@ Result<std::unique_ptr<client::Loader>> Client::OpenLoader(const client::LoaderS
   if (conn == nullptr) {
     LX_ASSIGN_OR_RETURN(conn, Connection::Open(path_));
   }
-  if (!spec.group.empty() && conn->hello().minor < 1) {
-    return Status::Protocol(
-        "loaderxd at " + path_ + " speaks protocol " + std::to_string(conn->hello().major) + "." +
-        std::to_string(conn->hello().minor) + "; groups need 1.1 (upgrade the daemon)");
-  }
-  if (!open.mix_counts.empty() && conn->hello().minor < 2) {
-    return Status::Protocol(
-        "loaderxd at " + path_ + " speaks protocol " + std::to_string(conn->hello().major) + "." +
-        std::to_string(conn->hello().minor) + "; mixtures need 1.2 (upgrade the daemon)");
-  }
   conn->set_liveness_timeout(spec.liveness_timeout);
-  LX_ASSIGN_OR_RETURN(client::Reply r, conn->Call(open, fds, nullptr, false));
+  LX_ASSIGN_OR_RETURN(client::Reply r, conn->Call(open, fds, nullptr));
   if (auto* err = std::get_if<ErrorMsg>(&r.msg)) return err->ToStatus();
   auto* opened = std::get_if<OpenedMsg>(&r.msg);
   if (opened == nullptr || r.fds.size() != 1) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <deque>
 
 #include "loaderx/memfd.h"
 #include "loaderx/unix_socket.h"
@@ -78,20 +79,33 @@ Connection::~Connection() {
 Result<std::shared_ptr<Connection>> Connection::Open(const std::string& path) {
   LX_ASSIGN_OR_RETURN(UniqueFd fd, ConnectSeqpacket(path));
   std::shared_ptr<Connection> c(new Connection(std::move(fd), path));
+  // The handshake has no id: hello's shape is what every version must be
+  // able to read, so that a mismatch can be refused with both versions.
   HelloMsg hello;
   hello.client_version = LOADERX_CLIENT_VERSION;
-  Result<Reply> r = c->Call(hello, {}, nullptr, false);
-  if (!r.ok()) return r.status().WithContext(path);
-  if (auto* err = std::get_if<ErrorMsg>(&r->msg)) {
+  Status sent = c->SendMessage(hello, {});
+  if (!sent.ok()) return sent.WithContext(path);
+  Result<Frame> f = Status::OK();
+  const auto until = std::chrono::steady_clock::now() + kDeadPeerDetection * 10;
+  do {
+    f = c->Receive(kPollInterval);
+    if (!f.ok()) return f.status().WithContext(path);
+  } while (f->would_block && std::chrono::steady_clock::now() < until);
+  if (f->would_block) return Status::Daemon(path + ": loaderxd did not answer hello");
+  if (f->eof) return Status::Daemon(path + ": loaderxd closed the connection at hello");
+  LX_ASSIGN_OR_RETURN(Message m, DecodeMessage(f->bytes));
+  if (auto* err = std::get_if<ErrorMsg>(&m)) {
     // A version or cap refusal: keep the daemon's code and words.
     return err->ToStatus().WithContext(path + ": loaderxd refused the connection");
   }
-  auto* ok = std::get_if<HelloOkMsg>(&r->msg);
-  if (ok == nullptr) return Status::Protocol(path + ": expected hello_ok");
-  if (ok->major != kProtocolMajor) {
+  auto* ok = std::get_if<HelloOkMsg>(&m);
+  if (ok == nullptr || !f->fds.empty()) return Status::Protocol(path + ": expected hello_ok");
+  if (ok->major != kProtocolMajor || ok->minor < kMinProtocolMinor) {
     return Status::Protocol(path + ": loaderxd speaks protocol " + std::to_string(ok->major) + "." +
                             std::to_string(ok->minor) + ", this client " +
-                            std::to_string(kProtocolMajor) + "." + std::to_string(kProtocolMinor));
+                            std::to_string(kProtocolMajor) + "." + std::to_string(kProtocolMinor) +
+                            " (it needs at least " + std::to_string(kProtocolMajor) + "." +
+                            std::to_string(kMinProtocolMinor) + ": upgrade loaderxd)");
   }
   c->hello_ = *ok;
   return c;
@@ -115,121 +129,17 @@ Status Connection::SendMessage(const Message& m, std::span<const int> fds) {
   return st;
 }
 
-Result<Reply> Connection::AwaitReply(const WaitHook& hook,
-                                     std::optional<std::chrono::steady_clock::time_point> deadline,
-                                     bool* owed, bool* timed_out) {
-  using Clock = std::chrono::steady_clock;
-  *owed = false;
-  if (timed_out) *timed_out = false;
-  const std::chrono::microseconds spin = spin_wait();
-  const Clock::time_point spin_end =
-      spin.count() > 0 ? Clock::now() + spin : Clock::time_point::min();
-  while (true) {
-    if (closed()) return Status::Cancelled("loader closed");
-    const Clock::time_point now = Clock::now();
-    // Spinning: non-blocking receives (no hook: a spin is far shorter than
-    // kPollInterval), never past the caller's deadline.
-    const bool spinning = now < spin_end && (!deadline || now < *deadline);
-    auto wait = spinning ? std::chrono::milliseconds(0) : kPollInterval;
-    if (deadline && !spinning) {
-      auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - now);
-      wait = std::clamp(left, std::chrono::milliseconds(0), kPollInterval);
-    }
-    LX_ASSIGN_OR_RETURN(Frame f, Receive(wait));
-    if (f.would_block) {
-      if (spinning) continue;
-      const auto liveness = liveness_timeout();
-      if (hello_.heartbeat_ms != 0 && Clock::now() - last_heard_ > liveness) {
-        *owed = true;  // if the daemon resumes, the next call collects the reply
-        return Status::Daemon(path_ + ": loaderxd sent nothing (no reply, no heartbeat) for " +
-                              std::to_string(liveness.count()) +
-                              " ms (stopped, hung or swapped out?); liveness timeout " +
-                              std::to_string(liveness.count()) + " ms");
-      }
-      if (hook) {
-        Status st = hook();
-        if (!st.ok()) {
-          *owed = true;
-          return st;
-        }
-      }
-      if (deadline && Clock::now() >= *deadline) {
-        *owed = true;
-        if (timed_out) *timed_out = true;
-        return Status::Cancelled("timed out waiting for loaderxd");
-      }
-      continue;
-    }
-    if (f.eof) {
-      if (shut_down()) return Status::Cancelled("loader closed");
-      return Status::Daemon(path_ + ": loaderxd closed the connection (stopped or crashed)");
-    }
-    last_heard_ = Clock::now();
-    LX_ASSIGN_OR_RETURN(Message m, DecodeMessage(f.bytes));
-    if (std::holds_alternative<HeartbeatMsg>(m)) continue;  // alive; the reply is still due
-    if (!f.fds.empty() && !std::holds_alternative<OpenedMsg>(m)) {
-      return Status::Protocol(std::string("'") + MessageName(m) + "' reply carried fds");
-    }
-    return Reply{std::move(m), std::move(f.fds)};
-  }
-}
-
-Result<Reply> Connection::Call(const Message& req, std::span<const int> fds, const WaitHook& hook,
-                               bool reuse_owed,
-                               std::optional<std::chrono::steady_clock::time_point> deadline,
-                               bool* timed_out) {
+Status Connection::SendRequest(const Message& m, std::span<const int> fds) {
   LX_RETURN_IF_ERROR(CheckProcess());
-  std::lock_guard<std::mutex> lock(call_mu_);
-  if (timed_out) *timed_out = false;
   if (closed()) return Status::Cancelled("loader closed");
-  if (owed_) {
-    bool owed = false;
-    if (reuse_owed && owed_index_ == req.index()) {
-      Result<Reply> r = AwaitReply(hook, deadline, &owed, timed_out);
-      owed_ = owed;
-      return r;
-    }
-    // Collect and drop the owed reply; an owed batch goes straight back.
-    Result<Reply> stale = AwaitReply(hook, deadline, &owed, timed_out);
-    if (!stale.ok()) {
-      owed_ = owed;
-      return stale.status();
-    }
-    owed_ = false;
-    if (auto* b = std::get_if<BatchMsg>(&stale->msg)) Release(b->slot, b->seq);
-  }
-  LX_RETURN_IF_ERROR(FlushReleases());  // releases must precede the request
-  LX_RETURN_IF_ERROR(SendMessage(req, fds));
-  last_heard_ = std::chrono::steady_clock::now();  // the liveness clock starts now
-  owed_index_ = req.index();
-  bool owed = false;
-  Result<Reply> r = AwaitReply(hook, deadline, &owed, timed_out);
-  // Only an early end (hook abort, deadline) leaves the reply owed.
-  owed_ = owed;
-  return r;
-}
-
-bool Connection::Owes(const Message& req) {
-  std::lock_guard<std::mutex> lock(call_mu_);
-  return owed_ && owed_index_ == req.index();
-}
-
-Status Connection::SendAhead(const Message& req) {
-  LX_RETURN_IF_ERROR(CheckProcess());
-  std::lock_guard<std::mutex> lock(call_mu_);
-  if (owed_ || closed()) return Status::OK();
-  LX_RETURN_IF_ERROR(FlushReleases());  // releases must precede the request
-  LX_RETURN_IF_ERROR(SendMessage(req, {}));
-  last_heard_ = std::chrono::steady_clock::now();
-  owed_ = true;
-  owed_index_ = req.index();
-  return Status::OK();
+  LX_RETURN_IF_ERROR(FlushReleases());  // releases precede the request
+  return SendMessage(m, fds);
 }
 
 Result<Frame> Connection::Receive(std::chrono::milliseconds wait) {
   if (wait.count() <= 0) return RecvFrame(fd_.get(), kMaxFrameBytes, 1, /*nonblocking=*/true);
   // A blocking receive bounded by SO_RCVTIMEO (EAGAIN when it expires, which
-  // RecvFrame reports as would_block): one syscall whether or not the reply
+  // RecvFrame reports as would_block): one syscall whether or not a frame
   // is already queued. Set only when the bound changes (rarely: waits are
   // sliced at kPollInterval).
   if (recv_timeout_ms_ != wait.count()) {
@@ -241,6 +151,197 @@ Result<Frame> Connection::Receive(std::chrono::milliseconds wait) {
     recv_timeout_ms_ = wait.count();
   }
   return RecvFrame(fd_.get(), kMaxFrameBytes, 1);
+}
+
+Result<bool> Connection::Pump(const WaitHook& hook,
+                              std::optional<std::chrono::steady_clock::time_point> deadline) {
+  using Clock = std::chrono::steady_clock;
+  LX_RETURN_IF_ERROR(CheckProcess());
+  Clock::time_point last_heard = Clock::now();  // the liveness clock of this wait
+  while (true) {
+    if (closed()) return Status::Cancelled("loader closed");
+    auto wait = kPollInterval;
+    if (deadline) {
+      auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - Clock::now());
+      wait = std::clamp(left, std::chrono::milliseconds(0), kPollInterval);
+    }
+    LX_ASSIGN_OR_RETURN(Frame f, Receive(wait));
+    if (f.would_block) {
+      const auto liveness = liveness_timeout();
+      if (hello_.heartbeat_ms != 0 && Clock::now() - last_heard > liveness) {
+        return Status::Daemon(path_ +
+                              ": loaderxd sent nothing (no batch, reply or heartbeat) for " +
+                              std::to_string(liveness.count()) +
+                              " ms (stopped, hung or swapped out?); liveness timeout " +
+                              std::to_string(liveness.count()) + " ms");
+      }
+      if (hook) LX_RETURN_IF_ERROR(hook());
+      if (deadline && Clock::now() >= *deadline) return false;
+      continue;
+    }
+    if (f.eof) {
+      if (shut_down()) return Status::Cancelled("loader closed");
+      return Status::Daemon(path_ + ": loaderxd closed the connection (stopped or crashed)");
+    }
+    last_heard = Clock::now();
+    LX_ASSIGN_OR_RETURN(Message m, DecodeMessage(f.bytes));
+    if (std::holds_alternative<HeartbeatMsg>(m)) continue;  // alive; read on
+    LX_RETURN_IF_ERROR(File(std::move(m), std::move(f.fds)));
+    return true;
+  }
+}
+
+Status Connection::File(Message m, std::vector<UniqueFd> fds) {
+  if (!fds.empty() && !std::holds_alternative<OpenedMsg>(m)) {
+    return Status::Protocol(std::string("'") + MessageName(m) + "' from loaderxd carried fds");
+  }
+  // Pushed: a batch, or a step's error (an error with a generation).
+  std::optional<Pushed> item;
+  if (auto* b = std::get_if<BatchMsg>(&m)) {
+    if (ring_base() == nullptr) return Status::Protocol("a batch arrived before the loader opened");
+    if (b->slot >= geometry_.slot_count || b->offset > geometry_.total_bytes) {
+      return Status::Protocol("batch from loaderxd names slot " + std::to_string(b->slot) +
+                              " at offset " + std::to_string(b->offset) + " of a ring of " +
+                              std::to_string(geometry_.slot_count) + " slots");
+    }
+    item.emplace();
+    item->gen = b->gen;
+    item->step_after = b->step + 1;
+    // Owned from now on: dropped anywhere below, the slot goes back.
+    item->lease =
+        std::make_shared<Lease>(shared_from_this(), b->slot, b->seq, ring_base() + b->offset);
+    item->batch = std::move(*b);
+  } else if (auto* e = std::get_if<ErrorMsg>(&m); e != nullptr && e->gen) {
+    item.emplace();
+    item->gen = *e->gen;
+    item->error = e->ToStatus();
+    item->step_after = e->step;
+  }
+  if (item) {
+    // A seek's new generation starts after its `ok`, which was filed first.
+    if (item->gen > gen_) {
+      return Status::Protocol("pushed item of generation " + std::to_string(item->gen) +
+                              ", the loader is at " + std::to_string(gen_));
+    }
+    if (item->gen < gen_) return Status::OK();  // before an accepted seek: released unread
+    std::lock_guard<std::mutex> lock(ready_mu_);
+    ready_.push_back(std::move(*item));
+    return Status::OK();
+  }
+  // A reply: matched by id.
+  uint64_t id = 0;
+  if (auto* o = std::get_if<OpenedMsg>(&m))
+    id = o->id;
+  else if (auto* k = std::get_if<OkMsg>(&m))
+    id = k->id;
+  else if (auto* r = std::get_if<StatsReplyMsg>(&m))
+    id = r->id;
+  else if (auto* e = std::get_if<ErrorMsg>(&m))
+    id = e->id.value_or(0);
+  else
+    return Status::Protocol(std::string("unexpected '") + MessageName(m) + "' from loaderxd");
+  if (id == 0 || id >= next_id_) {
+    return Status::Protocol(std::string("'") + MessageName(m) + "' from loaderxd answers id " +
+                            std::to_string(id) + ", which was never sent");
+  }
+  if (id == seek_id_) {
+    if (auto* ok = std::get_if<OkMsg>(&m)) {
+      if (ok->gen != gen_ + 1) {
+        return Status::Protocol("seek accepted with generation " + std::to_string(ok->gen) +
+                                ", expected " + std::to_string(gen_ + 1));
+      }
+      gen_ = ok->gen;
+      seek_outcome_ = Status::OK();
+      DropReady(/*older_only=*/true);
+    } else if (auto* err = std::get_if<ErrorMsg>(&m)) {
+      seek_outcome_ = err->ToStatus();
+    } else {
+      return Status::Protocol(std::string("expected ok or error after seek, got ") +
+                              MessageName(m));
+    }
+    seek_id_ = 0;
+    return Status::OK();
+  }
+  if (id == awaited_id_) {
+    reply_ = Reply{std::move(m), std::move(fds)};
+    awaited_id_ = 0;
+  }
+  // Otherwise the reply of an abandoned request (its wait ended early).
+  return Status::OK();
+}
+
+Result<Reply> Connection::Call(Message req, std::span<const int> fds, const WaitHook& hook) {
+  const uint64_t id = next_id_++;
+  std::visit(
+      [id](auto& m) {
+        if constexpr (requires { m.id = id; }) m.id = id;
+      },
+      req);
+  LX_RETURN_IF_ERROR(SendRequest(req, fds));
+  awaited_id_ = id;
+  reply_.reset();
+  while (!reply_) {
+    Result<bool> got = Pump(hook, std::nullopt);
+    if (!got.ok()) {
+      awaited_id_ = 0;  // abandoned: its reply is dropped when it comes
+      return got.status();
+    }
+  }
+  Reply r = std::move(*reply_);
+  reply_.reset();
+  return r;
+}
+
+Status Connection::StartSeek(uint64_t step) {
+  if (seek_id_ != 0) return Status::Internal("a seek is already in flight");
+  const uint64_t id = next_id_;
+  LX_RETURN_IF_ERROR(SendRequest(SeekMsg{id, step}, {}));
+  ++next_id_;
+  seek_id_ = id;
+  seek_step_ = step;
+  seek_outcome_.reset();
+  return Status::OK();
+}
+
+Result<std::optional<Status>> Connection::AwaitSeek(
+    const WaitHook& hook, std::optional<std::chrono::steady_clock::time_point> deadline) {
+  while (!seek_outcome_) {
+    if (seek_id_ == 0) return Status::Internal("no seek in flight");
+    LX_ASSIGN_OR_RETURN(bool read, Pump(hook, deadline));
+    if (!read && !seek_outcome_) return std::optional<Status>();
+  }
+  std::optional<Status> outcome = std::move(seek_outcome_);
+  seek_outcome_.reset();
+  seek_step_.reset();
+  return outcome;
+}
+
+std::optional<Pushed> Connection::TakeReady() {
+  std::lock_guard<std::mutex> lock(ready_mu_);
+  if (ready_.empty()) return std::nullopt;
+  Pushed p = std::move(ready_.front());
+  ready_.pop_front();
+  return p;
+}
+
+bool Connection::has_ready() {
+  std::lock_guard<std::mutex> lock(ready_mu_);
+  return !ready_.empty();
+}
+
+void Connection::DropReady(bool older_only) {
+  std::deque<Pushed> dropped;  // destroyed (released) outside ready_mu_
+  {
+    std::lock_guard<std::mutex> lock(ready_mu_);
+    if (!older_only) {
+      dropped.swap(ready_);
+    } else {
+      while (!ready_.empty() && ready_.front().gen < gen_) {
+        dropped.push_back(std::move(ready_.front()));
+        ready_.pop_front();
+      }
+    }
+  }
 }
 
 void Connection::Release(uint32_t slot, uint64_t seq) {
@@ -271,6 +372,9 @@ Status Connection::FlushReleases() {
 void Connection::CloseLoader() {
   if (closed_.exchange(true, std::memory_order_seq_cst)) return;  // also after Shutdown()
   if (CurrentPid() != owner_pid_) return;
+  // Pushed batches nobody took: their leases end first, so that what is
+  // counted below is what the caller still views.
+  DropReady(/*older_only=*/false);
   if (leases_held.load(std::memory_order_seq_cst) == 0) return Shutdown();
   // Batches are still viewed here: hanging up now would let the daemon
   // reuse their slots. Ask it to stop the loader instead; the socket closes

@@ -1,18 +1,21 @@
-// Connection: one socket to loaderxd with its request/reply discipline, the
-// ring mapping of the loader opened on it, and fork safety.
+// Connection: one socket to loaderxd speaking protocol 1.2, the ring mapping
+// of the loader opened on it, and fork safety.
 //
-// Replies are awaited with ONE blocking recvmsg per attempt, bounded by
-// SO_RCVTIMEO = kPollInterval (or less near a deadline), so a dead daemon
-// (hang-up), Close() from another thread (shutdown of the socket) and the
-// caller's WaitHook (Ctrl-C) are all noticed promptly, and a reply that is
-// already queued costs a single syscall (no poll first). A request whose
-// wait was aborted leaves its reply "owed"; the next call collects it first.
+// Protocol 1.2 (docs/protocol.md): requests carry an id their reply echoes;
+// batches are pushed by the daemon under the loader's credit, each tagged
+// with its generation (a seek the daemon accepts starts a new one). Every
+// frame is read by Pump(): a reply is matched to the request waiting for
+// it by id (a reply to an abandoned request is dropped), a pushed batch or
+// step error joins the ready queue in arrival order, unless it belongs to
+// an older generation, in which case its slot is released unread at once.
+// Nothing is ever "owed": a wait that ends early (deadline, WaitHook, Ctrl-C)
+// leaves the socket as it was, and the next wait reads on.
 //
-// Spin (off by default, Loader::set_spin_wait): a wait may first poll the
-// socket with non-blocking receives for up to spin_wait(), so a reply that
-// arrives within it is taken without the sleep and wake-up of a blocking
-// recvmsg, at the price of a busy core meanwhile (docs/daemon.md
-// "Performance" has the measurement and the decision).
+// Waits are ONE blocking recvmsg per attempt, bounded by SO_RCVTIMEO =
+// kPollInterval (or less near a deadline), so a dead daemon (hang-up),
+// Close() from another thread (shutdown of the socket) and the caller's
+// WaitHook are all noticed promptly, and a frame already queued costs a
+// single syscall.
 //
 // Fork: every live socket fd is registered in a fixed lock-free table; a
 // pthread_atfork child handler closes them all in the child and records the
@@ -20,14 +23,17 @@
 // syscall per call), so a forked child can neither keep the session alive
 // nor send on it.
 //
-// Thread-safety: Call/AwaitOwed serialise on call_mu_; Release and Shutdown
-// may be called from any thread at any time.
+// Thread-safety: the receiving methods (Call, StartSeek, AwaitSeek, Pump,
+// TakeReady) are called by one thread at a time (the loader's caller);
+// Release, CloseLoader and Shutdown may be called from any thread at any
+// time.
 #pragma once
 
 #include <sys/types.h>
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -47,41 +53,64 @@ struct Reply {
   std::vector<UniqueFd> fds;
 };
 
-class Connection {
+// A pushed item, in arrival order: a batch (with its lease) or the error of
+// a step whose gather failed.
+struct Pushed {
+  uint64_t gen = 0;
+  Status error;             // the step's error; batch/lease unset then
+  uint64_t step_after = 0;  // the loader's step once this item is returned
+  std::optional<BatchMsg> batch;
+  std::shared_ptr<Lease> lease;
+};
+
+class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  // connect(2) + hello exchange.
+  // connect(2) + hello exchange; Protocol error naming both versions if the
+  // daemon speaks another major or a minor below kMinProtocolMinor.
   static Result<std::shared_ptr<Connection>> Open(const std::string& path);
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
-  // Sends `req` (with fds) and waits for its reply. If a previous reply is
-  // owed it is collected and handed to `discard` first (or, when
-  // `reuse_owed` is set and the owed request was the same kind, returned as
-  // this call's reply without sending again).
-  // `deadline` (optional) bounds the wait: when it passes the reply stays
-  // owed and *timed_out is set (the status is then Cancelled("timed out")).
-  Result<Reply> Call(const Message& req, std::span<const int> fds, const WaitHook& hook,
-                     bool reuse_owed,
-                     std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt,
-                     bool* timed_out = nullptr);
-  // Sends `req` now and leaves its reply owed without waiting for it
-  // (request ahead): the next Call of the same kind with reuse_owed collects
-  // it, typically already queued in the socket. No-op if a reply is owed.
-  Status SendAhead(const Message& req);
-  // True if the reply to a request of `req`'s type is owed (sent ahead, or
-  // its wait ended early): the next Call collects it before anything else.
-  bool Owes(const Message& req);
+  // Sends `req` (open or stats; its id is assigned here) and waits for the
+  // reply with that id, queueing pushed items meanwhile. If the wait ends
+  // early the request is abandoned: its reply is dropped when it comes.
+  Result<Reply> Call(Message req, std::span<const int> fds, const WaitHook& hook);
+
+  // Seek: sends `seek {id, step}`. The outcome is learnt by AwaitSeek. At
+  // most one seek is in flight; StartSeek REQUIRES none (AwaitSeek first).
+  Status StartSeek(uint64_t step);
+  // The step of the seek in flight, if any.
+  std::optional<uint64_t> seek_in_flight() const { return seek_step_; }
+  // Waits for the reply of the seek in flight: its outcome (OK: accepted,
+  // the generation moved on and every queued item of an older one was
+  // released; an error: refused, nothing moved), std::nullopt if `deadline`
+  // passed first, a non-OK Result if the wait failed (hook, hang-up); in
+  // both the seek stays in flight.
+  Result<std::optional<Status>> AwaitSeek(
+      const WaitHook& hook, std::optional<std::chrono::steady_clock::time_point> deadline);
+
+  // The oldest queued pushed item of the current generation, if any.
+  std::optional<Pushed> TakeReady();
+  bool has_ready();
+  // Reads one frame (waiting at most until `deadline` / while `hook` says
+  // OK) and files it: false if the deadline passed with nothing read.
+  // Heartbeats count as heard and are read on. Daemon error on hang-up or
+  // after liveness_timeout of silence.
+  Result<bool> Pump(const WaitHook& hook,
+                    std::optional<std::chrono::steady_clock::time_point> deadline);
+
   // Fire-and-forget release of a slot lease (no reply).
   void Release(uint32_t slot, uint64_t seq);
-  // Ends the session from any thread; wakes a blocked Call with Cancelled.
+  // Ends the session from any thread; wakes a blocked wait with Cancelled.
   void Shutdown();
   bool shut_down() const { return shut_.load(std::memory_order_acquire); }
-  // Closes the loader from any thread, never blocking. Requests are refused
-  // from now on (a blocked Call returns Cancelled within kPollInterval). With
-  // no lease alive this is Shutdown(); otherwise the daemon is sent `close`
-  // (it stops the loader but keeps this session's leases) and the socket
-  // stays open, still carrying releases, until the last lease is gone
+  // Closes the loader from any thread, never blocking. Queued pushed items
+  // are released; requests are refused from now on (a blocked wait returns
+  // Cancelled within kPollInterval). With no lease alive this is
+  // Shutdown(); otherwise the daemon is sent `close` (it stops pushing and
+  // leaves the group but keeps this session's leases) and the socket stays
+  // open, still carrying releases, until the last lease is gone
   // (LeaseEnded), so the daemon never reuses a slot this process still views.
   void CloseLoader();
   // True once CloseLoader() or Shutdown() ran: no request is sent any more.
@@ -91,20 +120,12 @@ class Connection {
   void LeaseEnded();
   // Daemon error when called in a forked child.
   Status CheckProcess() const;
-  // How long a wait polls before blocking (0: never; see the header
-  // comment). Any thread; applies from the next wait on.
-  void set_spin_wait(std::chrono::microseconds spin) {
-    spin_wait_us_.store(spin.count(), std::memory_order_relaxed);
-  }
-  std::chrono::microseconds spin_wait() const {
-    return std::chrono::microseconds(spin_wait_us_.load(std::memory_order_relaxed));
-  }
 
   // Liveness (protocol 1.2): a wait that hears nothing from the daemon (no
-  // reply, no heartbeat) for `timeout` returns Status::Daemon; the reply
-  // stays owed, so if the daemon resumes the next call still gets it. Only
-  // when the daemon announced heartbeats (hello_ok heartbeat_ms > 0).
-  // Any thread; applies from the next wait on.
+  // frame: batch, reply or heartbeat) for `timeout` since the wait began or
+  // the last frame arrived returns Status::Daemon; nothing is lost, so if
+  // the daemon resumes the next call reads on. Any thread; applies from the
+  // next wait on.
   void set_liveness_timeout(std::chrono::milliseconds timeout) {
     liveness_ms_.store(timeout.count(), std::memory_order_relaxed);
   }
@@ -115,29 +136,33 @@ class Connection {
   const HelloOkMsg& hello() const { return hello_; }
   const std::string& path() const { return path_; }
 
-  // Ring of the loader opened on this connection (set once by OpenLoader).
+  // Ring of the loader opened on this connection (set once by OpenLoader,
+  // before the reply's pushed batches are read).
   Status AttachRing(UniqueFd fd, uint64_t bytes, uint32_t slot_count);
   const uint8_t* ring_base() const { return ring_.data(); }
   int ring_fd() const { return ring_fd_.get(); }  // kept for private slot mappings
   const RingGeometry& geometry() const { return geometry_; }
 
-  // Leases alive in this process (a Batch or its zero-copy owners).
-  // Seq_cst: ordered against closed_ (see there).
+  // Leases alive in this process (queued pushed batches, Batches and their
+  // zero-copy owners). Seq_cst: ordered against closed_ (see there).
   std::atomic<uint32_t> leases_held{0};
 
  private:
   Connection(UniqueFd fd, std::string path);
-  // *owed is set when the wait ended early (hook abort or deadline) so the
-  // reply is still to come.
-  Result<Reply> AwaitReply(const WaitHook& hook,
-                           std::optional<std::chrono::steady_clock::time_point> deadline,
-                           bool* owed, bool* timed_out);
   Status SendMessage(const Message& m, std::span<const int> fds);
-  // One recvmsg that waits at most `wait` (0: does not wait). Called with
-  // call_mu_ held (the only receiver).
+  // Sends a request: queued releases first, then `m`; the liveness clock
+  // starts.
+  Status SendRequest(const Message& m, std::span<const int> fds);
+  // One recvmsg that waits at most `wait` (0: does not wait). The caller
+  // is the only receiver.
   Result<Frame> Receive(std::chrono::milliseconds wait);
-  // Sends releases that found the socket full (blocking; called by Call).
+  // Files one decoded frame (see the header comment).
+  Status File(Message m, std::vector<UniqueFd> fds);
+  // Sends releases that found the socket full (blocking).
   Status FlushReleases();
+  // Releases every queued item (CloseLoader, or a seek accepted: older
+  // generations). Items are destroyed outside ready_mu_.
+  void DropReady(bool older_only);
 
   UniqueFd fd_;
   const std::string path_;
@@ -149,22 +174,27 @@ class Connection {
   std::atomic<bool> shut_{false};
   // Set by CloseLoader and Shutdown. Seq_cst with leases_held: a lease created while the
   // loader closes is either seen by CloseLoader (the socket stays open) or
-  // sees closed() itself (NextImpl drops it).
+  // sees closed() itself (Pump drops it).
   std::atomic<bool> closed_{false};
 
   // Relaxed: a tuning value, read once per wait; no other data hangs on it.
-  std::atomic<int64_t> spin_wait_us_{0};
-  // Relaxed, as spin_wait_us_.
   std::atomic<int64_t> liveness_ms_{kDefaultLivenessTimeout.count()};
-  // When the daemon was last heard from (any frame) or a request went out;
-  // guarded by call_mu_.
-  std::chrono::steady_clock::time_point last_heard_{};
 
-  std::mutex call_mu_;
-  bool owed_ = false;      // guarded by call_mu_
-  size_t owed_index_ = 0;  // Message index of the owed request
-  // SO_RCVTIMEO currently set on fd_ (ms, 0 = never set); guarded by call_mu_.
+  // Receiver state: the caller's thread only (see Thread-safety).
+  uint64_t next_id_ = 1;        // id of the next request
+  uint64_t awaited_id_ = 0;     // the Call waiting for its reply (0: none)
+  std::optional<Reply> reply_;  // that reply, once filed
+  uint64_t seek_id_ = 0;        // the seek in flight (0: none)
+  std::optional<uint64_t> seek_step_;
+  std::optional<Status> seek_outcome_;
+  uint64_t gen_ = 0;  // the generation of batches returned now
+  // SO_RCVTIMEO currently set on fd_ (ms, 0 = never set).
   int64_t recv_timeout_ms_ = 0;
+
+  // Pushed items not yet taken, in arrival order. Guarded by ready_mu_
+  // (CloseLoader drops them from any thread).
+  std::mutex ready_mu_;
+  std::deque<Pushed> ready_;
 
   std::mutex release_mu_;
   // Releases that could not be sent without blocking, oldest first; sent

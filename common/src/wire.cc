@@ -64,7 +64,9 @@ struct Encoder {
     const bool join = grouped && m.join != GroupJoin::kDefault;
     const bool timeout = grouped && m.group_timeout_ms != 0;
     const bool mixed = !m.mix_counts.empty();
-    Begin(p, "open", 10 + (grouped ? 2 : 0) + (join ? 1 : 0) + (timeout ? 1 : 0) + (mixed ? 1 : 0));
+    Begin(p, "open",
+          11 + (grouped ? 2 : 0) + (join ? 1 : 0) + (timeout ? 1 : 0) + (mixed ? 1 : 0));
+    KV(p, "id", m.id);
     Key(p, "streams");
     p.pack_array(static_cast<uint32_t>(m.streams.size()));
     for (const StreamFilesMsg& s : m.streams) {
@@ -95,7 +97,8 @@ struct Encoder {
     if (timeout) KV(p, "group_timeout_ms", m.group_timeout_ms);
   }
   void operator()(const OpenedMsg& m) {
-    Begin(p, "opened", 5 + (m.step ? 1 : 0));
+    Begin(p, "opened", 6 + (m.step ? 1 : 0));
+    KV(p, "id", m.id);
     KV(p, "n", m.n);
     KV(p, "slot_count", m.slot_count);
     KV(p, "ring_bytes", m.ring_bytes);
@@ -112,9 +115,9 @@ struct Encoder {
     }
     if (m.step) KV(p, "step", *m.step);
   }
-  void operator()(const NextMsg&) { Begin(p, "next", 0); }
   void operator()(const BatchMsg& m) {
-    Begin(p, "batch", 7);
+    Begin(p, "batch", 8);
+    KV(p, "gen", m.gen);
     KV(p, "step", m.step);
     KV(p, "slot", m.slot);
     KV(p, "seq", m.seq);
@@ -134,7 +137,8 @@ struct Encoder {
     }
   }
   void operator()(const SeekMsg& m) {
-    Begin(p, "seek", 1);
+    Begin(p, "seek", 2);
+    KV(p, "id", m.id);
     KV(p, "step", m.step);
   }
   void operator()(const ReleaseMsg& m) {
@@ -143,11 +147,13 @@ struct Encoder {
     KV(p, "seq", m.seq);
   }
   void operator()(const StatsMsg& m) {
-    Begin(p, "stats", m.detail ? 1 : 0);
+    Begin(p, "stats", m.detail ? 2 : 1);
+    KV(p, "id", m.id);
     if (m.detail) KV(p, "detail", true);
   }
   void operator()(const StatsReplyMsg& m) {
-    Begin(p, "stats_reply", m.status.empty() ? 1 : 2);
+    Begin(p, "stats_reply", m.status.empty() ? 2 : 3);
+    KV(p, "id", m.id);
     if (!m.status.empty()) KVStr(p, "status", m.status);
     Key(p, "counters");
     p.pack_map(static_cast<uint32_t>(m.counters.size()));
@@ -158,14 +164,18 @@ struct Encoder {
   }
   void operator()(const CloseMsg&) { Begin(p, "close", 0); }
   void operator()(const OkMsg& m) {
-    Begin(p, "ok", 1);
+    Begin(p, "ok", 3);
+    KV(p, "id", m.id);
     KV(p, "step", m.step);
+    KV(p, "gen", m.gen);
   }
   void operator()(const ErrorMsg& m) {
-    Begin(p, "error", 3);
+    Begin(p, "error", 3 + (m.id ? 1 : 0) + (m.gen ? 1 : 0));
     KV(p, "code", m.code);
     KVStr(p, "message", m.message);
     KV(p, "step", m.step);
+    if (m.id) KV(p, "id", *m.id);
+    if (m.gen) KV(p, "gen", *m.gen);
   }
 };
 
@@ -329,6 +339,7 @@ Result<Message> DecodeTyped(std::string_view t, Fields& f) {
   }
   if (t == "open") {
     OpenMsg m;
+    m.id = f.U64("id");
     if (const msgpack::object_array* a = f.Array("streams", kMaxWireStreams)) {
       if (a->size == 0) f.Fail("'streams' must not be empty");
       for (uint32_t i = 0; i < a->size && f.ok(); ++i) {
@@ -430,6 +441,7 @@ Result<Message> DecodeTyped(std::string_view t, Fields& f) {
   }
   if (t == "opened") {
     OpenedMsg m;
+    m.id = f.U64("id");
     m.n = f.U64("n");
     m.slot_count = f.U32("slot_count");
     m.ring_bytes = f.U64("ring_bytes");
@@ -455,9 +467,9 @@ Result<Message> DecodeTyped(std::string_view t, Fields& f) {
     if (f.Has("step")) m.step = f.U64("step");
     return Done(f, std::move(m));
   }
-  if (t == "next") return Done(f, NextMsg{});
   if (t == "batch") {
     BatchMsg m;
+    m.gen = f.U64("gen");
     m.step = f.U64("step");
     m.slot = f.U32("slot");
     m.seq = f.U64("seq");
@@ -485,6 +497,7 @@ Result<Message> DecodeTyped(std::string_view t, Fields& f) {
   }
   if (t == "seek") {
     SeekMsg m;
+    m.id = f.U64("id");
     m.step = f.U64("step");
     return Done(f, m);
   }
@@ -496,11 +509,13 @@ Result<Message> DecodeTyped(std::string_view t, Fields& f) {
   }
   if (t == "stats") {
     StatsMsg m;
+    m.id = f.U64("id");
     if (f.Has("detail")) m.detail = f.Bool("detail");
     return Done(f, m);
   }
   if (t == "stats_reply") {
     StatsReplyMsg m;
+    m.id = f.U64("id");
     if (f.Has("status")) m.status = f.Str("status", kMaxStatusBytes);
     if (const msgpack::object* o = f.Get("counters")) {
       if (o->type != msgpack::type::MAP) {
@@ -523,7 +538,9 @@ Result<Message> DecodeTyped(std::string_view t, Fields& f) {
   if (t == "heartbeat") return Done(f, HeartbeatMsg{});
   if (t == "ok") {
     OkMsg m;
+    m.id = f.U64("id");
     m.step = f.U64("step");
+    m.gen = f.U64("gen");
     return Done(f, m);
   }
   if (t == "error") {
@@ -531,7 +548,10 @@ Result<Message> DecodeTyped(std::string_view t, Fields& f) {
     m.code = f.U32("code", static_cast<uint32_t>(Status::Code::kTimeout));
     m.message = f.Str("message");
     m.step = f.U64("step");
+    if (f.Has("id")) m.id = f.U64("id");
+    if (f.Has("gen")) m.gen = f.U64("gen");
     if (f.ok() && m.code == 0) f.Fail("error code must not be 0 (OK)");
+    if (f.ok() && m.id && m.gen) f.Fail("an error is a reply ('id') or pushed ('gen'), not both");
     return Done(f, std::move(m));
   }
   return Status::Protocol("unknown message type '" + what + "'");
@@ -564,13 +584,13 @@ uint32_t OpenMsg::TotalFds() const {
 Status ErrorMsg::ToStatus() const { return Status(static_cast<Status::Code>(code), message); }
 
 ErrorMsg ErrorMsg::From(const Status& s, uint64_t step) {
-  return ErrorMsg{static_cast<uint32_t>(s.code()), s.message(), step};
+  return ErrorMsg{static_cast<uint32_t>(s.code()), s.message(), step, std::nullopt, std::nullopt};
 }
 
 const char* MessageName(const Message& m) {
-  static constexpr const char* kNames[] = {
-      "hello",   "hello_ok", "open",        "opened", "next", "batch", "seek",
-      "release", "stats",    "stats_reply", "close",  "ok",   "error", "heartbeat"};
+  static constexpr const char* kNames[] = {"hello", "hello_ok", "open",     "opened",      "batch",
+                                           "seek",  "release",  "stats",    "stats_reply", "close",
+                                           "ok",    "error",    "heartbeat"};
   static_assert(std::size(kNames) == std::variant_size_v<Message>);
   return kNames[m.index()];
 }

@@ -1,5 +1,8 @@
 #include "server.h"
 
+#include <linux/sockios.h>
+#include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -35,11 +38,16 @@ using SeqPacket = asio::generic::seq_packet_protocol;
 namespace {
 
 // Requests a client may have queued before it is considered abusive. A
-// well-behaved client has at most one outstanding request (plus releases,
-// which are not queued).
+// well-behaved client has at most one outstanding request and a `close`
+// (releases are not queued).
 constexpr size_t kMaxQueuedRequests = 8;
 // How often a worker blocked on the pipeline re-checks for shutdown.
 constexpr auto kWorkerPoll = std::chrono::milliseconds(50);
+// How often a worker waiting for a batch to push (or for room in the socket
+// to push it) re-checks for a request, a `close` or shutdown: the bound on
+// how long a `seek` waits behind a batch that is not gathered yet.
+constexpr auto kPushPoll = std::chrono::milliseconds(10);
+static_assert(kPushPoll <= kWorkerPoll);
 // Frames handled per readiness wake-up before yielding to other connections.
 constexpr int kFramesPerWakeup = 64;
 // Protocol-violation warnings logged per window at most (log-flood guard).
@@ -287,11 +295,20 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
 
   void Start() { ArmRead(); }
 
-  // io thread (Server::Impl::Tick): "still alive" to a 1.2 client that is
-  // waiting for a reply. Never blocks; a full socket just skips one (the
-  // client is not reading, so it is not waiting either).
+  // io thread (Server::Impl::Tick): "still alive" to a client that may be
+  // waiting: a request of its is outstanding, or the worker waits for a
+  // batch to push under its credit. Only when the client has read
+  // everything sent to it (SIOCOUTQ: no unread bytes), so an idle client's
+  // socket never fills with heartbeats and a heartbeat it reads is fresh.
+  // Never blocks.
   void Heartbeat() {
-    if (shut_ || !heartbeat_ || outstanding_.load(std::memory_order_relaxed) == 0) return;
+    if (shut_ || !heartbeat_) return;
+    if (outstanding_.load(std::memory_order_relaxed) == 0 &&
+        !awaiting_batch_.load(std::memory_order_relaxed)) {
+      return;
+    }
+    int unread = 0;
+    if (::ioctl(fd_, SIOCOUTQ, &unread) != 0 || unread != 0) return;
     (void)Send(HeartbeatMsg{});
   }
 
@@ -392,8 +409,8 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
       return HandleHello(*hello);
     }
     if (auto* rel = std::get_if<ReleaseMsg>(&msg)) return HandleRelease(*rel);
-    if (is_open || std::holds_alternative<NextMsg>(msg) || std::holds_alternative<SeekMsg>(msg) ||
-        std::holds_alternative<StatsMsg>(msg) || std::holds_alternative<CloseMsg>(msg)) {
+    if (is_open || std::holds_alternative<SeekMsg>(msg) || std::holds_alternative<StatsMsg>(msg) ||
+        std::holds_alternative<CloseMsg>(msg)) {
       if (is_open && frame.fds.size() != std::get<OpenMsg>(msg).TotalFds()) {
         return ProtocolViolation(
             Status::Protocol("open announced " + std::to_string(std::get<OpenMsg>(msg).TotalFds()) +
@@ -404,8 +421,9 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
         if (queue_.size() >= kMaxQueuedRequests) {
           return ProtocolViolation(Status::Protocol("too many outstanding requests"));
         }
-        // A `close` also cancels a `next`/`seek` the worker is waiting on
-        // (answered with a Cancelled error), so it never waits behind one.
+        // A `close` also cancels a `seek` the worker is waiting on (answered
+        // with a Cancelled error) and stops pushing, so it never waits
+        // behind either.
         if (std::holds_alternative<CloseMsg>(msg)) loader_closing_ = true;
         queue_.push_back(Request{std::move(msg), std::move(frame.fds)});
         outstanding_.fetch_add(1, std::memory_order_relaxed);
@@ -418,13 +436,17 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
   }
 
   void HandleHello(const HelloMsg& hello) {
-    if (hello.major != kProtocolMajor) {
+    if (hello.major != kProtocolMajor || hello.minor < kMinProtocolMinor) {
       server_.refused_.fetch_add(1, std::memory_order_relaxed);
-      Status st = Status::Protocol("protocol version mismatch: client speaks " +
-                                   std::to_string(hello.major) + "." + std::to_string(hello.minor) +
-                                   ", loaderxd " LOADERX_DAEMON_VERSION " speaks " +
-                                   std::to_string(kProtocolMajor) + "." +
-                                   std::to_string(kProtocolMinor) + " (major versions must match)");
+      const std::string why =
+          hello.major != kProtocolMajor
+              ? "major versions must match"
+              : "protocol 1." + std::to_string(kMinProtocolMinor) +
+                    " pushes batches; older clients are not served: upgrade the client";
+      Status st = Status::Protocol(
+          "protocol version mismatch: client speaks " + std::to_string(hello.major) + "." +
+          std::to_string(hello.minor) + ", loaderxd " LOADERX_DAEMON_VERSION " speaks " +
+          std::to_string(kProtocolMajor) + "." + std::to_string(kProtocolMinor) + " (" + why + ")");
       if (uint64_t suppressed; server_.AllowViolationLog(&suppressed)) {
         LX_LOG(kInfo) << "refused pid " << cred_.pid << " (uid " << cred_.uid
                       << "): " << st.message();
@@ -443,7 +465,7 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
     }
     counted_ = true;
     hello_done_ = true;
-    heartbeat_ = hello.minor >= 2;
+    heartbeat_ = true;  // every client served speaks 1.2
     if (!Send(HelloOkMsg{kProtocolMajor, kProtocolMinor, LOADERX_DAEMON_VERSION,
                          server_.incarnation_, id_, heartbeat_ ? kHeartbeatIntervalMs : 0})
              .ok()) {
@@ -467,64 +489,74 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
         drop = std::move(it->second.memory);
         leases_.erase(it);
       }
+      --held_;
     }
     server_.slots_held_.fetch_sub(1, std::memory_order_relaxed);
     server_.releases_.fetch_add(1, std::memory_order_relaxed);
+    // Credit came back: the worker may push again. Taking mu_ orders this
+    // wake-up after the worker's check of held_ (no lost wake-up).
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      push_blocked_ = false;
+    }
+    cv_.notify_all();
   }
 
+  // Replies and heartbeats: never block on a client that does not read
+  // (that is its problem, and the worker/io thread must stay free).
   Status Send(const Message& m, std::span<const int> fds = {}) {
     std::vector<uint8_t> bytes = EncodeMessage(m);
-    // Never block on a client that does not read: that is its problem, and
-    // the worker/io thread must stay free.
     return SendFrame(fd_, bytes, fds, /*nonblocking=*/true);
+  }
+
+  // Worker: a pushed batch or step error. The socket holds at most the
+  // credit's batches plus one heartbeat and the replies, so it is full only
+  // if the client stopped reading; then the push waits for room (polling for
+  // the session's end), and the client finds it when it reads again.
+  Status Push(const Message& m) {
+    std::vector<uint8_t> bytes = EncodeMessage(m);
+    while (true) {
+      Status st = SendFrame(fd_, bytes, {}, /*nonblocking=*/true);
+      if (st.code() != Status::Code::kResourceExhausted) return st;
+      if (LoaderClosing()) return Status::Cancelled("loader closed");
+      pollfd p{fd_, POLLOUT, 0};
+      (void)::poll(&p, 1, static_cast<int>(kPushPoll.count()));
+    }
   }
 
   // ---- worker thread ----------------------------------------------------
 
+  // Requests in arrival order; between them, while the client holds fewer
+  // batches than its credit, pushes the next batch (docs/protocol.md).
   void WorkerLoop() {
     while (true) {
-      Request req;
+      std::optional<Request> req;
       {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return closing_ || !queue_.empty(); });
+        cv_.wait(lock, [&] { return closing_ || !queue_.empty() || CanPushLocked(); });
         if (closing_) break;
-        req = std::move(queue_.front());
-        queue_.pop_front();
-      }
-      request_ = MessageName(req.msg);
-      Status sent = std::visit(
-          [&](auto& m) -> Status {
-            using T = std::decay_t<decltype(m)>;
-            if constexpr (std::is_same_v<T, OpenMsg>) return DoOpen(m, std::move(req.fds));
-            if constexpr (std::is_same_v<T, NextMsg>) return DoNext();
-            if constexpr (std::is_same_v<T, SeekMsg>) return DoSeek(m);
-            if constexpr (std::is_same_v<T, StatsMsg>) {
-              return Send(server_.Stats(cred_.uid, m.detail));
-            }
-            if constexpr (std::is_same_v<T, CloseMsg>) {
-              LeaveGroup("closed its loader");
-              return Send(OkMsg{0});
-            }
-            return Status::Internal("unreachable");
-          },
-          req.msg);
-      outstanding_.fetch_sub(1, std::memory_order_relaxed);  // answered (or failed)
-      if (!sent.ok() && sent.code() == Status::Code::kDaemon) {
-        // The client hung up before its reply (a loader closed while it held
-        // batches and freed the last one: the `ok` to its `close` finds the
-        // socket shut). An end, not a failure, and not this thread's to
-        // finish: the releases the client sent before hanging up may still
-        // be unread, and they must meet their leases, not a dropped ledger.
-        // The io thread reads them, then the hang-up, and ends the session.
-        LX_LOG(kDebug) << "session " << id_ << ": client hung up before its reply";
-        continue;
-      }
-      if (!sent.ok()) {
-        if (sent.code() != Status::Code::kCancelled) {
-          LX_LOG(kInfo) << "session " << id_ << ": " << sent.ToString();
+        if (!queue_.empty()) {
+          req = std::move(queue_.front());
+          queue_.pop_front();
         }
-        asio::post(server_.io_, [self = shared_from_this()] { self->Shutdown("reply failed"); });
-        break;
+      }
+      Status sent = req ? Answer(*req) : PushNext();
+      if (req) outstanding_.fetch_sub(1, std::memory_order_relaxed);  // answered (or failed)
+      if (!sent.ok() && sent.code() != Status::Code::kCancelled) {
+        // Nothing more is sent. The session ends when the io thread has read
+        // the client's last frames: a client that hung up (the send found
+        // the socket closed) may have sent releases before it did, and they
+        // must meet their leases, not a dropped ledger.
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          peer_gone_ = true;
+        }
+        if (sent.code() == Status::Code::kDaemon) {
+          LX_LOG(kDebug) << "session " << id_ << ": client hung up";
+        } else {
+          LX_LOG(kInfo) << "session " << id_ << ": " << sent.ToString();
+          asio::post(server_.io_, [self = shared_from_this()] { self->Shutdown("reply failed"); });
+        }
       }
     }
     // Group first: the pipeline must be stopped before the leased slots are
@@ -532,6 +564,99 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
     if (group_) LeaveGroup(EndReason());
     DropLeases();
     asio::post(server_.io_, [&s = server_, id = id_] { s.Finish(id); });
+  }
+
+  Status Answer(Request& req) {
+    request_ = MessageName(req.msg);
+    return std::visit(
+        [&](auto& m) -> Status {
+          using T = std::decay_t<decltype(m)>;
+          if constexpr (std::is_same_v<T, OpenMsg>) return DoOpen(m, std::move(req.fds));
+          if constexpr (std::is_same_v<T, SeekMsg>) return DoSeek(m);
+          if constexpr (std::is_same_v<T, StatsMsg>) {
+            StatsReplyMsg reply = server_.Stats(cred_.uid, m.detail);
+            reply.id = m.id;
+            return Send(reply);
+          }
+          if constexpr (std::is_same_v<T, CloseMsg>) {
+            LeaveGroup("closed its loader");  // no reply (1.2): pushing stops, the leases stay
+            return Status::OK();
+          }
+          return Status::Internal("unreachable");
+        },
+        req.msg);
+  }
+
+  // REQUIRES mu_ (worker thread: group_ is its own). Lock order: mu_, then
+  // lease_mu_.
+  bool CanPushLocked() {
+    if (!group_ || loader_closing_ || peer_gone_ || push_blocked_) return false;
+    std::lock_guard<std::mutex> lock(lease_mu_);
+    return held_ < lease_cap_;
+  }
+  // A push's wait gives way to a request, a `close` or the session's end.
+  bool PushInterrupted() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return closing_ || loader_closing_ || !queue_.empty();
+  }
+
+  // One batch (or the error of its step) at the member's cursor, pushed.
+  Status PushNext() {
+    awaiting_batch_.store(true, std::memory_order_relaxed);
+    Result<Delivery> got = group_->Next(
+        id_, [this] { return PushInterrupted(); }, kPushPoll);
+    awaiting_batch_.store(false, std::memory_order_relaxed);
+    if (!got.ok()) {
+      if (got.status().code() == Status::Code::kCancelled && PushInterrupted()) {
+        return Status::OK();  // the request (or the end) comes first
+      }
+      // Not a step's error (the ring refused, the group closed): pushed once,
+      // then nothing until the client releases a batch or seeks.
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        push_blocked_ = true;
+      }
+      LogRefused(got.status(), "next");
+      ErrorMsg err = ErrorMsg::From(got.status(), group_->cursor(id_));
+      err.gen = gen_;
+      return Push(err);
+    }
+    Delivery& d = got.value();
+    if (!d.error.ok()) {
+      LX_LOG(kWarning) << "session " << id_ << " (pid " << cred_.pid << "): step " << d.step
+                       << " failed: " << d.error.ToString();
+      ErrorMsg err = ErrorMsg::From(d.error, d.step + 1);
+      err.gen = gen_;
+      return Push(err);
+    }
+    BatchMsg batch;
+    batch.gen = gen_;
+    batch.step = d.step;
+    batch.slot = d.slot;
+    batch.seq = d.seq;
+    batch.offset = d.offset;
+    batch.batch_size = d.batch_size;
+    batch.total_bytes = d.total_bytes;
+    for (const StreamLayout& l : d.streams) {
+      batch.streams.push_back(StreamLayoutMsg{static_cast<uint32_t>(l.kind), l.values_offset,
+                                              l.values_bytes, l.shapes_offset, l.offsets_offset});
+    }
+    {
+      // Registered before the batch leaves, so its release cannot be early.
+      // A group member may be handed the same (slot, seq) twice (it sought
+      // back to a step the group still holds): one lease, counted twice.
+      std::lock_guard<std::mutex> lock(lease_mu_);
+      Lease& lease = leases_[batch.slot];
+      if (lease.count != 0 && lease.seq == d.seq) {
+        ++lease.count;
+      } else {
+        lease = Lease{d.seq, std::move(d.memory), 1};
+      }
+      ++held_;
+    }
+    server_.slots_held_.fetch_add(1, std::memory_order_relaxed);
+    server_.batches_served_.fetch_add(1, std::memory_order_relaxed);
+    return Push(batch);
   }
 
   bool Closing() {
@@ -545,9 +670,9 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
   }
   // A wait cancelled by `close` is answered (the session goes on, holding
   // its leases); one cancelled because the session ends is not.
-  Status Cancelled(const Status& st) {
+  Status Cancelled(const Status& st, uint64_t id) {
     if (Closing()) return Status::Cancelled("session closing");
-    return Error(st);
+    return Error(st, id);
   }
 
   // Drops this session's leases: its client is gone (hang-up), so nothing
@@ -556,8 +681,9 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
     size_t held = 0;
     {
       std::lock_guard<std::mutex> lock(lease_mu_);
-      for (const auto& [slot, lease] : leases_) held += lease.count;
+      held = held_;
       leases_.clear();
+      held_ = 0;
     }
     // The ring's accounting before slots_held: once a stats reader sees the
     // slots gone, it also sees the ring gone.
@@ -634,26 +760,32 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
     group_.reset();
   }
 
-  // Every refused request is logged with its reason, except a wait that a
-  // `close` cancelled (the client asked for it).
-  Status Error(const Status& st) {
-    if (st.code() != Status::Code::kCancelled) {
-      const LogLevel level =
-          st.code() == Status::Code::kTimeout ? LogLevel::kWarning : LogLevel::kInfo;
-      if (LogEnabled(level)) {
-        LogLine(level, "session " + std::to_string(id_) + " (pid " + std::to_string(cred_.pid) +
-                           ", uid " + std::to_string(cred_.uid) + "): " + request_ +
-                           " refused: " + st.ToString());
-      }
+  // Every refused request (or push) is logged with its reason, except a wait
+  // that a `close` cancelled (the client asked for it).
+  void LogRefused(const Status& st, const char* what) {
+    if (st.code() == Status::Code::kCancelled) return;
+    const LogLevel level =
+        st.code() == Status::Code::kTimeout ? LogLevel::kWarning : LogLevel::kInfo;
+    if (LogEnabled(level)) {
+      LogLine(level, "session " + std::to_string(id_) + " (pid " + std::to_string(cred_.pid) +
+                         ", uid " + std::to_string(cred_.uid) + "): " + what +
+                         " refused: " + st.ToString());
     }
-    return Send(ErrorMsg::From(st, group_ ? group_->cursor(id_) : 0));
+  }
+
+  // The failed reply to request `id`.
+  Status Error(const Status& st, uint64_t id) {
+    LogRefused(st, request_);
+    ErrorMsg err = ErrorMsg::From(st, group_ ? group_->cursor(id_) : 0);
+    err.id = id;
+    return Send(err);
   }
 
   Status DoOpen(const OpenMsg& m, std::vector<UniqueFd> fds) {
-    if (group_) return Error(Status::State("a loader is already open on this connection"));
+    if (group_) return Error(Status::State("a loader is already open on this connection"), m.id);
     if (LoaderClosing()) {
-      return Error(
-          Status::State("the loader of this connection was closed; open a new connection"));
+      return Error(Status::State("the loader of this connection was closed; open a new connection"),
+                   m.id);
     }
     Group::MemberSpec spec;
     spec.mode = m.group.empty() ? GroupMode::kBroadcast : m.group_mode;
@@ -664,7 +796,7 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
     const size_t k = m.mix_counts.size();
     if (k != 0) {
       Status valid = ValidateMixCounts(m.mix_counts);
-      if (!valid.ok()) return Error(valid);
+      if (!valid.ok()) return Error(valid, m.id);
     }
     std::vector<std::shared_ptr<const Store>> parts;
     for (const StreamFilesMsg& s : m.streams) {
@@ -687,13 +819,14 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
           parts.clear();
         }
       }
-      if (!store.ok()) return Error(store.status());
+      if (!store.ok()) return Error(store.status(), m.id);
       const auto& streams = spec.streams;
       if (!streams.empty() && store.value()->size() != streams[0]->size()) {
         return Error(Status::InvalidArgument("streams differ in length: " + streams[0]->label() +
                                              " has " + std::to_string(streams[0]->size()) +
                                              " records, " + store.value()->label() + " has " +
-                                             std::to_string(store.value()->size())));
+                                             std::to_string(store.value()->size())),
+                     m.id);
       }
       spec.streams.push_back(std::move(store).value());
     }
@@ -705,13 +838,15 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
     ss.rank = m.rank;
     ss.world_size = m.world_size;
     Status valid = ss.Validate();
-    if (!valid.ok()) return Error(valid);
+    if (!valid.ok()) return Error(valid, m.id);
     // The pipeline of a shard group draws the global batch.
     const uint64_t drawn = Group::PipelineSpec(spec).batch_size;
     if (drawn > (uint64_t{1} << 32)) {
-      return Error(Status::InvalidArgument(
-          "batch_size " + std::to_string(drawn) +
-          (drawn != m.batch_size ? " (batch_size * world_size)" : "") + " is too large"));
+      return Error(
+          Status::InvalidArgument("batch_size " + std::to_string(drawn) +
+                                  (drawn != m.batch_size ? " (batch_size * world_size)" : "") +
+                                  " is too large"),
+          m.id);
     }
     Group::Options options;
     options.leases = std::clamp<uint32_t>(m.leases, 1, server_.config_.max_leases);
@@ -745,20 +880,21 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
       }
       if (group) {
         Status same = group->CheckCompatible(spec);
-        if (!same.ok()) return Error(same);
+        if (!same.ok()) return Error(same, m.id);
       } else {
         Result<RingGeometry> geometry = Group::Geometry(spec, options);
-        if (!geometry.ok()) return Error(geometry.status());
+        if (!geometry.ok()) return Error(geometry.status(), m.id);
         Status reserved = server_.ReserveRing(cred_.uid, geometry->total_bytes);
         if (!reserved.ok()) {
           server_.refused_.fetch_add(1, std::memory_order_relaxed);
-          return Error(reserved);
+          return Error(reserved, m.id);
         }
         Result<std::shared_ptr<Group>> made = Group::Create(m.group, spec, options);
         if (!made.ok() || made.value()->ring()->geometry().total_bytes != geometry->total_bytes) {
           server_.ReleaseRing(cred_.uid, geometry->total_bytes);
-          return Error(made.ok() ? Status::Internal("ring size differs from its estimate")
-                                 : made.status());
+          return Error(
+              made.ok() ? Status::Internal("ring size differs from its estimate") : made.status(),
+              m.id);
         }
         group = std::move(made).value();
         created = true;
@@ -786,7 +922,7 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
           group->Close();
           server_.ReleaseRing(cred_.uid, group->ring()->geometry().total_bytes);
         }
-        return Error(joined.status());
+        return Error(joined.status(), m.id);
       }
       first_step = *joined;
     }
@@ -797,6 +933,7 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
     // A member may hold at most what the ring was sized for (group.h).
     lease_cap_ = std::min(options.leases, group_->lease_cap());
     OpenedMsg reply;
+    reply.id = m.id;
     reply.n = ss.n;
     reply.slot_count = group_->slot_count();
     reply.ring_bytes = group_->ring()->geometry().total_bytes;
@@ -824,65 +961,20 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
     return Send(reply, std::span<const int>(&ring_fd, 1));
   }
 
-  Status DoNext() {
-    if (!group_) return Error(Status::State("no loader is open on this connection"));
-    {
-      std::lock_guard<std::mutex> lock(lease_mu_);
-      uint64_t held = 0;
-      for (const auto& [slot, lease] : leases_) held += lease.count;
-      if (held >= lease_cap_) {
-        return Error(Status::ResourceExhausted(
-            "the client holds " + std::to_string(held) +
-            " batches, its lease cap; drop references to old batches before drawing more"));
-      }
-    }
-    Result<Delivery> got = group_->Next(
-        id_, [this] { return LoaderClosing(); }, kWorkerPoll);
-    if (!got.ok()) {
-      if (got.status().code() == Status::Code::kCancelled) return Cancelled(got.status());
-      return Error(got.status());
-    }
-    Delivery& d = got.value();
-    if (!d.error.ok()) {
-      LX_LOG(kWarning) << "session " << id_ << " (pid " << cred_.pid << "): step " << d.step
-                       << " failed: " << d.error.ToString();
-      return Send(ErrorMsg::From(d.error, d.step + 1));
-    }
-    BatchMsg reply;
-    reply.step = d.step;
-    reply.slot = d.slot;
-    reply.seq = d.seq;
-    reply.offset = d.offset;
-    reply.batch_size = d.batch_size;
-    reply.total_bytes = d.total_bytes;
-    for (const StreamLayout& l : d.streams) {
-      reply.streams.push_back(StreamLayoutMsg{static_cast<uint32_t>(l.kind), l.values_offset,
-                                              l.values_bytes, l.shapes_offset, l.offsets_offset});
-    }
-    {
-      // Registered before the reply leaves, so its release cannot be early.
-      // A group member may be handed the same (slot, seq) twice (it sought
-      // back to a step the group still holds): one lease, counted twice.
-      std::lock_guard<std::mutex> lock(lease_mu_);
-      Lease& lease = leases_[reply.slot];
-      if (lease.count != 0 && lease.seq == d.seq) {
-        ++lease.count;
-      } else {
-        lease = Lease{d.seq, std::move(d.memory), 1};
-      }
-    }
-    server_.slots_held_.fetch_add(1, std::memory_order_relaxed);
-    server_.batches_served_.fetch_add(1, std::memory_order_relaxed);
-    return Send(reply);
-  }
-
   Status DoSeek(const SeekMsg& m) {
-    if (!group_) return Error(Status::State("no loader is open on this connection"));
+    if (!group_) return Error(Status::State("no loader is open on this connection"), m.id);
     Status st = group_->Seek(
         id_, m.step, [this] { return LoaderClosing(); }, kWorkerPoll);
-    if (st.code() == Status::Code::kCancelled) return Cancelled(st);
-    if (!st.ok()) return Error(st);
-    return Send(OkMsg{m.step});
+    if (st.code() == Status::Code::kCancelled) return Cancelled(st, m.id);
+    if (!st.ok()) return Error(st, m.id);
+    // Accepted: batches pushed from now on belong to the new generation;
+    // those already sent are released unread by the client.
+    ++gen_;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      push_blocked_ = false;
+    }
+    return Send(OkMsg{m.id, m.step, gen_});
   }
 
   Impl& server_;
@@ -898,6 +990,8 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
   // Requests queued or being answered. Relaxed: only decides whether a
   // heartbeat is worth sending; nothing else is ordered by it.
   std::atomic<uint32_t> outstanding_{0};
+  // The worker waits for a batch to push. Relaxed, as outstanding_.
+  std::atomic<bool> awaiting_batch_{false};
   bool counted_ = false;
   std::thread worker_;
 
@@ -906,6 +1000,10 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
   std::deque<Request> queue_;    // guarded by mu_
   bool closing_ = false;         // guarded by mu_
   bool loader_closing_ = false;  // a `close` arrived; guarded by mu_
+  bool peer_gone_ = false;       // a send failed: nothing more is sent; guarded by mu_
+  // A push failed for no step of its own (the ring refused): nothing is
+  // pushed until a release or an accepted seek; guarded by mu_.
+  bool push_blocked_ = false;
 
   std::string end_reason_;  // why Shutdown ended the session; guarded by mu_
 
@@ -915,9 +1013,11 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
   std::shared_ptr<Group> group_;  // the group this session's loader is a member of
   uint32_t lease_cap_ = 0;
   uint64_t closed_ring_bytes_ = 0;  // of a closed group whose slots stay leased
+  uint64_t gen_ = 0;                // generation of the batches pushed now (seeks accepted)
 
   std::mutex lease_mu_;
   std::map<uint32_t, Lease> leases_;  // slot -> lease; guarded by lease_mu_
+  uint32_t held_ = 0;  // sum of the leases' counts (pushed, not released); guarded by lease_mu_
 };
 
 void Server::Impl::Accept() {

@@ -266,11 +266,6 @@ class DaemonLoader(Source):
     @property
     def last_publish_ns(self) -> int:
         """When loaderxd published the last batch ``next()`` returned (``time.monotonic_ns()`` clock)."""
-    @property
-    def request_ahead(self) -> bool:
-        """Whether ``next()`` asks for the following batch before it is called again."""
-    @request_ahead.setter
-    def request_ahead(self, on: bool) -> None: ...
 
 def daemon_stats(path: str) -> dict[str, int]:
     """loaderxd's counters (sessions, loaders, slots_held, ring_bytes, ...)."""

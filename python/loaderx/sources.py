@@ -237,16 +237,16 @@ class DaemonOptions:
     ``fallback``: load in process (with a warning) if no daemon answers.
     ``shared_view``: batches as read-only views of the shared ring instead
     of writable copy-on-write mappings (module docstring, "Writeability").
+    ``leases``: the batches this process may hold at once, which is also
+    the daemon's credit: it pushes ready batches while this process holds
+    fewer (batches pushed but not yet returned by ``next()`` count).
     ``liveness_timeout``: seconds a wait may hear nothing from the daemon
-    (no reply and none of the heartbeats a 1.2 daemon sends every 0.25 s
-    while a request is outstanding) before ``DaemonError``: a stopped
+    (no batch, no reply and none of the heartbeats it sends every 0.25 s
+    while this process may be waiting) before ``DaemonError``: a stopped
     (SIGSTOP), deadlocked or swapped-out daemon. At least 1.0 (four
     heartbeats); default :data:`DEFAULT_LIVENESS_TIMEOUT`. A stall shorter
-    than this just delays the batch, which is then the right one. The reply
-    stays due: if the daemon resumes, the next ``next()`` returns it.
-    ``request_ahead``: as soon as ``next()`` returns a batch, ask the daemon
-    for the following one (one more slot held at the daemon; counts against
-    ``leases``; a ``seek`` releases it). A benchmark knob.
+    than this just delays the batch, which is then the right one: if the
+    daemon resumes, the next ``next()`` returns it.
 
     ``group``: a name (1..256 UTF-8 bytes) to join, or create, that group
     of loaders of this user; every member must pass the same stores,
@@ -274,7 +274,6 @@ class DaemonOptions:
     leases: int = DEFAULT_LEASES
     ring_bytes: int = 0
     fallback: bool = False
-    request_ahead: bool = False
     group: str | None = None
     group_mode: str = "shard"
     join: str | None = None
@@ -409,15 +408,6 @@ class DaemonSource(_NativeSource):
         """Batches of this loader alive in this process right now."""
         return int(self._native.leases_held)
 
-    @property
-    def request_ahead(self) -> bool:
-        """Whether the next batch is requested as soon as one is returned (DaemonOptions)."""
-        return bool(self._native.request_ahead)
-
-    @request_ahead.setter
-    def request_ahead(self, on: bool) -> None:
-        self._native.request_ahead = bool(on)
-
 
 def _resolve(daemon: Any) -> str:
     if isinstance(daemon, DaemonOptions):
@@ -447,7 +437,7 @@ def open_source(streams: Mapping[str, Any], spec: SourceSpec, daemon: Any = None
     auto = (isinstance(daemon, str) and daemon == "auto") or options.fallback
     try:
         path = _resolve(daemon)
-        source = DaemonSource(
+        return DaemonSource(
             path,
             streams,
             spec,
@@ -460,8 +450,6 @@ def open_source(streams: Mapping[str, Any], spec: SourceSpec, daemon: Any = None
             liveness_timeout=options.liveness_timeout,
             group_timeout=options.group_timeout,
         )
-        source.request_ahead = options.request_ahead
-        return source
     except DaemonError as exc:
         if not auto:
             raise

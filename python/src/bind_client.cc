@@ -100,8 +100,6 @@ class DaemonLoader final : public PySource {
   uint64_t ring_bytes() const { return loader_->ring_bytes(); }
   uint64_t size() const { return loader_->size(); }
   uint64_t last_publish_ns() const { return loader_->last_publish_ns(); }
-  bool request_ahead() const { return loader_->request_ahead(); }
-  void set_request_ahead(bool on) { loader_->set_request_ahead(on); }
 
  private:
   client::Loader* loader_ = nullptr;  // owned by the PySource base
@@ -158,11 +156,7 @@ or read-only views of the ring itself with shared_view=True.)doc")
       .def_property_readonly("last_publish_ns", &DaemonLoader::last_publish_ns,
                              "When loaderxd published the batch next() returned last: "
                              "CLOCK_MONOTONIC ns, comparable with time.monotonic_ns() "
-                             "(0 from a daemon without publish stamps).")
-      .def_property("request_ahead", &DaemonLoader::request_ahead, &DaemonLoader::set_request_ahead,
-                    "Ask for the following batch as soon as next() returns one, so the next "
-                    "next() finds it queued (one more slot held at the daemon; see "
-                    "loaderx.client.DaemonOptions).");
+                             "(0 from a daemon without publish stamps).");
   m.def("daemon_stats", &DaemonStats, py::arg("path"),
         "loaderxd's counters as a dict (sessions, loaders, slots_held, ring_bytes, ...).");
   m.def("daemon_status", &DaemonStatus, py::arg("path"),

@@ -56,7 +56,7 @@ void Reply(int fd, const Message& m, std::span<const int> fds = {}) {
   (void)SendFrame(fd, EncodeMessage(m), fds);
 }
 
-void HelloOk(int fd, uint32_t major = kProtocolMajor, uint32_t minor = 0) {
+void HelloOk(int fd, uint32_t major = kProtocolMajor, uint32_t minor = kProtocolMinor) {
   Receive(fd);
   Reply(fd, HelloOkMsg{major, minor, "fake", 1, 1});
 }
@@ -76,6 +76,16 @@ TEST(ClientTest, DaemonOfAnotherMajorIsProtocolError) {
   EXPECT_EQ(c.status().code(), Status::Code::kProtocol) << c.status().ToString();
 }
 
+TEST(ClientTest, DaemonOfAnOlderMinorIsProtocolErrorNamingBothVersions) {
+  FakeDaemon fake([](int fd) { HelloOk(fd, kProtocolMajor, 1); });
+  auto c = Client::Connect(fake.path());
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), Status::Code::kProtocol) << c.status().ToString();
+  EXPECT_NE(c.status().message().find("loaderxd speaks protocol 1.1, this client 1.2"),
+            std::string::npos)
+      << c.status().ToString();
+}
+
 TEST(ClientTest, GarbageReplyIsProtocolError) {
   FakeDaemon fake([](int fd) {
     Receive(fd);
@@ -90,18 +100,22 @@ TEST(ClientTest, HangUpDuringHelloIsDaemonError) {
   EXPECT_EQ(Client::Connect(fake.path()).status().code(), Status::Code::kDaemon);
 }
 
-// A fake daemon that opens a real sealed ring and then answers `next` with
-// `batch` (possibly lying); records what the client released.
+// A fake daemon that opens a real sealed ring and then pushes `batch`es
+// (possibly lying) while the client holds fewer than the credit it granted
+// (opened.leases); records what the client released. `on_seek` (optional)
+// answers a seek and may push more.
 struct RingScript {
   std::function<BatchMsg(const RingGeometry&, uint8_t* base)> make_batch;
+  std::function<void(int fd, const SeekMsg&, const RingGeometry&, uint8_t* base)> on_seek;
   bool seal = true;
-  uint32_t minor = 0;                                       // the protocol minor the fake announces
-  OpenedMsg opened{10, 4, 0, 2, {{0, "<u4", {4}, 1, 10}}};  // ring_bytes filled in
+  uint32_t minor = kProtocolMinor;  // the protocol minor the fake announces
+  OpenedMsg opened{0, 10, 4, 0, 2, {{0, "<u4", {4}, 1, 10}}};  // id, ring_bytes filled in
   std::vector<ReleaseMsg> releases;
 
   void operator()(int fd) {
     HelloOk(fd, kProtocolMajor, minor);
-    Receive(fd);  // open (fds are dropped with the frame)
+    Message open = Receive(fd);  // (fds are dropped with the frame)
+    if (auto* o = std::get_if<OpenMsg>(&open)) opened.id = o->id;
     RingGeometry g = RingGeometry::Compute(4, 1 << 16).value();
     UniqueFd mem = CreateMemfd("fake-ring", g.total_bytes).value();
     MappedRegion rw = MappedRegion::Map(mem.get(), g.total_bytes, 0, true).value();
@@ -110,12 +124,15 @@ struct RingScript {
     int ring_fd = mem.get();
     opened.ring_bytes = g.total_bytes;
     Reply(fd, opened, std::span<const int>(&ring_fd, 1));
+    uint32_t held = 0;
     while (true) {
+      for (; held < opened.leases; ++held) Reply(fd, make_batch(g, rw.mutable_data()));
       Message m = Receive(fd);
-      if (std::holds_alternative<NextMsg>(m)) {
-        Reply(fd, make_batch(g, rw.mutable_data()));
-      } else if (auto* r = std::get_if<ReleaseMsg>(&m)) {
+      if (auto* r = std::get_if<ReleaseMsg>(&m)) {
         releases.push_back(*r);
+        --held;
+      } else if (auto* k = std::get_if<SeekMsg>(&m); k != nullptr && on_seek) {
+        on_seek(fd, *k, g, rw.mutable_data());
       } else {
         return;
       }
@@ -141,7 +158,7 @@ TEST(ClientTest, HonestBatchIsReadAndReleasedWhenDropped) {
     auto* v = reinterpret_cast<uint32_t*>(base + off);
     for (int i = 0; i < 8; ++i) v[i] = 100 + i;
     PublishSlot(base, g, 1, 5, 0, off, 64);
-    return BatchMsg{0, 1, 5, off, 2, 64, {{0, 0, 32, 0, 0}}};
+    return BatchMsg{0, 0, 1, 5, off, 2, 64, {{0, 0, 32, 0, 0}}};
   };
   {
     FakeDaemon fake([script](int fd) { (*script)(fd); });
@@ -168,13 +185,13 @@ TEST(ClientTest, BatchOutsideTheRingOrNotMatchingItsSlotIsRefusedAndReleased) {
     PublishSlot(base, g, 0, 7, 0, off, 64);
     switch (call++) {
       case 0:
-        return BatchMsg{0, 0, 7, g.total_bytes, 2, 64, {{0, 0, 32, 0, 0}}};  // past the end
+        return BatchMsg{0, 0, 0, 7, g.total_bytes, 2, 64, {{0, 0, 32, 0, 0}}};  // past the end
       case 1:
-        return BatchMsg{0, 0, 6, off, 2, 64, {{0, 0, 32, 0, 0}}};  // stale seq
+        return BatchMsg{0, 0, 0, 6, off, 2, 64, {{0, 0, 32, 0, 0}}};  // stale seq
       case 2:
-        return BatchMsg{0, 0, 7, off, 2, 64, {{0, 0, 16, 0, 0}}};  // wrong size
+        return BatchMsg{0, 0, 0, 7, off, 2, 64, {{0, 0, 16, 0, 0}}};  // wrong size
       default:
-        return BatchMsg{0, 0, 7, off, 2, 64, {{1, 0, 32, 0, 0}}};  // wrong kind
+        return BatchMsg{0, 0, 0, 7, off, 2, 64, {{1, 0, 32, 0, 0}}};  // wrong kind
     }
   };
   {
@@ -209,7 +226,7 @@ TEST(ClientTest, NextForTimesOutAndTheLateBatchIsDeliveredNext) {
   script->make_batch = [](const RingGeometry& g, uint8_t* base) {
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
     PublishSlot(base, g, 2, 9, 0, g.payload_offset, 64);
-    return BatchMsg{0, 2, 9, g.payload_offset, 2, 64, {{0, 0, 32, 0, 0}}};
+    return BatchMsg{0, 0, 2, 9, g.payload_offset, 2, 64, {{0, 0, 32, 0, 0}}};
   };
   FakeDaemon fake([script](int fd) { (*script)(fd); });
   auto c = Client::Connect(fake.path()).value();
@@ -218,7 +235,7 @@ TEST(ClientTest, NextForTimesOutAndTheLateBatchIsDeliveredNext) {
   ASSERT_TRUE(first.ok());
   EXPECT_FALSE(first->has_value());
   EXPECT_EQ(loader->step(), 0u);
-  auto second = loader->Next();  // no second request: it collects the owed reply
+  auto second = loader->Next();  // the late push, nothing asked again
   ASSERT_TRUE(second.ok()) << second.status().ToString();
   EXPECT_EQ(second->step(), 0u);
   EXPECT_EQ(loader->step(), 1u);
@@ -234,7 +251,9 @@ TEST(ClientTest, RaggedShardSliceIsReadRelativeToItsFirstOffsetAndValidated) {
   int call = 0;
   script->make_batch = [&call](const RingGeometry& g, uint8_t* base) {
     // Global batch of 4 records with 1, 2, 3, 1 int16 values = the index.
-    const uint64_t off = g.payload_offset;
+    // A slot per call: the next is pushed while this one is leased.
+    const uint32_t slot = static_cast<uint32_t>(call % 4);
+    const uint64_t off = g.payload_offset + slot * 256;
     auto* v = reinterpret_cast<int16_t*>(base + off);
     const int16_t values[] = {0, 1, 1, 2, 2, 2, 3};
     std::memcpy(v, values, sizeof(values));
@@ -245,7 +264,7 @@ TEST(ClientTest, RaggedShardSliceIsReadRelativeToItsFirstOffsetAndValidated) {
     const uint64_t of[] = {0, 2, 6, 12, 14};
     std::memcpy(offsets, of, sizeof(of));
     const uint64_t seq = 10 + call;
-    PublishSlot(base, g, 0, seq, 0, off, 192);
+    PublishSlot(base, g, slot, seq, 0, off, 192);
     // Rank 1 of 2: records 2 and 3.
     StreamLayoutMsg slice{1, 6, 8, 64 + 16, 128 + 16};
     switch (call++) {
@@ -261,7 +280,7 @@ TEST(ClientTest, RaggedShardSliceIsReadRelativeToItsFirstOffsetAndValidated) {
         slice.values_offset = 188;
         break;  // values outside the batch
     }
-    return BatchMsg{0, 0, seq, off, 2, 192, {slice}};
+    return BatchMsg{0, 0, slot, seq, off, 2, 192, {slice}};
   };
   FakeDaemon fake([script](int fd) { (*script)(fd); });
   auto c = Client::Connect(fake.path()).value();
@@ -284,24 +303,9 @@ TEST(ClientTest, RaggedShardSliceIsReadRelativeToItsFirstOffsetAndValidated) {
   loader->Close();
 }
 
-TEST(ClientTest, GroupOpenToAProtocol10DaemonIsRefusedWithoutSendingIt) {
-  auto script = std::make_shared<RingScript>();  // announces 1.0
-  script->make_batch = [](const RingGeometry&, uint8_t*) { return BatchMsg{}; };
-  FakeDaemon fake([script](int fd) { (*script)(fd); });
-  auto c = Client::Connect(fake.path()).value();
-  client::LoaderSpec spec = SpecWithStore(fake.dir());
-  spec.group = "g";
-  auto loader = c->OpenLoader(spec);
-  ASSERT_FALSE(loader.ok());
-  EXPECT_EQ(loader.status().code(), Status::Code::kProtocol);
-  EXPECT_NE(loader.status().message().find("groups need 1.1"), std::string::npos)
-      << loader.status().ToString();
-}
-
 TEST(ClientTest, GroupOpenedReplyMustNameTheFirstStepAndSetsIt) {
   for (bool with_step : {false, true}) {
     auto script = std::make_shared<RingScript>();
-    script->minor = 1;
     if (with_step) script->opened.step = 42;
     script->make_batch = [](const RingGeometry&, uint8_t*) { return BatchMsg{}; };
     FakeDaemon fake([script](int fd) { (*script)(fd); });
@@ -330,7 +334,7 @@ TEST(ClientTest, BatchCarriesThePublishStampOfItsSlot) {
   script->make_batch = [published](const RingGeometry& g, uint8_t* base) {
     PublishSlot(base, g, 1, 5, 0, g.payload_offset, 64);
     published->store(SlotAt(static_cast<const uint8_t*>(base), g, 1)->publish_ns);
-    return BatchMsg{0, 1, 5, g.payload_offset, 2, 64, {{0, 0, 32, 0, 0}}};
+    return BatchMsg{0, 0, 1, 5, g.payload_offset, 2, 64, {{0, 0, 32, 0, 0}}};
   };
   FakeDaemon fake([script](int fd) { (*script)(fd); });
   auto c = Client::Connect(fake.path()).value();
@@ -347,10 +351,12 @@ TEST(ClientTest, SlotWithoutStampOrStampedInTheFutureIsRefusedAndReleased) {
   auto script = std::make_shared<RingScript>();
   auto call = std::make_shared<std::atomic<int>>(0);
   script->make_batch = [call](const RingGeometry& g, uint8_t* base) {
-    PublishSlot(base, g, 0, 7, 0, g.payload_offset, 64);
-    SlotAt(base, g, 0)->publish_ns =
-        call->fetch_add(1) == 0 ? 0 : MonotonicNowNs() + 3'600'000'000'000ull;
-    return BatchMsg{0, 0, 7, g.payload_offset, 2, 64, {{0, 0, 32, 0, 0}}};
+    const int k = call->fetch_add(1);
+    const uint32_t slot = static_cast<uint32_t>(k % 4);  // the next is pushed while this is leased
+    const uint64_t off = g.payload_offset + slot * 64;
+    PublishSlot(base, g, slot, 7, 0, off, 64);
+    SlotAt(base, g, slot)->publish_ns = k == 0 ? 0 : MonotonicNowNs() + 3'600'000'000'000ull;
+    return BatchMsg{0, 0, slot, 7, off, 2, 64, {{0, 0, 32, 0, 0}}};
   };
   {
     FakeDaemon fake([script](int fd) { (*script)(fd); });
@@ -368,104 +374,105 @@ TEST(ClientTest, SlotWithoutStampOrStampedInTheFutureIsRefusedAndReleased) {
   EXPECT_EQ(script->releases.size(), 2u);
 }
 
-TEST(ClientTest, RequestAheadAsksForTheNextBatchBeforeTheCallerDoes) {
+// Step k in slot k % 4 with seq k + 1, of generation `gen`.
+BatchMsg StepBatch(const RingGeometry& g, uint8_t* base, uint64_t k, uint64_t gen = 0) {
+  const uint32_t slot = static_cast<uint32_t>(k % 4);
+  const uint64_t off = g.payload_offset + slot * 64;
+  PublishSlot(base, g, slot, k + 1, k, off, 64);
+  return BatchMsg{gen, k, slot, k + 1, off, 2, 64, {{0, 0, 32, 0, 0}}};
+}
+
+TEST(ClientTest, DaemonPushesUnderTheCreditWithoutBeingAsked) {
   auto script = std::make_shared<RingScript>();
   auto calls = std::make_shared<std::atomic<int>>(0);
   script->make_batch = [calls](const RingGeometry& g, uint8_t* base) {
-    const int k = calls->fetch_add(1);  // step k in slot k
-    const uint64_t off = g.payload_offset + static_cast<uint64_t>(k) * 64;
-    PublishSlot(base, g, static_cast<uint32_t>(k), k + 1, k, off, 64);
-    return BatchMsg{static_cast<uint64_t>(k),
-                    static_cast<uint32_t>(k),
-                    static_cast<uint64_t>(k + 1),
-                    off,
-                    2,
-                    64,
-                    {{0, 0, 32, 0, 0}}};
+    return StepBatch(g, base, static_cast<uint64_t>(calls->fetch_add(1)));
   };
   FakeDaemon fake([script](int fd) { (*script)(fd); });
   auto c = Client::Connect(fake.path()).value();
-  auto loader = c->OpenLoader(SpecWithStore(fake.dir())).value();  // lease cap 2
-  loader->set_request_ahead(true);
-  auto b0 = loader->Next().value();
-  // The caller holds 1 of 2: the request for step 1 went out with no call.
+  auto loader = c->OpenLoader(SpecWithStore(fake.dir())).value();  // credit 2
   for (int i = 0; i < 200 && calls->load() < 2; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  EXPECT_EQ(calls->load(), 2);
-  auto b1 = loader->Next().value();  // collects it; holds 2 of 2: asks no more
+  EXPECT_EQ(calls->load(), 2);  // both pushed before any Next()
+  auto b0 = loader->Next().value();
+  auto b1 = loader->Next().value();
+  EXPECT_EQ(b0.step(), 0u);
   EXPECT_EQ(b1.step(), 1u);
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  EXPECT_EQ(calls->load(), 2);
-  EXPECT_EQ(loader->step(), 2u);
+  EXPECT_EQ(loader->Next().status().code(), Status::Code::kResourceExhausted);
+  b0.Reset();  // a credit back: step 2 comes
+  auto b2 = loader->Next().value();
+  EXPECT_EQ(b2.step(), 2u);
+  EXPECT_EQ(loader->step(), 3u);
   loader->Close();
 }
 
-TEST(ClientTest, SpinWaitOutsideItsRangeIsRefusedAndKeepsTheSetting) {
-  auto script = std::make_shared<RingScript>();
-  script->make_batch = [](const RingGeometry& g, uint8_t* base) {
-    PublishSlot(base, g, 0, 1, 0, g.payload_offset, 64);
-    return BatchMsg{0, 0, 1, g.payload_offset, 2, 64, {{0, 0, 32, 0, 0}}};
-  };
-  FakeDaemon fake([script](int fd) { (*script)(fd); });
-  auto c = Client::Connect(fake.path()).value();
-  auto loader = c->OpenLoader(SpecWithStore(fake.dir())).value();
-  EXPECT_EQ(loader->spin_wait().count(), 0);  // off by default
-  ASSERT_TRUE(loader->set_spin_wait(std::chrono::microseconds(200)).ok());
-  EXPECT_EQ(loader->spin_wait().count(), 200);
-  const auto too_long = client::kMaxSpinWait + std::chrono::microseconds(1);
-  for (auto bad : {std::chrono::microseconds(-1), too_long}) {
-    Status st = loader->set_spin_wait(bad);
-    EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
-    EXPECT_NE(st.message().find("spin wait"), std::string::npos) << st.message();
-  }
-  EXPECT_EQ(loader->spin_wait().count(), 200);
-  loader->Close();
-}
-
-// A reply within the spin is taken by a non-blocking receive, a later one by
-// the blocking wait that follows the spin: both deliver the right batch.
-TEST(ClientTest, SpinningWaitDeliversRepliesArrivingDuringAndAfterTheSpin) {
+// A seek: what was pushed before its `ok` (generation 0) is released
+// unread, even a batch of the old generation arriving after it (a daemon
+// must not, but the client does not trust it); then the new generation.
+TEST(ClientTest, SeekReleasesBatchesOfOlderGenerationsUnread) {
   auto script = std::make_shared<RingScript>();
   auto calls = std::make_shared<std::atomic<int>>(0);
   script->make_batch = [calls](const RingGeometry& g, uint8_t* base) {
-    const int k = calls->fetch_add(1);
-    if (k == 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));  // past the spin
-    const uint64_t off = g.payload_offset + static_cast<uint64_t>(k) * 64;
-    const uint64_t step = static_cast<uint64_t>(k);
-    PublishSlot(base, g, static_cast<uint32_t>(k), step + 1, step, off, 64);
-    return BatchMsg{step, static_cast<uint32_t>(k), step + 1, off, 2, 64, {{0, 0, 32, 0, 0}}};
+    return StepBatch(g, base, static_cast<uint64_t>(calls->fetch_add(1)));
+  };
+  script->on_seek = [](int fd, const SeekMsg& seek, const RingGeometry& g, uint8_t* base) {
+    Reply(fd, StepBatch(g, base, 2, /*gen=*/0));  // before the ok: old generation
+    Reply(fd, OkMsg{seek.id, seek.step, 1});
+    Reply(fd, StepBatch(g, base, 3, /*gen=*/0));  // after it, still old: a lie
+    Reply(fd, StepBatch(g, base, seek.step, /*gen=*/1));
   };
   FakeDaemon fake([script](int fd) { (*script)(fd); });
   auto c = Client::Connect(fake.path()).value();
   auto loader = c->OpenLoader(SpecWithStore(fake.dir())).value();
-  ASSERT_TRUE(loader->set_spin_wait(client::kMaxSpinWait).ok());
-  for (uint64_t step = 0; step < 2; ++step) {
-    auto b = loader->Next();
-    ASSERT_TRUE(b.ok()) << b.status().ToString();
-    EXPECT_EQ(b->step(), step);
+  auto b0 = loader->Next().value();  // step 0; step 1 is queued or in the socket
+  EXPECT_EQ(b0.step(), 0u);
+  ASSERT_TRUE(loader->Seek(5).ok());
+  EXPECT_EQ(loader->step(), 5u);
+  auto b5 = loader->Next();
+  ASSERT_TRUE(b5.ok()) << b5.status().ToString();
+  EXPECT_EQ(b5->step(), 5u);
+  b5->Reset();
+  b0.Reset();
+  loader->Close();
+  c.reset();
+  // Steps 1, 2, 3 went back unread (seq = step + 1), then 5 and 0.
+  std::vector<uint64_t> released;
+  for (int i = 0; i < 200 && script->releases.size() < 5; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  EXPECT_EQ(loader->step(), 2u);
+  for (const ReleaseMsg& r : script->releases) released.push_back(r.seq - 1);
+  EXPECT_EQ(released, (std::vector<uint64_t>{1, 2, 3, 5, 0}));
+}
+
+TEST(ClientTest, PushedBatchOfAFutureGenerationIsProtocolError) {
+  auto script = std::make_shared<RingScript>();
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  script->make_batch = [calls](const RingGeometry& g, uint8_t* base) {
+    return StepBatch(g, base, static_cast<uint64_t>(calls->fetch_add(1)), /*gen=*/3);
+  };
+  FakeDaemon fake([script](int fd) { (*script)(fd); });
+  auto c = Client::Connect(fake.path()).value();
+  auto loader = c->OpenLoader(SpecWithStore(fake.dir())).value();
+  auto b = loader->Next();
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), Status::Code::kProtocol);
+  EXPECT_NE(b.status().message().find("generation 3"), std::string::npos) << b.status().ToString();
   loader->Close();
 }
 
-TEST(ClientTest, SpinNeverOutlastsTheCallersDeadline) {
+TEST(ClientTest, ReplyNamingAnIdNeverSentIsProtocolError) {
   auto script = std::make_shared<RingScript>();
-  script->make_batch = [](const RingGeometry& g, uint8_t* base) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    PublishSlot(base, g, 2, 9, 0, g.payload_offset, 64);
-    return BatchMsg{0, 2, 9, g.payload_offset, 2, 64, {{0, 0, 32, 0, 0}}};
+  script->make_batch = [](const RingGeometry& g, uint8_t* base) { return StepBatch(g, base, 0); };
+  script->on_seek = [](int fd, const SeekMsg& seek, const RingGeometry&, uint8_t*) {
+    Reply(fd, OkMsg{seek.id + 100, seek.step, 1});
   };
   FakeDaemon fake([script](int fd) { (*script)(fd); });
   auto c = Client::Connect(fake.path()).value();
   auto loader = c->OpenLoader(SpecWithStore(fake.dir())).value();
-  ASSERT_TRUE(loader->set_spin_wait(client::kMaxSpinWait).ok());
-  auto none = loader->NextFor(std::chrono::milliseconds(0));  // answered later: not now
-  ASSERT_TRUE(none.ok()) << none.status().ToString();
-  EXPECT_FALSE(none->has_value());
-  auto b = loader->Next();  // collects the owed reply, nothing skipped
-  ASSERT_TRUE(b.ok()) << b.status().ToString();
-  EXPECT_EQ(b->step(), 0u);
+  Status st = loader->Seek(4);
+  EXPECT_EQ(st.code(), Status::Code::kProtocol) << st.ToString();
+  EXPECT_NE(st.message().find("never sent"), std::string::npos) << st.ToString();
   loader->Close();
 }
 

@@ -51,21 +51,23 @@ TEST(WireTest, EveryMessageTypeRoundTrips) {
   open.prefetch = 3;
   open.leases = 5;
   open.ring_bytes = 1 << 20;
+  open.id = 41;
   ExpectRoundTrip(open);
   EXPECT_EQ(open.TotalFds(), 6u + 6u);
-  OpenedMsg opened{
-      1000, 9, 1 << 22, 5, {{0, "<f4", {3, 224, 224}, 3, 1000}, {1, "<i4", {}, 1, 1000}}};
+  OpenedMsg opened{41,      1000, 9,
+                   1 << 22, 5,    {{0, "<f4", {3, 224, 224}, 3, 1000}, {1, "<i4", {}, 1, 1000}}};
   ExpectRoundTrip(opened);
-  ExpectRoundTrip(NextMsg{});
   ExpectRoundTrip(
-      BatchMsg{7, 3, 44, 8192, 256, 4096, {{0, 0, 1024, 0, 0}, {1, 1024, 64, 1088, 2112}}});
-  ExpectRoundTrip(SeekMsg{123456789});
+      BatchMsg{2, 7, 3, 44, 8192, 256, 4096, {{0, 0, 1024, 0, 0}, {1, 1024, 64, 1088, 2112}}});
+  ExpectRoundTrip(SeekMsg{42, 123456789});
   ExpectRoundTrip(ReleaseMsg{3, 44});
-  ExpectRoundTrip(StatsMsg{});
-  ExpectRoundTrip(StatsReplyMsg{{{"sessions", 2}, {"slots_held", 0}}});
+  ExpectRoundTrip(StatsMsg{43});
+  ExpectRoundTrip(StatsReplyMsg{43, {{"sessions", 2}, {"slots_held", 0}}});
   ExpectRoundTrip(CloseMsg{});
-  ExpectRoundTrip(OkMsg{5});
-  ExpectRoundTrip(ErrorMsg{8, "lease cap reached", 17});
+  ExpectRoundTrip(OkMsg{42, 5, 3});
+  ExpectRoundTrip(ErrorMsg{8, "lease cap reached", 17, std::nullopt, std::nullopt});
+  ExpectRoundTrip(ErrorMsg{2, "out of range", 17, 42, std::nullopt});       // a reply
+  ExpectRoundTrip(ErrorMsg{4, "corrupt record", 18, std::nullopt, 3});      // pushed
   ExpectRoundTrip(HelloOkMsg{1, 2, "0.2.0", 7, 12, kHeartbeatIntervalMs});  // 1.2
   ExpectRoundTrip(HeartbeatMsg{});
 }
@@ -95,8 +97,8 @@ TEST(WireTest, UnknownTypeIsRefused) {
 }
 
 TEST(WireTest, UnknownKeyIsRefused) {
-  Status s = DecodeError(MapOf(std::string("t"), std::string("seek"), std::string("step"), 1,
-                               std::string("extra"), 2));
+  Status s = DecodeError(MapOf(std::string("t"), std::string("seek"), std::string("id"), 1,
+                               std::string("step"), 1, std::string("extra"), 2));
   EXPECT_EQ(s.code(), Status::Code::kProtocol);
   EXPECT_NE(s.message().find("unknown key 'extra'"), std::string::npos) << s.message();
 }
@@ -155,7 +157,7 @@ TEST(WireTest, GroupOpenAndOpenedStepRoundTrip) {
   ExpectRoundTrip(open);
   open.join = GroupJoin::kDefault;  // not sent; decodes as the default
   ExpectRoundTrip(open);
-  OpenedMsg opened{10, 2, 8192, 1, {{0, "<f4", {2}, 1, 10}}};
+  OpenedMsg opened{9, 10, 2, 8192, 1, {{0, "<f4", {2}, 1, 10}}};
   opened.step = 77;
   ExpectRoundTrip(opened);
 }
@@ -170,15 +172,15 @@ TEST(WireTest, SoloOpenCarriesNoProtocol11Keys) {
   msgpack::object_handle oh =
       msgpack::unpack(reinterpret_cast<const char*>(frame.data()), frame.size());
   ASSERT_EQ(oh.get().type, msgpack::type::MAP);
-  EXPECT_EQ(oh.get().via.map.size, 11u);  // "t" + the ten 1.0 fields
+  EXPECT_EQ(oh.get().via.map.size, 12u);  // "t" + id + the ten 1.0 fields
   auto back = DecodeMessage(frame);
   ASSERT_TRUE(back.ok());
   EXPECT_TRUE(std::get<OpenMsg>(*back).group.empty());
   EXPECT_EQ(std::get<OpenMsg>(*back).join, GroupJoin::kDefault);
-  OpenedMsg opened{10, 2, 8192, 1, {}};
+  OpenedMsg opened{1, 10, 2, 8192, 1, {}};
   auto o = EncodeMessage(opened);
   oh = msgpack::unpack(reinterpret_cast<const char*>(o.data()), o.size());
-  EXPECT_EQ(oh.get().via.map.size, 6u);  // no "step" unless set
+  EXPECT_EQ(oh.get().via.map.size, 7u);  // no "step" unless set
 }
 
 // Builds an open frame with the 1.0 fields plus `extra` (key, value) pairs.
@@ -186,9 +188,11 @@ template <typename... KV>
 std::vector<uint8_t> OpenWith(const KV&... extra) {
   msgpack::sbuffer b;
   msgpack::packer<msgpack::sbuffer> p(b);
-  p.pack_map(11 + sizeof...(KV) / 2);
+  p.pack_map(12 + sizeof...(KV) / 2);
   p.pack(std::string("t"));
   p.pack(std::string("open"));
+  p.pack(std::string("id"));
+  p.pack(1);
   p.pack(std::string("streams"));
   p.pack_array(1);
   p.pack_map(4);
@@ -234,7 +238,7 @@ TEST(WireTest, NonMapRootTrailingBytesAndDuplicateKeysAreRefused) {
   msgpack::pack(b, std::vector<int>{1, 2});
   EXPECT_EQ(DecodeError(Pack(b)).code(), Status::Code::kProtocol);
 
-  auto frame = EncodeMessage(NextMsg{});
+  auto frame = EncodeMessage(CloseMsg{});
   frame.push_back(0xc0);
   Status s = DecodeError(frame);
   EXPECT_NE(s.message().find("trailing"), std::string::npos) << s.message();
@@ -244,6 +248,21 @@ TEST(WireTest, NonMapRootTrailingBytesAndDuplicateKeysAreRefused) {
                 .code(),
             Status::Code::kProtocol);
   EXPECT_EQ(DecodeError({}).code(), Status::Code::kProtocol);
+}
+
+TEST(WireTest, ProtocolTwelveShapes) {
+  // An error is a reply (id) or pushed (gen), never both.
+  const std::vector<uint8_t> both = EncodeMessage(ErrorMsg{4, "x", 1, 7, 2});
+  Status s = DecodeError(both);
+  EXPECT_NE(s.message().find("not both"), std::string::npos) << s.message();
+  // `next` is gone in 1.2: the daemon pushes.
+  s = DecodeError(MapOf(std::string("t"), std::string("next")));
+  EXPECT_NE(s.message().find("unknown message type 'next'"), std::string::npos) << s.message();
+  // Requests need their id; batches their generation.
+  s = DecodeError(MapOf(std::string("t"), std::string("seek"), std::string("step"), 1));
+  EXPECT_NE(s.message().find("missing key 'id'"), std::string::npos) << s.message();
+  s = DecodeError(MapOf(std::string("t"), std::string("stats")));
+  EXPECT_NE(s.message().find("missing key 'id'"), std::string::npos) << s.message();
 }
 
 TEST(WireTest, HugeLengthClaimsAreRefusedWithoutAllocating) {
@@ -261,9 +280,9 @@ TEST(WireTest, HugeLengthClaimsAreRefusedWithoutAllocating) {
 TEST(WireTest, RandomAndMutatedFramesNeverCrash) {
   std::mt19937_64 rng(1234);
   std::vector<std::vector<uint8_t>> seeds = {
-      EncodeMessage(HelloMsg{1, 0, "x"}), EncodeMessage(SeekMsg{5}),
-      EncodeMessage(BatchMsg{1, 2, 3, 4096, 8, 64, {{0, 0, 64, 0, 0}}}),
-      EncodeMessage(OpenedMsg{10, 2, 8192, 1, {{0, "<f4", {2}, 1, 10}}})};
+      EncodeMessage(HelloMsg{1, 2, "x"}), EncodeMessage(SeekMsg{1, 5}),
+      EncodeMessage(BatchMsg{0, 1, 2, 3, 4096, 8, 64, {{0, 0, 64, 0, 0}}}),
+      EncodeMessage(OpenedMsg{1, 10, 2, 8192, 1, {{0, "<f4", {2}, 1, 10}}})};
   int decoded_ok = 0;
   for (int i = 0; i < 20000; ++i) {
     std::vector<uint8_t> f;

@@ -120,6 +120,16 @@ class DaemonFixture : public ::testing::Test {
     return false;
   }
 
+  // Polls a stat until it is at least `want` (pushes are asynchronous), up to 5 s.
+  bool WaitStatAtLeast(const std::string& name, uint64_t want) {
+    for (int i = 0; i < 500; ++i) {
+      const uint64_t v = Stat(name);
+      if (v != UINT64_MAX && v >= want) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return false;
+  }
+
   // A raw connection that has said hello.
   UniqueFd RawHello() {
     auto fd = ConnectSeqpacket(socket_);

@@ -97,7 +97,6 @@ class GroupStressTest : public DaemonFixture {
       auto c = Connect();
       auto l = c->OpenLoader(spec);
       ASSERT_TRUE(l.ok()) << l.status().ToString();
-      (*l)->set_request_ahead(m % 2 == 0);
       loaders.push_back(std::move(l).value());
     }
     std::atomic<int> failures{0};

@@ -268,37 +268,19 @@ TEST_F(GroupTest, SecondLiveMemberForOneRankIsRefused) {
   EXPECT_TRUE(OpenStatus(Spec(GroupMode::kShard, 0, 2)).ok());
 }
 
-// Protocol 1.1 is additive: a 1.0 client (hello minor 0, no group keys)
-// opens and reads a solo loader exactly as before, and its `opened` reply
-// carries no `step` key its strict decoder would reject.
-TEST_F(GroupTest, Protocol10ClientStillOpensASoloLoader) {
+// Protocol 1.2 pushes batches: a 1.1 client (which would send `next` and
+// expect replies in order) is refused at hello, naming both versions.
+TEST_F(GroupTest, Protocol11ClientIsRefusedNamingBothVersions) {
   auto fd = ConnectSeqpacket(socket_).value();
-  ASSERT_TRUE(SendFrame(fd.get(), EncodeMessage(HelloMsg{1, 0, "loaderx 1.0"})).ok());
-  auto hello = DecodeMessage(RecvFrame(fd.get())->bytes).value();
-  ASSERT_TRUE(std::holds_alternative<HelloOkMsg>(hello));
-  LoaderSpec spec = Spec(GroupMode::kBroadcast);
-  StoreFiles files = Store::OpenFileSet(spec.stores[0]).value();
-  OpenMsg open;
-  open.streams = {{spec.stores[0], false, false, static_cast<uint32_t>(files.data.size())}};
-  open.batch_size = spec.batch_size;
-  open.mode = static_cast<uint32_t>(spec.mode);
-  open.seed = spec.seed;
-  std::vector<int> fds = {files.meta.get(), files.index.get()};
-  for (const UniqueFd& d : files.data) fds.push_back(d.get());
-  auto frame = EncodeMessage(open);
-  ASSERT_TRUE(SendFrame(fd.get(), frame, fds).ok());
-  auto reply = RecvFrame(fd.get()).value();
-  // The raw frame: exactly the six 1.0 keys ("t" + 5 fields), no "step".
-  auto opened = DecodeMessage(reply.bytes).value();
-  ASSERT_TRUE(std::holds_alternative<OpenedMsg>(opened));
-  EXPECT_FALSE(std::get<OpenedMsg>(opened).step.has_value());
-  EXPECT_EQ(EncodeMessage(std::get<OpenedMsg>(opened)), reply.bytes);
-  ASSERT_TRUE(SendFrame(fd.get(), EncodeMessage(NextMsg{})).ok());
-  auto batch = DecodeMessage(RecvFrame(fd.get())->bytes).value();
-  ASSERT_TRUE(std::holds_alternative<BatchMsg>(batch));
-  EXPECT_EQ(std::get<BatchMsg>(batch).step, 0u);
-  EXPECT_EQ(std::get<BatchMsg>(batch).batch_size, spec.batch_size);
-  EXPECT_EQ(Stat("groups"), 0u);  // a solo loader is not a named group
+  ASSERT_TRUE(SendFrame(fd.get(), EncodeMessage(HelloMsg{1, 1, "loaderx 1.1"})).ok());
+  auto reply = DecodeMessage(RecvFrame(fd.get())->bytes).value();
+  ASSERT_TRUE(std::holds_alternative<ErrorMsg>(reply));
+  const ErrorMsg& err = std::get<ErrorMsg>(reply);
+  EXPECT_EQ(err.code, static_cast<uint32_t>(Status::Code::kProtocol));
+  EXPECT_NE(err.message.find("client speaks 1.1"), std::string::npos) << err.message;
+  EXPECT_NE(err.message.find("speaks 1.2"), std::string::npos) << err.message;
+  EXPECT_TRUE(RecvFrame(fd.get())->eof);  // and the connection is closed
+  EXPECT_EQ(Stat("refused"), 1u);
 }
 
 TEST_F(GroupTest, BadGroupNamesAreRefusedByTheClient) {
@@ -414,26 +396,24 @@ TEST_F(GroupTest, OnlyMemberSeekMovesThePipelineOthersMoveTheirCursor) {
   ExpectSameArrays(z, EmbeddedBatch(Spec(GroupMode::kBroadcast), 51), "b unaffected");
 }
 
-TEST_F(GroupTest, RefusedSeekWithABatchRequestedAheadSkipsNothing) {
-  // Found by tests/integration/test_daemon_model.py: the `next` sent ahead
-  // for step 51 had been answered (the daemon's cursor was at 52) when the
-  // seek was refused; the client used to drop that batch, so the following
-  // Next returned step 52 while Step() said 51.
+TEST_F(GroupTest, RefusedSeekWithBatchesPushedBeforeItSkipsNothing) {
+  // Found by tests/integration/test_daemon_model.py (in 1.1, with a `next`
+  // sent ahead): the batch of step 51 is in the socket when the seek is
+  // refused; it must be the next batch, not dropped.
   auto a = Open(Spec(GroupMode::kBroadcast));
   ASSERT_TRUE(a->Seek(50).ok());
-  a->set_request_ahead(true);
   auto b = Open(Spec(GroupMode::kBroadcast));  // joins at 50: the group holds 50..
-  auto x = a->Next().value();                  // 50; the `next` for 51 goes out now
-  EXPECT_TRUE(WaitStat("slots_held", 2));      // ... and is answered
+  auto x = a->Next().value();                  // 50; 51 is pushed meanwhile
+  ExpectSameArrays(x, EmbeddedBatch(Spec(GroupMode::kBroadcast), 50), "before the seek");
+  EXPECT_TRUE(WaitStatAtLeast("batches_served", 3));  // a: 50, 51; b: 50
   EXPECT_EQ(a->step(), 51u);
   Status gone = a->Seek(10);
   EXPECT_EQ(gone.code(), Status::Code::kIndexError) << gone.ToString();
   EXPECT_EQ(a->step(), 51u);
-  EXPECT_EQ(Stat("slots_held"), 2u);  // the batch of 51 is still leased, unseen
   auto y = a->Next().value();
   ExpectSameArrays(y, EmbeddedBatch(Spec(GroupMode::kBroadcast), 51), "after the refused seek");
   EXPECT_EQ(a->step(), 52u);
-  // An accepted seek releases the batch requested ahead, as before.
+  // An accepted seek releases what was pushed before it, unread.
   ASSERT_TRUE(a->Seek(51).ok());
   auto z = a->Next().value();
   ExpectSameArrays(z, EmbeddedBatch(Spec(GroupMode::kBroadcast), 51), "after the seek");
@@ -441,20 +421,15 @@ TEST_F(GroupTest, RefusedSeekWithABatchRequestedAheadSkipsNothing) {
   ExpectSameArrays(w, EmbeddedBatch(Spec(GroupMode::kBroadcast), 50), "b unaffected");
 }
 
-TEST_F(GroupTest, CloseDropsABatchCollectedByARefusedSeek) {
-  auto a = Open(Spec(GroupMode::kBroadcast));
-  a->set_request_ahead(true);
-  auto b = Open(Spec(GroupMode::kBroadcast));
-  ASSERT_TRUE(b->Seek(3).ok());    // b ahead: the group still holds 0.. for a
-  { auto x = a->Next().value(); }  // 0, freed; the `next` for 1 is answered
-  EXPECT_TRUE(WaitStat("slots_held", 1));
-  ASSERT_TRUE(a->Seek(2).ok());  // accepted: 1 is released
-  EXPECT_TRUE(WaitStat("slots_held", 0));
-  { auto x = a->Next().value(); }  // 2; the `next` for 3 is answered
-  EXPECT_TRUE(WaitStat("slots_held", 1));
-  EXPECT_EQ(a->Seek(0).code(), Status::Code::kIndexError);  // keeps 3 collected
-  a->Close();  // nothing viewed here: the session ends, the lease with it
-  EXPECT_TRUE(WaitStat("slots_held", 0));
+TEST_F(GroupTest, CloseReleasesPushedBatchesNotTaken) {
+  LoaderSpec spec = Spec(GroupMode::kBroadcast);
+  spec.leases = 3;
+  auto a = Open(spec);
+  auto b = Open(spec);
+  { auto x = a->Next().value(); }          // 0, freed; 1..3 pushed
+  EXPECT_TRUE(WaitStat("slots_held", 6));  // a: 1, 2, 3; b: 0, 1, 2 (its credit)
+  a->Close();  // nothing viewed here: the session ends, the pushed leases with it
+  EXPECT_TRUE(WaitStat("slots_held", 3));
   EXPECT_TRUE(WaitStat("group_members", 1));
   EXPECT_TRUE(WaitStat("sessions", 2));  // b and the stats query
 }

@@ -1,7 +1,8 @@
 // The batch hand-off between a real in-process loaderxd and the C++ client:
-// the publish stamp every batch carries (ring layout 1.1) and request ahead
-// (Loader::set_request_ahead), whose batch must be the same one, counted
-// against the lease cap, and discarded by a seek.
+// the publish stamp every batch carries (ring layout 1.1) and the push of
+// protocol 1.2: batches pushed under the credit (the lease cap) must be the
+// same ones in order, stop at the credit, and those of an older generation
+// are released unread after a seek.
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -51,86 +52,88 @@ TEST_F(HandoffTest, EveryBatchCarriesAPublishStampFromTheSharedClock) {
   }
 }
 
-TEST_F(HandoffTest, RequestAheadDeliversTheSameBatchesInOrder) {
+TEST_F(HandoffTest, PushedBatchesAreTheEmbeddedOnesInOrder) {
   auto c = Connect();
-  auto plain = c->OpenLoader(Spec()).value();
-  auto ahead = c->OpenLoader(Spec()).value();
-  ahead->set_request_ahead(true);
-  EXPECT_TRUE(ahead->request_ahead());
+  auto eager = c->OpenLoader(Spec()).value();
+  auto late = c->OpenLoader(Spec()).value();
+  ASSERT_TRUE(WaitStat("slots_held", 8));  // both credits pushed
   for (uint64_t s = 0; s < 30; ++s) {
-    auto a = ahead->Next();
-    auto p = plain->Next();
+    auto a = eager->Next();
+    auto p = late->Next();
     ASSERT_TRUE(a.ok() && p.ok());
     EXPECT_EQ(a->step(), s);
+    EXPECT_EQ(p->step(), s);
     EXPECT_EQ(Values(*a), Values(*p)) << "step " << s;
   }
-  EXPECT_EQ(ahead->step(), 30u);
+  EXPECT_EQ(eager->step(), 30u);
 }
 
-TEST_F(HandoffTest, RequestAheadBatchIsPublishedBeforeTheCallerAsks) {
+TEST_F(HandoffTest, PushedBatchIsPublishedBeforeTheCallerAsks) {
   auto c = Connect();
   auto loader = c->OpenLoader(Spec()).value();
-  loader->set_request_ahead(true);
-  auto first = loader->Next().value();
-  // The daemon answers the request sent ahead: it holds first + the next.
-  ASSERT_TRUE(WaitStat("slots_held", 2));
+  ASSERT_TRUE(WaitStat("slots_held", 4));  // the credit, pushed unasked
   const uint64_t asked = MonotonicNowNs();
-  auto second = loader->Next().value();
-  EXPECT_EQ(second.step(), 1u);
-  EXPECT_LT(second.publish_ns(), asked);
+  auto first = loader->Next().value();
+  EXPECT_EQ(first.step(), 0u);
+  EXPECT_LT(first.publish_ns(), asked);
 }
 
-TEST_F(HandoffTest, RequestAheadStopsAtTheLeaseCap) {
+TEST_F(HandoffTest, PushStopsAtTheCredit) {
   auto c = Connect();
   auto loader = c->OpenLoader(Spec(/*leases=*/2)).value();
-  loader->set_request_ahead(true);
-  auto b0 = loader->Next().value();  // holds 1 of 2: asks ahead for step 1
-  auto b1 = loader->Next().value();  // holds 2 of 2: asks for nothing more
-  EXPECT_EQ(b1.step(), 1u);
   ASSERT_TRUE(WaitStat("slots_held", 2));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(Stat("slots_held"), 2u);
+  EXPECT_EQ(Stat("batches_served"), 2u);
+  auto b0 = loader->Next().value();
+  auto b1 = loader->Next().value();
+  EXPECT_EQ(b1.step(), 1u);
   auto refused = loader->Next();
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), Status::Code::kResourceExhausted);
   EXPECT_EQ(loader->step(), 2u);
-  b0.Reset();
+  b0.Reset();  // one credit back: step 2 is pushed
   auto b2 = loader->Next();
   ASSERT_TRUE(b2.ok()) << b2.status().ToString();
   EXPECT_EQ(b2->step(), 2u);
 }
 
-TEST_F(HandoffTest, SeekReleasesTheBatchRequestedAheadAndReturnsTheSoughtStep) {
+TEST_F(HandoffTest, SeekReleasesOlderGenerationsUnreadAndReturnsTheSoughtStep) {
   auto c = Connect();
   auto reference = c->OpenLoader(Spec()).value();
   ASSERT_TRUE(reference->Seek(7).ok());
   const std::vector<uint32_t> want = Values(reference->Next().value());
   reference->Close();
+  ASSERT_TRUE(WaitStat("loaders", 0));
 
   auto loader = c->OpenLoader(Spec()).value();
-  loader->set_request_ahead(true);
   auto b0 = loader->Next().value();
-  ASSERT_TRUE(WaitStat("slots_held", 2));  // b0 and step 1, requested ahead
+  ASSERT_TRUE(WaitStat("slots_held", 4));  // b0 and steps 1..3, pushed
+  const uint64_t releases = Stat("releases");
   ASSERT_TRUE(loader->Seek(7).ok());
   EXPECT_EQ(loader->step(), 7u);
-  ASSERT_TRUE(WaitStat("slots_held", 1));  // step 1 went back unseen
+  // Steps 1..3 went back unread; 7..9 are pushed in their place.
+  ASSERT_TRUE(WaitStat("releases", releases + 3));
+  ASSERT_TRUE(WaitStat("slots_held", 4));
   auto b7 = loader->Next().value();
   EXPECT_EQ(b7.step(), 7u);
   EXPECT_EQ(Values(b7), want);
+  EXPECT_EQ(loader->Next().value().step(), 8u);
+  EXPECT_EQ(Stat("stale_releases"), 0u);
 }
 
-TEST_F(HandoffTest, ClosingWithABatchRequestedAheadReclaimsEverything) {
+TEST_F(HandoffTest, ClosingWithPushedBatchesReclaimsEverything) {
   auto c = Connect();
   {
     auto loader = c->OpenLoader(Spec()).value();
-    loader->set_request_ahead(true);
     auto b0 = loader->Next().value();
-    ASSERT_TRUE(WaitStat("slots_held", 2));
+    ASSERT_TRUE(WaitStat("slots_held", 4));
     loader->Close();
     EXPECT_EQ(loader->Next().status().code(), Status::Code::kCancelled);
   }
   EXPECT_TRUE(WaitStat("slots_held", 0));
   EXPECT_TRUE(WaitStat("loaders", 0));
+  EXPECT_EQ(Stat("stale_releases"), 0u);
 }
 
 }  // namespace

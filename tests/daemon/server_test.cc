@@ -194,16 +194,15 @@ TEST_F(ServerTest, ClosingTheLoaderReclaimsItsSlotsAndRing) {
 }
 
 TEST_F(ServerTest, BatchesHeldPastCloseKeepTheirSlotsUntilFreed) {
-  // Close() with batches held and a request ahead in flight: the daemon
-  // stops the loader but must not reuse the held slots, and the session
-  // ends only once they are freed (docs/protocol.md, `close`).
+  // Close() with batches held and more pushed: the daemon stops the loader
+  // but must not reuse the held slots, and the session ends only once they
+  // are freed (docs/protocol.md, `close`).
   auto c = Connect();
   LoaderSpec spec = DenseSpec();
   spec.prefetch = 2;
   for (uint64_t start = 0; start < 10; ++start) {
     spec.start_step = start;
     auto loader = c->OpenLoader(spec).value();
-    loader->set_request_ahead(true);
     std::vector<client::Batch> held;
     for (int i = 0; i < 2; ++i) held.push_back(loader->Next().value());
     loader->Close();
@@ -226,10 +225,11 @@ TEST_F(ServerTest, BatchesHeldPastCloseKeepTheirSlotsUntilFreed) {
   }
 }
 
-TEST_F(ServerTest, CloseAnswersAWaitingNextAndRefusesALaterOpen) {
+TEST_F(ServerTest, RepliesEchoTheirRequestIdsAndCloseIsUnanswered) {
   auto fd = RawHello();
-  ASSERT_TRUE(SendFrame(fd.get(), EncodeMessage(NextMsg{})).ok());  // no loader: an error
-  ASSERT_TRUE(SendFrame(fd.get(), EncodeMessage(CloseMsg{})).ok());
+  ASSERT_TRUE(SendFrame(fd.get(), EncodeMessage(SeekMsg{41, 3})).ok());  // no loader: an error
+  ASSERT_TRUE(SendFrame(fd.get(), EncodeMessage(StatsMsg{42})).ok());
+  ASSERT_TRUE(SendFrame(fd.get(), EncodeMessage(CloseMsg{})).ok());  // no reply
   auto expect = [&](auto check) {
     auto frame = RecvFrame(fd.get()).value();
     auto m = DecodeMessage(frame.bytes).value();
@@ -238,9 +238,15 @@ TEST_F(ServerTest, CloseAnswersAWaitingNextAndRefusesALaterOpen) {
   expect([](const Message& m) {
     ASSERT_TRUE(std::holds_alternative<ErrorMsg>(m));
     EXPECT_EQ(std::get<ErrorMsg>(m).code, static_cast<uint32_t>(Status::Code::kState));
+    EXPECT_EQ(std::get<ErrorMsg>(m).id, std::optional<uint64_t>(41));
+    EXPECT_FALSE(std::get<ErrorMsg>(m).gen.has_value());
   });
-  expect([](const Message& m) { EXPECT_TRUE(std::holds_alternative<OkMsg>(m)); });
+  expect([](const Message& m) {
+    ASSERT_TRUE(std::holds_alternative<StatsReplyMsg>(m));
+    EXPECT_EQ(std::get<StatsReplyMsg>(m).id, 42u);
+  });
   OpenMsg open;
+  open.id = 43;
   open.streams = {{"x", false, false, 1}};
   open.batch_size = 1;
   auto mem = CreateMemfd("junk", 4096).value();
@@ -251,6 +257,7 @@ TEST_F(ServerTest, CloseAnswersAWaitingNextAndRefusesALaterOpen) {
     const auto& err = std::get<ErrorMsg>(m);
     EXPECT_EQ(err.code, static_cast<uint32_t>(Status::Code::kState));
     EXPECT_NE(err.message.find("was closed"), std::string::npos) << err.message;
+    EXPECT_EQ(err.id, std::optional<uint64_t>(43));  // the close itself was not answered
   });
 }
 
@@ -320,7 +327,7 @@ TEST_F(ServerTest, FdsWhereNoneAreExpectedOrMissingWhereRequiredDropTheConnectio
   auto fd = RawHello();
   auto mem = CreateMemfd("junk", 4096).value();
   int fds[] = {mem.get()};
-  ASSERT_TRUE(SendFrame(fd.get(), EncodeMessage(NextMsg{}), fds).ok());
+  ASSERT_TRUE(SendFrame(fd.get(), EncodeMessage(SeekMsg{1, 0}), fds).ok());
   EXPECT_TRUE(HungUp(fd.get()));
 
   auto fd2 = RawHello();

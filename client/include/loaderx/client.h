@@ -7,7 +7,10 @@
 //   loader->Seek(1000); loader->Close();
 //
 // Each Loader has its own connection and its own ring (a sealed memfd mapped
-// read-only; the members of a group map their group's one ring). A Batch is
+// read-only; the members of a group map their group's one ring). The daemon
+// pushes ready batches while this process holds fewer than the loader's
+// lease cap (protocol 1.2), so Next() usually finds its batch already in
+// the socket: one receive, no round trip. A Batch is
 // a set of views into one ring slot plus a Lease; the slot goes back to the
 // daemon when the last holder of the Lease (the Batch, or any zero-copy
 // owner such as a NumPy array's base) lets go. Holding
@@ -36,7 +39,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -55,10 +57,6 @@ class Client;
 namespace client {
 
 inline constexpr std::chrono::milliseconds kPollInterval{50};
-// Upper bound of Loader::set_spin_wait: a spin is a busy core, and a longer
-// one would delay noticing Close() or a WaitHook abort beyond kPollInterval.
-inline constexpr std::chrono::microseconds kMaxSpinWait{1000};
-static_assert(kMaxSpinWait < kPollInterval);
 inline constexpr std::chrono::milliseconds kDeadPeerDetection{1000};
 static_assert(kPollInterval * 4 <= kDeadPeerDetection,
               "a blocked wait must notice a dead daemon well within the promise");
@@ -75,10 +73,10 @@ static_assert(kPollInterval * 4 <= kMinLivenessTimeout,
 
 class Connection;  // private (client/src)
 
-// Called every kPollInterval while a request waits for the daemon; a non-OK
-// status aborts the wait and is returned (Python uses it for Ctrl-C). The
-// reply still arrives later and is kept for the next call, so no batch is
-// lost or duplicated.
+// Called every kPollInterval while a call waits for the daemon; a non-OK
+// status aborts the wait and is returned (Python uses it for Ctrl-C). Nothing
+// is lost: pushed batches stay queued for the next call, and an interrupted
+// Seek is settled by the next call (see Seek).
 using WaitHook = std::function<Status()>;
 
 using StreamInfo = ::loaderx::StreamInfo;  // label: the store path as passed
@@ -99,7 +97,9 @@ struct LoaderSpec {
   uint64_t world_size = 1;
   uint64_t start_step = 0;
   uint32_t prefetch = 4;
-  uint32_t leases = 8;      // batches this client may hold at once
+  // Batches this client may hold at once: the credit under which the
+  // daemon pushes (batches pushed but not yet returned by Next count).
+  uint32_t leases = 8;
   uint64_t ring_bytes = 0;  // 0: the daemon sizes the ring
   // Protocol 1.1 groups (docs/daemon.md "Groups"): a non-empty name (at most
   // kMaxGroupName bytes) joins, or creates, that group of this uid. Members
@@ -212,29 +212,32 @@ class Loader final : public BatchSource {
   // (and the loader still advances, as embedded).
   Result<Batch> Next(const WaitHook& hook = nullptr);
   // Like Next() but returns std::nullopt if the batch has not arrived within
-  // `timeout`; the request stays outstanding and the next call picks the
-  // batch up, so nothing is skipped or duplicated.
+  // `timeout`; it is pushed anyway and the next call picks it up, so nothing
+  // is skipped or duplicated.
   Result<std::optional<Batch>> NextFor(std::chrono::milliseconds timeout,
                                        const WaitHook& hook = nullptr);
-  // The next batch is `step`. If the WaitHook interrupts the wait (Ctrl-C),
-  // the seek may still take effect at the daemon: the next Next()/Seek()
-  // settles it first, so Next() then returns the sought step's batch if it
-  // was accepted (step() says which). A refused seek (e.g. IndexError: a group
+  // The next batch is `step`. The daemon answers with a new generation;
+  // batches pushed before it (already in the socket) are released unread.
+  // If the WaitHook interrupts the wait (Ctrl-C), the seek may still take
+  // effect at the daemon: the next Next()/Seek() waits for its answer
+  // first, so Next() then returns the sought step's batch if it was
+  // accepted (step() says which). A refused seek (e.g. IndexError: a group
   // member asking for a step its group dropped) changes nothing: the next
-  // batch is still step()'s, even if its `next` had already been sent
-  // (request ahead, or a NextFor that timed out).
+  // batch is still step()'s, pushed before or after the seek.
   Status Seek(uint64_t step, const WaitHook& hook = nullptr);
   uint64_t step() const override;
   // Closes the loader: Next/Seek return Cancelled from now on (a blocked
-  // one within kPollInterval), the daemon stops its pipeline and reclaims
-  // everything not leased out. Batches still held stay readable AND
+  // one within kPollInterval), pushed batches not yet returned are released,
+  // the daemon stops pushing and its pipeline and reclaims everything not
+  // leased out. Batches still held stay readable AND
   // unchanged: their slots stay leased (the session lives on, sending only
   // releases) until the last of them is freed, then the session ends.
   // Idempotent, thread-safe, never blocks.
   void Close() override;
 
   // BatchSource. SeekUntil's false: the seek request is out, its reply not
-  // yet in (call again with the same step; it is not sent twice).
+  // yet in (call again with the same step; it is not sent twice; another
+  // step waits for that reply first, then sends its own seek).
   Result<std::optional<BatchView>> NextUntil(Clock::time_point deadline) override;
   Result<bool> SeekUntil(uint64_t step, Clock::time_point deadline) override;
   // When loaderxd published the batch NextUntil returned last (publish_ns).
@@ -242,30 +245,13 @@ class Loader final : public BatchSource {
 
   const std::vector<StreamInfo>& streams() const override { return *streams_; }
   uint64_t size() const { return n_; }
+  // The credit: batches this process may hold, including pushed ones it
+  // has not taken yet.
   uint32_t lease_cap() const { return lease_cap_; }
+  // Leases alive in this process: batches held by the caller (and their
+  // zero-copy owners) plus pushed batches not yet returned by Next.
   uint32_t leases_held() const;
-
-  // Request ahead (off by default): once Next() has a batch, it sends the
-  // `next` for the following step at once, so the daemon answers while the
-  // caller works and the following Next() finds the batch already queued in
-  // the socket (one receive, no round trip, no wake-up). Costs one more
-  // slot at the daemon: the batch in flight counts against lease_cap()
-  // (the daemon's slots_held includes it), so it is only requested while
-  // the caller holds fewer than lease_cap() batches. Seek() first collects
-  // and releases it. Set between calls, from the thread that calls Next().
-  void set_request_ahead(bool on) { request_ahead_ = on; }
-  bool request_ahead() const { return request_ahead_; }
   uint64_t ring_bytes() const { return ring_bytes_; }
-
-  // Spin wait (off by default): a wait for the daemon's reply first polls
-  // the socket without blocking for up to `spin`, then blocks as usual. A
-  // reply arriving within it skips the sleep/wake-up of a blocking receive;
-  // the price is a core kept busy for up to `spin` per wait, which on a
-  // small machine is a core the daemon's gather threads do not get (see
-  // docs/daemon.md "Performance" for the measurement and why it is off).
-  // InvalidArgument outside [0, kMaxSpinWait]; 0 turns it off. Any thread.
-  Status set_spin_wait(std::chrono::microseconds spin);
-  std::chrono::microseconds spin_wait() const;
 
  private:
   friend class ::loaderx::Client;
@@ -275,34 +261,16 @@ class Loader final : public BatchSource {
   uint64_t n_ = 0;
   uint32_t lease_cap_ = 0;
   uint64_t ring_bytes_ = 0;
-  bool request_ahead_ = false;
   bool shared_view_ = false;
   uint64_t last_publish_ns_ = 0;
-  // `ask_ahead`: send the following `next` early if request_ahead_ is set.
   Result<std::optional<Batch>> NextImpl(
-      std::optional<std::chrono::steady_clock::time_point> deadline, const WaitHook& hook,
-      bool ask_ahead = true);
-  // The reply to a `next` sent before a Seek (request ahead, or a NextFor
-  // that timed out): Seek collects it first and keeps it until the daemon
-  // accepts the seek. If the seek is refused, Next returns it, so a refused
-  // seek skips nothing. Holds a lease; Close() drops it.
-  struct Collected {
-    Status status;               // the reply's error, if it was one
-    std::optional<Batch> batch;  // else its batch
-    uint64_t step_after = 0;     // step() once it is returned
-  };
-  std::optional<Collected> TakeCollected();
-  // A Seek interrupted by its WaitHook (Ctrl-C) after the request went out:
-  // the daemon still performs (or refuses) it. The next Next/Seek first
-  // waits for that reply (SettleSeek): accepted -> step() is the target and
-  // a batch collected for a refusal is dropped; refused -> nothing moved.
-  // Caller's thread only (Next/Seek are serialised by the caller).
-  std::optional<uint64_t> seek_in_flight_;
-  // *accepted: the settled seek took effect (step() is its target).
-  Status SettleSeek(const WaitHook& hook, bool* accepted = nullptr);
-  // Guards collected_: Close() may drop it from any thread.
-  std::mutex collected_mu_;
-  std::optional<Collected> collected_;
+      std::optional<std::chrono::steady_clock::time_point> deadline, const WaitHook& hook);
+  // Waits for the answer to the seek in flight, if any (false: `deadline`
+  // passed first, it stays in flight). Accepted: step() is its target;
+  // *outcome is the daemon's answer (a refusal moved nothing).
+  Result<bool> SettleSeek(const WaitHook& hook,
+                          std::optional<std::chrono::steady_clock::time_point> deadline,
+                          Status* outcome = nullptr);
   // The step the next batch will have. Relaxed: read by step() from any
   // thread for display; Next/Seek are serialised by the caller.
   std::atomic<uint64_t> step_{0};

@@ -35,11 +35,15 @@ namespace loaderx {
 inline constexpr uint32_t kProtocolMajor = 1;
 // 1.1 added groups: optional `group`/`group_mode`/`join` on open and
 // `step` on opened (sent only to a client that asked for a group).
-// 1.2 (so far) added liveness: a client that says minor >= 2 in hello gets
-// `heartbeat_ms` in hello_ok and, while any request of its is outstanding,
-// an unsolicited `heartbeat` frame from the daemon's io loop every
-// heartbeat_ms, so it can tell a stopped or hung daemon from a slow batch.
+// 1.2 pushes batches: `open` grants a credit (the lease cap) and the daemon
+// pushes ready batches while the client holds fewer; `seek` starts a new
+// generation that every pushed batch carries; every request carries an `id`
+// its reply echoes; `next` is gone and `close` has no reply. Liveness: an
+// unsolicited `heartbeat` every heartbeat_ms while the client may be
+// waiting. A 1.1 client is refused at hello (docs/protocol.md).
 inline constexpr uint32_t kProtocolMinor = 2;
+// The oldest minor this build serves (and, as a client, accepts).
+inline constexpr uint32_t kMinProtocolMinor = 2;
 // How often the daemon's io loop sends `heartbeat` to a waiting 1.2 client.
 inline constexpr uint32_t kHeartbeatIntervalMs = 250;
 // Decoder caps (also bound what a hostile peer can make us allocate).
@@ -85,7 +89,9 @@ struct HelloOkMsg {
   bool operator==(const HelloOkMsg&) const = default;
 };
 // daemon -> client, unsolicited (1.2): "still alive". Answers nothing; the
-// client skips it. Sent only while a request of that client is outstanding.
+// client skips it. Sent only while the client may be waiting (a request
+// outstanding, or a batch owed under its credit) and everything sent before
+// it has been read, so at most one heartbeat is ever unread.
 struct HeartbeatMsg {
   bool operator==(const HeartbeatMsg&) const = default;
 };
@@ -112,8 +118,11 @@ struct StreamFilesMsg {
   }
   bool operator==(const StreamFilesMsg&) const = default;
 };
-// client -> daemon: open a loader over the passed store fds.
+// client -> daemon: open a loader over the passed store fds. Once it is
+// answered the daemon pushes batches (generation 0) while the client holds
+// fewer than the granted `leases` (its credit).
 struct OpenMsg {
+  uint64_t id = 0;  // echoed by the reply (opened or error)
   std::vector<StreamFilesMsg> streams;
   uint64_t batch_size = 0;
   uint32_t mode = 1;  // SamplerMode
@@ -152,19 +161,16 @@ struct StreamSchemaMsg {
 };
 // daemon -> client reply to open; carries the ring memfd as its one fd.
 struct OpenedMsg {
-  uint64_t n = 0;  // records per stream (the sampler's n)
+  uint64_t id = 0;  // the open's id
+  uint64_t n = 0;   // records per stream (the sampler's n)
   uint32_t slot_count = 0;
   uint64_t ring_bytes = 0;
-  uint32_t leases = 0;  // the granted lease cap (<= requested)
+  uint32_t leases = 0;  // the granted lease cap (<= requested): the credit
   std::vector<StreamSchemaMsg> streams;
   // Protocol 1.1, only in reply to a group open: the step this member's
   // first `next` returns (join="current" starts where the group is).
   std::optional<uint64_t> step;
   bool operator==(const OpenedMsg&) const = default;
-};
-// client -> daemon: deliver the batch of the current step.
-struct NextMsg {
-  bool operator==(const NextMsg&) const = default;
 };
 struct StreamLayoutMsg {
   uint32_t kind = 0;
@@ -174,8 +180,12 @@ struct StreamLayoutMsg {
   uint64_t offsets_offset = 0;
   bool operator==(const StreamLayoutMsg&) const = default;
 };
-// daemon -> client reply to next: the batch is in ring slot `slot`.
+// daemon -> client, pushed (never a reply): the batch of `step` is in ring
+// slot `slot`; one lease, released with ReleaseMsg. `gen` is the generation
+// it was produced for: a batch of an older generation than the client's
+// (pushed before a seek the daemon accepted) is released unread.
 struct BatchMsg {
+  uint64_t gen = 0;
   uint64_t step = 0;
   uint32_t slot = 0;
   uint64_t seq = 0;
@@ -185,8 +195,10 @@ struct BatchMsg {
   std::vector<StreamLayoutMsg> streams;  // offsets relative to `offset`
   bool operator==(const BatchMsg&) const = default;
 };
-// client -> daemon: the next batch is `step`. Reply: OkMsg.
+// client -> daemon: the next batch is `step`. Reply: OkMsg (with the new
+// generation) or ErrorMsg (refused: nothing moved, the generation stays).
 struct SeekMsg {
+  uint64_t id = 0;
   uint64_t step = 0;
   bool operator==(const SeekMsg&) const = default;
 };
@@ -198,6 +210,7 @@ struct ReleaseMsg {
 };
 // client -> daemon: counters. Reply: StatsReplyMsg.
 struct StatsMsg {
+  uint64_t id = 0;
   // Protocol 1.2, optional: also send the status document (the daemon, its
   // groups, members and per-uid usage; docs/daemon.md "Status").
   bool detail = false;
@@ -206,34 +219,44 @@ struct StatsMsg {
 // Longest status document (JSON) a stats reply may carry.
 inline constexpr uint32_t kMaxStatusBytes = 192 * 1024;
 struct StatsReplyMsg {
+  uint64_t id = 0;
   std::vector<std::pair<std::string, uint64_t>> counters;
   // Protocol 1.2, optional: the status document (JSON), only when asked for.
   std::string status;
   bool operator==(const StatsReplyMsg&) const = default;
 };
-// client -> daemon: close the loader (the connection stays). Reply: OkMsg.
+// client -> daemon, no reply: close the loader (the connection stays,
+// carrying releases, until the client hangs up). Pushing stops.
 struct CloseMsg {
   bool operator==(const CloseMsg&) const = default;
 };
+// daemon -> client reply to seek: accepted.
 struct OkMsg {
+  uint64_t id = 0;
   uint64_t step = 0;  // the loader's step after the request
+  uint64_t gen = 0;   // the generation batches pushed from now on carry
   bool operator==(const OkMsg&) const = default;
 };
-// daemon -> client: the request failed; `code` is a Status::Code.
+// daemon -> client: `code` is a Status::Code. Either the reply to request
+// `id` (it failed), or, with `gen` instead, pushed in a batch's place: the
+// gather of step `step - 1` failed (the client raises it at that step). A
+// refusal at hello carries neither.
 struct ErrorMsg {
   uint32_t code = 0;
   std::string message;
   // The loader's step after the failed request: a gather error of step s
   // still advances to s+1 (as embedded), a refused request does not.
   uint64_t step = 0;
+  std::optional<uint64_t> id;   // a reply to this request
+  std::optional<uint64_t> gen;  // pushed: the generation of the failed step
   Status ToStatus() const;
   static ErrorMsg From(const Status& s, uint64_t step = 0);
   bool operator==(const ErrorMsg&) const = default;
 };
 
 using Message =
-    std::variant<HelloMsg, HelloOkMsg, OpenMsg, OpenedMsg, NextMsg, BatchMsg, SeekMsg, ReleaseMsg,
-                 StatsMsg, StatsReplyMsg, CloseMsg, OkMsg, ErrorMsg, HeartbeatMsg>;
+    std::variant<HelloMsg, HelloOkMsg, OpenMsg, OpenedMsg, BatchMsg, SeekMsg, ReleaseMsg, StatsMsg,
+                 StatsReplyMsg, CloseMsg, OkMsg, ErrorMsg, HeartbeatMsg>;
 
 // The "t" string of a message ("hello", "batch", ...).
 const char* MessageName(const Message& m);
