@@ -146,6 +146,11 @@ struct Encoder {
     KV(p, "slot", m.slot);
     KV(p, "seq", m.seq);
   }
+  void operator()(const ConsumedMsg& m) {
+    Begin(p, "consumed", 2);
+    KV(p, "gen", m.gen);
+    KV(p, "step", m.step);
+  }
   void operator()(const StatsMsg& m) {
     Begin(p, "stats", m.detail ? 2 : 1);
     KV(p, "id", m.id);
@@ -507,6 +512,12 @@ Result<Message> DecodeTyped(std::string_view t, Fields& f) {
     m.seq = f.U64("seq");
     return Done(f, m);
   }
+  if (t == "consumed") {
+    ConsumedMsg m;
+    m.gen = f.U64("gen");
+    m.step = f.U64("step");
+    return Done(f, m);
+  }
   if (t == "stats") {
     StatsMsg m;
     m.id = f.U64("id");
@@ -588,9 +599,9 @@ ErrorMsg ErrorMsg::From(const Status& s, uint64_t step) {
 }
 
 const char* MessageName(const Message& m) {
-  static constexpr const char* kNames[] = {"hello", "hello_ok", "open",     "opened",      "batch",
-                                           "seek",  "release",  "stats",    "stats_reply", "close",
-                                           "ok",    "error",    "heartbeat"};
+  static constexpr const char* kNames[] = {"hello", "hello_ok", "open",      "opened",      "batch",
+                                           "seek",  "release",  "stats",     "stats_reply", "close",
+                                           "ok",    "error",    "heartbeat", "consumed"};
   static_assert(std::size(kNames) == std::variant_size_v<Message>);
   return kNames[m.index()];
 }

@@ -70,6 +70,29 @@ TEST(WireTest, EveryMessageTypeRoundTrips) {
   ExpectRoundTrip(ErrorMsg{4, "corrupt record", 18, std::nullopt, 3});      // pushed
   ExpectRoundTrip(HelloOkMsg{1, 2, "0.2.0", 7, 12, kHeartbeatIntervalMs});  // 1.2
   ExpectRoundTrip(HeartbeatMsg{});
+  ExpectRoundTrip(ConsumedMsg{3, 18});
+}
+
+TEST(WireTest, ConsumedFrameIsExactlyItsMap) {
+  // What docs/protocol.md and the fuzz seeds spell out: a map of three keys
+  // in this order, nothing else (fixmap 0x83, fixstr keys, positive ints).
+  const std::vector<uint8_t> frame = EncodeMessage(ConsumedMsg{3, 18});
+  EXPECT_EQ(frame, MapOf(std::string("t"), std::string("consumed"), std::string("gen"), 3,
+                         std::string("step"), 18));
+  EXPECT_EQ(frame.size(), 23u);
+  EXPECT_EQ(frame[0], 0x83);
+  EXPECT_STREQ(MessageName(Message{ConsumedMsg{}}), "consumed");
+  // Both keys are required, unsigned, and no other key is allowed.
+  Status s = DecodeError(MapOf(std::string("t"), std::string("consumed"), std::string("gen"), 1));
+  EXPECT_NE(s.message().find("missing key 'step'"), std::string::npos) << s.message();
+  s = DecodeError(MapOf(std::string("t"), std::string("consumed"), std::string("step"), 1));
+  EXPECT_NE(s.message().find("missing key 'gen'"), std::string::npos) << s.message();
+  s = DecodeError(MapOf(std::string("t"), std::string("consumed"), std::string("gen"), 1,
+                        std::string("step"), -1));
+  EXPECT_EQ(s.code(), Status::Code::kProtocol);
+  s = DecodeError(MapOf(std::string("t"), std::string("consumed"), std::string("gen"), 1,
+                        std::string("step"), 2, std::string("id"), 3));
+  EXPECT_NE(s.message().find("unknown key 'id'"), std::string::npos) << s.message();
 }
 
 TEST(WireTest, HelloOkWithoutHeartbeatIsTheOneA11ClientDecodes) {

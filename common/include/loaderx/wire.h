@@ -208,6 +208,18 @@ struct ReleaseMsg {
   uint64_t seq = 0;
   bool operator==(const ReleaseMsg&) const = default;
 };
+// client -> daemon, no reply (1.2): the caller took the item pushed last
+// before this position out of the ready queue; `step` is the step it takes
+// next (a batch of step s: s + 1; a pushed error: its `step`). Sent once per
+// item taken, in order. The daemon ignores one of an older generation than
+// the loader's (sent before a seek it accepted), refuses (protocol error) a
+// step behind the last one or beyond what it pushed, and keeps group
+// positions by it (docs/protocol.md "Consumed positions").
+struct ConsumedMsg {
+  uint64_t gen = 0;
+  uint64_t step = 0;
+  bool operator==(const ConsumedMsg&) const = default;
+};
 // client -> daemon: counters. Reply: StatsReplyMsg.
 struct StatsMsg {
   uint64_t id = 0;
@@ -256,7 +268,7 @@ struct ErrorMsg {
 
 using Message =
     std::variant<HelloMsg, HelloOkMsg, OpenMsg, OpenedMsg, BatchMsg, SeekMsg, ReleaseMsg, StatsMsg,
-                 StatsReplyMsg, CloseMsg, OkMsg, ErrorMsg, HeartbeatMsg>;
+                 StatsReplyMsg, CloseMsg, OkMsg, ErrorMsg, HeartbeatMsg, ConsumedMsg>;
 
 // The "t" string of a message ("hello", "batch", ...).
 const char* MessageName(const Message& m);
