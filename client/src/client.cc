@@ -78,7 +78,7 @@ Lease::~Lease() {
   // The release goes out before the count drops: a Next on another thread
   // that sees the lease gone must find the release ahead of its `next` on
   // the socket, or the daemon (still counting it) would refuse at the cap.
-  conn_->Release(slot_, seq_);
+  if (!forgotten_) conn_->Release(slot_, seq_);
   conn_->leases_held.fetch_sub(1, std::memory_order_seq_cst);
   conn_->LeaseEnded();
 }
@@ -311,10 +311,9 @@ Result<StatsReplyMsg> Client::Report(const client::WaitHook& hook) {
   if (conn_ == nullptr) {
     LX_ASSIGN_OR_RETURN(conn_, Connection::Open(path_));
   }
-  // A 1.0/1.1 daemon refuses the `detail` key: ask it only for counters.
   StatsMsg ask;
-  ask.detail = hello_.minor >= 2;
-  LX_ASSIGN_OR_RETURN(client::Reply r, conn_->Call(ask, {}, hook, false));
+  ask.detail = true;  // every daemon this client talks to speaks 1.2
+  LX_ASSIGN_OR_RETURN(client::Reply r, conn_->Call(ask, {}, hook));
   if (auto* err = std::get_if<ErrorMsg>(&r.msg)) return err->ToStatus();
   auto* s = std::get_if<StatsReplyMsg>(&r.msg);
   if (s == nullptr) return Status::Protocol("expected stats_reply");

@@ -225,6 +225,11 @@ Status Connection::File(Message m, std::vector<UniqueFd> fds) {
     }
     if (item->gen < gen_) return Status::OK();  // before an accepted seek: released unread
     std::lock_guard<std::mutex> lock(ready_mu_);
+    if (closed()) {
+      // Pushed before the daemon read our `close`: it drops this lease.
+      if (item->lease && !seek_pending_.load(std::memory_order_seq_cst)) item->lease->Forget();
+      return Status::OK();
+    }
     ready_.push_back(std::move(*item));
     return Status::OK();
   }
@@ -253,8 +258,10 @@ Status Connection::File(Message m, std::vector<UniqueFd> fds) {
       gen_ = ok->gen;
       seek_outcome_ = Status::OK();
       DropReady(/*older_only=*/true);
+      seek_pending_.store(false, std::memory_order_seq_cst);
     } else if (auto* err = std::get_if<ErrorMsg>(&m)) {
       seek_outcome_ = err->ToStatus();
+      seek_pending_.store(false, std::memory_order_seq_cst);
     } else {
       return Status::Protocol(std::string("expected ok or error after seek, got ") +
                               MessageName(m));
@@ -295,7 +302,12 @@ Result<Reply> Connection::Call(Message req, std::span<const int> fds, const Wait
 Status Connection::StartSeek(uint64_t step) {
   if (seek_id_ != 0) return Status::Internal("a seek is already in flight");
   const uint64_t id = next_id_;
-  LX_RETURN_IF_ERROR(SendRequest(SeekMsg{id, step}, {}));
+  seek_pending_.store(true, std::memory_order_seq_cst);
+  Status sent = SendRequest(SeekMsg{id, step}, {});
+  if (!sent.ok()) {
+    seek_pending_.store(false, std::memory_order_seq_cst);
+    return sent;
+  }
   ++next_id_;
   seek_id_ = id;
   seek_step_ = step;
@@ -321,6 +333,11 @@ std::optional<Pushed> Connection::TakeReady() {
   if (ready_.empty()) return std::nullopt;
   Pushed p = std::move(ready_.front());
   ready_.pop_front();
+  // Group positions follow what the caller takes (docs/protocol.md
+  // "Consumed positions"). Sent under ready_mu_: a CloseLoader on another
+  // thread either still finds this item queued or sends its `close` after
+  // this `consumed`, so the daemon never drops the lease of a taken batch.
+  Consumed(p.gen, p.step_after);
   return p;
 }
 
@@ -334,6 +351,18 @@ void Connection::DropReady(bool older_only) {
   {
     std::lock_guard<std::mutex> lock(ready_mu_);
     if (!older_only) {
+      // The loader closes: the daemon drops the leases of every batch it
+      // pushed and the caller did not take (its consumed position says
+      // which), including those still in the socket, so these send no
+      // release. With a seek in flight some may be of a generation the
+      // daemon already left (it counts those as released unread): they are
+      // released (a refused seek makes those releases stale, which is
+      // harmless).
+      if (!seek_pending_.load(std::memory_order_seq_cst)) {
+        for (Pushed& p : ready_) {
+          if (p.lease) p.lease->Forget();
+        }
+      }
       dropped.swap(ready_);
     } else {
       while (!ready_.empty() && ready_.front().gen < gen_) {
@@ -344,28 +373,31 @@ void Connection::DropReady(bool older_only) {
   }
 }
 
-void Connection::Release(uint32_t slot, uint64_t seq) {
+void Connection::Release(uint32_t slot, uint64_t seq) { SendNote(ReleaseMsg{slot, seq}); }
+
+void Connection::Consumed(uint64_t gen, uint64_t step) { SendNote(ConsumedMsg{gen, step}); }
+
+void Connection::SendNote(const Message& note) {
   if (CurrentPid() != owner_pid_ || shut_down()) return;
   std::lock_guard<std::mutex> lock(release_mu_);
   // Never block here: this runs in destructors (in Python, with the GIL
-  // held). If the socket is full (a stopped daemon), keep the release for
-  // the next request, which sends it first. If the daemon is gone, so is
-  // the slot.
-  if (pending_releases_.empty()) {
-    Status st =
-        SendFrame(fd_.get(), EncodeMessage(ReleaseMsg{slot, seq}), {}, /*nonblocking=*/true);
+  // held). If the socket is full (a stopped daemon), keep the note for the
+  // next request, which sends the notes first, in order. If the daemon is
+  // gone, so is the slot.
+  if (pending_notes_.empty()) {
+    Status st = SendFrame(fd_.get(), EncodeMessage(note), {}, /*nonblocking=*/true);
     if (st.code() != Status::Code::kResourceExhausted) return;
   }
-  pending_releases_.push_back(ReleaseMsg{slot, seq});
+  pending_notes_.push_back(note);
 }
 
 Status Connection::FlushReleases() {
-  std::vector<ReleaseMsg> pending;
+  std::vector<Message> pending;
   {
     std::lock_guard<std::mutex> lock(release_mu_);
-    pending.swap(pending_releases_);
+    pending.swap(pending_notes_);
   }
-  for (const ReleaseMsg& r : pending) LX_RETURN_IF_ERROR(SendMessage(r, {}));
+  for (const Message& r : pending) LX_RETURN_IF_ERROR(SendMessage(r, {}));
   return Status::OK();
 }
 
@@ -380,9 +412,18 @@ void Connection::CloseLoader() {
   // reuse their slots. Ask it to stop the loader instead; the socket closes
   // with the last lease. If the socket is full (a stalled daemon) the
   // session simply lingers until then: late, never unsafe.
-  // Sent even with releases still queued (it may overtake them: the daemon
-  // applies releases after `close` alike), so the loader leaves its group now.
+  // Notes queued by a full socket go first, in order: a `close` overtaking a
+  // `consumed` would make the daemon drop the lease of a batch the caller
+  // took. If they cannot all go without blocking, neither can `close`: the
+  // session lingers (and the loader stays a member) until the hang-up.
   std::lock_guard<std::mutex> lock(release_mu_);
+  while (!pending_notes_.empty()) {
+    if (!SendFrame(fd_.get(), EncodeMessage(pending_notes_.front()), {}, /*nonblocking=*/true)
+             .ok()) {
+      return;
+    }
+    pending_notes_.erase(pending_notes_.begin());
+  }
   (void)SendFrame(fd_.get(), EncodeMessage(CloseMsg{}), {}, /*nonblocking=*/true);
 }
 

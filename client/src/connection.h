@@ -102,6 +102,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // Fire-and-forget release of a slot lease (no reply).
   void Release(uint32_t slot, uint64_t seq);
+  // Fire-and-forget `consumed {gen, step}` (no reply): the caller took the
+  // item of generation `gen` and takes `step` next. Called by the receiver
+  // right after TakeReady.
+  void Consumed(uint64_t gen, uint64_t step);
   // Ends the session from any thread; wakes a blocked wait with Cancelled.
   void Shutdown();
   bool shut_down() const { return shut_.load(std::memory_order_acquire); }
@@ -158,7 +162,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Result<Frame> Receive(std::chrono::milliseconds wait);
   // Files one decoded frame (see the header comment).
   Status File(Message m, std::vector<UniqueFd> fds);
-  // Sends releases that found the socket full (blocking).
+  // Sends a release or consumed without blocking, or queues it (in order)
+  // for the next request if the socket is full.
+  void SendNote(const Message& note);
+  // Sends the notes that found the socket full (blocking).
   Status FlushReleases();
   // Releases every queued item (CloseLoader, or a seek accepted: older
   // generations). Items are destroyed outside ready_mu_.
@@ -188,6 +195,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::optional<uint64_t> seek_step_;
   std::optional<Status> seek_outcome_;
   uint64_t gen_ = 0;  // the generation of batches returned now
+  // A seek is sent and not answered yet (seek_id_ != 0), for CloseLoader
+  // on any thread.
+  std::atomic<bool> seek_pending_{false};
   // SO_RCVTIMEO currently set on fd_ (ms, 0 = never set).
   int64_t recv_timeout_ms_ = 0;
 
@@ -197,9 +207,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::deque<Pushed> ready_;
 
   std::mutex release_mu_;
-  // Releases that could not be sent without blocking, oldest first; sent
-  // before the next request. Guarded by release_mu_.
-  std::vector<ReleaseMsg> pending_releases_;
+  // Releases and consumed notes that could not be sent without blocking,
+  // oldest first; sent before the next request. Guarded by release_mu_.
+  std::vector<Message> pending_notes_;
 
   MappedRegion ring_;  // read-only
   UniqueFd ring_fd_;

@@ -105,6 +105,7 @@ Group::Group(std::string name, MemberSpec spec, const Options& options,
   if (spec_.mode == GroupMode::kShard) {
     // Ranks that have not joined yet still need every batch from the start.
     rank_cursor_.assign(spec_.sampler.world_size, options.start_step);
+    rank_pushed_.assign(spec_.sampler.world_size, options.start_step);
     rank_member_.assign(spec_.sampler.world_size, 0);
     rank_joined_.assign(spec_.sampler.world_size, false);
   }
@@ -169,6 +170,24 @@ uint64_t& Group::CursorOf(Member& m) {
   return spec_.mode == GroupMode::kShard ? rank_cursor_[m.info.rank] : m.cursor;
 }
 
+uint64_t& Group::PushedOf(Member& m) {
+  return spec_.mode == GroupMode::kShard ? rank_pushed_[m.info.rank] : m.pushed;
+}
+
+uint64_t Group::SlowestOthers(uint64_t id, const Member& m) const {
+  uint64_t slowest = std::numeric_limits<uint64_t>::max();
+  if (spec_.mode == GroupMode::kShard) {
+    for (uint64_t r = 0; r < rank_cursor_.size(); ++r) {
+      if (r != m.info.rank) slowest = std::min(slowest, rank_cursor_[r]);
+    }
+    return slowest;
+  }
+  for (const auto& [sid, other] : members_) {
+    if (sid != id) slowest = std::min(slowest, other.cursor);
+  }
+  return slowest;
+}
+
 uint64_t Group::Slowest() const {
   if (spec_.mode == GroupMode::kShard) {
     return *std::min_element(rank_cursor_.begin(), rank_cursor_.end());
@@ -229,8 +248,10 @@ Result<uint64_t> Group::Join(uint64_t id, const MemberInfo& info, GroupJoin join
   Member m;
   m.info = info;
   m.cursor = cursor;
+  m.pushed = cursor;
   if (spec_.mode == GroupMode::kShard) {
     rank_cursor_[rank] = cursor;
+    rank_pushed_[rank] = cursor;
     rank_member_[rank] = id;
     rank_joined_[rank] = true;
   }
@@ -245,9 +266,14 @@ bool Group::Leave(uint64_t id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = members_.find(id);
   if (it != members_.end()) {
-    // Shard: the rank's cursor stays where it was (frozen), so the batches
-    // it still needs are kept for a member rejoining as that rank.
-    if (spec_.mode == GroupMode::kShard) rank_member_[it->second.info.rank] = 0;
+    // Shard: the rank's consumed position stays where it was (frozen), so
+    // the batches it still needs are kept for a member rejoining as that
+    // rank; what was pushed but not consumed was never taken.
+    if (spec_.mode == GroupMode::kShard) {
+      const uint64_t r = it->second.info.rank;
+      rank_member_[r] = 0;
+      rank_pushed_[r] = rank_cursor_[r];
+    }
     members_.erase(it);
     Trim();
     NoteProgress();
@@ -314,20 +340,24 @@ Result<Delivery> Group::Next(uint64_t id, const std::function<bool()>& closing,
     auto mit = members_.find(id);
     if (mit == members_.end()) return Status::Internal("not a member of " + Quoted(name_));
     Member& me = mit->second;
-    uint64_t& cursor = CursorOf(me);
-    if (auto it = held_.find(cursor); it != held_.end()) {
-      Delivery d = Slice(it->second, cursor, me.info.rank);
-      ++cursor;
-      ++me.served;
-      ++served_;
+    uint64_t& pushed = PushedOf(me);
+    const uint64_t consumed = CursorOf(me);
+    if (pushed - consumed >= options_.leases) {
+      // The client holds the whole credit unread (or released batches it
+      // never took): nothing more until it consumes. Not a wait for peers.
       me.waiting = false;
-      Trim();
-      NoteProgress();
-      cv_.notify_all();
-      return d;
+      cv_.wait_for(lock, poll);
+      continue;
     }
-    const uint64_t slowest = Slowest();
-    if (cursor > slowest + options_.max_skew) {  // too far ahead: wait for the slowest
+    const uint64_t others = SlowestOthers(id, me);
+    if (others != std::numeric_limits<uint64_t>::max() &&
+        pushed > others + options_.max_skew) {  // too far ahead: wait for the slowest
+      if (consumed != pushed) {
+        // Its caller still has batches queued: not waiting for peers yet.
+        me.waiting = false;
+        cv_.wait_for(lock, poll);
+        continue;
+      }
       const auto now = std::chrono::steady_clock::now();
       if (!me.waiting) {
         me.waiting = true;
@@ -340,11 +370,13 @@ Result<Delivery> Group::Next(uint64_t id, const std::function<bool()>& closing,
         std::vector<uint64_t> behind;  // the ranks (members) holding this one back
         if (spec_.mode == GroupMode::kShard) {
           for (uint64_t r = 0; r < rank_cursor_.size(); ++r) {
-            if (rank_cursor_[r] + options_.max_skew < cursor) behind.push_back(r);
+            if (r != me.info.rank && rank_cursor_[r] + options_.max_skew < pushed) {
+              behind.push_back(r);
+            }
           }
         } else {
           for (const auto& [sid, m] : members_) {
-            if (m.cursor + options_.max_skew < cursor) behind.push_back(sid);
+            if (sid != id && m.cursor + options_.max_skew < pushed) behind.push_back(sid);
           }
         }
         Status st = Status::Timeout(
@@ -352,8 +384,8 @@ Result<Delivery> Group::Next(uint64_t id, const std::function<bool()>& closing,
             (spec_.mode == GroupMode::kShard ? "rank " + std::to_string(me.info.rank)
                                              : "member session " + std::to_string(id)) +
             " waited its group_timeout of " + Seconds(me.info.timeout) + " for step " +
-            std::to_string(cursor) + ", which needs " + Describe(behind) + " to reach step " +
-            std::to_string(cursor - options_.max_skew) + " first (max-skew " +
+            std::to_string(pushed) + ", which needs " + Describe(behind) + " to reach step " +
+            std::to_string(pushed - options_.max_skew) + " first (max-skew " +
             std::to_string(options_.max_skew) + ")");
         return st;  // logged by the server, with the member's pid
       }
@@ -366,8 +398,16 @@ Result<Delivery> Group::Next(uint64_t id, const std::function<bool()>& closing,
       continue;
     }
     me.waiting = false;
-    if (cursor < produced_ && cursor >= slowest) {
-      return Status::Internal(Quoted(name_) + ": step " + std::to_string(cursor) +
+    if (auto it = held_.find(pushed); it != held_.end()) {
+      Delivery d = Slice(it->second, pushed, me.info.rank);
+      d.gen = me.gen;
+      ++pushed;
+      cv_.notify_all();
+      return d;
+    }
+    const uint64_t slowest = Slowest();
+    if (pushed < produced_ && pushed >= slowest) {
+      return Status::Internal(Quoted(name_) + ": step " + std::to_string(pushed) +
                               " was produced but is not held");
     }
     if (fetching_) {  // another member waits on the pipeline for everyone
@@ -375,7 +415,7 @@ Result<Delivery> Group::Next(uint64_t id, const std::function<bool()>& closing,
       continue;
     }
     // Fetch the next step for the whole group. Nobody needs steps below the
-    // slowest cursor: skip them by seeking instead of gathering them.
+    // slowest consumed position: skip them by seeking instead of gathering them.
     fetching_ = true;
     const uint64_t target = std::max(produced_, slowest);
     const uint64_t before = produced_;
@@ -431,6 +471,8 @@ Status Group::Seek(uint64_t id, uint64_t step, const std::function<bool()>& clos
   if (members_.size() > 1) {
     if (step < OldestAvailable()) return Gone(step);
     CursorOf(mit->second) = step;
+    PushedOf(mit->second) = step;
+    ++mit->second.gen;
     Trim();
     NoteProgress();
     cv_.notify_all();
@@ -454,9 +496,60 @@ Status Group::Seek(uint64_t id, uint64_t step, const std::function<bool()>& clos
   produced_ = step;
   // Ranks without a live member follow: the group restarts at `step`.
   for (uint64_t& c : rank_cursor_) c = step;
+  for (uint64_t& c : rank_pushed_) c = step;
   mit->second.cursor = step;
+  mit->second.pushed = step;
+  ++mit->second.gen;
   NoteProgress();
   return Status::OK();
+}
+
+Result<Group::ConsumedResult> Group::Consumed(uint64_t id, uint64_t gen, uint64_t step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ConsumedResult r;
+  auto mit = members_.find(id);
+  if (mit == members_.end()) return r;  // left (closed): nothing to keep
+  Member& me = mit->second;
+  if (gen < me.gen) return r;  // sent before a seek that moved it on
+  if (gen > me.gen) {
+    return Status::Protocol("consumed names generation " + std::to_string(gen) +
+                            ", the loader's is " + std::to_string(me.gen));
+  }
+  uint64_t& consumed = CursorOf(me);
+  const uint64_t pushed = PushedOf(me);
+  if (step < consumed || step > pushed) {
+    return Status::Protocol("consumed step " + std::to_string(step) + " is outside [" +
+                            std::to_string(consumed) + ", " + std::to_string(pushed) +
+                            "] (the consumed position and the steps pushed)");
+  }
+  r.current = true;
+  r.steps = step - consumed;
+  for (uint64_t s = consumed; s < step; ++s) {
+    auto it = held_.find(s);  // held: s >= consumed >= the slowest position
+    if (it != held_.end() && it->second.error.ok()) ++r.batches;
+  }
+  consumed = step;
+  me.served += r.steps;
+  served_ += r.steps;
+  if (r.steps != 0) {
+    Trim();
+    NoteProgress();
+    cv_.notify_all();
+  }
+  return r;
+}
+
+uint64_t Group::pushed(uint64_t id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = members_.find(id);
+  if (it == members_.end()) return 0;
+  return spec_.mode == GroupMode::kShard ? rank_pushed_[it->second.info.rank] : it->second.pushed;
+}
+
+uint64_t Group::generation(uint64_t id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = members_.find(id);
+  return it == members_.end() ? 0 : it->second.gen;
 }
 
 uint64_t Group::batches_gathered() const {

@@ -14,32 +14,64 @@
 //    [r * B, (r + 1) * B) of each global batch as its batch. sampler.h
 //    guarantees this equals what a rank-r sampler of world_size draws.
 //
-// Cursors and retention: every member has a cursor (the step its next
-// `next` returns). Batches fetched from the pipeline are "held" by the group
-// (published once, retained in the ring) until every cursor that still
-// needs them has passed: in kShard the cursors of ALL ranks 0..W-1 (a rank
-// not joined yet sits at the group's start step, a rank whose member left
-// keeps its cursor frozen), in kBroadcast those of the current members. A
-// member's own leases keep the slot alive after the group drops it.
+// Positions (protocol 1.2 pushes; Aeron's status messages are the model):
+// every member has a push cursor (the next step pushed to its client) and a
+// consumed position (the next step its caller takes, reported by the
+// client's `consumed` frames of the member's current generation; a seek
+// starts a new generation). consumed <= pushed <= consumed + leases.
+// Everything user-visible keys on consumed positions exactly as protocol 1.1
+// keyed on the request cursor: retention, OldestAvailable (IndexError of
+// seeks and start_step joins), join="current", stats cursors and `served`,
+// stall logging and the group timeout. cursor() is the consumed position.
 //
-// Skew: a member may take step s only if s <= slowest + max_skew, so the held
-// steps always lie in [slowest, slowest + max_skew]. A member further ahead
-// waits (no error); the group advances at the pace of its slowest member.
+// Retention: batches fetched from the pipeline are "held" by the group
+// (published once, retained in the ring) until every consumed position
+// that still needs them has passed: in kShard those of ALL ranks 0..W-1 (a
+// rank not joined yet sits at the group's start step, a rank whose member
+// left keeps its position frozen), in kBroadcast those of the current
+// members. Pushed-unread batches are therefore held by the group AND leased
+// by their client. A member's own leases keep a slot alive after the group
+// drops it.
+//
+// Push rule: step s is pushed to member m only if s < consumed(m) + leases
+// (the server also keeps m's client under its credit) and s <= S'(m) +
+// max_skew, with S'(m) the slowest consumed position of the OTHER members
+// (kShard: the other ranks, frozen and never-joined ones included). A solo
+// member (or the only one left) is never gated by itself. A member further
+// ahead waits (no error); the group advances at the pace of its slowest.
+//
+// Held steps. Let S be the slowest consumed position (it never decreases
+// while the group has two members: seeks and joins land at or after the
+// oldest held step, which is >= S; a sole member's seek drops everything).
+// The held steps are contiguous, [S, produced). Each was pushed to some m
+// under the rule when the slowest position was S0 <= S: if m was not the
+// only slowest then S'(m) = S0 and s <= S + max_skew; if it was, consumed(m)
+// = S0 and s < S + leases. So held steps lie in [S, S + max(max_skew + 1,
+// leases)): at most H = max(max_skew + 1, leases). A solo member's held
+// steps are all pushed-unread, hence all leased.
 //
 // Ring sizing (Slots()): prefetch + leases + max_skew + 1 slots, each sized
-// for one (global) batch. Claim: the slowest member S (cursor c) can always
-// make progress. Live slots are (a) batches inside the pipeline, ready or in
+// for one (global) batch. Claim: the slowest member (consumed position S)
+// can always make progress. If its push cursor is past S, the batch of S is
+// in its client's queue. Otherwise it pushes step S (the rule allows it:
+// S <= S'(m)), once its client is under its credit (the client's business,
+// as in 1.1). Live slots are (a) batches inside the pipeline, ready or in
 // production: at most `prefetch` (the Pipeline's bound); (b) batches held by
-// the group: steps in [c, c + max_skew], at most max_skew + 1; (c) batches
-// the group dropped that a client still leases: steps < c. If step c is held
-// S takes it without any allocation. Otherwise nothing is held (the held
-// steps are exactly [c, produced), so c missing means none; (b) = 0) and
-// the pipeline must allocate step c: with (c) <= leases there are at most
-// prefetch - 1 + leases slots live besides it, so a slot is free. (c) <=
-// leases holds whenever every member holds only batches of its own last
-// `leases` steps (a training loop does): a member at cursor c' >= c then
-// leases steps in [c' - leases, c'), so all leased steps below c lie in
-// [c - leases, c). A member hoarding older batches can exhaust the ring; then
+// the group, steps in [S, produced), at most H; (c) batches the group dropped
+// that a client still leases: steps < S. If step S is held the member takes
+// it without any allocation. Otherwise nothing is held ((b) is contiguous
+// from S, so S missing means none) and the pipeline must allocate step S:
+// with (c) <= leases there are at most prefetch - 1 + leases slots live
+// besides it, so a slot is free. (c) <= leases holds whenever every member
+// holds only batches of its own last `leases` consumed steps (a training loop
+// does): a member at consumed position c' >= S then leases steps in
+// [c' - leases, c' + leases), so all leased steps below S lie in
+// [S - leases, S). The default ring therefore needs no slot for H beyond
+// max_skew + 1: when leases > max_skew + 1 and every slot is live, a push
+// ahead of the slowest waits for a slot (the allocator counts held slots as
+// "room may still come") while the slowest goes on without allocating; no
+// configuration is sized up. A member hoarding older batches can exhaust the
+// ring; then
 // the ring refuses the step with ResourceExhausted (as for a solo client)
 // only once every live slot is leased by clients and none is held by the
 // group: the allocator counts held slots as "room may still come", so a
@@ -55,13 +87,15 @@
 // (ResourceExhausted) by a ring that had room, only in pieces; found by the
 // soak test (tests/integration/test_reliability.py).
 //
-// Group timeout: a member whose `next` waits for other members (the skew
-// rule above: in kShard a rank that never joined, left, or is stuck holds
-// every other rank back once they are max_skew ahead) for longer than its
-// timeout gets a Timeout status naming the ranks (members) it waits for and
-// the step; its cursor does not move, so a later `next` waits again. The
-// wait for the pipeline itself (a slow gather) is not a wait for a peer and
-// has no timeout. Stalls are logged (info) once per change of state: when
+// Group timeout: a member "waits for peers" only while its caller has
+// consumed everything pushed to it and its next push is blocked by the skew
+// rule (in kShard a rank that never joined, left, or is stuck holds every
+// other rank back once they are max_skew ahead); never while its caller
+// still has batches queued. If that lasts longer than its timeout, its push
+// is a Timeout status naming the ranks (members) it waits for and the step;
+// its positions do not move, so the next push attempt waits again. The wait
+// for the pipeline itself (a slow gather) is not a wait for a peer and has
+// no timeout. Stalls are logged (info) once per change of state: when
 // the group has waited kStallLogAfter (at most half the waiter's timeout)
 // for the same ranks at the same step, and once more when it goes on.
 //
@@ -93,6 +127,7 @@ namespace loaderx::daemon {
 
 // One batch as handed to one member: its slice of a held batch.
 struct Delivery {
+  uint64_t gen = 0;  // the member's generation the batch was pushed in
   uint64_t step = 0;
   // A gather error of `step` (the member still advanced past it); the
   // fields below are then unset.
@@ -197,13 +232,26 @@ class Group {
   // the group). Its cursor is forgotten (broadcast) or frozen (shard).
   bool Leave(uint64_t id);
 
-  // The batch at member `id`'s cursor; advances the cursor. Waits (polling
-  // `closing` every `poll`) while the member is max_skew ahead or the batch
-  // is not gathered yet. Cancelled when `closing` or the group closed.
+  // The batch at member `id`'s push cursor (to be pushed); advances the push
+  // cursor. Waits (polling `closing` every `poll`) while the push rule (see
+  // the header comment) forbids it or the batch is not gathered yet.
+  // Cancelled when `closing` or the group closed.
   Result<Delivery> Next(uint64_t id, const std::function<bool()>& closing,
                         std::chrono::milliseconds poll);
+  // What a `consumed {gen, step}` did.
+  struct ConsumedResult {
+    bool current = false;  // of the member's generation (else ignored)
+    uint64_t steps = 0;    // how far the consumed position moved
+    uint64_t batches = 0;  // of those steps, the ones that were batches (not errors)
+  };
+  // Member `id`'s caller takes `step` next. Ignored (current = false) for
+  // an older generation or a member that left; Protocol error (the client
+  // broke the protocol) for a newer generation or a step below the consumed
+  // position or beyond the push cursor.
+  Result<ConsumedResult> Consumed(uint64_t id, uint64_t gen, uint64_t step);
   // The only member seeks the pipeline (exact resume); otherwise only the
-  // member's cursor moves, by Join's start_step rule.
+  // member's positions move, by Join's start_step rule. Accepted, it starts
+  // a new generation (generation()).
   Status Seek(uint64_t id, uint64_t step, const std::function<bool()>& closing,
               std::chrono::milliseconds poll);
 
@@ -218,8 +266,12 @@ class Group {
   // Batches fetched from the pipeline since creation (one gather each).
   uint64_t batches_gathered() const;
   size_t members() const;
-  // Member `id`'s cursor: the step its next `next` returns.
+  // Member `id`'s consumed position: the step its caller takes next.
   uint64_t cursor(uint64_t id) const;
+  // Member `id`'s push cursor: the step pushed to it next.
+  uint64_t pushed(uint64_t id) const;
+  // Member `id`'s generation (0 at join; +1 per accepted seek).
+  uint64_t generation(uint64_t id) const;
   Snapshot snapshot() const;
 
  private:
@@ -232,8 +284,11 @@ class Group {
   };
   struct Member {
     MemberInfo info;
-    uint64_t cursor = 0;  // broadcast only; shard cursors live in rank_cursor_
-    uint64_t served = 0;
+    // Broadcast only; shard positions live in rank_cursor_ / rank_pushed_.
+    uint64_t cursor = 0;  // consumed position
+    uint64_t pushed = 0;  // push cursor
+    uint64_t gen = 0;
+    uint64_t served = 0;  // steps consumed
     // Set while this member's `next` waits for the others.
     bool waiting = false;
     std::chrono::steady_clock::time_point waiting_since;
@@ -244,7 +299,11 @@ class Group {
 
   // All REQUIRE mu_ held.
   uint64_t& CursorOf(Member& m);
+  uint64_t& PushedOf(Member& m);
   uint64_t Slowest() const;
+  // The slowest consumed position of the members other than `id` (kShard:
+  // the other ranks); UINT64_MAX if there is none.
+  uint64_t SlowestOthers(uint64_t id, const Member& m) const;
   uint64_t OldestAvailable() const;
   void Trim();  // drops held batches no cursor needs any more
   void DropHeld(std::map<uint64_t, Held>::iterator it);
@@ -273,7 +332,8 @@ class Group {
   bool closed_ = false;
   uint64_t gathered_ = 0;
   std::map<uint64_t, Member> members_;  // session id -> member
-  std::vector<uint64_t> rank_cursor_;   // shard: one per rank
+  std::vector<uint64_t> rank_cursor_;   // shard: consumed position, one per rank
+  std::vector<uint64_t> rank_pushed_;   // shard: push cursor, one per rank
   std::vector<uint64_t> rank_member_;   // shard: live session of each rank, 0 = none
   std::vector<bool> rank_joined_;       // shard: a member has ever had this rank
   uint64_t served_ = 0;

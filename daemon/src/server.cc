@@ -409,6 +409,7 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
       return HandleHello(*hello);
     }
     if (auto* rel = std::get_if<ReleaseMsg>(&msg)) return HandleRelease(*rel);
+    if (auto* c = std::get_if<ConsumedMsg>(&msg)) return HandleConsumed(*c);
     if (is_open || std::holds_alternative<SeekMsg>(msg) || std::holds_alternative<StatsMsg>(msg) ||
         std::holds_alternative<CloseMsg>(msg)) {
       if (is_open && frame.fds.size() != std::get<OpenMsg>(msg).TotalFds()) {
@@ -472,6 +473,35 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
       return Shutdown("cannot reply to hello");
     }
     worker_ = std::thread([self = shared_from_this()] { self->WorkerLoop(); });
+  }
+
+  // The caller took an item (docs/protocol.md "Consumed positions"). Applied
+  // here, in the connection's frame order, so a later request on this
+  // connection sees it; the group's lock orders it against seeks.
+  void HandleConsumed(const ConsumedMsg& c) {
+    std::shared_ptr<Group> group;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      group = member_of_;
+    }
+    if (!group) return;  // no loader open (or closed): nothing to keep
+    Result<Group::ConsumedResult> r = group->Consumed(id_, c.gen, c.step);
+    if (!r.ok()) return ProtocolViolation(r.status());
+    if (!r->current) return;
+    {
+      // Taken: no longer "pushed unread" (a `close` drops only those).
+      std::lock_guard<std::mutex> lock(lease_mu_);
+      while (!unread_.empty() && unread_.front().gen == c.gen && unread_.front().step < c.step) {
+        unread_.pop_front();
+      }
+    }
+    server_.batches_served_.fetch_add(r->batches, std::memory_order_relaxed);
+    // The caller has seen a pushed refusal (or took a batch): push again.
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      push_blocked_ = false;
+    }
+    cv_.notify_all();
   }
 
   void HandleRelease(const ReleaseMsg& rel) {
@@ -579,7 +609,8 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
             return Send(reply);
           }
           if constexpr (std::is_same_v<T, CloseMsg>) {
-            LeaveGroup("closed its loader");  // no reply (1.2): pushing stops, the leases stay
+            LeaveGroup("closed its loader");  // no reply (1.2): pushing stops
+            DropUnread();
             return Status::OK();
           }
           return Status::Internal("unreachable");
@@ -610,15 +641,18 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
       if (got.status().code() == Status::Code::kCancelled && PushInterrupted()) {
         return Status::OK();  // the request (or the end) comes first
       }
-      // Not a step's error (the ring refused, the group closed): pushed once,
-      // then nothing until the client releases a batch or seeks.
+      // Not a step's error (the ring refused, the group timeout): pushed
+      // once, then nothing until the client takes it (`consumed`), releases
+      // a batch or seeks.
       {
         std::lock_guard<std::mutex> lock(mu_);
         push_blocked_ = true;
       }
       LogRefused(got.status(), "next");
-      ErrorMsg err = ErrorMsg::From(got.status(), group_->cursor(id_));
-      err.gen = gen_;
+      // Its step is the caller's once it takes this error: after what was
+      // pushed before it.
+      ErrorMsg err = ErrorMsg::From(got.status(), group_->pushed(id_));
+      err.gen = group_->generation(id_);
       return Push(err);
     }
     Delivery& d = got.value();
@@ -626,11 +660,11 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
       LX_LOG(kWarning) << "session " << id_ << " (pid " << cred_.pid << "): step " << d.step
                        << " failed: " << d.error.ToString();
       ErrorMsg err = ErrorMsg::From(d.error, d.step + 1);
-      err.gen = gen_;
+      err.gen = d.gen;
       return Push(err);
     }
     BatchMsg batch;
-    batch.gen = gen_;
+    batch.gen = d.gen;
     batch.step = d.step;
     batch.slot = d.slot;
     batch.seq = d.seq;
@@ -653,9 +687,10 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
         lease = Lease{d.seq, std::move(d.memory), 1};
       }
       ++held_;
+      unread_.push_back(Unread{d.gen, d.step, batch.slot, d.seq});
     }
+    // batches_served counts batches consumed (HandleConsumed), not pushed.
     server_.slots_held_.fetch_add(1, std::memory_order_relaxed);
-    server_.batches_served_.fetch_add(1, std::memory_order_relaxed);
     return Push(batch);
   }
 
@@ -675,6 +710,30 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
     return Error(st, id);
   }
 
+  // A `close`: the batches pushed and not taken (the consumed position says
+  // which, also those still in the socket) are the daemon's to drop; the
+  // client forgets its queued ones without releasing them. Leases of
+  // batches the caller took stay until released or the hang-up.
+  void DropUnread() {
+    std::vector<std::shared_ptr<BatchMemory>> drop;  // freed outside lease_mu_
+    size_t dropped = 0;
+    {
+      std::lock_guard<std::mutex> lock(lease_mu_);
+      for (const Unread& u : unread_) {
+        auto it = leases_.find(u.slot);
+        if (it == leases_.end() || it->second.seq != u.seq) continue;  // released meanwhile
+        ++dropped;
+        --held_;
+        if (--it->second.count == 0) {
+          drop.push_back(std::move(it->second.memory));
+          leases_.erase(it);
+        }
+      }
+      unread_.clear();
+    }
+    server_.slots_held_.fetch_sub(dropped, std::memory_order_relaxed);
+  }
+
   // Drops this session's leases: its client is gone (hang-up), so nothing
   // views those slots any more.
   void DropLeases() {
@@ -683,6 +742,7 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
       std::lock_guard<std::mutex> lock(lease_mu_);
       held = held_;
       leases_.clear();
+      unread_.clear();
       held_ = 0;
     }
     // The ring's accounting before slots_held: once a stats reader sees the
@@ -756,6 +816,10 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
         LX_LOG(kInfo) << "group '" << group_->name() << "' closed: its last member left ("
                       << group_->batches_gathered() << " batches gathered)";
       }
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      member_of_.reset();
     }
     group_.reset();
   }
@@ -927,6 +991,10 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
       first_step = *joined;
     }
     group_ = std::move(group);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      member_of_ = group_;
+    }
     rank_ = m.rank;
     if (!named) server_.ListSolo(id_, cred_.uid, group_);
     server_.CountLoader(named, 1);
@@ -969,12 +1037,16 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
     if (!st.ok()) return Error(st, m.id);
     // Accepted: batches pushed from now on belong to the new generation;
     // those already sent are released unread by the client.
-    ++gen_;
     {
       std::lock_guard<std::mutex> lock(mu_);
       push_blocked_ = false;
     }
-    return Send(OkMsg{m.id, m.step, gen_});
+    {
+      // Those of older generations are the client's to release, unread.
+      std::lock_guard<std::mutex> lock(lease_mu_);
+      unread_.clear();
+    }
+    return Send(OkMsg{m.id, m.step, group_->generation(id_)});
   }
 
   Impl& server_;
@@ -1006,6 +1078,8 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
   bool push_blocked_ = false;
 
   std::string end_reason_;  // why Shutdown ended the session; guarded by mu_
+  // group_ for the io thread (`consumed` frames); guarded by mu_.
+  std::shared_ptr<Group> member_of_;
 
   // Worker thread only.
   const char* request_ = "";      // the request being answered (for logs)
@@ -1013,11 +1087,19 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
   std::shared_ptr<Group> group_;  // the group this session's loader is a member of
   uint32_t lease_cap_ = 0;
   uint64_t closed_ring_bytes_ = 0;  // of a closed group whose slots stay leased
-  uint64_t gen_ = 0;                // generation of the batches pushed now (seeks accepted)
 
   std::mutex lease_mu_;
   std::map<uint32_t, Lease> leases_;  // slot -> lease; guarded by lease_mu_
   uint32_t held_ = 0;  // sum of the leases' counts (pushed, not released); guarded by lease_mu_
+  // Batches pushed in the current generation and not taken yet (consumed),
+  // oldest first; guarded by lease_mu_.
+  struct Unread {
+    uint64_t gen = 0;
+    uint64_t step = 0;
+    uint32_t slot = 0;
+    uint64_t seq = 0;
+  };
+  std::deque<Unread> unread_;
 };
 
 void Server::Impl::Accept() {

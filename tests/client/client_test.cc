@@ -31,9 +31,12 @@ class FakeDaemon {
       if (conn.valid()) script(conn.get());
     });
   }
-  ~FakeDaemon() {
+  ~FakeDaemon() { Join(); }
+  // Waits for the script to end (it reads until the client closes or hangs
+  // up); what it recorded is then safe to read.
+  void Join() {
     ::shutdown(listener_.get(), SHUT_RDWR);
-    thread_.join();
+    if (thread_.joinable()) thread_.join();
   }
   const std::string& path() const { return path_; }
   const TempDir& dir() const { return dir_; }
@@ -102,8 +105,8 @@ TEST(ClientTest, HangUpDuringHelloIsDaemonError) {
 
 // A fake daemon that opens a real sealed ring and then pushes `batch`es
 // (possibly lying) while the client holds fewer than the credit it granted
-// (opened.leases); records what the client released. `on_seek` (optional)
-// answers a seek and may push more.
+// (opened.leases); records what the client released and reported consumed.
+// `on_seek` (optional) answers a seek and may push more.
 struct RingScript {
   std::function<BatchMsg(const RingGeometry&, uint8_t* base)> make_batch;
   std::function<void(int fd, const SeekMsg&, const RingGeometry&, uint8_t* base)> on_seek;
@@ -111,6 +114,7 @@ struct RingScript {
   uint32_t minor = kProtocolMinor;  // the protocol minor the fake announces
   OpenedMsg opened{0, 10, 4, 0, 2, {{0, "<u4", {4}, 1, 10}}};  // id, ring_bytes filled in
   std::vector<ReleaseMsg> releases;
+  std::vector<ConsumedMsg> consumed;  // written by the fake's thread; read after it ends
 
   void operator()(int fd) {
     HelloOk(fd, kProtocolMajor, minor);
@@ -131,6 +135,8 @@ struct RingScript {
       if (auto* r = std::get_if<ReleaseMsg>(&m)) {
         releases.push_back(*r);
         --held;
+      } else if (auto* c = std::get_if<ConsumedMsg>(&m)) {
+        consumed.push_back(*c);
       } else if (auto* k = std::get_if<SeekMsg>(&m); k != nullptr && on_seek) {
         on_seek(fd, *k, g, rw.mutable_data());
       } else {
@@ -405,6 +411,10 @@ TEST(ClientTest, DaemonPushesUnderTheCreditWithoutBeingAsked) {
   EXPECT_EQ(b2.step(), 2u);
   EXPECT_EQ(loader->step(), 3u);
   loader->Close();
+  fake.Join();  // the script ended at the `close`
+  // One `consumed` per batch taken, with the step the caller takes next;
+  // the refused Next took nothing and reported nothing.
+  EXPECT_EQ(script->consumed, (std::vector<ConsumedMsg>{{0, 1}, {0, 2}, {0, 3}}));
 }
 
 // A seek: what was pushed before its `ok` (generation 0) is released
@@ -443,6 +453,10 @@ TEST(ClientTest, SeekReleasesBatchesOfOlderGenerationsUnread) {
   }
   for (const ReleaseMsg& r : script->releases) released.push_back(r.seq - 1);
   EXPECT_EQ(released, (std::vector<uint64_t>{1, 2, 3, 5, 0}));
+  fake.Join();
+  // Consumed: step 0 taken in generation 0, step 5 in generation 1; the
+  // batches released unread were never reported.
+  EXPECT_EQ(script->consumed, (std::vector<ConsumedMsg>{{0, 1}, {1, 6}}));
 }
 
 TEST(ClientTest, PushedBatchOfAFutureGenerationIsProtocolError) {

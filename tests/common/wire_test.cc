@@ -347,8 +347,8 @@ TEST(WireTest, GroupTimeoutAndStatusDocumentRoundTrip) {
   ExpectRoundTrip(open);
   open.group_timeout_ms = 86'400'000;
   ExpectRoundTrip(open);
-  ExpectRoundTrip(StatsMsg{true});
-  StatsReplyMsg reply{{{"sessions", 1}}, std::string(kMaxStatusBytes, 'j')};
+  ExpectRoundTrip(StatsMsg{44, true});
+  StatsReplyMsg reply{44, {{"sessions", 1}}, std::string(kMaxStatusBytes, 'j')};
   ExpectRoundTrip(reply);
   ExpectRoundTrip(ErrorMsg{static_cast<uint32_t>(Status::Code::kTimeout), "group 'g': ...", 3});
 }
@@ -367,7 +367,7 @@ TEST(WireTest, GroupTimeoutNeedsAGroupAndAtMostADay) {
   Status st = DecodeError(EncodeMessage(grouped));
   EXPECT_EQ(st.code(), Status::Code::kProtocol);
   EXPECT_NE(st.message().find("group_timeout_ms"), std::string::npos) << st.message();
-  StatsReplyMsg big{{}, std::string(kMaxStatusBytes + 1, 'j')};
+  StatsReplyMsg big{1, {}, std::string(kMaxStatusBytes + 1, 'j')};
   EXPECT_EQ(DecodeError(EncodeMessage(big)).code(), Status::Code::kProtocol);
   ErrorMsg unknown{15, "from the future", 0};
   EXPECT_EQ(DecodeError(EncodeMessage(unknown)).code(), Status::Code::kProtocol);

@@ -120,6 +120,15 @@ class DaemonFixture : public ::testing::Test {
     return false;
   }
 
+  // The settled value of a stat that pushes move asynchronously: polls until
+  // it equals `want` (up to 5 s), then reads it again after the daemon had
+  // time to push more, so a value that only passes through `want` fails.
+  uint64_t SettledStat(const std::string& name, uint64_t want) {
+    if (!WaitStat(name, want)) return Stat(name);
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    return Stat(name);
+  }
+
   // Polls a stat until it is at least `want` (pushes are asynchronous), up to 5 s.
   bool WaitStatAtLeast(const std::string& name, uint64_t want) {
     for (int i = 0; i < 500; ++i) {

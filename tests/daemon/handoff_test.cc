@@ -84,7 +84,8 @@ TEST_F(HandoffTest, PushStopsAtTheCredit) {
   ASSERT_TRUE(WaitStat("slots_held", 2));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(Stat("slots_held"), 2u);
-  EXPECT_EQ(Stat("batches_served"), 2u);
+  EXPECT_EQ(Stat("batches_gathered"), 2u);
+  EXPECT_EQ(Stat("batches_served"), 0u);  // served counts what the caller took
   auto b0 = loader->Next().value();
   auto b1 = loader->Next().value();
   EXPECT_EQ(b1.step(), 1u);
@@ -96,6 +97,8 @@ TEST_F(HandoffTest, PushStopsAtTheCredit) {
   auto b2 = loader->Next();
   ASSERT_TRUE(b2.ok()) << b2.status().ToString();
   EXPECT_EQ(b2->step(), 2u);
+  EXPECT_EQ(SettledStat("batches_served", 3), 3u);
+  EXPECT_EQ(SettledStat("batches_gathered", 3), 3u);  // b1 and b2 hold the credit
 }
 
 TEST_F(HandoffTest, SeekReleasesOlderGenerationsUnreadAndReturnsTheSoughtStep) {

@@ -178,7 +178,8 @@ TEST_F(ServerTest, ClosingTheLoaderReclaimsItsSlotsAndRing) {
     auto loader = c->OpenLoader(spec).value();
     auto b1 = loader->Next().value();
     auto b2 = loader->Next().value();
-    EXPECT_TRUE(WaitStat("slots_held", 2));
+    // b1, b2 and steps 2..7 pushed unread: the credit of 8.
+    EXPECT_EQ(SettledStat("slots_held", 8), 8u);
     EXPECT_EQ(Stat("loaders"), 1u);
     EXPECT_GT(Stat("ring_bytes"), 0u);
     loader->Close();
@@ -352,14 +353,19 @@ TEST_F(ServerTest, StaleAndForgedReleasesAreIgnored) {
   auto c = Connect();
   auto loader = c->OpenLoader(DenseSpec()).value();
   auto b = loader->Next().value();
-  EXPECT_TRUE(WaitStat("slots_held", 1));
-  auto raw = RawHello();  // another session cannot release our slot
+  EXPECT_EQ(SettledStat("slots_held", 8), 8u);  // b and 7 pushed: the credit
+  auto raw = RawHello();                        // another session cannot release our slot
   ASSERT_TRUE(SendFrame(raw.get(), EncodeMessage(ReleaseMsg{0, 1})).ok());
   ASSERT_TRUE(SendFrame(raw.get(), EncodeMessage(ReleaseMsg{12345, 999})).ok());
   EXPECT_TRUE(WaitStat("stale_releases", 2));
-  EXPECT_EQ(Stat("slots_held"), 1u);
-  b.Reset();
-  EXPECT_TRUE(WaitStat("slots_held", 0));
+  EXPECT_EQ(Stat("slots_held"), 8u);
+  EXPECT_EQ(Stat("batches_gathered"), 8u);  // nothing pushed for a forged credit
+  EXPECT_EQ(Stat("releases"), 0u);
+  b.Reset();  // the real release: counted, and its credit refilled
+  EXPECT_TRUE(WaitStat("releases", 1));
+  EXPECT_EQ(SettledStat("batches_gathered", 9), 9u);
+  EXPECT_EQ(Stat("slots_held"), 8u);
+  EXPECT_EQ(Stat("stale_releases"), 2u);
 }
 
 TEST_F(ServerTest, StopUnblocksClientsWithDaemonErrorAndMappedBatchesSurvive) {
@@ -410,7 +416,9 @@ TEST_F(ServerTest, ForkedChildCannotUseOrHoldTheSession) {
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  EXPECT_EQ(Stat("slots_held"), 1u);
+  // b and 7 pushed (the credit); the child released none of them.
+  EXPECT_EQ(SettledStat("slots_held", 8), 8u);
+  EXPECT_EQ(Stat("releases"), 0u);
   EXPECT_EQ(Stat("stale_releases"), 0u);
   auto next = loader->Next();
   ASSERT_TRUE(next.ok()) << next.status().ToString();

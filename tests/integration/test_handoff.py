@@ -1,19 +1,14 @@
-"""The batch hand-off from a real loaderxd: publish stamps and request-ahead."""
+"""The batch hand-off from a real loaderxd: publish stamps and push under credit."""
 
 from __future__ import annotations
 
-import os
-import re
-import subprocess
-import sys
 import time
 
 import numpy as np
-from conftest import ROOT, assert_same_batch
+from conftest import assert_same_batch
 from loaderx import _loaderx
 from loaderx.client import DaemonOptions
 from loaderx.dataloader import DataLoader
-from test_embedded_suite_via_daemon import FAKE_SOURCE_TESTS, SUITE
 
 
 def test_last_publish_ns_stamps_each_batch_on_the_monotonic_clock(daemon, stores) -> None:
@@ -36,37 +31,45 @@ def test_last_publish_ns_stamps_each_batch_on_the_monotonic_clock(daemon, stores
         src.close()
 
 
-def test_request_ahead_gives_the_embedded_batches(daemon, stores) -> None:
-    options = DaemonOptions(daemon.socket, request_ahead=True)
-    with DataLoader(stores["streams"], batch_size=8, seed=4, daemon=options) as remote, \
+def test_pushed_batches_are_the_embedded_batches(daemon, stores) -> None:
+    with DataLoader(stores["streams"], batch_size=8, seed=4, daemon=daemon.socket) as remote, \
             DataLoader(stores["streams"], batch_size=8, seed=4) as local:
-        assert remote._source.request_ahead is True
         for _ in range(25):
             assert_same_batch(next(remote), next(local))
         assert remote.step == 25
+    # Served counts what the caller took, not what was pushed ahead of it.
+    assert daemon.wait_stat("loaders", 0)["batches_served"] == 25
 
 
-def test_request_ahead_holds_one_more_slot_and_seek_returns_it(daemon, stores) -> None:
-    options = DaemonOptions(daemon.socket, leases=4, request_ahead=True)
+def test_push_fills_the_credit_and_a_seek_releases_the_unread(daemon, stores) -> None:
+    options = DaemonOptions(daemon.socket, leases=4)
     with DataLoader(stores["streams"], batch_size=8, seed=4, daemon=options) as remote, \
             DataLoader(stores["streams"], batch_size=8, seed=4, start_step=9) as local:
         held = next(remote)
-        # The batch of step 1 was requested ahead and is leased to us unseen.
-        assert daemon.wait_stat("slots_held", 2)["slots_held"] == 2
+        # Steps 1..3 are pushed unread under the credit of 4, and no more.
+        assert daemon.wait_stat("slots_held", 4)["slots_held"] == 4
+        time.sleep(0.1)
+        s = daemon.stats()
+        assert (s["slots_held"], s["batches_gathered"], s["batches_served"]) == (4, 4, 1)
         remote.seek(9)
         assert remote.step == 9
-        assert daemon.wait_stat("slots_held", 1)["slots_held"] == 1  # only `held`
+        # The unread ones are released; the new generation fills the credit
+        # again (steps 9..11) beside `held`.
+        s = daemon.wait_stat("batches_gathered", 7)
+        assert daemon.wait_stat("slots_held", 4)["slots_held"] == 4
+        assert s["batches_gathered"] == 7
+        assert daemon.stats()["releases"] == 3
         assert_same_batch(next(remote), next(local))
         assert held["label"].shape == (8,)
+    assert daemon.wait_stat("loaders", 0)["batches_served"] == 2
 
 
-def test_batches_held_past_close_keep_their_values_with_request_ahead(daemon, stores) -> None:
-    # close() with a request ahead outstanding: the daemon must stop the
-    # pipeline before it could reuse the slots the client still views.
-    options = DaemonOptions(daemon.socket, request_ahead=True)
+def test_batches_held_past_close_keep_their_values_with_pushed_unread(daemon, stores) -> None:
+    # close() with pushed batches unread: the daemon must stop the pipeline
+    # before it could reuse the slots the client still views.
     for start in range(30):
         with DataLoader(stores["streams"], batch_size=8, seed=4, start_step=start,
-                        daemon=options) as remote:
+                        daemon=daemon.socket) as remote:
             kept = [next(remote) for _ in range(2)]
         time.sleep(0.02)  # time for anything still running in the daemon to land
         with DataLoader(stores["streams"], batch_size=8, seed=4, start_step=start) as local:
@@ -77,38 +80,26 @@ def test_batches_held_past_close_keep_their_values_with_request_ahead(daemon, st
     assert daemon.wait_stat("loaders", 0)["loaders"] == 0
 
 
-def test_request_ahead_off_by_default(daemon, stores) -> None:
-    with DataLoader(stores["streams"], batch_size=8, daemon=daemon.socket) as remote:
-        assert remote._source.request_ahead is False
+def test_push_stops_at_the_credit(daemon, stores) -> None:
+    options = DaemonOptions(daemon.socket, leases=3)
+    with DataLoader(stores["streams"], batch_size=8, daemon=options) as remote:
         batch = next(remote)
-        time.sleep(0.1)  # nothing is asked for behind our back
-        assert daemon.stats()["slots_held"] == 1
-        del batch
+        assert daemon.wait_stat("slots_held", 3)["slots_held"] == 3
+        time.sleep(0.1)  # nothing more is pushed while the client holds its credit
+        s = daemon.stats()
+        assert (s["slots_held"], s["batches_gathered"]) == (3, 3)
+        del batch  # credit comes back: one more is pushed
+        assert daemon.wait_stat("batches_gathered", 4)["batches_gathered"] == 4
+        assert daemon.wait_stat("slots_held", 3)["slots_held"] == 3
 
 
-def test_request_ahead_with_a_transform_pool_keeps_order_and_values(daemon, stores) -> None:
+def test_pushed_batches_with_a_transform_pool_keep_order_and_values(daemon, stores) -> None:
     def shift(batch: dict) -> np.ndarray:
         return batch["label"] + 1
 
-    options = DaemonOptions(daemon.socket, request_ahead=True)
     with DataLoader(stores["streams"], batch_size=8, seed=2, transform=shift,
-                    transform_threads=2, daemon=options) as remote, \
+                    transform_threads=2, daemon=daemon.socket) as remote, \
             DataLoader(stores["streams"], batch_size=8, seed=2) as local:
         for _ in range(15):
             np.testing.assert_array_equal(next(remote), next(local)["label"] + 1)
         assert remote.step == 15
-
-
-def test_embedded_loader_suite_passes_with_request_ahead(daemon) -> None:
-    here = os.path.dirname(__file__)
-    env = dict(os.environ, LOADERX_FORCE_DAEMON=daemon.socket,
-               PYTHONPATH=os.pathsep.join([*sys.path, here]))
-    r = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p",
-         "daemon_ahead_everywhere", "-k", FAKE_SOURCE_TESTS, *SUITE],
-        cwd=ROOT, env=env, check=False, capture_output=True, text=True, timeout=600,
-    )
-    assert r.returncode == 0, r.stdout[-5000:] + r.stderr[-2000:]
-    match = re.search(r"(\d+) passed", r.stdout)
-    assert match is not None and int(match.group(1)) >= 40
-    assert daemon.stats()["batches_served"] > 100  # really served by the daemon

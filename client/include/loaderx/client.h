@@ -145,8 +145,12 @@ class Lease {
   uint8_t* mutable_base() const {
     return copy_.size() != 0 ? const_cast<uint8_t*>(base_) : nullptr;
   }
+  // The daemon drops this lease itself (a pushed batch never taken when the
+  // loader closed): ~Lease sends no release.
+  void Forget() { forgotten_ = true; }
 
  private:
+  bool forgotten_ = false;
   MappedRegion copy_;
   std::shared_ptr<Connection> conn_;  // keeps the socket and the ring mapping alive
   uint32_t slot_;
