@@ -132,7 +132,8 @@ Status Connection::SendMessage(const Message& m, std::span<const int> fds) {
 Status Connection::SendRequest(const Message& m, std::span<const int> fds) {
   LX_RETURN_IF_ERROR(CheckProcess());
   if (closed()) return Status::Cancelled("loader closed");
-  LX_RETURN_IF_ERROR(FlushReleases());  // releases precede the request
+  LX_RETURN_IF_ERROR(FlushReleases());             // releases precede the request
+  last_heard_ = std::chrono::steady_clock::now();  // the liveness clock starts now
   return SendMessage(m, fds);
 }
 
@@ -157,7 +158,6 @@ Result<bool> Connection::Pump(const WaitHook& hook,
                               std::optional<std::chrono::steady_clock::time_point> deadline) {
   using Clock = std::chrono::steady_clock;
   LX_RETURN_IF_ERROR(CheckProcess());
-  Clock::time_point last_heard = Clock::now();  // the liveness clock of this wait
   while (true) {
     if (closed()) return Status::Cancelled("loader closed");
     auto wait = kPollInterval;
@@ -168,7 +168,7 @@ Result<bool> Connection::Pump(const WaitHook& hook,
     LX_ASSIGN_OR_RETURN(Frame f, Receive(wait));
     if (f.would_block) {
       const auto liveness = liveness_timeout();
-      if (hello_.heartbeat_ms != 0 && Clock::now() - last_heard > liveness) {
+      if (hello_.heartbeat_ms != 0 && Clock::now() - last_heard_ > liveness) {
         return Status::Daemon(path_ +
                               ": loaderxd sent nothing (no batch, reply or heartbeat) for " +
                               std::to_string(liveness.count()) +
@@ -183,7 +183,7 @@ Result<bool> Connection::Pump(const WaitHook& hook,
       if (shut_down()) return Status::Cancelled("loader closed");
       return Status::Daemon(path_ + ": loaderxd closed the connection (stopped or crashed)");
     }
-    last_heard = Clock::now();
+    last_heard_ = Clock::now();
     LX_ASSIGN_OR_RETURN(Message m, DecodeMessage(f.bytes));
     if (std::holds_alternative<HeartbeatMsg>(m)) continue;  // alive; read on
     LX_RETURN_IF_ERROR(File(std::move(m), std::move(f.fds)));

@@ -198,6 +198,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // A seek is sent and not answered yet (seek_id_ != 0), for CloseLoader
   // on any thread.
   std::atomic<bool> seek_pending_{false};
+  // When the last frame arrived (a batch, reply or heartbeat). One clock
+  // for every wait, however the caller slices it (the Python binding waits
+  // in slices to see signals): a daemon that is waited on sends a heartbeat
+  // at most every heartbeat_ms, keeping one unread, so a new wait reads a
+  // fresh frame at once if the daemon is alive.
+  std::chrono::steady_clock::time_point last_heard_ = std::chrono::steady_clock::now();
   // SO_RCVTIMEO currently set on fd_ (ms, 0 = never set).
   int64_t recv_timeout_ms_ = 0;
 

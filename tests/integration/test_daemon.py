@@ -61,12 +61,14 @@ def test_arrays_are_writable_private_zero_copy_views_owning_the_lease(daemon, st
         # One lease object owns every view of the batch.
         assert image.base is tokens[0].base is batch["label"].base
         assert np.shares_memory(image, image[3])
-        assert daemon.wait_stat("slots_held", 1)["slots_held"] == 1
+        # The batch and 15 more pushed unread: the default credit of 16.
+        assert daemon.wait_stat("slots_held", 16)["slots_held"] == 16
         del batch, image
-        assert daemon.stats()["slots_held"] == 1  # tokens still views the slot
+        time.sleep(0.05)
+        assert daemon.stats()["releases"] == 0  # tokens still views the slot
         del tokens
         gc.collect()
-        assert daemon.wait_stat("slots_held", 0)["slots_held"] == 0
+        assert daemon.wait_stat("releases", 1)["releases"] == 1
         # The daemon's slot was never written: the same step again is intact.
         loader.seek(0)
         again = next(loader)
@@ -191,13 +193,15 @@ def test_sigkilled_client_has_its_slots_reclaimed_and_others_go_on(daemon, store
     with DataLoader(stores["streams"], batch_size=4, daemon=daemon.socket) as other:
         mine = next(other)
         proc = spawn_holder(daemon, stores)
-        before = daemon.stats()
-        assert before["loaders"] == 2 and before["slots_held"] == 4
+        # Each holds its whole credit of 16 (what it took and what was
+        # pushed unread).
+        before = daemon.wait_stat("slots_held", 32)
+        assert before["loaders"] == 2 and before["slots_held"] == 32
         proc.kill()
         proc.wait()
         assert daemon.wait_stat("loaders", 1)["loaders"] == 1
-        after = daemon.wait_stat("slots_held", 1)  # leases go after the loader
-        assert after["slots_held"] == 1
+        after = daemon.wait_stat("slots_held", 16)  # leases go after the loader
+        assert after["slots_held"] == 16
         assert after["ring_bytes"] < before["ring_bytes"]
         np.testing.assert_array_equal(mine["label"], mine["label"])  # still mapped
         assert next(other)["image"].shape == (4, 3, 8, 8)
@@ -234,19 +238,30 @@ def test_forked_child_cannot_use_or_corrupt_the_session(daemon, stores) -> None:
         _, status = os.waitpid(pid, 0)
         assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
         assert daemon.stats()["stale_releases"] == 0
-        assert daemon.stats()["slots_held"] == 1
+        assert daemon.stats()["releases"] == 0
+        assert daemon.wait_stat("slots_held", 16)["slots_held"] == 16  # the credit
         np.testing.assert_array_equal(first["image"], copy)
         assert loader.step == 1
         with DataLoader(stores["streams"], batch_size=4, start_step=1) as local:
             assert_same_batch(next(loader), next(local))
 
 
+def stop_with_nothing_queued(daemon, loader: DataLoader) -> None:
+    """SIGSTOPs the daemon once the loader (credit 2, holding one batch) has
+    taken the one batch pushed ahead: its next next() has to wait."""
+    assert daemon.wait_stat("slots_held", 2)["slots_held"] == 2
+    daemon.proc.send_signal(signal.SIGSTOP)
+    next(loader)  # the one pushed ahead, dropped: its release waits in the socket
+
+
 def test_daemon_sigkill_unblocks_next_within_a_second_and_restart_resumes(daemon, stores) -> None:
+    from loaderx.client import DaemonOptions
+
     s = stores["streams"]
-    loader = DataLoader(s, batch_size=4, daemon=daemon.socket)
+    loader = DataLoader(s, batch_size=4, daemon=DaemonOptions(daemon.socket, leases=2))
     held = next(loader)
     copy = held["image"].copy()
-    daemon.proc.send_signal(signal.SIGSTOP)  # next() now blocks: no reply comes
+    stop_with_nothing_queued(daemon, loader)  # next() now blocks: nothing comes
     result: dict = {}
 
     def consume() -> None:
@@ -268,7 +283,7 @@ def test_daemon_sigkill_unblocks_next_within_a_second_and_restart_resumes(daemon
     assert result["at"] - killed_at < 1.0
     np.testing.assert_array_equal(held["image"], copy)  # still readable
     step = loader.step
-    assert step == 1
+    assert step == 2
     loader.close()
 
     daemon.start()  # same socket, fresh process
@@ -280,9 +295,12 @@ def test_daemon_sigkill_unblocks_next_within_a_second_and_restart_resumes(daemon
 
 
 def test_close_from_another_thread_wakes_a_blocked_next(daemon, stores) -> None:
-    loader = DataLoader(stores["streams"], batch_size=4, daemon=daemon.socket)
-    next(loader)
-    daemon.proc.send_signal(signal.SIGSTOP)
+    from loaderx.client import DaemonOptions
+
+    loader = DataLoader(stores["streams"], batch_size=4,
+                        daemon=DaemonOptions(daemon.socket, leases=2))
+    held = next(loader)
+    stop_with_nothing_queued(daemon, loader)
     errors: list = []
     t = threading.Thread(target=lambda: errors.append(pytest.raises(LoaderClosedError, next, loader)))
     t.start()
@@ -291,12 +309,13 @@ def test_close_from_another_thread_wakes_a_blocked_next(daemon, stores) -> None:
     t.join(5)
     assert not t.is_alive() and errors
     daemon.proc.send_signal(signal.SIGCONT)
+    del held
 
 
 def _raw_hello(path: str) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     sock.connect(path)
-    sock.send(msgpack.packb({"t": "hello", "major": 1, "minor": 0, "client_version": "fuzz"}))
+    sock.send(msgpack.packb({"t": "hello", "major": 1, "minor": 2, "client_version": "fuzz"}))
     reply = msgpack.unpackb(sock.recv(65536))
     assert reply["t"] == "hello_ok"
     return sock
@@ -316,12 +335,13 @@ def test_protocol_major_mismatch_is_refused_naming_both_versions(daemon) -> None
 def test_ten_thousand_malformed_frames_leave_the_daemon_serving(daemon, stores) -> None:
     rng = np.random.default_rng(5)
     valid = [
-        msgpack.packb({"t": "seek", "step": 1}),
+        msgpack.packb({"t": "seek", "id": 1, "step": 1}),
+        msgpack.packb({"t": "consumed", "gen": 0, "step": 1}),
         msgpack.packb({"t": "release", "slot": 0, "seq": 1}),
         msgpack.packb({"t": "open", "streams": [{"label": "x", "has_shapes": False,
                                                  "has_dict": False, "data_files": 1}],
                        "batch_size": 1, "mode": 1, "seed": 0, "rank": 0, "world_size": 1,
-                       "start_step": 0, "prefetch": 1, "leases": 1, "ring_bytes": 0}),
+                       "start_step": 0, "prefetch": 1, "leases": 1, "ring_bytes": 0, "id": 1}),
     ]
     devnull = os.open(os.devnull, os.O_RDONLY)
     with DataLoader(stores["streams"], batch_size=4, daemon=daemon.socket) as good, \
@@ -344,7 +364,7 @@ def test_ten_thousand_malformed_frames_leave_the_daemon_serving(daemon, stores) 
             elif kind == 4:  # open announcing fds it does not carry
                 frame = valid[2]
             else:
-                frame = msgpack.packb({"t": "stats"})
+                frame = msgpack.packb({"t": "stats", "id": sent + 1})
             try:
                 if kind == 5 and sent % 12 == 5:  # fds where none are expected
                     sock.sendmsg([frame], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
@@ -519,11 +539,15 @@ def test_detached_start_returns_once_listening(tmp_path) -> None:
 def test_ctrl_c_in_a_blocked_next_consumes_no_step(daemon, stores) -> None:
     import _thread
 
+    from loaderx.client import DaemonOptions
+
     s = stores["streams"]
-    with DataLoader(s, batch_size=4, seed=2, daemon=daemon.socket) as loader, \
-            DataLoader(s, batch_size=4, seed=2) as local:
-        assert_same_batch(next(loader), next(local))
-        daemon.proc.send_signal(signal.SIGSTOP)  # the reply to the next request is late
+    with DataLoader(s, batch_size=4, seed=2, daemon=DaemonOptions(daemon.socket, leases=2)) \
+            as loader, DataLoader(s, batch_size=4, seed=2) as local:
+        held = next(loader)
+        assert_same_batch(held, next(local))
+        stop_with_nothing_queued(daemon, loader)  # takes step 1; the next push is late
+        next(local)
         timer = threading.Timer(0.2, _thread.interrupt_main)
         timer.start()
         start = time.monotonic()
@@ -531,11 +555,12 @@ def test_ctrl_c_in_a_blocked_next_consumes_no_step(daemon, stores) -> None:
             next(loader)
         assert time.monotonic() - start < 1.0
         daemon.proc.send_signal(signal.SIGCONT)
-        assert loader.step == 1
-        # The reply that was still owed is the next batch: nothing skipped or repeated.
+        assert loader.step == 2
+        # The batch pushed late is the next batch: nothing skipped or repeated.
+        del held
         for _ in range(3):
             assert_same_batch(next(loader), next(local))
-        assert loader.step == 4
+        assert loader.step == 5
 
 
 def test_ctrl_c_in_a_seek_then_next_returns_the_sought_step(daemon, stores) -> None:
@@ -592,22 +617,25 @@ def test_a_stopped_daemon_raises_daemon_error_after_the_liveness_timeout(
     daemon_factory, stores
 ) -> None:
     d = daemon_factory()
-    opts = lxclient.DaemonOptions(d.socket, liveness_timeout=1.5)
+    opts = lxclient.DaemonOptions(d.socket, liveness_timeout=1.5, leases=2)
     with DataLoader(stores["streams"], batch_size=4, mode=Mode.Sequential, daemon=opts) as loader, \
             DataLoader(stores["streams"], batch_size=4, mode=Mode.Sequential) as local:
-        assert_same_batch(next(loader), next(local))
+        held = next(loader)
+        assert_same_batch(held, next(local))
         assert d.proc is not None
-        os.kill(d.proc.pid, signal.SIGSTOP)
+        stop_with_nothing_queued(d, loader)  # takes step 1: nothing more can come
+        next(local)
         try:
             t0 = time.monotonic()
             with pytest.raises(DaemonError, match="liveness timeout 1500 ms"):
                 next(loader)
             took = time.monotonic() - t0
             assert 1.4 < took < 10, took  # not before the timeout, and not forever
-            assert loader.step == 1  # nothing consumed
+            assert loader.step == 2  # nothing consumed
         finally:
             os.kill(d.proc.pid, signal.SIGCONT)
-        # The daemon is back: the reply that was due arrives, and it is step 1.
+        # The daemon is back: the push that was due arrives, and it is step 2.
+        del held
         for _ in range(5):
             assert_same_batch(next(loader), next(local))
 
