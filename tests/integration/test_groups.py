@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -108,9 +109,12 @@ def test_broadcast_members_get_equal_arrays_from_one_gather(daemon, stores) -> N
                 got[0]["tokens"][0][:] = 0
                 for g in got[1:]:
                     assert_same_batch(g, want)
-        stats = daemon.stats()
-        assert stats["batches_gathered"] == 10  # once, not once per member
-        assert stats["batches_served"] == 30
+        # Once per step, not once per member: the 10 consumed and the steps
+        # pushed ahead of them (every member up to the others' 10 + the
+        # daemon's max-skew of 8; the credit of 16 is larger).
+        stats = daemon.wait_stat("batches_gathered", 19)
+        assert stats["batches_gathered"] == 19
+        assert daemon.wait_stat("batches_served", 30)["batches_served"] == 30
         assert stats["ring_bytes"] == ring == stats["uid_ring_bytes"]  # one ring, charged once
     finally:
         for m in members:
@@ -268,10 +272,16 @@ def test_client_loader_takes_group_arguments(daemon, stores) -> None:
     with pytest.raises(ValueError, match="group_mode"):
         c.loader(stores["streams"], 4, group="g", group_mode="all")
     a = c.loader(stores["streams"], 4, group="g", group_mode="broadcast")
+    # Alone, a is pushed its credit (16) before b joins at step 0.
+    assert daemon.wait_stat("batches_gathered", 16)["batches_gathered"] == 16
     b = c.loader(stores["streams"], 4, group="g", group_mode="broadcast")
     try:
         assert_same_batch(next(a), next(b))
-        assert daemon.stats()["batches_gathered"] == 1
+        # b reads a's steps from the one ring: no gather of its own (its
+        # pushes stop at a's 1 + max-skew 8).
+        time.sleep(0.1)
+        s = daemon.wait_stat("batches_served", 2)
+        assert (s["batches_gathered"], s["batches_served"]) == (16, 2)
     finally:
         a.close()
         b.close()
