@@ -40,7 +40,7 @@ RANK = textwrap.dedent(
     from loaderx.dataloader import DataLoader
     from loaderx.client import DaemonOptions
     from loaderx.zsampler import Sampler
-    sock, root, rank, world, steps, out = sys.argv[1:7]
+    sock, root, rank, world, steps, out, go = sys.argv[1:8]
     s = {"image": Dense.open(root + "/images"), "label": Dense.open(root + "/labels"),
          "tokens": Ragged.open(root + "/tokens")}
     opts = DaemonOptions(sock, group="ddp", group_mode="shard")
@@ -51,8 +51,14 @@ RANK = textwrap.dedent(
             b = next(loader)
             got.append({k: [t.copy() for t in v] if isinstance(v, list) else v.copy()
                         for k, v in b.items()})
-    with open(out, "wb") as f:
-        pickle.dump(got, f)
+        del b
+        with open(out, "wb") as f:
+            pickle.dump(got, f)
+        # Stay a member until the test has read the settled stats.
+        import os, time
+        deadline = time.monotonic() + 60
+        while not os.path.exists(go) and time.monotonic() < deadline:
+            time.sleep(0.01)
     """
 )
 
@@ -68,14 +74,24 @@ def test_shard_ranks_in_separate_processes_get_the_embedded_rank_batches(
     daemon = daemon_factory("--max-skew", str(SKEW))
     steps = 12
     outs = [tmp_path / f"rank{r}.pkl" for r in range(world)]
+    go = tmp_path / "go"
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", RANK, daemon.socket, str(stores["dir"]), str(r), str(world),
-             str(steps), str(outs[r])],
+             str(steps), str(outs[r]), str(go)],
             env=env(),
         )
         for r in range(world)
     ]
+    # Every rank took its 12 and is still a member: the pushes settle where
+    # the rule puts them, each rank up to the others' 12 + max_skew (the
+    # credit of 16 is larger): one global batch per step, SKEW + 1 ahead.
+    s = daemon.wait_stat("batches_served", steps * world, timeout=60)
+    assert s["batches_served"] == steps * world
+    time.sleep(0.1)
+    s = daemon.wait_stat("batches_gathered", steps + SKEW + 1)
+    assert s["batches_gathered"] == steps + SKEW + 1
+    go.touch()
     for p in procs:
         assert p.wait(timeout=120) == 0
     for r in range(world):
@@ -84,8 +100,8 @@ def test_shard_ranks_in_separate_processes_get_the_embedded_rank_batches(
                         world_size=world) as local:
             for step in range(steps):
                 assert_same_batch(got[step], next(local))
-    s = daemon.stats()
-    assert s["batches_gathered"] == steps  # one global batch per step for all ranks
+    s = daemon.wait_stat("groups", 0)
+    assert s["batches_gathered"] == steps + SKEW + 1
     assert s["batches_served"] == steps * world
     assert s["groups"] == 0 and s["ring_bytes"] == 0  # the last rank closed the group
 
@@ -221,6 +237,8 @@ def test_sigkilled_member_leaves_and_the_others_go_on(daemon_factory, stores) ->
     s = {"image": stores["streams"]["image"]}
     opts = DaemonOptions(daemon.socket, group="sweep", group_mode="broadcast")
     with DataLoader(s, batch_size=4, daemon=opts) as mine:
+        # Alone, mine is pushed its credit of 16 before the other joins (at 0).
+        assert daemon.wait_stat("slots_held", 16)["slots_held"] == 16
         proc = subprocess.Popen(
             [sys.executable, "-c", MEMBER_THAT_HOLDS, daemon.socket, str(stores["dir"] / "images")],
             stdout=subprocess.PIPE, env=env(),
@@ -228,12 +246,15 @@ def test_sigkilled_member_leaves_and_the_others_go_on(daemon_factory, stores) ->
         try:
             assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
             assert daemon.stats()["group_members"] == 2
-            assert daemon.stats()["slots_held"] == 2
+            # The other holds its 2 and is pushed up to mine's 0 + max_skew:
+            # steps 0..3; mine keeps its 16.
+            assert daemon.wait_stat("slots_held", 20)["slots_held"] == 20
         finally:
             proc.kill()
             proc.wait()
         assert daemon.wait_stat("group_members", 1)["group_members"] == 1
-        assert daemon.wait_stat("slots_held", 0)["slots_held"] == 0
+        # The killed member's leases go with its session; mine's credit stays.
+        assert daemon.wait_stat("slots_held", 16)["slots_held"] == 16
         # The killed member stopped at step 2; we run far past 2 + max_skew.
         result: list = []
 
