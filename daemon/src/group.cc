@@ -113,6 +113,11 @@ Group::Group(std::string name, MemberSpec spec, const Options& options,
 
 Group::~Group() { Close(); }
 
+void Group::Wake() {
+  std::lock_guard<std::mutex> lock(mu_);
+  cv_.notify_all();
+}
+
 void Group::Close() {
   {
     std::lock_guard<std::mutex> lock(mu_);

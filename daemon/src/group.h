@@ -257,6 +257,9 @@ class Group {
 
   // Closes the pipeline and drops held batches. Idempotent.
   void Close();
+  // Wakes every wait in Next/Seek now, so that their `closing` is polled
+  // at once (a request or the session's end), not at the next `poll`.
+  void Wake();
 
   const std::string& name() const { return name_; }
   GroupMode mode() const { return spec_.mode; }

@@ -334,6 +334,20 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
       end_reason_ = why;
     }
     cv_.notify_all();
+    WakePush();
+  }
+
+  // A push waiting in the group (for a batch, or for peers) sees a request,
+  // a `close` or the session's end now, not at its next poll: a member
+  // whose client hung up leaves its group (and frees its rank) at once.
+  // Without mu_ (the group calls PushInterrupted under its own lock).
+  void WakePush() {
+    std::shared_ptr<Group> group;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      group = member_of_;
+    }
+    if (group) group->Wake();
   }
 
   // io thread, from Finish: the worker has exited (or never ran).
@@ -430,6 +444,7 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
         outstanding_.fetch_add(1, std::memory_order_relaxed);
       }
       cv_.notify_all();
+      WakePush();
       return;
     }
     ProtocolViolation(Status::Protocol(std::string("unexpected message '") + MessageName(msg) +

@@ -373,7 +373,15 @@ TEST_F(ServerTest, StopUnblocksClientsWithDaemonErrorAndMappedBatchesSurvive) {
   auto loader = c->OpenLoader(DenseSpec()).value();
   auto b = loader->Next().value();
   auto before = BytesOf(b, 128);
+  EXPECT_EQ(SettledStat("slots_held", 8), 8u);  // b and 7 pushed: the credit
   StopDaemon();
+  // What was pushed before the stop is still delivered, in order, from the
+  // mapped ring; only a Next that has to wait gets the error.
+  for (uint64_t step = 1; step < 8; ++step) {
+    auto x = loader->Next();
+    ASSERT_TRUE(x.ok()) << "step " << step << ": " << x.status().ToString();
+    EXPECT_EQ(x->step(), step);
+  }
   auto next = loader->Next();
   ASSERT_FALSE(next.ok());
   EXPECT_EQ(next.status().code(), Status::Code::kDaemon) << next.status().ToString();
