@@ -90,8 +90,10 @@ MEMBER = textwrap.dedent(
     from loaderx.dataloader import DataLoader
     from loaderx.client import DaemonOptions
     s = {"image": Dense.open(sys.argv[2])}
-    loader = DataLoader(s, batch_size=4, daemon=DaemonOptions(sys.argv[1], group="sweep", group_mode="broadcast"))
-    next(loader)
+    # A credit of 1, held: nothing is pushed beyond the one batch taken.
+    opts = DaemonOptions(sys.argv[1], group="sweep", group_mode="broadcast", leases=1)
+    loader = DataLoader(s, batch_size=4, daemon=opts)
+    kept = next(loader)
     print("ready", flush=True)
     if sys.argv[3] == "exit":
         os._exit(3)  # no close, no cleanup
