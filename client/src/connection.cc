@@ -85,7 +85,7 @@ Result<std::shared_ptr<Connection>> Connection::Open(const std::string& path) {
   hello.client_version = LOADERX_CLIENT_VERSION;
   Status sent = c->SendMessage(hello, {});
   if (!sent.ok()) return sent.WithContext(path);
-  Result<Frame> f = Status::OK();
+  Result<Frame> f = Frame{};
   const auto until = std::chrono::steady_clock::now() + kDeadPeerDetection * 10;
   do {
     f = c->Receive(kPollInterval);
