@@ -347,7 +347,7 @@ Result<Delivery> Group::Next(uint64_t id, const std::function<bool()>& closing,
     Member& me = mit->second;
     uint64_t& pushed = PushedOf(me);
     const uint64_t consumed = CursorOf(me);
-    if (pushed - consumed >= options_.leases) {
+    if (pushed - consumed >= std::min(options_.leases, kPushAhead)) {
       // The client holds the whole credit unread (or released batches it
       // never took): nothing more until it consumes. Not a wait for peers.
       me.waiting = false;

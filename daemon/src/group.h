@@ -201,6 +201,12 @@ class Group {
     uint64_t gathered = 0;
     uint64_t served = 0;
   };
+  // Batches pushed to a member ahead of what its caller took (at most its
+  // credit). One in the client's socket removes the round trip; the rest of
+  // the loader's `prefetch` waits, ready, in the pipeline, so a loader
+  // through loaderxd keeps the ring memory of an embedded one plus one batch
+  // (each pushed batch is a live slot its client leases).
+  static constexpr uint32_t kPushAhead = 1;
   // How long a wait for peers lasts before the stall is logged.
   static constexpr std::chrono::seconds kStallLogAfter{30};
 
