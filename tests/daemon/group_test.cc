@@ -1,5 +1,7 @@
 // loaderxd groups end to end: C++ clients sharing one pipeline of an
 // in-process daemon (docs/daemon.md "Groups").
+#include "group.h"
+
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -100,10 +102,10 @@ class GroupTest : public DaemonFixture {
       }
     }
     // One global batch per step, whatever the number of ranks: the 12
-    // consumed, and the steps the push rule lets run ahead of them (each
-    // rank up to its peers' consumed position + max_skew, within the
-    // credit of 8): kSkew + 1 more.
-    EXPECT_EQ(SettledStat("batches_gathered", 12 + kSkew + 1), 12u + kSkew + 1);
+    // consumed, and the one the push window lets run ahead of them
+    // (daemon::Group::kPushAhead; max_skew and the credit allow more).
+    EXPECT_EQ(SettledStat("batches_gathered", 12 + daemon::Group::kPushAhead),
+              12u + daemon::Group::kPushAhead);
     // Served counts what the callers took, not what was pushed.
     EXPECT_EQ(SettledStat("batches_served", 12 * world), 12u * world);
   }
@@ -141,8 +143,9 @@ TEST_F(GroupTest, BroadcastMembersShareOneRingAndOneGatherPerStep) {
     EXPECT_EQ(BytesOf(got[1]), BytesOf(got[0]));
     EXPECT_EQ(BytesOf(got[2]), BytesOf(got[0]));
   }
-  // 15 consumed by every member, and kSkew + 1 pushed ahead (see above).
-  EXPECT_EQ(SettledStat("batches_gathered", 15 + kSkew + 1), 15u + kSkew + 1);
+  // 15 consumed by every member, and the push window ahead (see above).
+  EXPECT_EQ(SettledStat("batches_gathered", 15 + daemon::Group::kPushAhead),
+            15u + daemon::Group::kPushAhead);
   EXPECT_EQ(SettledStat("batches_served", 45), 45u);
 }
 
