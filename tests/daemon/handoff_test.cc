@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "daemon/daemon_fixture.h"
+#include "group.h"
 #include "loaderx/ring.h"
 
 namespace loaderx::testing {
@@ -56,7 +57,7 @@ TEST_F(HandoffTest, PushedBatchesAreTheEmbeddedOnesInOrder) {
   auto c = Connect();
   auto eager = c->OpenLoader(Spec()).value();
   auto late = c->OpenLoader(Spec()).value();
-  ASSERT_TRUE(WaitStat("slots_held", 8));  // both credits pushed
+  ASSERT_TRUE(WaitStat("slots_held", 2));  // both push windows (one batch each) pushed
   for (uint64_t s = 0; s < 30; ++s) {
     auto a = eager->Next();
     auto p = late->Next();
@@ -71,7 +72,7 @@ TEST_F(HandoffTest, PushedBatchesAreTheEmbeddedOnesInOrder) {
 TEST_F(HandoffTest, PushedBatchIsPublishedBeforeTheCallerAsks) {
   auto c = Connect();
   auto loader = c->OpenLoader(Spec()).value();
-  ASSERT_TRUE(WaitStat("slots_held", 4));  // the credit, pushed unasked
+  ASSERT_TRUE(WaitStat("slots_held", 1));  // the push window, pushed unasked
   const uint64_t asked = MonotonicNowNs();
   auto first = loader->Next().value();
   EXPECT_EQ(first.step(), 0u);
@@ -81,14 +82,16 @@ TEST_F(HandoffTest, PushedBatchIsPublishedBeforeTheCallerAsks) {
 TEST_F(HandoffTest, PushStopsAtTheCredit) {
   auto c = Connect();
   auto loader = c->OpenLoader(Spec(/*leases=*/2)).value();
-  ASSERT_TRUE(WaitStat("slots_held", 2));
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  EXPECT_EQ(Stat("slots_held"), 2u);
-  EXPECT_EQ(Stat("batches_gathered"), 2u);
+  // Unasked, the push window (one batch) goes out, no more.
+  EXPECT_EQ(SettledStat("slots_held", daemon::Group::kPushAhead), daemon::Group::kPushAhead);
+  EXPECT_EQ(Stat("batches_gathered"), 1u);
   EXPECT_EQ(Stat("batches_served"), 0u);  // served counts what the caller took
   auto b0 = loader->Next().value();
   auto b1 = loader->Next().value();
   EXPECT_EQ(b1.step(), 1u);
+  // Holding both, the client is at its credit of 2: nothing more is pushed.
+  EXPECT_EQ(SettledStat("slots_held", 2), 2u);
+  EXPECT_EQ(Stat("batches_gathered"), 2u);
   auto refused = loader->Next();
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), Status::Code::kResourceExhausted);
@@ -111,13 +114,13 @@ TEST_F(HandoffTest, SeekReleasesOlderGenerationsUnreadAndReturnsTheSoughtStep) {
 
   auto loader = c->OpenLoader(Spec()).value();
   auto b0 = loader->Next().value();
-  ASSERT_TRUE(WaitStat("slots_held", 4));  // b0 and steps 1..3, pushed
+  ASSERT_TRUE(WaitStat("slots_held", 2));  // b0 and step 1, pushed
   const uint64_t releases = Stat("releases");
   ASSERT_TRUE(loader->Seek(7).ok());
   EXPECT_EQ(loader->step(), 7u);
-  // Steps 1..3 went back unread; 7..9 are pushed in their place.
-  ASSERT_TRUE(WaitStat("releases", releases + 3));
-  ASSERT_TRUE(WaitStat("slots_held", 4));
+  // Step 1 went back unread; 7 is pushed in its place.
+  ASSERT_TRUE(WaitStat("releases", releases + 1));
+  EXPECT_EQ(SettledStat("slots_held", 2), 2u);
   auto b7 = loader->Next().value();
   EXPECT_EQ(b7.step(), 7u);
   EXPECT_EQ(Values(b7), want);
@@ -130,7 +133,7 @@ TEST_F(HandoffTest, ClosingWithPushedBatchesReclaimsEverything) {
   {
     auto loader = c->OpenLoader(Spec()).value();
     auto b0 = loader->Next().value();
-    ASSERT_TRUE(WaitStat("slots_held", 4));
+    ASSERT_TRUE(WaitStat("slots_held", 2));  // b0 and step 1, pushed
     loader->Close();
     EXPECT_EQ(loader->Next().status().code(), Status::Code::kCancelled);
   }
