@@ -178,8 +178,8 @@ TEST_F(ServerTest, ClosingTheLoaderReclaimsItsSlotsAndRing) {
     auto loader = c->OpenLoader(spec).value();
     auto b1 = loader->Next().value();
     auto b2 = loader->Next().value();
-    // b1, b2 and steps 2..7 pushed unread: the credit of 8.
-    EXPECT_EQ(SettledStat("slots_held", 8), 8u);
+    // b1, b2 and step 2 pushed unread: the push window of one.
+    EXPECT_EQ(SettledStat("slots_held", 3), 3u);
     EXPECT_EQ(Stat("loaders"), 1u);
     EXPECT_GT(Stat("ring_bytes"), 0u);
     loader->Close();
@@ -353,18 +353,18 @@ TEST_F(ServerTest, StaleAndForgedReleasesAreIgnored) {
   auto c = Connect();
   auto loader = c->OpenLoader(DenseSpec()).value();
   auto b = loader->Next().value();
-  EXPECT_EQ(SettledStat("slots_held", 8), 8u);  // b and 7 pushed: the credit
+  EXPECT_EQ(SettledStat("slots_held", 2), 2u);  // b and step 1, pushed
   auto raw = RawHello();                        // another session cannot release our slot
   ASSERT_TRUE(SendFrame(raw.get(), EncodeMessage(ReleaseMsg{0, 1})).ok());
   ASSERT_TRUE(SendFrame(raw.get(), EncodeMessage(ReleaseMsg{12345, 999})).ok());
   EXPECT_TRUE(WaitStat("stale_releases", 2));
-  EXPECT_EQ(Stat("slots_held"), 8u);
-  EXPECT_EQ(Stat("batches_gathered"), 8u);  // nothing pushed for a forged credit
+  EXPECT_EQ(Stat("slots_held"), 2u);
+  EXPECT_EQ(Stat("batches_gathered"), 2u);
   EXPECT_EQ(Stat("releases"), 0u);
-  b.Reset();  // the real release: counted, and its credit refilled
+  b.Reset();  // the real release: counted; the push window (not the credit) binds
   EXPECT_TRUE(WaitStat("releases", 1));
-  EXPECT_EQ(SettledStat("batches_gathered", 9), 9u);
-  EXPECT_EQ(Stat("slots_held"), 8u);
+  EXPECT_EQ(SettledStat("slots_held", 1), 1u);
+  EXPECT_EQ(Stat("batches_gathered"), 2u);
   EXPECT_EQ(Stat("stale_releases"), 2u);
 }
 
@@ -373,11 +373,11 @@ TEST_F(ServerTest, StopUnblocksClientsWithDaemonErrorAndMappedBatchesSurvive) {
   auto loader = c->OpenLoader(DenseSpec()).value();
   auto b = loader->Next().value();
   auto before = BytesOf(b, 128);
-  EXPECT_EQ(SettledStat("slots_held", 8), 8u);  // b and 7 pushed: the credit
+  EXPECT_EQ(SettledStat("slots_held", 2), 2u);  // b and step 1, pushed
   StopDaemon();
   // What was pushed before the stop is still delivered, in order, from the
   // mapped ring; only a Next that has to wait gets the error.
-  for (uint64_t step = 1; step < 8; ++step) {
+  for (uint64_t step = 1; step < 2; ++step) {
     auto x = loader->Next();
     ASSERT_TRUE(x.ok()) << "step " << step << ": " << x.status().ToString();
     EXPECT_EQ(x->step(), step);
@@ -424,8 +424,8 @@ TEST_F(ServerTest, ForkedChildCannotUseOrHoldTheSession) {
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  // b and 7 pushed (the credit); the child released none of them.
-  EXPECT_EQ(SettledStat("slots_held", 8), 8u);
+  // b and step 1 pushed (the push window); the child released none of them.
+  EXPECT_EQ(SettledStat("slots_held", 2), 2u);
   EXPECT_EQ(Stat("releases"), 0u);
   EXPECT_EQ(Stat("stale_releases"), 0u);
   auto next = loader->Next();
