@@ -303,21 +303,20 @@ TEST_F(GroupTest, BadGroupNamesAreRefusedByTheClient) {
 
 TEST_F(GroupTest, BroadcastMemberLeavingMidRunLetsTheOthersGoOn) {
   auto a = Open(Spec(GroupMode::kBroadcast));
-  // Alone, a is pushed its whole credit (steps 0..7) before b joins.
-  EXPECT_EQ(SettledStat("slots_held", 8), 8u);
-  auto b = Open(Spec(GroupMode::kBroadcast));  // joins at 0: the group holds 0..7
+  // Alone, a is pushed its window (step 0) before b joins.
+  EXPECT_EQ(SettledStat("slots_held", 1), 1u);
+  auto b = Open(Spec(GroupMode::kBroadcast));  // joins at 0: the group holds 0
   auto held = b->Next().value();
   auto mine = a->Next().value();
-  // a keeps its 8; b (consumed 1) is pushed up to a's 1 + kSkew: steps 1..5
-  // beside the step 0 it took (one slot, leased by both).
-  EXPECT_EQ(SettledStat("slots_held", 8 + kSkew + 2), 8u + kSkew + 2);
+  // Each took step 0 (one slot, leased by both) and is pushed step 1.
+  EXPECT_EQ(SettledStat("slots_held", 4), 4u);
   mine.Reset();
   b->Close();  // b stops at step 1: without it leaving, a would wait at 1 + kSkew
   EXPECT_TRUE(WaitStat("group_members", 1));
   // b still views step 0, so its lease outlives its membership: the group
   // must not reuse that slot while a goes round the ring. Alone, a is pushed
-  // its whole credit (8) beyond its position 1: 1 + 8 leases.
-  EXPECT_EQ(SettledStat("slots_held", 9), 9u);
+  // its window (step 1) beyond its position 1: 1 + 1 leases.
+  EXPECT_EQ(SettledStat("slots_held", 2), 2u);
   for (uint64_t step = 1; step < 1 + 5 * kSkew; ++step) {
     auto x = a->NextFor(milliseconds(5000));
     ASSERT_TRUE(x.ok() && x->has_value()) << "step " << step;
@@ -327,8 +326,8 @@ TEST_F(GroupTest, BroadcastMemberLeavingMidRunLetsTheOthersGoOn) {
   ExpectSameArrays(held, EmbeddedBatch(Spec(GroupMode::kBroadcast), 0), "held past close");
   held.Reset();                          // b's last lease: its session ends
   EXPECT_TRUE(WaitStat("sessions", 2));  // a and the stats query
-  // What is left is a's credit, pushed unread.
-  EXPECT_EQ(SettledStat("slots_held", 8), 8u);
+  // What is left is a's window, pushed unread.
+  EXPECT_EQ(SettledStat("slots_held", 1), 1u);
 }
 
 TEST_F(GroupTest, ShardRankLeavingFreezesItsCursorUntilTheRankRejoins) {
