@@ -123,7 +123,7 @@ def test_what_loaderxd_cannot_serve_is_refused_by_name(daemon, parts) -> None:
     # Embedded, the same two streams are fine (equal lengths): only the daemon path refuses.
     with DataLoader(mixed, batch_size=4) as loader:
         assert next(loader)["x"].shape == (4,)
-    assert daemon.stats()["loaders"] == 0
+    assert daemon.wait_stat("loaders", 0)["loaders"] == 0  # close is unanswered in 1.2
 
 
 def test_the_daemon_checks_counts_and_part_schemas(daemon, parts, tmp_path: Path) -> None:
