@@ -41,24 +41,24 @@ def test_pushed_batches_are_the_embedded_batches(daemon, stores) -> None:
     assert daemon.wait_stat("loaders", 0)["batches_served"] == 25
 
 
-def test_push_fills_the_credit_and_a_seek_releases_the_unread(daemon, stores) -> None:
+def test_push_keeps_one_batch_ahead_and_a_seek_releases_the_unread(daemon, stores) -> None:
     options = DaemonOptions(daemon.socket, leases=4)
     with DataLoader(stores["streams"], batch_size=8, seed=4, daemon=options) as remote, \
             DataLoader(stores["streams"], batch_size=8, seed=4, start_step=9) as local:
         held = next(remote)
-        # Steps 1..3 are pushed unread under the credit of 4, and no more.
-        assert daemon.wait_stat("slots_held", 4)["slots_held"] == 4
+        # Step 1 is pushed unread (the push window of one), and no more, though
+        # the credit of 4 would allow it.
+        assert daemon.wait_stat("slots_held", 2)["slots_held"] == 2
         time.sleep(0.1)
         s = daemon.stats()
-        assert (s["slots_held"], s["batches_gathered"], s["batches_served"]) == (4, 4, 1)
+        assert (s["slots_held"], s["batches_gathered"], s["batches_served"]) == (2, 2, 1)
         remote.seek(9)
         assert remote.step == 9
-        # The unread ones are released; the new generation fills the credit
-        # again (steps 9..11) beside `held`.
-        s = daemon.wait_stat("batches_gathered", 7)
-        assert daemon.wait_stat("slots_held", 4)["slots_held"] == 4
-        assert s["batches_gathered"] == 7
-        assert daemon.stats()["releases"] == 3
+        # The unread one is released; the new generation pushes step 9 beside `held`.
+        s = daemon.wait_stat("batches_gathered", 3)
+        assert daemon.wait_stat("slots_held", 2)["slots_held"] == 2
+        assert s["batches_gathered"] == 3
+        assert daemon.stats()["releases"] == 1
         assert_same_batch(next(remote), next(local))
         assert held["label"].shape == (8,)
     assert daemon.wait_stat("loaders", 0)["batches_served"] == 2
@@ -81,16 +81,18 @@ def test_batches_held_past_close_keep_their_values_with_pushed_unread(daemon, st
 
 
 def test_push_stops_at_the_credit(daemon, stores) -> None:
-    options = DaemonOptions(daemon.socket, leases=3)
+    options = DaemonOptions(daemon.socket, leases=2)
     with DataLoader(stores["streams"], batch_size=8, daemon=options) as remote:
-        batch = next(remote)
-        assert daemon.wait_stat("slots_held", 3)["slots_held"] == 3
-        time.sleep(0.1)  # nothing more is pushed while the client holds its credit
+        first, second = next(remote), next(remote)
+        # Holding both, the client is at its credit: the window's next batch waits.
+        assert daemon.wait_stat("slots_held", 2)["slots_held"] == 2
+        time.sleep(0.1)
         s = daemon.stats()
-        assert (s["slots_held"], s["batches_gathered"]) == (3, 3)
-        del batch  # credit comes back: one more is pushed
-        assert daemon.wait_stat("batches_gathered", 4)["batches_gathered"] == 4
-        assert daemon.wait_stat("slots_held", 3)["slots_held"] == 3
+        assert (s["slots_held"], s["batches_gathered"]) == (2, 2)
+        del first  # credit comes back: step 2 is pushed
+        assert daemon.wait_stat("batches_gathered", 3)["batches_gathered"] == 3
+        assert daemon.wait_stat("slots_held", 2)["slots_held"] == 2
+        assert second["label"].shape == (8,)
 
 
 def test_pushed_batches_with_a_transform_pool_keep_order_and_values(daemon, stores) -> None:
