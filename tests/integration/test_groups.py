@@ -84,13 +84,13 @@ def test_shard_ranks_in_separate_processes_get_the_embedded_rank_batches(
         for r in range(world)
     ]
     # Every rank took its 12 and is still a member: the pushes settle where
-    # the rule puts them, each rank up to the others' 12 + max_skew (the
-    # credit of 16 is larger): one global batch per step, SKEW + 1 ahead.
+    # the rule puts them, each rank one batch (the push window) beyond its 12:
+    # one global batch per step, 1 ahead.
     s = daemon.wait_stat("batches_served", steps * world, timeout=60)
     assert s["batches_served"] == steps * world
     time.sleep(0.1)
-    s = daemon.wait_stat("batches_gathered", steps + SKEW + 1)
-    assert s["batches_gathered"] == steps + SKEW + 1
+    s = daemon.wait_stat("batches_gathered", steps + 1)
+    assert s["batches_gathered"] == steps + 1
     go.touch()
     for p in procs:
         assert p.wait(timeout=120) == 0
@@ -101,7 +101,7 @@ def test_shard_ranks_in_separate_processes_get_the_embedded_rank_batches(
             for step in range(steps):
                 assert_same_batch(got[step], next(local))
     s = daemon.wait_stat("groups", 0)
-    assert s["batches_gathered"] == steps + SKEW + 1
+    assert s["batches_gathered"] == steps + 1
     assert s["batches_served"] == steps * world
     assert s["groups"] == 0 and s["ring_bytes"] == 0  # the last rank closed the group
 
@@ -125,11 +125,10 @@ def test_broadcast_members_get_equal_arrays_from_one_gather(daemon, stores) -> N
                 got[0]["tokens"][0][:] = 0
                 for g in got[1:]:
                     assert_same_batch(g, want)
-        # Once per step, not once per member: the 10 consumed and the steps
-        # pushed ahead of them (every member up to the others' 10 + the
-        # daemon's max-skew of 8; the credit of 16 is larger).
-        stats = daemon.wait_stat("batches_gathered", 19)
-        assert stats["batches_gathered"] == 19
+        # Once per step, not once per member: the 10 consumed and the one
+        # pushed ahead of them (the push window).
+        stats = daemon.wait_stat("batches_gathered", 11)
+        assert stats["batches_gathered"] == 11
         assert daemon.wait_stat("batches_served", 30)["batches_served"] == 30
         assert stats["ring_bytes"] == ring == stats["uid_ring_bytes"]  # one ring, charged once
     finally:
@@ -237,8 +236,8 @@ def test_sigkilled_member_leaves_and_the_others_go_on(daemon_factory, stores) ->
     s = {"image": stores["streams"]["image"]}
     opts = DaemonOptions(daemon.socket, group="sweep", group_mode="broadcast")
     with DataLoader(s, batch_size=4, daemon=opts) as mine:
-        # Alone, mine is pushed its credit of 16 before the other joins (at 0).
-        assert daemon.wait_stat("slots_held", 16)["slots_held"] == 16
+        # Alone, mine is pushed its window (step 0) before the other joins (at 0).
+        assert daemon.wait_stat("slots_held", 1)["slots_held"] == 1
         proc = subprocess.Popen(
             [sys.executable, "-c", MEMBER_THAT_HOLDS, daemon.socket, str(stores["dir"] / "images")],
             stdout=subprocess.PIPE, env=env(),
@@ -246,15 +245,15 @@ def test_sigkilled_member_leaves_and_the_others_go_on(daemon_factory, stores) ->
         try:
             assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
             assert daemon.stats()["group_members"] == 2
-            # The other holds its 2 and is pushed up to mine's 0 + max_skew:
-            # steps 0..3; mine keeps its 16.
-            assert daemon.wait_stat("slots_held", 20)["slots_held"] == 20
+            # The other holds its 2 and is pushed its window (step 2, within
+            # mine's 0 + max_skew); mine keeps its 1.
+            assert daemon.wait_stat("slots_held", 4)["slots_held"] == 4
         finally:
             proc.kill()
             proc.wait()
         assert daemon.wait_stat("group_members", 1)["group_members"] == 1
-        # The killed member's leases go with its session; mine's credit stays.
-        assert daemon.wait_stat("slots_held", 16)["slots_held"] == 16
+        # The killed member's leases go with its session; mine's window stays.
+        assert daemon.wait_stat("slots_held", 1)["slots_held"] == 1
         # The killed member stopped at step 2; we run far past 2 + max_skew.
         result: list = []
 
@@ -293,16 +292,16 @@ def test_client_loader_takes_group_arguments(daemon, stores) -> None:
     with pytest.raises(ValueError, match="group_mode"):
         c.loader(stores["streams"], 4, group="g", group_mode="all")
     a = c.loader(stores["streams"], 4, group="g", group_mode="broadcast")
-    # Alone, a is pushed its credit (16) before b joins at step 0.
-    assert daemon.wait_stat("batches_gathered", 16)["batches_gathered"] == 16
+    # Alone, a is pushed its window (step 0) before b joins at step 0.
+    assert daemon.wait_stat("batches_gathered", 1)["batches_gathered"] == 1
     b = c.loader(stores["streams"], 4, group="g", group_mode="broadcast")
     try:
         assert_same_batch(next(a), next(b))
-        # b reads a's steps from the one ring: no gather of its own (its
-        # pushes stop at a's 1 + max-skew 8).
+        # b reads a's steps from the one ring: no gather of its own (each
+        # took step 0 and is pushed step 1, gathered once).
         time.sleep(0.1)
         s = daemon.wait_stat("batches_served", 2)
-        assert (s["batches_gathered"], s["batches_served"]) == (16, 2)
+        assert (s["batches_gathered"], s["batches_served"]) == (2, 2)
     finally:
         a.close()
         b.close()
