@@ -131,9 +131,25 @@ Result<Frame> RecvFrame(int fd, size_t max_bytes, size_t max_fds, bool nonblocki
   msg.msg_controllen = control.size();
   int flags = MSG_CMSG_CLOEXEC | (nonblocking ? MSG_DONTWAIT : 0);
   ssize_t n;
-  do {
+  bool reset = false;
+  while (true) {
     n = ::recvmsg(fd, &msg, flags);
-  } while (n < 0 && errno == EINTR);
+    if (n >= 0 || errno == EINTR) {
+      if (n >= 0) break;
+      continue;
+    }
+    // A peer that closed its socket with frames of ours still unread makes
+    // AF_UNIX report ECONNRESET once, ahead of the frames it sent before
+    // closing (the error is cleared by reporting it). Those frames are
+    // still queued and are read on: a client's last releases, `consumed`
+    // notes and `close` reach the daemon, not just its hang-up. The next
+    // receive returns them, then end-of-file.
+    if (errno == ECONNRESET && !reset) {
+      reset = true;
+      continue;
+    }
+    break;
+  }
   if (n < 0) {
     int err = errno;
     if (err == EAGAIN || err == EWOULDBLOCK) {

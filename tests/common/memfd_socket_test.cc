@@ -116,6 +116,37 @@ TEST(UnixSocketTest, HangUpIsEofAndNonblockingEmptyIsWouldBlock) {
   EXPECT_EQ(SendFrame(b.get(), std::span(&byte, 1)).code(), Status::Code::kDaemon);
 }
 
+TEST(UnixSocketTest, PeerClosingWithUnreadFramesStillDeliversItsLastFrames) {
+  // a sends its last frame, leaves b's frame unread and closes: AF_UNIX
+  // reports ECONNRESET to b once, ahead of a's frame. b must still get the
+  // frame (a client's last release before it closes), then the hang-up.
+  auto [a, b] = SocketPair();
+  const uint8_t last[] = {7, 8, 9};
+  const uint8_t unread = 1;
+  ASSERT_TRUE(SendFrame(a.get(), std::span(last)).ok());
+  ASSERT_TRUE(SendFrame(b.get(), std::span(&unread, 1)).ok());
+  a.Reset();
+  for (bool nonblocking : {false, true}) {
+    SCOPED_TRACE(nonblocking ? "nonblocking" : "blocking");
+    if (nonblocking) {
+      auto [c, d] = SocketPair();
+      ASSERT_TRUE(SendFrame(c.get(), std::span(last)).ok());
+      ASSERT_TRUE(SendFrame(d.get(), std::span(&unread, 1)).ok());
+      c.Reset();
+      b = std::move(d);
+    }
+    auto f = RecvFrame(b.get(), kMaxFrameBytes, kMaxFrameFds, nonblocking);
+    ASSERT_TRUE(f.ok()) << f.status().ToString();
+    EXPECT_FALSE(f->eof);
+    EXPECT_FALSE(f->would_block);
+    EXPECT_EQ(f->bytes, std::vector<uint8_t>(std::begin(last), std::end(last)));
+    auto eof = RecvFrame(b.get(), kMaxFrameBytes, kMaxFrameFds, nonblocking);
+    ASSERT_TRUE(eof.ok()) << eof.status().ToString();
+    EXPECT_TRUE(eof->eof);
+    EXPECT_TRUE(eof->bytes.empty());
+  }
+}
+
 TEST(UnixSocketTest, ListenConnectAndPeerCredName) {
   std::string path = TempSocketPath("d.sock");
   auto l = ListenSeqpacket(path, 0660);
