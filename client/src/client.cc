@@ -156,13 +156,21 @@ Result<std::optional<Batch>> Loader::NextImpl(
           std::to_string(lease_cap_) +
           "): drop references to earlier batches (and arrays viewing them) before drawing more");
     }
-    LX_ASSIGN_OR_RETURN(bool read, conn_->Pump(hook, deadline));
+    // Before the caller waits, what the socket already holds is read: only
+    // if that is nothing does it wait, and the daemon is told so (its group
+    // timeout counts only waits in next(), docs/protocol.md).
+    const bool announce = !conn_->wait_announced();
+    LX_ASSIGN_OR_RETURN(bool read, announce ? conn_->PumpQueued() : conn_->Pump(hook, deadline));
     // Closed meanwhile (another thread): CloseLoader may not have seen a
     // lease filed just now, so the queue is dropped here (the socket may be
     // hanging up and the slot must not be used).
     if (conn_->closed()) {
       conn_->CloseLoader();
       return Status::Cancelled("loader closed");
+    }
+    if (announce) {
+      if (!read) conn_->AnnounceWait(step_.load(std::memory_order_relaxed));
+      continue;
     }
     if (!read) return std::optional<Batch>();  // deadline; whatever comes stays queued
   }

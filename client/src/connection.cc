@@ -1,5 +1,6 @@
 #include "connection.h"
 
+#include <poll.h>
 #include <pthread.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -165,7 +166,13 @@ Result<bool> Connection::Pump(const WaitHook& hook,
       auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - Clock::now());
       wait = std::clamp(left, std::chrono::milliseconds(0), kPollInterval);
     }
-    LX_ASSIGN_OR_RETURN(Frame f, Receive(wait));
+    Result<Frame> got = Frame{};
+    if (notes_queued_.load(std::memory_order_seq_cst)) {
+      got = ReceiveOrFlush(wait);
+    } else {
+      got = Receive(wait);
+    }
+    LX_ASSIGN_OR_RETURN(Frame f, std::move(got));
     if (f.would_block) {
       const auto liveness = liveness_timeout();
       if (hello_.heartbeat_ms != 0 && Clock::now() - last_heard_ > liveness) {
@@ -179,16 +186,56 @@ Result<bool> Connection::Pump(const WaitHook& hook,
       if (deadline && Clock::now() >= *deadline) return false;
       continue;
     }
-    if (f.eof) {
-      if (shut_down()) return Status::Cancelled("loader closed");
-      return Status::Daemon(path_ + ": loaderxd closed the connection (stopped or crashed)");
-    }
-    last_heard_ = Clock::now();
-    LX_ASSIGN_OR_RETURN(Message m, DecodeMessage(f.bytes));
-    if (std::holds_alternative<HeartbeatMsg>(m)) continue;  // alive; read on
-    LX_RETURN_IF_ERROR(File(std::move(m), std::move(f.fds)));
-    return true;
+    LX_ASSIGN_OR_RETURN(bool filed, Take(std::move(f)));
+    if (filed) return true;
   }
+}
+
+Result<bool> Connection::PumpQueued() {
+  LX_RETURN_IF_ERROR(CheckProcess());
+  while (true) {
+    if (closed()) return Status::Cancelled("loader closed");
+    if (notes_queued_.load(std::memory_order_seq_cst)) {
+      std::lock_guard<std::mutex> lock(release_mu_);
+      (void)FlushNotesLocked();
+    }
+    LX_ASSIGN_OR_RETURN(Frame f, Receive(std::chrono::milliseconds(0)));
+    if (f.would_block) return false;
+    LX_ASSIGN_OR_RETURN(bool filed, Take(std::move(f)));
+    if (filed) return true;
+  }
+}
+
+Result<bool> Connection::Take(Frame f) {
+  if (f.eof) {
+    if (shut_down()) return Status::Cancelled("loader closed");
+    return Status::Daemon(path_ + ": loaderxd closed the connection (stopped or crashed)");
+  }
+  last_heard_ = std::chrono::steady_clock::now();
+  LX_ASSIGN_OR_RETURN(Message m, DecodeMessage(f.bytes));
+  if (std::holds_alternative<HeartbeatMsg>(m)) return false;  // alive; read on
+  LX_RETURN_IF_ERROR(File(std::move(m), std::move(f.fds)));
+  return true;
+}
+
+Result<Frame> Connection::ReceiveOrFlush(std::chrono::milliseconds wait) {
+  {
+    std::lock_guard<std::mutex> lock(release_mu_);
+    if (FlushNotesLocked()) return Receive(wait);  // all sent: a plain wait
+  }
+  // Still queued: wait for either direction. A seqpacket socket polls
+  // writable once the daemon has read enough of what we sent.
+  pollfd p{fd_.get(), POLLIN | POLLOUT, 0};
+  int rc;
+  do {
+    rc = ::poll(&p, 1, static_cast<int>(wait.count()));
+  } while (rc < 0 && errno == EINTR);
+  if (rc < 0) return Status::FromErrno("poll", errno);
+  if (rc > 0 && (p.revents & POLLOUT) && !(p.revents & (POLLIN | POLLHUP | POLLERR))) {
+    std::lock_guard<std::mutex> lock(release_mu_);
+    (void)FlushNotesLocked();
+  }
+  return Receive(std::chrono::milliseconds(0));  // a frame, or would_block
 }
 
 Status Connection::File(Message m, std::vector<UniqueFd> fds) {
@@ -257,6 +304,7 @@ Status Connection::File(Message m, std::vector<UniqueFd> fds) {
       }
       gen_ = ok->gen;
       seek_outcome_ = Status::OK();
+      wait_announced_ = false;  // a new position (the daemon forgot the flag)
       DropReady(/*older_only=*/true);
       seek_pending_.store(false, std::memory_order_seq_cst);
     } else if (auto* err = std::get_if<ErrorMsg>(&m)) {
@@ -333,6 +381,8 @@ std::optional<Pushed> Connection::TakeReady() {
   if (ready_.empty()) return std::nullopt;
   Pushed p = std::move(ready_.front());
   ready_.pop_front();
+  // This `consumed` has no waiting flag: the caller no longer waits.
+  wait_announced_ = false;
   // Group positions follow what the caller takes (docs/protocol.md
   // "Consumed positions"). Sent under ready_mu_: a CloseLoader on another
   // thread either still finds this item queued or sends its `close` after
@@ -377,25 +427,47 @@ void Connection::Release(uint32_t slot, uint64_t seq) { SendNote(ReleaseMsg{slot
 
 void Connection::Consumed(uint64_t gen, uint64_t step) { SendNote(ConsumedMsg{gen, step}); }
 
+void Connection::AnnounceWait(uint64_t step) {
+  if (wait_announced_) return;
+  wait_announced_ = true;
+  last_heard_ = std::chrono::steady_clock::now();  // a wait starts, as for a request
+  SendNote(ConsumedMsg{gen_, step, /*waiting=*/true});
+}
+
 void Connection::SendNote(const Message& note) {
   if (CurrentPid() != owner_pid_ || shut_down()) return;
   std::lock_guard<std::mutex> lock(release_mu_);
   // Never block here: this runs in destructors (in Python, with the GIL
-  // held). If the socket is full (a stopped daemon), keep the note for the
-  // next request, which sends the notes first, in order. If the daemon is
-  // gone, so is the slot.
+  // held). If the socket is full (a stopped or slow daemon), keep the note:
+  // Pump sends the queue, in order, as soon as the socket has room (the
+  // daemon pushes nothing more until it has the releases), and so does the
+  // next request. If the daemon is gone, so is the slot.
   if (pending_notes_.empty()) {
     Status st = SendFrame(fd_.get(), EncodeMessage(note), {}, /*nonblocking=*/true);
     if (st.code() != Status::Code::kResourceExhausted) return;
   }
   pending_notes_.push_back(note);
+  notes_queued_.store(true, std::memory_order_seq_cst);
+}
+
+bool Connection::FlushNotesLocked() {
+  while (!pending_notes_.empty()) {
+    Status st = SendFrame(fd_.get(), EncodeMessage(pending_notes_.front()), {},
+                          /*nonblocking=*/true);
+    if (st.code() == Status::Code::kResourceExhausted) return false;  // still full
+    // Sent, or the daemon is gone (then so are the slots): either way done.
+    pending_notes_.pop_front();
+  }
+  notes_queued_.store(false, std::memory_order_seq_cst);
+  return true;
 }
 
 Status Connection::FlushReleases() {
-  std::vector<Message> pending;
+  std::deque<Message> pending;
   {
     std::lock_guard<std::mutex> lock(release_mu_);
     pending.swap(pending_notes_);
+    notes_queued_.store(false, std::memory_order_seq_cst);
   }
   for (const Message& r : pending) LX_RETURN_IF_ERROR(SendMessage(r, {}));
   return Status::OK();
@@ -422,8 +494,9 @@ void Connection::CloseLoader() {
              .ok()) {
       return;
     }
-    pending_notes_.erase(pending_notes_.begin());
+    pending_notes_.pop_front();
   }
+  notes_queued_.store(false, std::memory_order_seq_cst);
   (void)SendFrame(fd_.get(), EncodeMessage(CloseMsg{}), {}, /*nonblocking=*/true);
 }
 

@@ -96,9 +96,23 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Reads one frame (waiting at most until `deadline` / while `hook` says
   // OK) and files it: false if the deadline passed with nothing read.
   // Heartbeats count as heard and are read on. Daemon error on hang-up or
-  // after liveness_timeout of silence.
+  // after liveness_timeout of silence. Notes a full socket queued (releases,
+  // consumed) are sent first, and while waiting as soon as the socket has
+  // room: no request may come to carry them (1.2 has none per batch), and
+  // the daemon pushes nothing until it has read them.
   Result<bool> Pump(const WaitHook& hook,
                     std::optional<std::chrono::steady_clock::time_point> deadline);
+  // Files one frame already in the socket, without waiting (no liveness
+  // check): false if there is none.
+  Result<bool> PumpQueued();
+
+  // The caller is blocked in next() with nothing queued at `step` (its
+  // consumed position): sends `consumed {gen, step, waiting: true}` once per
+  // position (the daemon's group timeout and `waiting` count only such
+  // waits, as 1.1 counted a blocked `next`), and restarts the liveness
+  // clock as a request does. Receiver thread.
+  void AnnounceWait(uint64_t step);
+  bool wait_announced() const { return wait_announced_; }
 
   // Fire-and-forget release of a slot lease (no reply).
   void Release(uint32_t slot, uint64_t seq);
@@ -162,11 +176,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Result<Frame> Receive(std::chrono::milliseconds wait);
   // Files one decoded frame (see the header comment).
   Status File(Message m, std::vector<UniqueFd> fds);
+  // Files a received frame (see Pump): false for a heartbeat.
+  Result<bool> Take(Frame f);
   // Sends a release or consumed without blocking, or queues it (in order)
-  // for the next request if the socket is full.
+  // if the socket is full; Pump and the next request send the queue.
   void SendNote(const Message& note);
   // Sends the notes that found the socket full (blocking).
   Status FlushReleases();
+  // Sends as many queued notes as go without blocking, in order: true if
+  // none is left. REQUIRES release_mu_.
+  bool FlushNotesLocked();
+  // Pump's wait while notes are queued: until the socket is readable (then
+  // the frame is read) or writable (then the notes go), at most `wait`.
+  Result<Frame> ReceiveOrFlush(std::chrono::milliseconds wait);
   // Releases every queued item (CloseLoader, or a seek accepted: older
   // generations). Items are destroyed outside ready_mu_.
   void DropReady(bool older_only);
@@ -195,6 +217,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::optional<uint64_t> seek_step_;
   std::optional<Status> seek_outcome_;
   uint64_t gen_ = 0;  // the generation of batches returned now
+  // AnnounceWait sent its note for the current position (cleared when an
+  // item is taken or a seek is accepted).
+  bool wait_announced_ = false;
   // A seek is sent and not answered yet (seek_id_ != 0), for CloseLoader
   // on any thread.
   std::atomic<bool> seek_pending_{false};
@@ -214,8 +239,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   std::mutex release_mu_;
   // Releases and consumed notes that could not be sent without blocking,
-  // oldest first; sent before the next request. Guarded by release_mu_.
-  std::vector<Message> pending_notes_;
+  // oldest first; sent by Pump as soon as the socket has room, or before
+  // the next request. Guarded by release_mu_.
+  std::deque<Message> pending_notes_;
+  // !pending_notes_.empty(), for Pump's check without the lock. Written
+  // under release_mu_; a stale read only delays the flush to the next
+  // iteration (at most kPollInterval).
+  std::atomic<bool> notes_queued_{false};
 
   MappedRegion ring_;  // read-only
   UniqueFd ring_fd_;

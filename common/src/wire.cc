@@ -64,8 +64,7 @@ struct Encoder {
     const bool join = grouped && m.join != GroupJoin::kDefault;
     const bool timeout = grouped && m.group_timeout_ms != 0;
     const bool mixed = !m.mix_counts.empty();
-    Begin(p, "open",
-          11 + (grouped ? 2 : 0) + (join ? 1 : 0) + (timeout ? 1 : 0) + (mixed ? 1 : 0));
+    Begin(p, "open", 11 + (grouped ? 2 : 0) + (join ? 1 : 0) + (timeout ? 1 : 0) + (mixed ? 1 : 0));
     KV(p, "id", m.id);
     Key(p, "streams");
     p.pack_array(static_cast<uint32_t>(m.streams.size()));
@@ -147,9 +146,10 @@ struct Encoder {
     KV(p, "seq", m.seq);
   }
   void operator()(const ConsumedMsg& m) {
-    Begin(p, "consumed", 2);
+    Begin(p, "consumed", m.waiting ? 3 : 2);
     KV(p, "gen", m.gen);
     KV(p, "step", m.step);
+    if (m.waiting) KV(p, "waiting", true);
   }
   void operator()(const StatsMsg& m) {
     Begin(p, "stats", m.detail ? 2 : 1);
@@ -516,6 +516,7 @@ Result<Message> DecodeTyped(std::string_view t, Fields& f) {
     ConsumedMsg m;
     m.gen = f.U64("gen");
     m.step = f.U64("step");
+    if (f.Has("waiting")) m.waiting = f.Bool("waiting");
     return Done(f, m);
   }
   if (t == "stats") {

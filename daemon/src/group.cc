@@ -357,8 +357,9 @@ Result<Delivery> Group::Next(uint64_t id, const std::function<bool()>& closing,
     const uint64_t others = SlowestOthers(id, me);
     if (others != std::numeric_limits<uint64_t>::max() &&
         pushed > others + options_.max_skew) {  // too far ahead: wait for the slowest
-      if (consumed != pushed) {
-        // Its caller still has batches queued: not waiting for peers yet.
+      if (consumed != pushed || !me.caller_waits) {
+        // Its caller still has batches queued, or is not blocked in next()
+        // (between calls, say in an eval): not waiting for peers.
         me.waiting = false;
         cv_.wait_for(lock, poll);
         continue;
@@ -372,6 +373,7 @@ Result<Delivery> Group::Next(uint64_t id, const std::function<bool()>& closing,
       NoteStall(waited, me.info.timeout);
       if (me.info.timeout.count() > 0 && waited >= me.info.timeout) {
         me.waiting = false;
+        me.caller_waits = false;       // this refusal is pushed to it
         std::vector<uint64_t> behind;  // the ranks (members) holding this one back
         if (spec_.mode == GroupMode::kShard) {
           for (uint64_t r = 0; r < rank_cursor_.size(); ++r) {
@@ -407,6 +409,7 @@ Result<Delivery> Group::Next(uint64_t id, const std::function<bool()>& closing,
       Delivery d = Slice(it->second, pushed, me.info.rank);
       d.gen = me.gen;
       ++pushed;
+      me.caller_waits = false;  // an item is on its way to the caller
       cv_.notify_all();
       return d;
     }
@@ -478,6 +481,7 @@ Status Group::Seek(uint64_t id, uint64_t step, const std::function<bool()>& clos
     CursorOf(mit->second) = step;
     PushedOf(mit->second) = step;
     ++mit->second.gen;
+    mit->second.caller_waits = false;
     Trim();
     NoteProgress();
     cv_.notify_all();
@@ -505,11 +509,13 @@ Status Group::Seek(uint64_t id, uint64_t step, const std::function<bool()>& clos
   mit->second.cursor = step;
   mit->second.pushed = step;
   ++mit->second.gen;
+  mit->second.caller_waits = false;
   NoteProgress();
   return Status::OK();
 }
 
-Result<Group::ConsumedResult> Group::Consumed(uint64_t id, uint64_t gen, uint64_t step) {
+Result<Group::ConsumedResult> Group::Consumed(uint64_t id, uint64_t gen, uint64_t step,
+                                              bool waiting) {
   std::lock_guard<std::mutex> lock(mu_);
   ConsumedResult r;
   auto mit = members_.find(id);
@@ -536,11 +542,15 @@ Result<Group::ConsumedResult> Group::Consumed(uint64_t id, uint64_t gen, uint64_
   consumed = step;
   me.served += r.steps;
   served_ += r.steps;
+  const bool flag_changed = me.caller_waits != waiting;
+  me.caller_waits = waiting;
+  if (!waiting) me.waiting = false;  // its caller no longer waits: nor does it
   if (r.steps != 0) {
     Trim();
     NoteProgress();
-    cv_.notify_all();
   }
+  // A push waiting in Next re-evaluates now (starts or stops the clock).
+  if (r.steps != 0 || flag_changed) cv_.notify_all();
   return r;
 }
 

@@ -87,13 +87,18 @@
 // (ResourceExhausted) by a ring that had room, only in pieces; found by the
 // soak test (tests/integration/test_reliability.py).
 //
-// Group timeout: a member "waits for peers" only while its caller has
-// consumed everything pushed to it and its next push is blocked by the skew
-// rule (in kShard a rank that never joined, left, or is stuck holds every
-// other rank back once they are max_skew ahead); never while its caller
-// still has batches queued. If that lasts longer than its timeout, its push
-// is a Timeout status naming the ranks (members) it waits for and the step;
-// its positions do not move, so the next push attempt waits again. The wait
+// Group timeout (protocol 1.1's meaning): a member "waits for peers" only
+// while its caller is blocked in next() with nothing queued -- its client
+// said so (`consumed` with waiting: true; the flag holds until an item is
+// pushed to the member, a `consumed` without it, or an accepted seek) --
+// and its next push is blocked by the skew rule (in kShard a rank that
+// never joined, left, or is stuck holds every other rank back once they
+// are max_skew ahead). A caller pausing between next() calls (an eval) or
+// still holding batches queued never waits, however far behind its peers
+// are. If the wait lasts longer than its timeout, its push is a Timeout
+// status naming the ranks (members) it waits for and the step; its
+// positions do not move, and the wait starts again only when the caller
+// waits again (the client says so anew). The wait
 // for the pipeline itself (a slow gather) is not a wait for a peer and has
 // no timeout. Stalls are logged (info) once per change of state: when
 // the group has waited kStallLogAfter (at most half the waiter's timeout)
@@ -250,11 +255,12 @@ class Group {
     uint64_t steps = 0;    // how far the consumed position moved
     uint64_t batches = 0;  // of those steps, the ones that were batches (not errors)
   };
-  // Member `id`'s caller takes `step` next. Ignored (current = false) for
-  // an older generation or a member that left; Protocol error (the client
+  // Member `id`'s caller takes `step` next; `waiting`: it is blocked in
+  // next() for it (see "Group timeout"). Ignored (current = false) for an
+  // older generation or a member that left; Protocol error (the client
   // broke the protocol) for a newer generation or a step below the consumed
   // position or beyond the push cursor.
-  Result<ConsumedResult> Consumed(uint64_t id, uint64_t gen, uint64_t step);
+  Result<ConsumedResult> Consumed(uint64_t id, uint64_t gen, uint64_t step, bool waiting = false);
   // The only member seeks the pipeline (exact resume); otherwise only the
   // member's positions move, by Join's start_step rule. Accepted, it starts
   // a new generation (generation()).
@@ -298,7 +304,11 @@ class Group {
     uint64_t pushed = 0;  // push cursor
     uint64_t gen = 0;
     uint64_t served = 0;  // steps consumed
-    // Set while this member's `next` waits for the others.
+    // Its caller is blocked in next() (the client's `consumed` with
+    // waiting: true), until an item is pushed to it.
+    bool caller_waits = false;
+    // Set while this member waits for the others: caller_waits, nothing
+    // pushed unread, and the push skew-blocked (the timeout clock runs).
     bool waiting = false;
     std::chrono::steady_clock::time_point waiting_since;
   };

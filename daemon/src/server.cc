@@ -500,7 +500,7 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
       group = member_of_;
     }
     if (!group) return;  // no loader open (or closed): nothing to keep
-    Result<Group::ConsumedResult> r = group->Consumed(id_, c.gen, c.step);
+    Result<Group::ConsumedResult> r = group->Consumed(id_, c.gen, c.step, c.waiting);
     if (!r.ok()) return ProtocolViolation(r.status());
     if (!r->current) return;
     {

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <thread>
 
 #include "common/store_test_util.h"
@@ -113,8 +114,15 @@ struct RingScript {
   bool seal = true;
   uint32_t minor = kProtocolMinor;  // the protocol minor the fake announces
   OpenedMsg opened{0, 10, 4, 0, 2, {{0, "<u4", {4}, 1, 10}}};  // id, ring_bytes filled in
+  // Push only in answer to the client's first `push_on_waits` waiting notes
+  // (one batch each), instead of filling the credit: the client's waits are
+  // then exact. 0: fill the credit.
+  int push_on_waits = 0;
   std::vector<ReleaseMsg> releases;
-  std::vector<ConsumedMsg> consumed;  // written by the fake's thread; read after it ends
+  // Written by the fake's thread; read after it ends. `consumed`: the notes
+  // of items taken; `waits`: those saying the caller waits (waiting: true).
+  std::vector<ConsumedMsg> consumed;
+  std::vector<ConsumedMsg> waits;
 
   void operator()(int fd) {
     HelloOk(fd, kProtocolMajor, minor);
@@ -130,11 +138,19 @@ struct RingScript {
     Reply(fd, opened, std::span<const int>(&ring_fd, 1));
     uint32_t held = 0;
     while (true) {
-      for (; held < opened.leases; ++held) Reply(fd, make_batch(g, rw.mutable_data()));
+      if (push_on_waits == 0) {
+        for (; held < opened.leases; ++held) Reply(fd, make_batch(g, rw.mutable_data()));
+      }
       Message m = Receive(fd);
       if (auto* r = std::get_if<ReleaseMsg>(&m)) {
         releases.push_back(*r);
         --held;
+      } else if (auto* c = std::get_if<ConsumedMsg>(&m); c != nullptr && c->waiting) {
+        waits.push_back(*c);
+        if (static_cast<int>(waits.size()) <= push_on_waits) {
+          Reply(fd, make_batch(g, rw.mutable_data()));
+          ++held;
+        }
       } else if (auto* c = std::get_if<ConsumedMsg>(&m)) {
         consumed.push_back(*c);
       } else if (auto* k = std::get_if<SeekMsg>(&m); k != nullptr && on_seek) {
@@ -470,6 +486,116 @@ TEST(ClientTest, PushedBatchOfAFutureGenerationIsProtocolError) {
   EXPECT_EQ(b.status().code(), Status::Code::kProtocol);
   EXPECT_NE(b.status().message().find("generation 3"), std::string::npos) << b.status().ToString();
   loader->Close();
+}
+
+// Protocol 1.2 "waiting": Next() that finds nothing queued and nothing in
+// the socket says once, at its position, that the caller waits (the
+// daemon's group timeout counts only such waits); slicing the wait
+// (NextFor, the Python binding) or timing out does not say it again, and
+// an item taken clears it (its own `consumed` has no flag).
+TEST(ClientTest, NextOnAnEmptySocketSaysOnceThatTheCallerWaits) {
+  auto script = std::make_shared<RingScript>();
+  script->push_on_waits = 1;  // step 0 in answer to the first wait only
+  script->make_batch = [](const RingGeometry& g, uint8_t* base) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // several slices
+    return StepBatch(g, base, 0);
+  };
+  FakeDaemon fake([script](int fd) { (*script)(fd); });
+  auto c = Client::Connect(fake.path()).value();
+  auto loader = c->OpenLoader(SpecWithStore(fake.dir())).value();
+  int slices = 0;
+  std::optional<client::Batch> b0;
+  while (!b0) {
+    auto r = loader->NextFor(std::chrono::milliseconds(20));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    b0 = std::move(*r);
+    ++slices;
+  }
+  EXPECT_GT(slices, 1);
+  EXPECT_EQ(b0->step(), 0u);
+  for (int i = 0; i < 3; ++i) {  // nothing comes: three timed-out waits at step 1
+    auto r = loader->NextFor(std::chrono::milliseconds(20));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_FALSE(r->has_value());
+  }
+  b0->Reset();
+  loader->Close();
+  c.reset();
+  fake.Join();
+  EXPECT_EQ(script->waits, (std::vector<ConsumedMsg>{{0, 0, true}, {0, 1, true}}));
+  EXPECT_EQ(script->consumed, (std::vector<ConsumedMsg>{{0, 1}}));
+}
+
+// A release or `consumed` that finds the socket full (a stopped or slow
+// daemon) is queued; 1.2 sends no request per batch to carry it, so the
+// wait for the next batch sends the queue as soon as the socket has room,
+// in order. The fake pushes 2000 batches without reading a frame (the
+// client's notes fill its socket), then reads, and pushes one more batch
+// only once it has the release of the last one, as a daemon counting the
+// credit would.
+TEST(ClientTest, NotesQueuedByAFullSocketAreSentWhileWaitingInOrder) {
+  constexpr uint64_t kBatches = 2000;
+  auto taken = std::make_shared<std::atomic<uint64_t>>(0);
+  auto releases = std::make_shared<std::vector<ReleaseMsg>>();
+  auto consumed = std::make_shared<std::vector<ConsumedMsg>>();
+  FakeDaemon fake([=](int fd) {
+    HelloOk(fd);
+    Message open = Receive(fd);
+    OpenedMsg opened{0, 10, 4, 0, 2, {{0, "<u4", {4}, 1, 10}}, std::nullopt};
+    if (auto* o = std::get_if<OpenMsg>(&open)) opened.id = o->id;
+    RingGeometry g = RingGeometry::Compute(4, 1 << 16).value();
+    UniqueFd mem = CreateMemfd("fake-ring", g.total_bytes).value();
+    MappedRegion rw = MappedRegion::Map(mem.get(), g.total_bytes, 0, true).value();
+    InitRing(rw.mutable_data(), g, 1, 1);
+    (void)SealMemfd(mem.get(), kRingSeals);
+    int ring_fd = mem.get();
+    opened.ring_bytes = g.total_bytes;
+    Reply(fd, opened, std::span<const int>(&ring_fd, 1));
+    for (uint64_t k = 0; k < kBatches; ++k) {
+      // Slot k % 4 is reused only once the client took step k - 4.
+      while (taken->load() + 3 < k) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      Reply(fd, StepBatch(g, rw.mutable_data(), k));
+    }
+    while (releases->empty() || releases->back().seq != kBatches) {
+      Message m = Receive(fd);
+      if (auto* r = std::get_if<ReleaseMsg>(&m)) {
+        releases->push_back(*r);
+      } else if (auto* c = std::get_if<ConsumedMsg>(&m)) {
+        if (!c->waiting) consumed->push_back(*c);
+      } else {
+        return;  // hung up before the last release came
+      }
+    }
+    while (taken->load() < kBatches) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    Reply(fd, StepBatch(g, rw.mutable_data(), kBatches));
+    while (!std::holds_alternative<CloseMsg>(Receive(fd))) {
+    }
+  });
+  auto c = Client::Connect(fake.path()).value();
+  auto loader = c->OpenLoader(SpecWithStore(fake.dir())).value();
+  for (uint64_t k = 0; k < kBatches; ++k) {
+    auto b = loader->NextFor(std::chrono::seconds(10));
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    ASSERT_TRUE(b->has_value()) << "no step " << k;
+    ASSERT_EQ((*b)->step(), k);
+    b->reset();  // released (or queued)
+    taken->fetch_add(1);
+  }
+  // Only the queued notes, once sent, bring the next batch.
+  auto last = loader->NextFor(std::chrono::seconds(10));
+  ASSERT_TRUE(last.ok()) << last.status().ToString();
+  ASSERT_TRUE(last->has_value()) << "the daemon never got the queued releases";
+  EXPECT_EQ((*last)->step(), kBatches);
+  last->reset();
+  loader->Close();
+  c.reset();
+  fake.Join();
+  ASSERT_EQ(releases->size(), kBatches);
+  ASSERT_EQ(consumed->size(), kBatches);
+  for (uint64_t k = 0; k < kBatches; ++k) {
+    EXPECT_EQ((*releases)[k].seq, k + 1) << k;
+    EXPECT_EQ((*consumed)[k].step, k + 1) << k;
+  }
 }
 
 TEST(ClientTest, ReplyNamingAnIdNeverSentIsProtocolError) {

@@ -95,6 +95,36 @@ TEST(WireTest, ConsumedFrameIsExactlyItsMap) {
   EXPECT_NE(s.message().find("unknown key 'id'"), std::string::npos) << s.message();
 }
 
+TEST(WireTest, ConsumedWaitingFlagIsAnOptionalBooleanSentOnlyWhenSet) {
+  // consumed {gen 3, step 18, waiting true}: a fixmap of four, the flag last
+  // (msgpack true is 0xc3); 32 bytes, spelled out for docs/protocol.md.
+  const std::vector<uint8_t> waiting = EncodeMessage(ConsumedMsg{3, 18, true});
+  const std::vector<uint8_t> want = {0x84, 0xa1, 't', 0xa8, 'c', 'o',  'n',  's', 'u', 'm', 'e',
+                                     'd',  0xa3, 'g', 'e',  'n', 0x03, 0xa4, 's', 't', 'e', 'p',
+                                     0x12, 0xa7, 'w', 'a',  'i', 't',  'i',  'n', 'g', 0xc3};
+  EXPECT_EQ(waiting, want);
+  ExpectRoundTrip(ConsumedMsg{3, 18, true});
+  // Unset, the frame is the 23-byte frame without the key.
+  EXPECT_EQ(EncodeMessage(ConsumedMsg{3, 18, false}).size(), 23u);
+  // An explicit false is the same as no flag.
+  auto r = DecodeMessage(MapOf(std::string("t"), std::string("consumed"), std::string("gen"), 3,
+                               std::string("step"), 18, std::string("waiting"), false));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(std::get<ConsumedMsg>(*r) == (ConsumedMsg{3, 18, false}));
+  // Anything but a boolean is refused, naming the key.
+  for (const std::vector<uint8_t>& bad :
+       {MapOf(std::string("t"), std::string("consumed"), std::string("gen"), 3, std::string("step"),
+              18, std::string("waiting"), 1),
+        MapOf(std::string("t"), std::string("consumed"), std::string("gen"), 3, std::string("step"),
+              18, std::string("waiting"), std::string("true")),
+        MapOf(std::string("t"), std::string("consumed"), std::string("gen"), 3, std::string("step"),
+              18, std::string("waiting"), msgpack::type::nil_t())}) {
+    Status s = DecodeError(bad);
+    EXPECT_EQ(s.code(), Status::Code::kProtocol);
+    EXPECT_NE(s.message().find("'waiting' must be a boolean"), std::string::npos) << s.message();
+  }
+}
+
 TEST(WireTest, HelloOkWithoutHeartbeatIsTheOneA11ClientDecodes) {
   // heartbeat_ms 0 is not sent at all: the frame is the 1.1 frame.
   const std::vector<uint8_t> frame = EncodeMessage(HelloOkMsg{1, 2, "0.2.0", 7, 12, 0});

@@ -359,6 +359,45 @@ TEST_F(GroupTest, ShardRankLeavingFreezesItsCursorUntilTheRankRejoins) {
   EXPECT_EQ(x->step(), 2u + kSkew);
 }
 
+// Protocol 1.1's meaning of the group timeout, kept by 1.2's `waiting`
+// flag: a member waits for peers only while its caller is blocked in
+// next(). Rank 0, max_skew ahead of rank 1, pauses (no next()) three times
+// its group_timeout: no error; the batch comes as soon as rank 1 moves.
+// Blocked in next(), it gets the GroupTimeout error after its timeout.
+TEST_F(GroupTest, GroupTimeoutCountsOnlyTheTimeTheCallerIsBlockedInNext) {
+  LoaderSpec s0 = Spec(GroupMode::kShard, 0, 2);
+  s0.group_timeout = milliseconds(300);
+  auto r0 = Open(s0);
+  auto r1 = Open(Spec(GroupMode::kShard, 1, 2));  // stays at step 0 for now
+  for (uint64_t step = 0; step <= kSkew; ++step) {
+    auto b = r0->Next();
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    EXPECT_EQ(b->step(), step);
+  }
+  // Step kSkew + 1 needs rank 1 at step 1. Rank 0's caller pauses.
+  std::this_thread::sleep_for(milliseconds(900));
+  ASSERT_TRUE(r1->Next().ok());  // rank 1 takes step 0
+  auto b = r0->NextFor(milliseconds(5000));
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  ASSERT_TRUE(b->has_value());
+  EXPECT_EQ((*b)->step(), kSkew + 1);
+  // Blocked in next() for step kSkew + 2 (rank 1 is at 1): the timeout.
+  auto timed_out = r0->NextFor(milliseconds(5000));
+  ASSERT_FALSE(timed_out.ok());
+  EXPECT_EQ(timed_out.status().code(), Status::Code::kTimeout) << timed_out.status().ToString();
+  EXPECT_NE(timed_out.status().message().find("rank 0 waited its group_timeout of 0.3 s for step " +
+                                              std::to_string(kSkew + 2)),
+            std::string::npos)
+      << timed_out.status().ToString();
+  EXPECT_EQ(r0->step(), kSkew + 2);  // nothing moved
+  // Rank 1 moves on: rank 0's next next() gets the step.
+  ASSERT_TRUE(r1->Next().ok());
+  auto after = r0->NextFor(milliseconds(5000));
+  ASSERT_TRUE(after.ok()) << after.status().ToString();
+  ASSERT_TRUE(after->has_value());
+  EXPECT_EQ((*after)->step(), kSkew + 2);
+}
+
 TEST_F(GroupTest, CloseUnblocksAMemberWaitingOnSkew) {
   auto r0 = Open(Spec(GroupMode::kShard, 0, 2));  // rank 1 never joins
   for (uint64_t step = 0; step <= kSkew; ++step) ASSERT_TRUE(r0->Next().ok());

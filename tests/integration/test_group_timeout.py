@@ -14,6 +14,7 @@ import time
 
 import pytest
 from conftest import assert_same_batch, loaderxd_binary
+from loaderx import connect
 from loaderx.client import DaemonOptions
 from loaderx.dataloader import DataLoader
 from loaderx.errors import GroupTimeoutError, LoaderxError
@@ -95,6 +96,38 @@ def test_a_peer_that_joins_in_time_means_no_error(daemon_factory, stores) -> Non
         for labels in got:
             assert (labels == next(local1)["label"]).all()
     assert len(got) == 3
+
+
+def test_a_member_pausing_between_next_calls_never_times_out(daemon_factory, stores) -> None:
+    """Only a caller blocked in next() waits for its peers (protocol 1.1's
+    meaning, kept under push by the client's ``consumed {waiting: true}``): a
+    rank that takes all it may and then pauses (an eval) three times its
+    group_timeout while its peer is behind gets no error, and the group never
+    reports it waiting; blocked in next(), it times out as before."""
+    daemon = daemon_factory("--max-skew", str(SKEW))
+    s = stores["streams"]
+    opts = shard(daemon.socket, 0.5)
+    with DataLoader(s, batch_size=4, seed=7, rank=0, world_size=2, daemon=opts) as r0, \
+            DataLoader(s, batch_size=4, seed=7, rank=1, world_size=2, daemon=opts) as r1, \
+            DataLoader(s, batch_size=4, seed=7, rank=0, world_size=2) as local0:
+        for _ in range(SKEW + 1):  # rank 1 is at step 0: rank 0 may take steps 0..SKEW
+            assert_same_batch(next(r0), next(local0))
+        c = connect(daemon.socket)
+        end = time.monotonic() + 1.5  # the pause: three group timeouts
+        while time.monotonic() < end:
+            [ddp] = c.stats()["named_groups"]
+            assert ddp["waiting"] is None and ddp["rank_cursors"] == [SKEW + 1, 0], ddp
+            time.sleep(0.1)
+        next(r1)  # rank 1 takes step 0: rank 0 may take step SKEW + 1
+        assert_same_batch(next(r0), next(local0))  # no GroupTimeoutError queued by the pause
+        assert r0.step == SKEW + 2
+        # Blocked in next() for step SKEW + 2 (rank 1 is at 1): the timeout.
+        with pytest.raises(GroupTimeoutError, match=re.escape(
+                f"rank 0 waited its group_timeout of 0.5 s for step {SKEW + 2}, which needs rank 1 (pid ")):
+            next(r0)
+        assert r0.step == SKEW + 2
+        next(r1)
+        assert_same_batch(next(r0), next(local0))
 
 
 def test_the_daemon_flag_is_the_default_and_a_member_may_ask_for_its_own(daemon_factory, stores) -> None:

@@ -62,12 +62,24 @@ def busy(daemon_factory, stores):
 def test_stats_lists_the_daemon_groups_members_loaders_and_uids(busy) -> None:
     daemon, loaders = busy
     c = connect(daemon.socket)
+    # Settled: connections of earlier polls end asynchronously, and each
+    # member is pushed its window (one batch ahead of what it took, within
+    # max-skew of its peers) after its last next(). The values the push rule
+    # settles at: ddp's rank 0 took 3 and may not be pushed step 3 (rank 1 is
+    # at 0, max-skew 2): 3 gathered. sweep: a took 2 and is pushed step 2,
+    # b took 1 and is pushed step 1: steps 0..2, 3 gathered. solo took 4 and
+    # is pushed step 4: 5 gathered.
+    settled = {"ddp": 3, "sweep": 3}
     deadline = time.monotonic() + 10
-    while True:  # connections of earlier polls end asynchronously
+    while True:
         s = c.stats()
-        if s["sessions"] == 5 or time.monotonic() > deadline:
+        gathered = {g["name"]: g["batches_gathered"] for g in s["named_groups"]}
+        solo_gathered = [x["batches_gathered"] for x in s["solo_loaders"]]
+        if (s["sessions"] == 5 and gathered == settled and solo_gathered == [5]) or time.monotonic() > deadline:
             break
         time.sleep(0.02)
+    time.sleep(0.06)  # a value only passing through would move on: read again
+    s = c.stats()
     # The counters are unchanged (ints at the top level): 4 loaders + this poll.
     assert (s["sessions"], s["loaders"], s["groups"], s["group_members"]) == (5, 4, 2, 3)
     d = s["daemon"]
@@ -93,13 +105,13 @@ def test_stats_lists_the_daemon_groups_members_loaders_and_uids(busy) -> None:
             for m in sweep["members"]] == [(PID, None, 2, 2, 7.5), (PID, None, 1, 1, 7.5)]
     assert {k: v for k, v in sweep.items() if k not in ("members", "ring_bytes", "slots")} == {
         "name": "sweep", "uid": UID, "mode": "broadcast", "batch_size": 8, "world_size": 1,
-        "rank_cursors": None, "oldest_held": 1, "newest_held": 1, "next_gather": 2, "waiting": None,
-        "batches_gathered": 2, "batches_served": 3}
+        "rank_cursors": None, "oldest_held": 1, "newest_held": 2, "next_gather": 3, "waiting": None,
+        "batches_gathered": 3, "batches_served": 3}
     [solo] = s["solo_loaders"]
     assert solo["pid"] == PID and solo["uid"] == UID and solo["batch_size"] == 16 and solo["cursor"] == 4
     assert solo["session"] not in sessions
-    assert (solo["batches_served"], solo["batches_gathered"], solo["next_gather"]) == (4, 4, 4)
-    assert (solo["oldest_held"], solo["newest_held"]) == (None, None)  # its only member took all
+    assert (solo["batches_served"], solo["batches_gathered"], solo["next_gather"]) == (4, 5, 5)
+    assert (solo["oldest_held"], solo["newest_held"]) == (4, 4)  # pushed to its member, not taken
     assert solo["ring_bytes"] == loaders["solo"]._source._native.ring_bytes
     assert s["uids"] == [{"uid": UID, "sessions": 5, "ring_bytes": s["ring_bytes"]}]
     assert s["ring_bytes"] == ddp["ring_bytes"] + sweep["ring_bytes"] + solo["ring_bytes"]

@@ -215,9 +215,17 @@ struct ReleaseMsg {
 // the loader's (sent before a seek it accepted), refuses (protocol error) a
 // step behind the last one or beyond what it pushed, and keeps group
 // positions by it (docs/protocol.md "Consumed positions").
+// Optional `waiting: true` (sent only when set; `false` is accepted and
+// means the same as absent): the caller is blocked in next() with nothing
+// queued, at `step` (the position it already reported). Only from then
+// until the daemon pushes it an item, or a later `consumed` without the
+// flag, does the member wait for peers (its group timeout runs, stats and
+// status report it waiting): protocol 1.1's meaning, where only a blocked
+// `next` waited.
 struct ConsumedMsg {
   uint64_t gen = 0;
   uint64_t step = 0;
+  bool waiting = false;
   bool operator==(const ConsumedMsg&) const = default;
 };
 // client -> daemon: counters. Reply: StatsReplyMsg.
