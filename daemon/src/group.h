@@ -18,7 +18,8 @@
 // every member has a push cursor (the next step pushed to its client) and a
 // consumed position (the next step its caller takes, reported by the
 // client's `consumed` frames of the member's current generation; a seek
-// starts a new generation). consumed <= pushed <= consumed + leases.
+// starts a new generation). consumed <= pushed <= consumed + W, with the
+// push window W = min(leases, kPushAhead) (one batch).
 // Everything user-visible keys on consumed positions exactly as protocol 1.1
 // keyed on the request cursor: retention, OldestAvailable (IndexError of
 // seeks and start_step joins), join="current", stats cursors and `served`,
@@ -33,9 +34,9 @@
 // by their client. A member's own leases keep a slot alive after the group
 // drops it.
 //
-// Push rule: step s is pushed to member m only if s < consumed(m) + leases
-// (the server also keeps m's client under its credit) and s <= S'(m) +
-// max_skew, with S'(m) the slowest consumed position of the OTHER members
+// Push rule: step s is pushed to member m only if s < consumed(m) + W (the
+// window; the server also keeps m's client under its credit) and s <=
+// S'(m) + max_skew, with S'(m) the slowest consumed position of the OTHER members
 // (kShard: the other ranks, frozen and never-joined ones included). A solo
 // member (or the only one left) is never gated by itself. A member further
 // ahead waits (no error); the group advances at the pace of its slowest.
@@ -46,9 +47,9 @@
 // The held steps are contiguous, [S, produced). Each was pushed to some m
 // under the rule when the slowest position was S0 <= S: if m was not the
 // only slowest then S'(m) = S0 and s <= S + max_skew; if it was, consumed(m)
-// = S0 and s < S + leases. So held steps lie in [S, S + max(max_skew + 1,
-// leases)): at most H = max(max_skew + 1, leases). A solo member's held
-// steps are all pushed-unread, hence all leased.
+// = S0 and s < S + W. So held steps lie in [S, S + max(max_skew + 1, W)):
+// at most H = max(max_skew + 1, W) = max_skew + 1 (W is 1). A solo
+// member's held steps are all pushed-unread, hence all leased.
 //
 // Ring sizing (Slots()): prefetch + leases + max_skew + 1 slots, each sized
 // for one (global) batch. Claim: the slowest member (consumed position S)
@@ -65,14 +66,12 @@
 // besides it, so a slot is free. (c) <= leases holds whenever every member
 // holds only batches of its own last `leases` consumed steps (a training loop
 // does): a member at consumed position c' >= S then leases steps in
-// [c' - leases, c' + leases), so all leased steps below S lie in
-// [S - leases, S). The default ring therefore needs no slot for H beyond
-// max_skew + 1: when leases > max_skew + 1 and every slot is live, a push
-// ahead of the slowest waits for a slot (the allocator counts held slots as
-// "room may still come") while the slowest goes on without allocating; no
-// configuration is sized up. A member hoarding older batches can exhaust the
-// ring; then
-// the ring refuses the step with ResourceExhausted (as for a solo client)
+// [c' - leases, c' + W), so all leased steps below S lie in [S - leases,
+// S). With the window of one, H = max_skew + 1 for every configuration, so
+// the ring needs no slot beyond it (the slots for `leases` cover what the
+// callers hold, not pushes ahead). A member hoarding older batches can
+// exhaust the ring; then the ring refuses the step with ResourceExhausted
+// (as for a solo client)
 // only once every live slot is leased by clients and none is held by the
 // group: the allocator counts held slots as "room may still come", so a
 // group never fails a step merely because members are spread out.
