@@ -2,8 +2,9 @@
 
 fuzz_store: small real stores (every kind and codec, 1-3 data shards, a
 dictionary) packed in fuzz_store.cc's input format; fuzz_wire: one frame of
-every message type, as msgpack maps like the ones the peers send (the
-decoder's strictness makes the fuzzer reach deep only from such seeds);
+every protocol 1.2 message type and optional key, as msgpack maps like the
+ones the peers send (the decoder's strictness makes the fuzzer reach deep
+only from such seeds);
 fuzz_ring needs none (it builds valid rings from its input). Re-run after a
 format or protocol change: ``make fuzz-seeds``.
 """
@@ -78,32 +79,60 @@ def store_seeds(tmp: Path) -> dict[str, bytes]:
 
 
 def wire_seeds() -> dict[str, bytes]:
+    """One frame of every protocol 1.2 message (and of its optional keys),
+    as the peers send them. Only the current protocol's frames: a 1.2 peer
+    refuses a 1.1 hello and 1.1's ``next`` is an unknown type now, which a
+    fuzzer reaches from any seed."""
     stream = {"label": "x", "has_shapes": False, "has_dict": False, "data_files": 1}
+    open_ = {"t": "open", "id": 1, "streams": [stream], "batch_size": 4, "mode": 2, "seed": 1, "rank": 0,
+             "world_size": 1, "start_step": 0, "prefetch": 2, "leases": 2, "ring_bytes": 0}
+    schema = {"kind": 0, "dtype": "|u1", "item_shape": [28, 28], "ndim": 2, "size": 70000}
+    opened = {"t": "opened", "id": 1, "n": 70000, "slot_count": 5, "ring_bytes": 1 << 20, "leases": 2,
+              "streams": [schema]}
     msgs = {
-        "hello": {"t": "hello", "major": 1, "minor": 1, "client_version": "0.1.0"},
-        "hello_ok": {"t": "hello_ok", "major": 1, "minor": 1, "daemon_version": "0.1.0",
-                     "incarnation": 5, "session": 2},
-        "open": {"t": "open", "streams": [stream], "batch_size": 4, "mode": 2, "seed": 1, "rank": 0,
-                 "world_size": 1, "start_step": 0, "prefetch": 2, "leases": 2, "ring_bytes": 0},
-        "open_group": {"t": "open", "streams": [stream], "batch_size": 4, "mode": 1, "seed": 1,
-                       "rank": 1, "world_size": 2, "start_step": 3, "prefetch": 2, "leases": 2,
-                       "ring_bytes": 0, "group": "g", "group_mode": "shard", "join": "start_step"},
-        "next": {"t": "next"},
-        "seek": {"t": "seek", "step": 7},
+        "hello": {"t": "hello", "major": 1, "minor": 2, "client_version": "0.1.0"},
+        "hello_ok": {"t": "hello_ok", "major": 1, "minor": 2, "daemon_version": "0.1.0",
+                     "incarnation": 5, "session": 2, "heartbeat_ms": 250},
+        "heartbeat": {"t": "heartbeat"},
+        "open": open_,
+        "open_group": {**open_, "id": 2, "mode": 1, "rank": 1, "world_size": 2, "start_step": 3,
+                       "group": "g", "group_mode": "shard", "join": "start_step",
+                       "group_timeout_ms": 5000},
+        "open_ragged": {**open_, "id": 3, "streams": [
+            {"label": "tok", "has_shapes": True, "has_dict": True, "data_files": 3}, stream]},
+        "opened": opened,
+        "opened_group": {**opened, "id": 2, "step": 3},
+        "batch": {"t": "batch", "gen": 0, "step": 0, "slot": 1, "seq": 3, "offset": 4096,
+                  "batch_size": 4, "total_bytes": 3136, "streams": [[0, 0, 3136, 0, 0]]},
+        "batch_ragged": {"t": "batch", "gen": 2, "step": 9, "slot": 0, "seq": 11, "offset": 8192,
+                         "batch_size": 4, "total_bytes": 640,
+                         "streams": [[1, 128, 40, 0, 64], [0, 192, 448, 0, 0]]},
+        "seek": {"t": "seek", "id": 4, "step": 7},
+        "ok": {"t": "ok", "id": 4, "step": 7, "gen": 1},
         "release": {"t": "release", "slot": 1, "seq": 3},
-        "stats": {"t": "stats"},
+        "consumed": {"t": "consumed", "gen": 1, "step": 8},
+        "stats": {"t": "stats", "id": 5},
+        "stats_detail": {"t": "stats", "id": 6, "detail": True},
+        "stats_reply": {"t": "stats_reply", "id": 5, "counters": {"sessions": 1, "slots_held": 2}},
+        "stats_reply_status": {"t": "stats_reply", "id": 6, "counters": {"sessions": 1},
+                               "status": '{"daemon": {"protocol": "1.2"}}'},
         "close": {"t": "close"},
-        "ok": {"t": "ok"},
+        "error_reply": {"t": "error", "code": 2, "message": "out of range", "step": 0, "id": 4},
+        "error_pushed": {"t": "error", "code": 4, "message": "corrupt", "step": 6, "gen": 1},
+        "error_hello": {"t": "error", "code": 10, "message": "protocol version mismatch", "step": 0},
     }
     return {k: msgpack.packb(v) for k, v in msgs.items()}
 
 
 def main() -> None:
-    for target, seeds in (("fuzz_wire", wire_seeds()),):
-        out = HERE / "corpus" / target
-        out.mkdir(parents=True, exist_ok=True)
-        for name, b in seeds.items():
-            (out / name).write_bytes(b)
+    out = HERE / "corpus" / "fuzz_wire"
+    out.mkdir(parents=True, exist_ok=True)
+    seeds = wire_seeds()
+    for stale in out.iterdir():  # frames of an older protocol (see wire_seeds)
+        if stale.name not in seeds:
+            stale.unlink()
+    for name, b in seeds.items():
+        (out / name).write_bytes(b)
     with tempfile.TemporaryDirectory() as t:
         out = HERE / "corpus" / "fuzz_store"
         out.mkdir(parents=True, exist_ok=True)
