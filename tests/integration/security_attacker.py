@@ -5,7 +5,10 @@ needs, then drops to ``uid``/``gid`` for good (so every file it opens and the
 credentials loaderxd reads with SO_PEERCRED are the second user's) and runs
 one attack. It prints one JSON object: ``{"served": [...bytes as ints...]}``
 for the first batch it was served (``{"served": reply}`` for a raw protocol
-attack), or ``{"error": class, "mro": [...], "message": str}``.
+attack: the daemon's reply to its ``open``, with the first pushed batch's
+values when opened), or ``{"error": class, "mro": [...], "message": str}``.
+The raw attacks speak protocol 1.2 (request ids, batches pushed under the
+credit, no ``next``): a 1.1 hello would be refused before any ``open``.
 
 Usage: security_attacker.py UID GID SOCKET OWNER_STORE WORKDIR ATTACK
 """
@@ -13,6 +16,7 @@ Usage: security_attacker.py UID GID SOCKET OWNER_STORE WORKDIR ATTACK
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import socket
 import sys
@@ -51,25 +55,62 @@ def through_daemon(path: str, sock: str, **group: str) -> list[int]:
         return np.asarray(next(loader)["x"]).reshape(-1).tolist()
 
 
+OPEN_ID = 1  # the raw client's id of its one `open`
+
+
+def recv_frame(s: socket.socket) -> tuple[dict, list[int]]:
+    """The next frame that is not a ``heartbeat`` (protocol 1.2 sends them
+    while a request is outstanding), with its fds; {"t": "hangup"} at EOF."""
+    while True:
+        data, fds, _, _ = socket.recv_fds(s, 1 << 18, 4)
+        if not data:
+            return {"t": "hangup"}, fds
+        msg = msgpack.unpackb(data)
+        if msg.get("t") != "heartbeat":
+            return msg, fds
+        for fd in fds:
+            os.close(fd)
+
+
+def pushed_values(s: socket.socket, ring_fd: int, ring_bytes: int) -> object:
+    """Protocol 1.2: once ``opened``, the daemon pushes batches unasked (no
+    ``next``). The first pushed frame: for a ``batch`` of generation 0, its
+    values read from the ring the ``opened`` carried (as ints), else the frame."""
+    msg, fds = recv_frame(s)
+    for fd in fds:
+        os.close(fd)
+    if msg["t"] != "batch" or msg["gen"] != 0:
+        return msg
+    _kind, values_offset, values_bytes, _, _ = msg["streams"][0]
+    with mmap.mmap(ring_fd, ring_bytes, prot=mmap.PROT_READ) as ring:
+        start = msg["offset"] + values_offset
+        return list(ring[start:start + values_bytes])
+
+
 def raw_open(sock: str, fds: list[int], data_files: int) -> dict:
-    """A hand-written protocol client: hello, then one ``open`` of one dense
-    stream announcing ``data_files`` shards and carrying exactly ``fds``.
-    Returns the daemon's reply to the open, or {"t": "hangup"}."""
+    """A hand-written protocol 1.2 client: hello, then one ``open`` (id
+    OPEN_ID) of one dense stream announcing ``data_files`` shards and
+    carrying exactly ``fds``. Returns the daemon's reply to the open (or
+    {"t": "hangup"}); an ``opened`` gains "pushed": what pushed_values read."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     s.connect(sock)
-    s.send(msgpack.packb({"t": "hello", "major": 1, "minor": 1, "client_version": "attacker"}))
-    hello = msgpack.unpackb(s.recv(1 << 16))
-    assert hello["t"] == "hello_ok", hello
-    msg = {"t": "open", "streams": [{"label": "x", "has_shapes": False, "has_dict": False,
-                                     "data_files": data_files}],
+    s.send(msgpack.packb({"t": "hello", "major": 1, "minor": 2, "client_version": "attacker"}))
+    hello, _ = recv_frame(s)
+    assert hello["t"] == "hello_ok" and hello["minor"] == 2, hello
+    msg = {"t": "open", "id": OPEN_ID,
+           "streams": [{"label": "x", "has_shapes": False, "has_dict": False, "data_files": data_files}],
            "batch_size": BATCH, "mode": 0, "seed": 0, "rank": 0, "world_size": 1, "start_step": 0,
            "prefetch": 1, "leases": 1, "ring_bytes": 0}
     socket.send_fds(s, [msgpack.packb(msg)], fds)
-    data, got, _, _ = socket.recv_fds(s, 1 << 18, 4)
-    for fd in got:
-        os.close(fd)
-    s.close()
-    return msgpack.unpackb(data) if data else {"t": "hangup"}
+    reply, got = recv_frame(s)
+    try:
+        if reply["t"] == "opened" and len(got) == 1:
+            reply["pushed"] = pushed_values(s, got[0], reply["ring_bytes"])
+    finally:
+        for fd in got:
+            os.close(fd)
+        s.close()
+    return reply
 
 
 def attack(kind: str, sock: str, owner: str, work: str) -> object:

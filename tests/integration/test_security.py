@@ -7,8 +7,9 @@ and ``index`` beside zero-filled data files of its own (the leak this file
 was written for: the daemon used to recognise a store by its metadata file
 alone and served the owner's records), the same joined into a group of the
 same name, links to the owner's data, the owner's path itself, and a
-hand-written protocol client passing fewer fds, ``O_PATH`` handles, or
-other files of the right size. Every attack gets an error or its own
+hand-written protocol 1.2 client passing fewer fds, ``O_PATH`` handles, or
+other files of the right size (it reads the batch the daemon pushes into
+the ring it was given). Every attack gets an error or its own
 zeros, never one byte of the owner's records. docs/daemon.md, "Security".
 """
 
@@ -35,6 +36,7 @@ from loaderx.zsampler import Sampler
 ROOT = Path(__file__).resolve().parents[2]
 ATTACKER = Path(__file__).with_name("security_attacker.py")
 BATCH = 8  # security_attacker.BATCH
+OPEN_ID = 1  # security_attacker.OPEN_ID: the id its raw `open` carries, echoed by the reply
 N = 64
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as a second uid")
@@ -137,7 +139,7 @@ def test_raw_client_passing_o_path_handles_is_refused(world: World) -> None:
     loader, ds, _ = owner_batch(world, owner)
     with loader, ds:
         reply = world.attack("raw-o-path", owner)["served"]
-        assert reply["t"] == "error", reply
+        assert reply["t"] == "error" and reply["id"] == OPEN_ID, reply
         assert "not open for reading" in reply["message"], reply
         assert "data 0" in reply["message"], reply
 
@@ -148,9 +150,11 @@ def test_raw_client_passing_other_files_of_the_right_size_gets_a_store_of_its_ow
     with loader, ds:
         assert world.daemon.stats()["stores"] == 1
         reply = world.attack("raw-other-files", owner)["served"]
-        # Opened, but from the attacker's own files (the forged-directory test
-        # reads them back as zeros); the owner's loader goes on untouched.
-        assert reply["t"] == "opened", reply
+        # Opened, but from the attacker's own files: the batch the daemon
+        # pushed (protocol 1.2, unasked) is the attacker's zeros, read from
+        # the ring it was given; the owner's loader goes on untouched.
+        assert reply["t"] == "opened" and reply["id"] == OPEN_ID, reply
+        assert reply["pushed"] == [0] * (BATCH * 16), reply
         np.testing.assert_array_equal(np.array(next(loader)["x"]), world.records[BATCH:2 * BATCH])
 
 
@@ -159,5 +163,5 @@ def test_raw_client_passing_fewer_shards_than_the_metadata_lists_is_refused(worl
     loader, ds, _ = owner_batch(world, owner)
     with loader, ds:
         reply = world.attack("raw-fewer-shards", owner)["served"]
-        assert reply["t"] == "error", reply
+        assert reply["t"] == "error" and reply["id"] == OPEN_ID, reply
         assert "1 data files, metadata says 3" in reply["message"], reply
