@@ -1,4 +1,4 @@
-"""loaderxd benchmark: batch hand-off latency and throughput vs the embedded loader.
+"""loaderxd benchmark (protocol 1.2): batch hand-off latency and throughput vs the embedded loader.
 
 Real data only: the 3x224x224 uint8 photo crops of ``bench/prepare_vision.py``
 (the raw Dense store bench_loader.py builds) and the Fashion-MNIST images
@@ -8,64 +8,41 @@ Real data only: the 3x224x224 uint8 photo crops of ``bench/prepare_vision.py``
 * ~1 MiB  — 7 photo crops (1.0 MiB);
 * 37 MiB  — 256 photo crops (36.75 MiB).
 
-Hand-off latency, per size, over ``--samples`` draws of a batch the daemon's
-pipeline already has (the loader prefetches; each draw first sleeps
-``--pause``, the same for every size so that no size gets colder caches;
-longer if the batch takes longer to produce). Clocks are CLOCK_MONOTONIC
-(system-wide, so the daemon's stamp and ours compare):
+It measures what issue 11's speed goals name, one run, the machine's floor
+beside. Protocol 1.2 pushes every ready batch while the client holds fewer
+than its credit (the lease cap), so a batch the daemon has ready is already
+in the client's socket when the caller asks. Clocks are CLOCK_MONOTONIC
+(system-wide, so the daemon's publish stamp in the slot and ours compare):
 
-* **publish -> holding** (the goal's definition): the daemon stamps the slot
-  when it publishes the batch (ring layout 1.1, ``SlotEntry::publish_ns``);
-  the client reads the stamp once it holds the NumPy arrays. With today's
-  request/reply protocol the daemon publishes when ``next`` arrives, so this
-  is the reply leg: send, the client's wake-up, receive, decode, validation,
-  views.
-* **round trip**: from calling ``next()`` to holding the arrays (request leg
-  + publish -> holding).
-* **request_ahead**: ``next()`` -> holding when the ``batch`` message is
-  already in the client's socket buffer because the previous ``next()``
-  asked for it; the call also sends the request for the one after.
-* **pushed**: the same, but the timed call sends nothing (the request went
-  out before the pause, ``next(timeout=0)``): what a client pays once the
-  daemon pushes ready batches.
-* **embedded**: the in-process pipeline's ``next()`` of a batch it already
-  has, after the same pause: the floor any hand-off is compared with.
+* **Floor** (``loaderx_handoff_bench --calibrate``, no loaderx code): a cold
+  ``recvmsg`` of a frame already queued, after the same pause; beside it a
+  blocked receiver's cross-process wake-up and the warm cost of each stage
+  of the C++ ``Next()``.
+* **C++ client** (``loaderx_handoff_bench``, bench/handoff_bench.cc), per
+  size: a *ready* batch after a ``--pause`` sleep (cold: ``Next()`` ->
+  holding the views), the same after a busy-wait (warm: the core and its
+  caches stay the client's), and the *credit* round trip (the client holds
+  its whole credit, frees one batch and takes the next: release -> push ->
+  holding, and from the slot's publish stamp -> holding), each with the
+  call's thread CPU time.
+* **Python client**, per size: ``next()`` of a ready batch after the same
+  pause through loaderxd (default copy-on-write views, and
+  ``shared_view=True``) against the embedded pipeline's ``next()`` of a
+  ready batch; and warm at 1 KiB (0.5 ms busy-wait instead of the sleep),
+  both hosts.
+* **Throughput**: one client through loaderxd against the embedded
+  DataLoader on 37 MiB batches (IID), ``--repeats`` rounds alternating, with
+  the training process's own CPU seconds per batch (``time.process_time``:
+  every thread of this process; through the daemon the gather runs in
+  loaderxd).
 
-The last three also report the call's thread CPU time (``time.thread_time``;
-wall time above it is waiting for a core on this shared machine) and redraw
-a sample whose batch was not ready after the pause (production, not
-hand-off). A warm-cache figure (0.5 ms busy-wait instead of a sleep, 1 KiB)
-gives the instruction cost of the hand-off itself.
-
-The same hand-offs are measured at the C++ level by
-``loaderx_handoff_bench`` (bench/handoff_bench.cc, built with the tree):
-``Loader::Next()`` of the C++ client against the same daemon, store and
-batch, in the regimes *reply* (request/reply, the client blocked in
-recvmsg while the daemon publishes: publish -> holding), *request_ahead*
-(queued, cold after the same pause), *pushed* and *warm* (queued, a busy-wait
-instead of the sleep), with the call's thread CPU time; plus a calibration
-of this machine's floor without any loaderx code (a forked process waking a
-SEQPACKET receiver; a cold recvmsg of a queued frame) and the warm cost of
-each stage of the C++ ``Next()`` (receive, decode, slot check, send).
-
-The latency set runs once per ``--gather-nice`` value (the daemon's
-``--gather-nice``: its gather threads that many nice levels below its io and
-session threads; the daemon itself and the client at nice 0), which shows
-what the CPU contention between the waking client and a 37 MiB gather costs.
-``--spin-us`` values run the C++ client with ``Loader::set_spin_wait`` (poll
-before blocking) for latency, CPU and throughput.
-
-Throughput compares one client through the daemon (with and without
-``request_ahead``) with the embedded DataLoader on the same job (37 MiB
-batches, IID), ``--repeats`` rounds alternating, and reports the training
-process's own CPU seconds per batch (``time.process_time``: every thread of
-this process) — in daemon mode the gather runs in loaderxd instead. The C++
-client's throughput with a consumer that is busy ``--work-ms`` per batch (a
-training step on the CPU) compares the gather priorities and the spin.
-
-Before timing, the daemon's batches are checked byte-for-byte against the
-embedded loader's. Results go to docs/benchmarks.md (section ``daemon``) and
-docs/bench_daemon.png.
+A draw whose batch was published after the call began was not ready
+(production, not hand-off): it is redrawn and counted as not ready. Before
+timing, the daemon's batches are checked byte-for-byte against the embedded
+loader's by both clients. Results go to docs/benchmarks.md (section
+``daemon``, between its markers) and docs/bench_daemon.png; ``--quick`` is a
+smoke run (few samples) that publishes nothing. A full run takes about 5
+minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -94,6 +71,15 @@ PLOT = REPO / "docs" / "bench_daemon.png"
 CASES = [("~1 KiB", "1 Fashion-MNIST image", FMNIST_STORE, 1),
          ("~1 MiB", "7 photo crops", IMAGE_STORE, 7),
          ("37 MiB", "256 photo crops", IMAGE_STORE, 256)]
+LEASES = 4  # the benchmark loaders' credit
+PREFETCH = 2
+SEED = 7
+# Issue 11's goals (µs, p50 unless named).
+GOAL_CPP_OVER_FLOOR = 10.0
+GOAL_CPP_WARM = 20.0
+GOAL_PY_OVER_EMBEDDED = 20.0
+GOAL_THROUGHPUT_RATIO = 1.0
+GOAL_CPU_SHARE = 0.02
 
 
 def loaderxd_binary(explicit: str | None) -> str:
@@ -150,20 +136,18 @@ def check_identical(sock: str, store: Path, batch: int) -> None:
 
 
 @dataclass
-class Latency:
-    """Microsecond samples of one batch size."""
+class PyLatency:
+    """Microsecond samples of the Python client for one batch size."""
 
     nbytes: int
     pause: float
-    publish_to_holding: list[float]
-    round_trip: list[float]
-    queued: list[float]
-    queued_cpu: list[float]
-    pushed: list[float]
-    pushed_cpu: list[float]
+    daemon: list[float]
+    daemon_cpu: list[float]
+    shared: list[float]
+    shared_cpu: list[float]
     embedded: list[float]
     embedded_cpu: list[float]
-    skipped: int = 0  # draws whose batch was not ready after the pause (not counted)
+    skipped: int = 0  # draws whose batch was not ready after the pause (redrawn)
 
 
 @dataclass
@@ -177,19 +161,14 @@ class CppLatency:
     reply_cpu: list[float]
     queued: list[float]
     queued_cpu: list[float]
-    pushed: list[float]
-    pushed_cpu: list[float]
     warm: list[float]
     warm_cpu: list[float]
-    pushed_warm: list[float]
-    pushed_warm_cpu: list[float]
     skipped: int
 
     @classmethod
-    def run(cls, exe: str, sock: str, store: Path, batch: int, samples: int, pause: float,
-            spin_us: int = 0) -> CppLatency:
+    def run(cls, exe: str, sock: str, store: Path, batch: int, samples: int, pause: float) -> CppLatency:
         got = run_cpp(exe, "--socket", sock, "--store", store, "--batch", batch, "--samples", samples,
-                      "--pause-ms", pause * 1e3, "--spin-us", spin_us)
+                      "--pause-ms", pause * 1e3)
         return cls(**{k: v for k, v in got.items() if k in cls.__dataclass_fields__})
 
 
@@ -201,138 +180,145 @@ def pct(samples: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(q / 100 * len(s)))]
 
 
-def _timed_ready_draw(src: Any, out: Latency, wall: list[float], cpu: list[float]) -> None:
-    """One timed next() whose batch was published before the call: appends its
-    wall and thread-CPU microseconds; a batch published during the call was
-    not ready within the pause (production, not hand-off) and is only counted
-    in ``out.skipped``."""
-    c0, t0 = time.thread_time_ns(), time.monotonic_ns()
-    _, values = src.next(None)
-    arr = values[0]  # holding the array: the hand-off is complete
-    t1, c1 = time.monotonic_ns(), time.thread_time_ns()
-    del values, arr
-    if src.last_publish_ns >= t0:
-        out.skipped += 1
-        return
-    wall.append((t1 - t0) / 1e3)
-    cpu.append((c1 - c0) / 1e3)
+def daemon_source(sock: str, store: Path, batch: int, shared_view: bool = False) -> Any:
+    from loaderx import _loaderx
+
+    return _loaderx.DaemonLoader(sock, [str(store)], batch, 1, SEED, 0, 1, 0, PREFETCH, LEASES, 0,
+                                 shared_view=shared_view)
 
 
+def ready_draws(src: Any, samples: int, wait: Any, out: PyLatency, wall: list[float],
+                cpu: list[float]) -> None:
+    """``samples`` timed ``next()`` calls of a daemon source, each after
+    ``wait()``, of a batch published before the call (pushed meanwhile);
+    one published during the call is redrawn (counted in ``out.skipped``)."""
+    for _ in range(20 * samples):
+        if len(wall) >= samples:
+            return
+        wait()
+        c0, t0 = time.thread_time_ns(), time.monotonic_ns()
+        _, values = src.next(None)
+        arr = values[0]  # holding the array: the hand-off is complete
+        t1, c1 = time.monotonic_ns(), time.thread_time_ns()
+        del values, arr  # its release returns the credit: the daemon pushes the next
+        if src.last_publish_ns >= t0:
+            out.skipped += 1
+            continue
+        wall.append((t1 - t0) / 1e3)
+        cpu.append((c1 - c0) / 1e3)
+    raise SystemExit("batches were rarely ready after the pause: raise --pause")
 
-def handoff(sock: str, store: Path, batch: int, samples: int, threads: int,
-            min_pause: float) -> Latency:
+
+def embedded_draws(pipe: Any, samples: int, wait: Any, out: PyLatency, wall: list[float],
+                   cpu: list[float]) -> None:
+    """The same for the embedded pipeline: ``next(0.0)`` is None when the
+    batch was not ready (redrawn)."""
+    for _ in range(20 * samples):
+        if len(wall) >= samples:
+            return
+        wait()
+        c0, t0 = time.thread_time_ns(), time.monotonic_ns()
+        got = pipe.next(0.0)
+        t1, c1 = time.monotonic_ns(), time.thread_time_ns()
+        if got is None:
+            out.skipped += 1
+            pipe.next(None)
+            continue
+        del got
+        wall.append((t1 - t0) / 1e3)
+        cpu.append((c1 - c0) / 1e3)
+    raise SystemExit("embedded batches were rarely ready after the pause: raise --pause")
+
+
+def production_pause(src: Any, min_pause: float) -> tuple[int, float]:
+    """Batch bytes and the pause for this size: at least ``min_pause`` (the
+    same for every size, so a size dependence is not a difference in how
+    cold the caches got), and at least three times the daemon's steady
+    production time per batch (back-to-back draws, the pushed ones drained)."""
+    for _ in range(LEASES + 2):
+        _, values = src.next(None)
+        nbytes = values[0].nbytes
+        del values
+    t = time.perf_counter()
+    for _ in range(8):
+        _, values = src.next(None)
+        del values
+    return nbytes, max(min_pause, 0.001 + 3 * (time.perf_counter() - t) / 8)
+
+
+def python_handoff(sock: str, store: Path, batch: int, samples: int, threads: int,
+                   min_pause: float) -> PyLatency:
     from loaderx import _loaderx
     from loaderx.sources import native_store as _native_store
     from loaderx.zrecord import Dense
 
-    src = _loaderx.DaemonLoader(sock, [str(store)], batch, 1, 7, 0, 1, 0, 2, 4, 0)
+    def sleep() -> None:
+        time.sleep(out.pause)
+
+    src = daemon_source(sock, store, batch)
     try:
-        # The daemon's steady production time per batch (back-to-back draws
-        # once the prefetch is drained), so each timed draw finds its batch
-        # ready after sleeping a few of those.
-        for _ in range(3):
-            _, values = src.next(None)
-            nbytes = values[0].nbytes
-            del values
-        t = time.perf_counter()
-        for _ in range(8):
-            _, values = src.next(None)
-            del values
-        # One pause for every size (--pause), so that a size dependence is
-        # not a difference in how cold the caches got while we slept.
-        pause = max(min_pause, 0.001 + 3 * (time.perf_counter() - t) / 8)
-        out = Latency(nbytes, pause, [], [], [], [], [], [], [], [])
-        for _ in range(samples):  # request/reply: the client waits while the daemon publishes
-            time.sleep(pause)
-            t0 = time.monotonic_ns()
-            _, values = src.next(None)
-            arr = values[0]  # holding the array: the hand-off is complete
-            t1 = time.monotonic_ns()
-            stamp = src.last_publish_ns
-            if not t0 <= stamp <= t1:  # batches are copy-on-write views now: writeable is expected
-                raise SystemExit(f"publish stamp {stamp} outside the draw [{t0}, {t1}]")
-            del values, arr
-            out.round_trip.append((t1 - t0) / 1e3)
-            out.publish_to_holding.append((t1 - stamp) / 1e3)
-        src.request_ahead = True  # from now on each next() finds its batch queued
-        src.next(None)  # its return requests the first batch ahead
-        while len(out.queued) < samples:
-            time.sleep(pause)
-            _timed_ready_draw(src, out, out.queued, out.queued_cpu)
-        # A pushed batch, simulated: the request goes out before the pause
-        # (next(timeout=0) returns None at once and leaves the reply owed),
-        # so the timed call only receives; unlike request_ahead it sends
-        # nothing. What the client pays once the daemon pushes ready batches.
-        src.request_ahead = False
-        src.next(None)  # collects the batch requested ahead above
-        while len(out.pushed) < samples:
-            if src.next(0.0) is not None:  # answered at once: not a pushed draw
-                continue
-            time.sleep(pause)
-            _timed_ready_draw(src, out, out.pushed, out.pushed_cpu)
+        nbytes, pause = production_pause(src, min_pause)
+        out = PyLatency(nbytes, pause, [], [], [], [], [], [])
+        ready_draws(src, samples, sleep, out, out.daemon, out.daemon_cpu)
+    finally:
+        src.close()
+    src = daemon_source(sock, store, batch, shared_view=True)
+    try:
+        production_pause(src, min_pause)
+        ready_draws(src, samples, sleep, out, out.shared, out.shared_cpu)
     finally:
         src.close()
     with Dense.open(str(store)) as s:
-        pipe = _loaderx.Pipeline([_native_store("x", s)], len(s), batch, 1, 7, 0, 1, 0, 2, threads)
+        pipe = _loaderx.Pipeline([_native_store("x", s)], len(s), batch, 1, SEED, 0, 1, 0, PREFETCH, threads)
         try:
             for _ in range(3):
                 pipe.next(None)
-            while len(out.embedded) < samples:
-                time.sleep(pause)
-                c0, t0 = time.thread_time_ns(), time.monotonic_ns()
-                got = pipe.next(0.0)  # None: not ready within the pause, not a hand-off
-                t1, c1 = time.monotonic_ns(), time.thread_time_ns()
-                if got is None:
-                    out.skipped += 1
-                    pipe.next(None)
-                    continue
-                del got
-                out.embedded.append((t1 - t0) / 1e3)
-                out.embedded_cpu.append((c1 - c0) / 1e3)
+            embedded_draws(pipe, samples, sleep, out, out.embedded, out.embedded_cpu)
         finally:
             pipe.close()
     return out
 
 
-def hot_queued(sock: str, samples: int) -> tuple[float, float]:
-    """p50 wall and thread-CPU µs of a queued 1 KiB ``next()`` with warm caches.
+def busy_wait() -> None:
+    end = time.monotonic_ns() + 500_000
+    while time.monotonic_ns() < end:
+        pass
 
-    Between draws the client busy-waits 0.5 ms (the reply arrives meanwhile)
-    instead of sleeping, so nothing else runs on its core and evicts it: the
-    instruction cost of the hand-off itself.
-    """
+
+def python_warm(sock: str, samples: int, threads: int) -> PyLatency:
+    """1 KiB ``next()`` of a ready batch with warm caches, both hosts: a 0.5 ms
+    busy-wait between draws instead of a sleep, so nothing else runs on the
+    client's core and evicts it: the instruction cost of the hand-off itself."""
     from loaderx import _loaderx
+    from loaderx.sources import native_store as _native_store
+    from loaderx.zrecord import Dense
 
-    src = _loaderx.DaemonLoader(sock, [str(FMNIST_STORE)], 1, 1, 7, 0, 1, 0, 2, 4, 0)
+    out = PyLatency(0, 0.0005, [], [], [], [], [], [])
+    src = daemon_source(sock, FMNIST_STORE, 1)
     try:
-        src.request_ahead = True
-        for _ in range(5):
-            src.next(None)
-        wall, cpu = [], []
-        for _ in range(samples):
-            end = time.monotonic_ns() + 500_000
-            while time.monotonic_ns() < end:
-                pass
-            c0, t0 = time.thread_time_ns(), time.monotonic_ns()
-            _, values = src.next(None)
-            arr = values[0]
-            t1, c1 = time.monotonic_ns(), time.thread_time_ns()
-            del values, arr
-            wall.append((t1 - t0) / 1e3)
-            cpu.append((c1 - c0) / 1e3)
-        return statistics.median(wall), statistics.median(cpu)
+        production_pause(src, 0.0)
+        ready_draws(src, samples, busy_wait, out, out.daemon, out.daemon_cpu)
     finally:
         src.close()
+    with Dense.open(str(FMNIST_STORE)) as s:
+        pipe = _loaderx.Pipeline([_native_store("x", s)], len(s), 1, 1, SEED, 0, 1, 0, PREFETCH, threads)
+        try:
+            for _ in range(3):
+                pipe.next(None)
+            embedded_draws(pipe, samples, busy_wait, out, out.embedded, out.embedded_cpu)
+        finally:
+            pipe.close()
+    return out
 
 
-def throughput(sock: str | None, batches: int, request_ahead: bool = False) -> tuple[float, float]:
+def throughput(sock: str | None, batches: int) -> tuple[float, float]:
     """Batches/s and this process's CPU seconds per batch (embedded if ``sock`` is None)."""
     from loaderx.client import DaemonOptions
     from loaderx.dataloader import DataLoader
     from loaderx.zrecord import Dense
 
     with Dense.open(str(IMAGE_STORE)) as s:
-        kw = {"daemon": DaemonOptions(sock, request_ahead=request_ahead)} if sock else {}
+        kw = {"daemon": DaemonOptions(sock)} if sock else {}
         with DataLoader({"x": s}, batch_size=256, seed=3, **kw) as loader:
             for _ in range(5):
                 next(loader)
@@ -343,45 +329,45 @@ def throughput(sock: str | None, batches: int, request_ahead: bool = False) -> t
     return batches / wall, cpu / batches
 
 
-Row = tuple[Latency, CppLatency]
+Row = tuple[PyLatency, CppLatency]
 
 
-def plot(results: dict[int, list[Row]], path: Path) -> None:
+def plot(rows: list[Row], floor: float, path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 4.6), dpi=110,
-                             sharey=True, squeeze=False)
-    axes = axes[0]
+    fig, ax = plt.subplots(figsize=(9, 4.6), dpi=110)
     sizes = [f"{c[0]}\n({c[1]})" for c in CASES]
     x = np.arange(len(CASES))
     # (label, side (0 Python, 1 C++), field, colour)
-    series = [("Python publish -> holding", 0, "publish_to_holding", "#d95f02"),
-              ("Python request_ahead (queued)", 0, "queued", "#1b9e77"),
-              ("Python embedded next()", 0, "embedded", "#999999"),
-              ("C++ publish -> holding", 1, "publish_to_holding", "#7570b3"),
-              ("C++ request_ahead (queued, cold)", 1, "queued", "#66a61e"),
-              ("C++ queued, warm", 1, "warm", "#e7298a")]
+    series = [("Python daemon next(), ready", 0, "daemon", "#d95f02"),
+              ("Python daemon, shared_view", 0, "shared", "#e6ab02"),
+              ("Python embedded next(), ready", 0, "embedded", "#999999"),
+              ("C++ ready, cold", 1, "queued", "#1b9e77"),
+              ("C++ ready, warm", 1, "warm", "#e7298a"),
+              ("C++ credit: publish -> holding", 1, "publish_to_holding", "#7570b3")]
     width = 0.8 / len(series)
-    for ax, (gnice, rows) in zip(axes, sorted(results.items())):
-        for i, (label, side, field, color) in enumerate(series):
-            p50 = [pct(getattr(row[side], field), 50) for row in rows]
-            p99 = [pct(getattr(row[side], field), 99) for row in rows]
-            xs = x + (i - (len(series) - 1) / 2) * width
-            ax.bar(xs, p50, width * 0.9, color=color, label=label)
-            ax.scatter(xs, p99, color=color, marker="_", s=160, linewidths=2)
-        ax.axhline(20, color="k", lw=0.8, ls="--")
-        ax.text(x[-1] + 0.45, 21, "goal p50 20 µs", ha="right", va="bottom", fontsize=7)
-        ax.set_yscale("log")
-        ax.set_xticks(x, sizes, fontsize=8)
-        ax.set_title(f"daemon --gather-nice {gnice}", fontsize=10)
-        ax.grid(axis="y", alpha=0.3, which="both")
-    axes[0].set_ylabel("µs (log)")
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=7.5, frameon=False)
-    fig.suptitle("loaderxd hand-off latency, Python and C++ clients (bars p50, ticks p99)", fontsize=10)
-    fig.tight_layout(rect=(0, 0.12, 1, 1))
+    for i, (label, side, field, color) in enumerate(series):
+        p50 = [pct(getattr(row[side], field), 50) for row in rows]
+        p99 = [pct(getattr(row[side], field), 99) for row in rows]
+        xs = x + (i - (len(series) - 1) / 2) * width
+        ax.bar(xs, p50, width * 0.9, color=color, label=label)
+        ax.scatter(xs, p99, color=color, marker="_", s=160, linewidths=2)
+    ax.axhline(floor, color="k", lw=0.8, ls=":")
+    ax.text(x[-1] + 0.45, floor * 1.05, f"floor: cold recvmsg {floor:.0f} µs", ha="right", va="bottom",
+            fontsize=7)
+    ax.axhline(GOAL_CPP_WARM, color="k", lw=0.8, ls="--")
+    ax.text(x[0] - 0.45, GOAL_CPP_WARM * 1.05, f"warm goal {GOAL_CPP_WARM:.0f} µs", ha="left",
+            va="bottom", fontsize=7)
+    ax.set_yscale("log")
+    ax.set_xticks(x, sizes, fontsize=8)
+    ax.grid(axis="y", alpha=0.3, which="both")
+    ax.set_ylabel("µs (log)")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, fontsize=7.5, frameon=False)
+    ax.set_title("loaderxd hand-off of a ready batch (protocol 1.2 push), bars p50, ticks p99",
+                 fontsize=10)
+    fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)
@@ -391,139 +377,106 @@ def p50_99(samples: list[float], digits: int = 0) -> str:
     return f"{pct(samples, 50):.{digits}f} / {pct(samples, 99):.{digits}f}"
 
 
+def verdict(ok: bool) -> str:
+    return "**met**" if ok else "**not met**"
+
+
 def main() -> int:
+    t_start = time.monotonic()
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--loaderxd")
     ap.add_argument("--handoff-bench", help="the loaderx_handoff_bench binary")
     ap.add_argument("--samples", type=int, default=150)
-    ap.add_argument("--batches", type=int, default=60)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--batches", type=int, default=60, help="37 MiB batches per throughput run")
+    ap.add_argument("--repeats", type=int, default=3, help="throughput rounds (embedded, daemon)")
     ap.add_argument("--pause", type=float, default=0.08,
                     help="seconds between timed draws, the same for every size")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    ap.add_argument("--gather-nice", type=int, nargs="+", default=[0, 5, 10],
-                    help="daemon --gather-nice values for the latency set and the priority throughput")
-    ap.add_argument("--default-gather-nice", type=int, default=0,
-                    help="loaderxd's default --gather-nice, used for the spin and throughput runs")
-    ap.add_argument("--spin-us", type=int, nargs="+", default=[0, 100, 1000],
-                    help="C++ client spin waits to compare (Loader::set_spin_wait)")
-    ap.add_argument("--work-ms", type=float, default=8.0,
-                    help="busy time per batch of the consumer in the C++ throughput runs")
+    ap.add_argument("--gather-nice", type=int, default=0, help="loaderxd --gather-nice")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke run: 20 samples, 10 batches, 1 round; publishes nothing")
     ap.add_argument("--no-doc", action="store_true")
     args = ap.parse_args()
+    if args.quick:
+        args.samples, args.batches, args.repeats, args.no_doc = 20, 10, 1, True
     ensure_stores()
     load_before = os.getloadavg()[0]
     exe = loaderxd_binary(args.loaderxd)
     cpp = handoff_bench_binary(args.handoff_bench)
-    default_gnice = args.default_gather_nice
 
     calib = run_cpp(cpp, "--calibrate", "--samples", args.samples, "--pause-ms", args.pause * 1e3)
-    print(f"calibration: SEQPACKET wake-up p50 {pct(calib['wake'], 50):.1f} us, cold queued recvmsg"
-          f" p50 {pct(calib['queued_cold_recv'], 50):.1f} us", flush=True)
+    floor = pct(calib["queued_cold_recv"], 50)
+    print(f"floor: cold queued recvmsg p50 {floor:.1f} us, SEQPACKET wake-up p50"
+          f" {pct(calib['wake'], 50):.1f} us", flush=True)
 
-    results: dict[int, list[Row]] = {}
-    hot = (float("nan"), float("nan"))
-    for gnice in args.gather_nice:
-        daemon = Daemon(exe, "--threads", str(args.threads), "--gather-nice", str(gnice))
-        try:
-            results[gnice] = []
-            for size, what, store, batch in CASES:
-                check_identical(daemon.sock, store, batch)
-                lat = handoff(daemon.sock, store, batch, args.samples, args.threads, args.pause)
-                c = CppLatency.run(cpp, daemon.sock, store, batch, args.samples, args.pause)
-                results[gnice].append((lat, c))
-                print(f"gather-nice {gnice} {size}: Python publish->holding"
-                      f" {p50_99(lat.publish_to_holding, 1)} us, queued {p50_99(lat.queued, 1)} (CPU"
-                      f" {pct(lat.queued_cpu, 50):.1f}), embedded {p50_99(lat.embedded, 1)}; C++"
-                      f" publish->holding {p50_99(c.publish_to_holding, 1)} (CPU {pct(c.reply_cpu, 50):.1f}),"
-                      f" queued {p50_99(c.queued, 1)} (CPU {pct(c.queued_cpu, 50):.1f}), pushed"
-                      f" {p50_99(c.pushed, 1)}, warm {p50_99(c.warm, 1)} (CPU {pct(c.warm_cpu, 50):.1f}),"
-                      f" pushed warm {p50_99(c.pushed_warm, 1)} (CPU {pct(c.pushed_warm_cpu, 50):.1f});"
-                      f" pause {lat.pause * 1e3:.0f} ms, not ready {lat.skipped} / {c.skipped}", flush=True)
-            if gnice == default_gnice:
-                hot = hot_queued(daemon.sock, args.samples)
-                print(f"warm queued 1 KiB (Python): p50 {hot[0]:.1f} us wall, {hot[1]:.1f} us CPU", flush=True)
-        finally:
-            daemon.close()
-
-    # The C++ client's spin wait at the default gather priority: latency of
-    # the request/reply hand-off and its CPU, at the smallest and largest size.
-    spin_rows = []
-    daemon = Daemon(exe, "--threads", str(args.threads), "--gather-nice", str(default_gnice))
+    rows: list[Row] = []
+    runs: list[tuple[tuple[float, float], tuple[float, float]]] = []
+    daemon = Daemon(exe, "--threads", str(args.threads), "--gather-nice", str(args.gather_nice))
     try:
-        for spin in args.spin_us:
-            row = [str(spin)]
-            for size, _, store, batch in (CASES[0], CASES[-1]):
-                c = CppLatency.run(cpp, daemon.sock, store, batch, max(30, args.samples // 3),
-                                   args.pause, spin)
-                row += [p50_99(c.publish_to_holding), f"{pct(c.reply_cpu, 50):.0f}"]
-            for work in (0.0, args.work_ms):
-                t = run_cpp(cpp, "--socket", daemon.sock, "--store", IMAGE_STORE, "--batch", 256,
-                            "--throughput", args.batches, "--work-us", work * 1e3, "--spin-us", spin)
-                row += [f"{t['batches_per_s']:.1f}", f"{t['cpu_ms_per_batch']:.2f}"]
-            spin_rows.append(row)
-            print(f"spin {spin} us: {row[1:]}", flush=True)
-    finally:
-        daemon.close()
-
-    # Gather priority against a consumer that works on the CPU: C++ client,
-    # 37 MiB batches, request_ahead, no spin.
-    gnice_rows = []
-    for gnice in args.gather_nice:
-        daemon = Daemon(exe, "--threads", str(args.threads), "--gather-nice", str(gnice))
-        try:
-            row = [str(gnice)]
-            for work in (0.0, args.work_ms):
-                t = run_cpp(cpp, "--socket", daemon.sock, "--store", IMAGE_STORE, "--batch", 256,
-                            "--throughput", args.batches, "--work-us", work * 1e3)
-                row += [f"{t['batches_per_s']:.1f}", f"{t['cpu_ms_per_batch']:.2f}"]
-            gnice_rows.append(row)
-            print(f"gather-nice {gnice} throughput: {row[1:]}", flush=True)
-        finally:
-            daemon.close()
-
-    # Rounds of (embedded, daemon, daemon + request_ahead): (batches/s, CPU s/batch) each.
-    runs: list[list[tuple[float, float]]] = []
-    daemon = Daemon(exe, "--threads", str(args.threads), "--gather-nice", str(default_gnice))
-    try:
+        for size, _, store, batch in CASES:
+            check_identical(daemon.sock, store, batch)
+            lat = python_handoff(daemon.sock, store, batch, args.samples, args.threads, args.pause)
+            c = CppLatency.run(cpp, daemon.sock, store, batch, args.samples, args.pause)
+            rows.append((lat, c))
+            print(f"{size}: Python daemon {p50_99(lat.daemon, 1)} us (CPU {pct(lat.daemon_cpu, 50):.1f}),"
+                  f" shared_view {p50_99(lat.shared, 1)}, embedded {p50_99(lat.embedded, 1)}"
+                  f" (CPU {pct(lat.embedded_cpu, 50):.1f}); C++ ready cold {p50_99(c.queued, 1)}"
+                  f" (CPU {pct(c.queued_cpu, 50):.1f}), warm {p50_99(c.warm, 1)}"
+                  f" (CPU {pct(c.warm_cpu, 50):.1f}), credit publish->holding"
+                  f" {p50_99(c.publish_to_holding, 1)}, release->holding {p50_99(c.round_trip, 1)};"
+                  f" pause {lat.pause * 1e3:.0f} ms, not ready {lat.skipped} / {c.skipped}", flush=True)
+        warm = python_warm(daemon.sock, args.samples, args.threads)
+        print(f"warm 1 KiB (Python): daemon p50 {pct(warm.daemon, 50):.1f} us"
+              f" (CPU {pct(warm.daemon_cpu, 50):.1f}), embedded {pct(warm.embedded, 50):.1f}"
+              f" (CPU {pct(warm.embedded_cpu, 50):.1f})", flush=True)
         for r in range(args.repeats):
-            runs.append([throughput(None, args.batches), throughput(daemon.sock, args.batches),
-                         throughput(daemon.sock, args.batches, request_ahead=True)])
-            (e, ec), (d, dc), (a, ac) = runs[-1]
+            runs.append((throughput(None, args.batches), throughput(daemon.sock, args.batches)))
+            (e, ec), (d, dc) = runs[-1]
             print(f"throughput {r + 1}: embedded {e:.1f} b/s ({ec * 1e3:.2f} ms CPU/batch), daemon"
-                  f" {d:.1f} ({dc * 1e3:.2f}), daemon + request_ahead {a:.1f} ({ac * 1e3:.2f});"
-                  f" ratios {d / e:.2f} {a / e:.2f}", flush=True)
+                  f" {d:.1f} ({dc * 1e3:.2f}); ratio {d / e:.2f}", flush=True)
     finally:
         daemon.close()
     load_after = os.getloadavg()[0]
 
-    lat_rows, cpp_rows = [], []
-    for gnice, rows in sorted(results.items()):
-        for (size, what, _, _), (lat, c) in zip(CASES, rows):
-            row = [f"{size} ({what})", str(gnice)]
-            for f in ("publish_to_holding", "round_trip", "queued", "pushed", "embedded"):
-                row.append(p50_99(getattr(lat, f)))
-                if f in ("queued", "pushed", "embedded"):
-                    row.append(f"{pct(getattr(lat, f + '_cpu'), 50):.0f}")
-            row += [p50_99(c.publish_to_holding, 1), p50_99(c.queued, 1)]
-            lat_rows.append(row)
-            cpp_rows.append([f"{size}", str(gnice), p50_99(c.publish_to_holding, 1),
-                             p50_99(c.round_trip), f"{pct(c.reply_cpu, 50):.1f}",
-                             p50_99(c.queued, 1), f"{pct(c.queued_cpu, 50):.1f}",
-                             p50_99(c.pushed, 1), f"{pct(c.pushed_cpu, 50):.1f}",
-                             p50_99(c.warm, 1), f"{pct(c.warm_cpu, 50):.1f}",
-                             p50_99(c.pushed_warm, 1), f"{pct(c.pushed_warm_cpu, 50):.1f}"])
+    py_rows, cpp_rows, goals = [], [], []
+    cpp_ok = warm_ok = py_ok = True
+    for (size, what, _, _), (lat, c) in zip(CASES, rows):
+        over = pct(lat.daemon, 50) - pct(lat.embedded, 50)
+        py_ok &= over <= GOAL_PY_OVER_EMBEDDED
+        py_rows.append([f"{size} ({what})", p50_99(lat.daemon), f"{pct(lat.daemon_cpu, 50):.0f}",
+                        p50_99(lat.shared), f"{pct(lat.shared_cpu, 50):.0f}",
+                        p50_99(lat.embedded), f"{pct(lat.embedded_cpu, 50):.0f}", f"{over:+.0f}"])
+        cpp_ok &= pct(c.queued, 50) <= floor + GOAL_CPP_OVER_FLOOR
+        warm_ok &= pct(c.warm, 50) <= GOAL_CPP_WARM
+        cpp_rows.append([size, p50_99(c.queued, 1), f"{pct(c.queued_cpu, 50):.1f}",
+                         f"{pct(c.queued, 50) - floor:+.1f}", p50_99(c.warm, 1),
+                         f"{pct(c.warm_cpu, 50):.1f}", p50_99(c.publish_to_holding, 1),
+                         p50_99(c.round_trip), f"{pct(c.reply_cpu, 50):.1f}"])
     tp_rows = []
-    for r, ((e, ec), (d, dc), (a, ac)) in enumerate(runs, 1):
-        tp_rows.append([str(r), f"{e:.1f}", f"{d:.1f} ({d / e:.2f}x)", f"{a:.1f} ({a / e:.2f}x)",
-                        f"{ec * 1e3:.2f}", f"{dc * 1e3:.2f}", f"{ac * 1e3:.2f}"])
+    for r, ((e, ec), (d, dc)) in enumerate(runs, 1):
+        tp_rows.append([str(r), f"{e:.1f}", f"{d:.1f} ({d / e:.2f}x)", f"{ec * 1e3:.2f}",
+                        f"{dc * 1e3:.3f} ({dc / ec:.1%})"])
 
     def med(i: int, j: int) -> float:
         return statistics.median(run[i][j] for run in runs)
 
-    e, d, a = med(0, 0), med(1, 0), med(2, 0)
-    tp_rows.append(["median", f"{e:.1f}", f"{d:.1f} ({d / e:.2f}x)", f"{a:.1f} ({a / e:.2f}x)",
-                    f"{med(0, 1) * 1e3:.2f}", f"{med(1, 1) * 1e3:.2f}", f"{med(2, 1) * 1e3:.2f}"])
+    e, d, ec, dc = med(0, 0), med(1, 0), med(0, 1), med(1, 1)
+    tp_rows.append(["median", f"{e:.1f}", f"{d:.1f} ({d / e:.2f}x)", f"{ec * 1e3:.2f}",
+                    f"{dc * 1e3:.3f} ({dc / ec:.1%})"])
+    goals += [
+        (f"* C++ client, a ready batch within floor + {GOAL_CPP_OVER_FLOOR:.0f} µs p50 at every size"
+        f" (floor {floor:.1f} µs): {verdict(cpp_ok)}"
+        f" ({', '.join(f'{pct(c.queued, 50):.1f}' for _, c in rows)} µs);"),
+        (f"* C++ client warm within {GOAL_CPP_WARM:.0f} µs p50 at every size: {verdict(warm_ok)}"
+        f" ({', '.join(f'{pct(c.warm, 50):.1f}' for _, c in rows)} µs);"),
+        (f"* Python `next()` of a ready batch at most {GOAL_PY_OVER_EMBEDDED:.0f} µs p50 above the"
+        f" embedded one at every size: {verdict(py_ok)}"
+        f" ({', '.join(f'{pct(lat.daemon, 50) - pct(lat.embedded, 50):+.0f}' for lat, _ in rows)} µs);"),
+        (f"* one client through loaderxd ≥ {GOAL_THROUGHPUT_RATIO:.1f}x the embedded loader's batches/s"
+        f" on 37 MiB batches: {verdict(d / e >= GOAL_THROUGHPUT_RATIO)} ({d / e:.2f}x, median);"),
+        (f"* the training process's CPU per batch ≤ {GOAL_CPU_SHARE:.0%} of the embedded loader's:"
+        f" {verdict(dc / ec <= GOAL_CPU_SHARE)} ({dc / ec:.1%}, median)."),
+    ]
 
     def stage(name: str) -> str:
         return f"{pct(calib[name], 50):.2f}"
@@ -532,84 +485,67 @@ def main() -> int:
         "## loaderxd (bench/bench_daemon.py)",
         "",
         (f"One run on {machine_line()}; 1-minute load average {load_before:.1f} before the run"
-         f" and {load_after:.1f} after (other work shares these 2 cores: tails and the throughput"
-         " ratio move with it). Real data: Fashion-MNIST images and 3x224x224 uint8 photo crops"
-         " (raw Dense stores). Daemon batches were checked byte-identical to the embedded"
-         " loader's before timing, by both clients."),
+         f" and {load_after:.1f} after; {(time.monotonic() - t_start) / 60:.1f} minutes. Protocol"
+         " 1.2: the daemon pushes every ready batch while the client holds fewer than its credit"
+         f" (here {LEASES} leases, prefetch {PREFETCH}; loaderxd --threads {args.threads},"
+         f" --gather-nice {args.gather_nice}). Real data: Fashion-MNIST images and 3x224x224"
+         " uint8 photo crops (raw Dense stores). Daemon batches were checked byte-identical to"
+         " the embedded loader's before timing, by both clients."),
         "",
-        f"Hand-off latency in µs (p50 / p99), {args.samples} draws per cell, each of a batch",
-        f"the daemon's pipeline already had, after a {args.pause * 1e3:.0f} ms sleep (the same for every",
-        "size). *publish → holding*: from the daemon's publish stamp in the slot (CLOCK_MONOTONIC)",
-        "to the client holding the batch (Python: the read-only NumPy view; C++: `Loader::Next()`",
-        "returned a `Batch` and its `Dense(0)` view is built), the client blocked in `recvmsg`",
-        "while the daemon publishes (request/reply). *round trip*: from calling `next()` to",
-        "holding it. *request_ahead*: `next()` → holding when the `batch` message is already in",
-        "the socket because the previous `next()` asked for it (the call also sends the request",
-        "for the one after). *pushed*: the same, but the call sends nothing (the request went out",
-        "before the sleep): what a client pays once the daemon pushes ready batches. *embedded*:",
-        "the in-process pipeline's `next()` of a ready batch. *CPU*: that call's thread CPU time",
-        "(p50); wall time above it is waiting for a core. Draws whose batch was not ready after",
-        "the sleep (production, not hand-off) are redrawn for request_ahead, pushed and embedded.",
-        "*gather-nice*: the daemon's `--gather-nice` (its gather threads that many nice levels",
-        "below its io and session threads; daemon and client at nice 0).",
-        "Batches: ~1 KiB = 784 B, ~1 MiB = 1,053,696 B, 37 MiB = 38,535,168 B.",
+        "Issue 11's speed goals, from this run:",
         "",
-        markdown_table(["batch", "gather-nice", "publish→holding", "round trip", "request_ahead", "CPU",
-                        "pushed", "CPU", "embedded", "CPU", "C++ publish→holding",
-                        "C++ request_ahead"],
-                       lat_rows, "lrrrrrrrrrrr"),
+        *goals,
         "",
-        "The C++ client (`bench/handoff_bench.cc`, target `loaderx_handoff_bench`) in detail;",
-        "*warm*: request_ahead with a busy-wait instead of the sleep between draws (the core",
-        "and its caches stay the client's; at least twice the batch's production time);",
-        "*pushed warm*: the same for a pushed draw (nothing sent in the call): the cost of the",
-        "hand-off itself — receive, decode, checks, views:",
+        (f"**Floor** of this machine, no loaderx code ({args.samples} draws, {args.pause * 1e3:.0f} ms"
+         " sleep before each): a cold `recvmsg` of a 200-byte SEQPACKET frame already queued"
+         f" {p50_99(calib['queued_cold_recv'], 1)} µs (p50 / p99); a receiver blocked in `recvmsg`"
+         f" woken by another process {p50_99(calib['wake'], 1)} µs. Warm p50 of the stages of the"
+         f" C++ `Next()` (µs, 20,000 calls each): `RecvFrame` of a queued `batch` frame"
+         f" {stage('stage_recv')}, `DecodeMessage` {stage('stage_decode')}, `CheckSlot`"
+         f" {stage('stage_check_slot')}, `SendFrame` of a `release` {stage('stage_send')}."),
         "",
-        markdown_table(["batch", "gather-nice", "publish→holding", "round trip", "CPU",
-                        "request_ahead", "CPU", "pushed", "CPU", "warm", "CPU", "pushed warm",
-                        "CPU"],
-                       cpp_rows, "lrrrrrrrrrrrr"),
+        (f"**C++ client** (`bench/handoff_bench.cc`, target `loaderx_handoff_bench`), µs p50 / p99,"
+         f" {args.samples} draws per cell. *ready, cold*: `Loader::Next()` → holding the batch's"
+         " `Dense(0)` view, of a batch pushed while the client slept (same sleep as the floor);"
+         " *over floor*: its p50 minus the floor's. *ready, warm*: the same after a busy-wait"
+         " instead of the sleep (the core and its caches stay the client's). *credit*: the client"
+         " holds its whole credit (nothing is pushed), frees one batch and takes the next;"
+         " *publish → holding* from the later of the release and the slot's publish stamp,"
+         " *release → holding* from the release. *CPU*: the call's thread CPU time (p50); wall"
+         " time above it is waiting for a core."),
         "",
-        (f"Floor of this machine, no loaderx code ({args.samples} draws, same sleep): a forked"
-         " process sending a 200-byte SEQPACKET message wakes a receiver blocked in `recv` in"
-         f" {p50_99(calib['wake'], 1)} µs (p50 / p99); a cold `recv` of a frame already queued"
-         f" takes {p50_99(calib['queued_cold_recv'], 1)} µs. Warm p50 of the stages of the C++"
-         f" `Next()` (µs, 20,000 calls each): `SendFrame` of `next` {stage('stage_send')},"
-         f" `RecvFrame` of a queued `batch` frame {stage('stage_recv')}, `DecodeMessage`"
-         f" {stage('stage_decode')}, `CheckSlot` {stage('stage_check_slot')}."),
+        markdown_table(["batch", "ready, cold", "CPU", "over floor", "ready, warm", "CPU",
+                        "credit: publish→holding", "release→holding", "CPU"],
+                       cpp_rows, "lrrrrrrrr"),
         "",
-        "Warm caches, Python (1 KiB, request_ahead, 0.5 ms busy-wait instead of a sleep between draws):",
-        f"queued `next()` → holding p50 {hot[0]:.1f} µs wall, {hot[1]:.1f} µs thread CPU.",
+        (f"**Python client**, µs p50 / p99, {args.samples} draws per cell: `next()` → holding the"
+         " NumPy array, of a batch the daemon had pushed during the sleep (*daemon*: the default"
+         " copy-on-write view, one `mmap` per batch; *shared_view*: `DaemonOptions(shared_view=True)`,"
+         " the read-only ring mapping itself) against the embedded pipeline's `next()` of a batch it"
+         " had ready (*embedded*); *daemon − embedded*: the p50 difference the goal bounds. Batches:"
+         " ~1 KiB = 784 B, ~1 MiB = 1,053,696 B, 37 MiB = 38,535,168 B."),
+        "",
+        markdown_table(["batch", "daemon", "CPU", "shared_view", "CPU", "embedded", "CPU",
+                        "daemon − embedded"], py_rows, "lrrrrrrr"),
+        "",
+        (f"Warm caches, Python, 1 KiB (0.5 ms busy-wait instead of the sleep): daemon `next()` p50"
+         f" {pct(warm.daemon, 50):.1f} µs wall / {pct(warm.daemon_cpu, 50):.1f} µs CPU, embedded"
+         f" {pct(warm.embedded, 50):.1f} / {pct(warm.embedded_cpu, 50):.1f} µs."),
         "",
         "![loaderx hand-off latency](bench_daemon.png)",
         "",
-        (f"C++ client spin wait (`Loader::set_spin_wait`, poll before blocking), daemon"
-         f" --gather-nice {default_gnice}: request/reply publish → holding p50 / p99 and the"
-         f" call's CPU (µs), then 37 MiB throughput with request_ahead, {args.batches} batches,"
-         f" with the consumer idle and busy {args.work_ms:g} ms per batch (batches/s, the"
-         " client thread's CPU ms per batch):"),
+        (f"**Throughput**, 256 photo crops per batch (37 MiB), IID, {args.batches} batches per run,"
+         " embedded and daemon alternating; CPU = the training process's own CPU time per batch"
+         " (through the daemon, in parentheses, as a share of the embedded loader's):"),
         "",
-        markdown_table(["spin µs", "1 KiB p→h", "CPU", "37 MiB p→h", "CPU", "b/s idle", "CPU ms",
-                        f"b/s busy {args.work_ms:g} ms", "CPU ms"], spin_rows, "rrrrrrrrr"),
-        "",
-        (f"Gather priority and throughput (C++ client, 37 MiB, request_ahead, {args.batches}"
-         f" batches, consumer idle / busy {args.work_ms:g} ms per batch):"),
-        "",
-        markdown_table(["gather-nice", "b/s idle", "CPU ms", f"b/s busy {args.work_ms:g} ms", "CPU ms"],
-                       gnice_rows, "rrrrr"),
-        "",
-        f"Throughput, 256 photo crops per batch (37 MiB), IID, {args.batches} batches per run,",
-        f"embedded / daemon / daemon with `request_ahead` alternating (daemon --threads {args.threads},",
-        f"--gather-nice {default_gnice}); CPU = the training process's own CPU time per batch:",
-        "",
-        markdown_table(["round", "embedded b/s", "daemon b/s", "daemon + request_ahead b/s",
-                        "embedded CPU ms", "daemon CPU ms", "+ request_ahead CPU ms"],
-                       tp_rows, "lrrrrrr"),
+        markdown_table(["round", "embedded b/s", "daemon b/s", "embedded CPU ms", "daemon CPU ms"],
+                       tp_rows, "lrrrr"),
     ])
     if not args.no_doc:
-        plot(results, PLOT)
+        plot(rows, floor, PLOT)
         update_doc_section("daemon", body)
     print(body)
+    print(f"bench_daemon.py took {(time.monotonic() - t_start) / 60:.1f} min", flush=True)
     return 0
 
 
