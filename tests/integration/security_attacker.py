@@ -21,6 +21,7 @@ import os
 import socket
 import sys
 import traceback
+from collections.abc import Callable
 
 import loaderx.client  # noqa: F401 - imported before the uid drop
 import msgpack
@@ -62,7 +63,10 @@ def recv_frame(s: socket.socket) -> tuple[dict, list[int]]:
     """The next frame that is not a ``heartbeat`` (protocol 1.2 sends them
     while a request is outstanding), with its fds; {"t": "hangup"} at EOF."""
     while True:
-        data, fds, _, _ = socket.recv_fds(s, 1 << 18, 4)
+        try:
+            data, fds, _, _ = socket.recv_fds(s, 1 << 18, 4)
+        except ConnectionResetError:  # dropped with our frames unread
+            return {"t": "hangup"}, []
         if not data:
             return {"t": "hangup"}, fds
         msg = msgpack.unpackb(data)
@@ -87,11 +91,13 @@ def pushed_values(s: socket.socket, ring_fd: int, ring_bytes: int) -> object:
         return list(ring[start:start + values_bytes])
 
 
-def raw_open(sock: str, fds: list[int], data_files: int) -> dict:
+def raw_open(sock: str, fds: list[int], data_files: int,
+             then: Callable[[socket.socket], dict] | None = None) -> dict:
     """A hand-written protocol 1.2 client: hello, then one ``open`` (id
     OPEN_ID) of one dense stream announcing ``data_files`` shards and
     carrying exactly ``fds``. Returns the daemon's reply to the open (or
-    {"t": "hangup"}); an ``opened`` gains "pushed": what pushed_values read."""
+    {"t": "hangup"}); an ``opened`` gains "pushed": what pushed_values read,
+    and "then": what ``then(socket)`` returned afterwards."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     s.connect(sock)
     s.send(msgpack.packb({"t": "hello", "major": 1, "minor": 2, "client_version": "attacker"}))
@@ -106,11 +112,56 @@ def raw_open(sock: str, fds: list[int], data_files: int) -> dict:
     try:
         if reply["t"] == "opened" and len(got) == 1:
             reply["pushed"] = pushed_values(s, got[0], reply["ring_bytes"])
+            if then is not None:
+                reply["then"] = then(s)
     finally:
         for fd in got:
             os.close(fd)
         s.close()
     return reply
+
+
+def reply_to(s: socket.socket, request: dict) -> dict:
+    """Sends ``request`` and returns the next frame that is not pushed (a
+    batch or a pushed error) or a heartbeat: its reply, or {"t": "hangup"}
+    if the daemon dropped the connection first."""
+    try:
+        s.send(msgpack.packb(request))
+    except (BrokenPipeError, ConnectionResetError):  # already dropped
+        return {"t": "hangup"}
+    while True:
+        msg, fds = recv_frame(s)
+        for fd in fds:
+            os.close(fd)
+        if msg["t"] != "batch" and not (msg["t"] == "error" and "gen" in msg):
+            return msg
+
+
+def forged_consumed(*frames: dict) -> Callable[[socket.socket], dict]:
+    """Sends ``frames`` (forged ``consumed`` positions), then ``stats``:
+    returns its reply, or the hang-up of a daemon that dropped us."""
+    def run(s: socket.socket) -> dict:
+        try:
+            for f in frames:
+                s.send(msgpack.packb(f))
+        except (BrokenPipeError, ConnectionResetError):  # dropped at an earlier frame
+            return {"t": "hangup"}
+        return reply_to(s, {"t": "stats", "id": OPEN_ID + 1})
+    return run
+
+
+def stale_consumed_flood(s: socket.socket) -> dict:
+    """An accepted seek starts generation 1; then 1000 ``consumed`` of
+    generation 0 (each ignored by the daemon), then ``stats``."""
+    ok = reply_to(s, {"t": "seek", "id": OPEN_ID + 1, "step": 0})
+    if ok["t"] != "ok":
+        return ok
+    try:
+        for _ in range(1000):
+            s.send(msgpack.packb({"t": "consumed", "gen": 0, "step": 1}))
+    except (BrokenPipeError, ConnectionResetError):  # dropped: not ignored
+        return {"seek": ok, "stats": {"t": "hangup"}}
+    return {"seek": ok, "stats": reply_to(s, {"t": "stats", "id": OPEN_ID + 2})}
 
 
 def attack(kind: str, sock: str, owner: str, work: str) -> object:
@@ -140,6 +191,23 @@ def attack(kind: str, sock: str, owner: str, work: str) -> object:
         return raw_open(sock, [meta, index, *own], len(shards))
     if kind == "raw-fewer-shards":  # announces and passes one shard of several
         return raw_open(sock, [meta, index, own[0]], 1)
+    # Forged consumed positions on a loader of its own: only step 0 was
+    # pushed (credit 1, the batch is never released).
+    if kind == "raw-consumed-beyond-pushed":
+        return raw_open(sock, [meta, index, *own], len(shards),
+                        forged_consumed({"t": "consumed", "gen": 0, "step": 1000}))
+    if kind == "raw-consumed-backwards":
+        return raw_open(sock, [meta, index, *own], len(shards),
+                        forged_consumed({"t": "consumed", "gen": 0, "step": 1},
+                                        {"t": "consumed", "gen": 0, "step": 0}))
+    if kind == "raw-consumed-future-gen":
+        return raw_open(sock, [meta, index, *own], len(shards),
+                        forged_consumed({"t": "consumed", "gen": 2**64 - 1, "step": 1}))
+    if kind == "raw-consumed-extra-key":
+        return raw_open(sock, [meta, index, *own], len(shards),
+                        forged_consumed({"t": "consumed", "gen": 0, "step": 1, "slot": 0}))
+    if kind == "raw-consumed-stale-flood":
+        return raw_open(sock, [meta, index, *own], len(shards), stale_consumed_flood)
     raise SystemExit(f"unknown attack {kind}")
 
 

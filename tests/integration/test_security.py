@@ -10,7 +10,9 @@ same name, links to the owner's data, the owner's path itself, and a
 hand-written protocol 1.2 client passing fewer fds, ``O_PATH`` handles, or
 other files of the right size (it reads the batch the daemon pushes into
 the ring it was given). Every attack gets an error or its own
-zeros, never one byte of the owner's records. docs/daemon.md, "Security".
+zeros, never one byte of the owner's records. Forged protocol 1.2
+``consumed`` positions drop only the forger's connection.
+docs/daemon.md, "Security".
 """
 
 from __future__ import annotations
@@ -165,3 +167,41 @@ def test_raw_client_passing_fewer_shards_than_the_metadata_lists_is_refused(worl
         reply = world.attack("raw-fewer-shards", owner)["served"]
         assert reply["t"] == "error" and reply["id"] == OPEN_ID, reply
         assert "1 data files, metadata says 3" in reply["message"], reply
+
+
+@pytest.mark.parametrize("kind", ["raw-consumed-beyond-pushed", "raw-consumed-backwards",
+                                  "raw-consumed-future-gen", "raw-consumed-extra-key"])
+def test_forged_consumed_positions_drop_only_that_connection(world: World, kind: str) -> None:
+    # Protocol 1.2's `consumed {gen, step}` moves group positions, so a
+    # position the daemon never pushed, one going backwards, a generation it
+    # never started or an unknown key is a protocol error: that connection is
+    # dropped (its stats request goes unanswered) and counted; the owner's
+    # loader goes on with its next batch.
+    owner = world.owner_store("s", 2)
+    loader, ds, _ = owner_batch(world, owner)
+    with loader, ds:
+        errors = world.daemon.stats()["protocol_errors"]
+        out = world.attack(kind, owner)
+        assert "served" in out, out
+        reply = out["served"]
+        assert reply["t"] == "opened" and reply["pushed"] == [0] * (BATCH * 16), reply
+        assert reply["then"] == {"t": "hangup"}, reply
+        assert world.daemon.stats()["protocol_errors"] == errors + 1
+        np.testing.assert_array_equal(np.array(next(loader)["x"]), world.records[BATCH:2 * BATCH])
+
+
+def test_consumed_of_an_older_generation_is_ignored(world: World) -> None:
+    # After an accepted seek (generation 1), 1000 `consumed` frames of
+    # generation 0 (sent before the seek, as far as the daemon can tell) are
+    # no-ops: the connection stays and its next request is answered.
+    owner = world.owner_store("s", 2)
+    loader, ds, _ = owner_batch(world, owner)
+    with loader, ds:
+        errors = world.daemon.stats()["protocol_errors"]
+        reply = world.attack("raw-consumed-stale-flood", owner)["served"]
+        assert reply["t"] == "opened", reply
+        assert reply["then"]["seek"] == {"t": "ok", "id": OPEN_ID + 1, "step": 0, "gen": 1}, reply
+        assert reply["then"]["stats"]["t"] == "stats_reply", reply
+        assert reply["then"]["stats"]["id"] == OPEN_ID + 2, reply
+        assert world.daemon.stats()["protocol_errors"] == errors
+        np.testing.assert_array_equal(np.array(next(loader)["x"]), world.records[BATCH:2 * BATCH])
