@@ -355,7 +355,7 @@ def plot(rows: list[Row], floor: float, path: Path) -> None:
         ax.bar(xs, p50, width * 0.9, color=color, label=label)
         ax.scatter(xs, p99, color=color, marker="_", s=160, linewidths=2)
     ax.axhline(floor, color="k", lw=0.8, ls=":")
-    ax.text(x[-1] + 0.45, floor * 1.05, f"floor: cold recvmsg {floor:.0f} µs", ha="right", va="bottom",
+    ax.text(x[-1] + 0.45, floor * 0.97, f"floor: cold recvmsg {floor:.0f} µs", ha="right", va="top",
             fontsize=7)
     ax.axhline(GOAL_CPP_WARM, color="k", lw=0.8, ls="--")
     ax.text(x[0] - 0.45, GOAL_CPP_WARM * 1.05, f"warm goal {GOAL_CPP_WARM:.0f} µs", ha="left",
