@@ -4,25 +4,39 @@ A hypothesis ``RuleBasedStateMachine`` drives a real ``loaderxd`` process (a
 fresh one per example, so that a leak one example causes cannot fail the next
 one, which hypothesis must be able to replay) through the Python
 ``DataLoader(..., daemon=DaemonOptions(...))`` API: solo loaders and members
-of named groups (broadcast, and shard with world size 2 and 3), with
-``request_ahead`` on or off, small ``leases`` and ``prefetch``, a small
-``--max-skew``; rules take batches, hold some (whole, or only one view of
-them) and drop others, ``seek`` / ``load_state_dict`` (also to steps a group
-no longer holds), let a ``next`` time out while a member waits at the skew
-limit, close loaders while they hold batches, and open new members late.
+of named groups (broadcast, and shard with world size 2 and 3), small
+``leases`` and ``prefetch``, a small ``--max-skew``; rules take batches, hold
+some (whole, or only one view of them) and drop others, ``seek`` /
+``load_state_dict`` (also to steps a group no longer holds), let a ``next``
+time out while a member waits at the skew limit, close loaders while they
+hold batches, and open new members late.
 
 The model is a re-implementation of the group rules of docs/daemon.md
-("Groups": cursors, held steps, skew, join and seek rules) plus the expected
-batch of every step (the sampler's indices over the records the stores were
-written from, i.e. what the embedded DataLoader returns). After EVERY rule:
+("Groups": consumed positions, held steps, skew, join and seek rules) and of
+protocol 1.2's push (docs/protocol.md "Pushed batches"): the daemon pushes a
+member the batch of its consumed position, unasked, when nothing it pushed is
+untaken (the push window of one), its client holds fewer leases than its
+credit, and the step is within ``--max-skew`` of the slowest consumed
+position of the other members. That settled push state is a function of the
+operations (not of their timing), so the model computes it after every rule
+(``settle``), plus the expected batch of every step (the sampler's indices
+over the records the stores were written from, i.e. what the embedded
+DataLoader returns). After EVERY rule:
 
 * every batch a loader returned equals the expected batch of its step, and
   every batch (or view) still held equals it too: a slot the daemon rewrote
   while a client viewed it fails here, at the first rule after it happened;
-* the daemon's ``stats`` agree with the model (bounded wait): batches served
-  and gathered, leases held (``slots_held``, incl. batches held past
-  ``close()`` and replies requested ahead), sessions, loaders, groups and
-  group members;
+* the daemon's ``stats`` equal the model's exactly, once they settle (a
+  bounded poll, then read again: a value the daemon only passes through
+  fails): batches served (consumed) and gathered, leases held
+  (``slots_held``: batches taken and still held, also past ``close()``, plus
+  the one pushed ahead), releases (none stale), sessions, loaders, groups
+  and group members. ``consumed`` and ``release`` frames are ordered with
+  their own connection's later requests, not with the stats connection's,
+  so only the settled values are compared; and since a rule's outcome (a
+  join, a refused seek) depends on other members' consumed positions, the
+  next rule runs only after the stats (which count every consumed item)
+  settled;
 * at teardown, after every loader is closed and every batch freed,
   ``slots_held``, ``ring_bytes``, ``loaders``, ``groups`` return to zero.
 
@@ -31,18 +45,19 @@ Every call that may block runs in a helper thread and must finish within
 which unblocks it) instead of hanging CI.
 
 Blocking, modelled rather than avoided: one test thread drives every member,
-so a ``next`` the daemon would make wait (a member ``--max-skew`` steps ahead
-of its group's slowest, including shard ranks that left or never joined) is
-only issued by the ``next_waits_at_skew`` rule, with a short timeout that
-must expire; its request stays owed and the model delivers it (as the daemon
-does, asynchronously) once the slowest catches up. Requests sent ahead
-(``request_ahead``) are modelled the same way. Rules whose effect would
-depend on timing are not issued: a group member takes a batch only while the
-distinct batches leased from its ring (plus requests outstanding) stay
-within the ring's lease budget, the condition under which group.h proves the
-ring never runs out (hoarding beyond it may legitimately wait or fail), and a
-member with a request outstanding that cannot be delivered yet is only
-closed, never sought. Solo loaders are unrestricted.
+so a ``next`` the daemon would make wait (nothing pushed: a member
+``--max-skew`` steps ahead of its group's slowest, including shard ranks that
+left or never joined) is only issued by the ``next_waits_at_skew`` rule, with
+a short timeout that must expire; nothing is owed afterwards (1.2 has no
+request), and the model pushes that member's batch, as the daemon does, once
+the slowest catches up. A ``next`` is otherwise issued only when the model
+says the batch is pushed (it returns at once) or the loader is at its lease
+cap (refused at once). Rules whose effect would depend on timing are not
+issued: a group member takes a batch only while the distinct batches its
+group's clients took and still hold stay within the ring's lease budget,
+the condition under which group.h proves the ring never runs out (the
+batches pushed ahead are among the steps the group holds; hoarding beyond
+the budget may legitimately wait or fail). Solo loaders are unrestricted.
 
 ``LOADERX_MODEL_EXAMPLES`` (default 30) and ``LOADERX_MODEL_STEPS`` (default
 40) scale the run; ``LOADERX_MODEL_RANDOM=1`` draws new examples (default:
@@ -188,13 +203,22 @@ class GroupModel:
         low = self.slowest()
         self.held = {s for s in self.held if s >= low}
 
-    def blocked(self, lid: int) -> bool:
-        """A `next` of this member would wait for the slowest (skew)."""
-        c = self.cursor(lid)
-        return c not in self.held and c > self.slowest() + self.skew
+    def slowest_others(self, lid: int) -> int | None:
+        """The slowest consumed position of the OTHER members (shard: other ranks)."""
+        if self.mode == "shard":
+            mine = self.members[lid]
+            others = [c for r, c in enumerate(self.rank_cursor) if r != mine]
+        else:
+            others = [c for m, c in self.cursors.items() if m != lid]
+        return min(others) if others else None
 
-    def take(self, lid: int) -> tuple[int, int]:
-        """Group::Next: fetches until the cursor's step is held, delivers it."""
+    def blocked(self, lid: int) -> bool:
+        """The push of this member's next step waits for the slowest (skew)."""
+        others = self.slowest_others(lid)
+        return others is not None and self.cursor(lid) > others + self.skew
+
+    def push(self, lid: int) -> tuple[int, int]:
+        """Group::Next: fetches until the consumed position's step is held, pushes it."""
         assert not self.blocked(lid)
         c = self.cursor(lid)
         while c not in self.held:
@@ -202,9 +226,12 @@ class GroupModel:
             self.held.add(target)
             self.produced = target + 1
             self.gathered += 1
-        self.set_cursor(lid, c + 1)
-        self.trim()
         return self.epoch, c
+
+    def consume(self, lid: int) -> None:
+        """The client's `consumed`: the caller took the step it was pushed."""
+        self.set_cursor(lid, self.cursor(lid) + 1)
+        self.trim()
 
     def join(self, lid: int, rank: int, join: str, start: int) -> int:
         if self.mode == "broadcast" and self.name and start != 0:
@@ -254,11 +281,9 @@ class LoaderModel:
     group: GroupModel
     spec: Spec
     cap: int
-    ahead: bool
     named: bool
     step: int  # the DataLoader's step (the next batch it returns)
-    owed: bool = False  # a `next` sent, not answered yet (ahead, or timed out)
-    pending: tuple[int, int] | None = None  # answered, not collected: (epoch, step)
+    pending: tuple[int, int] | None = None  # pushed, not taken: (epoch, step)
     closed: bool = False
     session: bool = True  # the daemon session is alive
 
@@ -266,7 +291,7 @@ class LoaderModel:
     def label(self) -> str:
         g = self.group
         kind = f"{g.mode} '{g.name}' rank {self.group.members.get(self.uid, '-')}" if self.named else "solo"
-        return f"loader {self.uid} ({kind}, ahead={self.ahead}, cap={self.cap})"
+        return f"loader {self.uid} ({kind}, cap={self.cap})"
 
 
 @dataclass
@@ -311,6 +336,7 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
             self.groups: dict[str, GroupModel] = {}  # live named groups by name
             self.held: list[Held] = []
             self.served = 0
+            self.releases = 0
             self.gathered_closed = 0  # of groups no longer in self.groups
             number = next(counter)
             self.prefix = f"m{number}-"
@@ -344,39 +370,42 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
                 seen[lm.group.uid] = lm.group
             return list(seen.values())
 
-        def leased(self, group: GroupModel) -> set[tuple[int, int, int]]:
-            """Distinct batches of `group`'s ring leased by clients right now."""
-            out = {h.ident for h in self.held if h.loader.group is group and h.loader.session}
-            for lm in self.all:
-                if lm.group is group and lm.session and lm.pending is not None:
-                    out.add((group.uid, *lm.pending))
-            return out
+        def taken(self, group: GroupModel) -> set[tuple[int, int, int]]:
+            """Distinct batches of `group`'s ring its clients took and still hold."""
+            return {h.ident for h in self.held if h.loader.group is group and h.loader.session}
 
-        def outstanding(self, group: GroupModel) -> int:
-            return sum(1 for lm in self.all if lm.group is group and not lm.closed and lm.owed)
+        def within_budget(self, lm: LoaderModel) -> bool:
+            """Group rings: taking the pushed batch keeps the taken ones in the budget.
 
-        def within_budget(self, lm: LoaderModel, extra: int) -> bool:
-            """Group rings: leased batches + requests outstanding stay in the budget."""
-            if not lm.named:
+            group.h's ring sizing: the held steps (every pushed-unread batch
+            among them) fit max_skew + 1 slots; batches the group dropped
+            that clients still lease must stay within its `leases`.
+            """
+            if not lm.named or lm.pending is None:
                 return True
             g = lm.group
-            return len(self.leased(g)) + self.outstanding(g) + extra <= g.leases
+            return len(self.taken(g) | {(g.uid, *lm.pending)}) <= g.leases
 
         def client_held(self, lm: LoaderModel) -> int:
             return sum(1 for h in self.held if h.loader is lm)
 
-        def deliver_owed(self) -> None:
-            """What the daemon does on its own: answers owed `next`s it can."""
+        def settle(self) -> None:
+            """What the daemon does on its own: pushes every member it may.
+
+            A member is pushed the step of its consumed position when nothing
+            it was pushed is untaken (the window of one), its client is under
+            its credit and the skew rule allows it. Order independent: a push
+            moves no consumed position, and the group fetches from
+            max(produced, slowest) whichever member asks first.
+            """
             changed = True
             while changed:
                 changed = False
                 for lm in self.all:
-                    if lm.closed or not lm.owed or lm.group.blocked(lm.uid):
+                    if (lm.closed or lm.pending is not None or self.client_held(lm) >= lm.cap
+                            or lm.group.blocked(lm.uid)):
                         continue
-                    epoch, step = lm.group.take(lm.uid)
-                    lm.owed = False
-                    lm.pending = (epoch, step)
-                    self.served += 1
+                    lm.pending = lm.group.push(lm.uid)
                     changed = True
 
         def end_session_if_done(self, lm: LoaderModel) -> None:
@@ -387,7 +416,9 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
         def drop(self, h: Held) -> None:
             self.held.remove(h)
             h.arrays.clear()
+            self.releases += 1  # sent before a closed loader's client hangs up, too
             self.end_session_if_done(h.loader)
+            self.settle()  # credit came back
 
         def expect_stats(self) -> None:
             live_named = [g for g in self.groups.values() if g.members]
@@ -397,29 +428,35 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
                 + sum(g.gathered for g in self.all_groups() if g.uid not in self.closed_groups),
                 "slots_held": sum(self.client_held(lm) + (lm.pending is not None)
                                   for lm in self.all if lm.session),
+                "releases": self.releases,
+                "stale_releases": 0,
                 "sessions": 1 + sum(1 for lm in self.all if lm.session),
                 "loaders": len(self.open_loaders()),
                 "group_members": sum(1 for lm in self.open_loaders() if lm.named),
                 "groups": len(live_named),
             }
             got: dict[str, int] = {}
-            for _ in range(250):  # releases and answers are asynchronous: <= 5 s
+            for _ in range(250):  # pushes, consumed, releases are asynchronous: <= 5 s
                 s = self.daemon.stats()
                 got = {k: s[k] for k in want}
                 if got == want:
-                    return
+                    threading.Event().wait(0.02)  # settled, not passing through
+                    s = self.daemon.stats()
+                    got = {k: s[k] for k in want}
+                    if got == want:
+                        return
                 threading.Event().wait(0.02)
-            extra = {k: s[k] for k in ("releases", "stale_releases", "protocol_errors")}
+            extra = {k: s[k] for k in ("protocol_errors", "refused")}
             raise AssertionError(f"daemon stats {got} != model {want} ({extra})")
 
         # -- opening ---------------------------------------------------------
 
         def open(self, group: GroupModel | None, *, name: str, gmode: str, spec: Spec,
-                 rank: int, join: str, start: int, leases: int, prefetch: int,
-                 ahead: bool) -> LoaderModel | None:
+                 rank: int, join: str, start: int, leases: int,
+                 prefetch: int) -> LoaderModel | None:
             uid = next(self.loader_uids)
             options = DaemonOptions(
-                self.daemon.socket, leases=leases, request_ahead=ahead,
+                self.daemon.socket, leases=leases,
                 group=self.prefix + name if name else None, group_mode=gmode,
                 join=None if join == "default" else join,
             )
@@ -448,35 +485,34 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
             cap = min(leases, group.leases)
             lm = LoaderModel(uid=uid, dl=dl, group=group, spec=Spec(
                 spec.batch_size, spec.mode, spec.seed, rank, spec.world_size),
-                cap=cap, ahead=ahead, named=bool(name), step=first)
+                cap=cap, named=bool(name), step=first)
             self.all.append(lm)
             if name:
                 self.groups[name] = group
             assert dl.step == first, f"{lm.label} starts at {dl.step}, model {first}"
             assert dl._source.lease_cap == cap
-            self.deliver_owed()  # a member joining ahead may unblock others
+            self.settle()  # its first push; a member joining ahead may unblock others
             return lm
 
         @precondition(lambda self: len(self.open_loaders()) < MAX_OPEN)
         @rule(mode=st.sampled_from(MODES), batch=st.sampled_from([3, 4]),
               seed=st.integers(0, 3), start=st.integers(0, 30), leases=st.integers(1, 3),
-              prefetch=st.integers(1, 2), ahead=st.booleans())
+              prefetch=st.integers(1, 2))
         @traced
         def open_solo(self, mode: Any, batch: int, seed: int, start: int, leases: int,
-                      prefetch: int, ahead: bool) -> None:
+                      prefetch: int) -> None:
             self.open(None, name="", gmode="broadcast", spec=Spec(batch, mode, seed),
-                           rank=0, join="default", start=start, leases=leases,
-                           prefetch=prefetch, ahead=ahead)
+                      rank=0, join="default", start=start, leases=leases, prefetch=prefetch)
 
         @precondition(lambda self: len(self.open_loaders()) < MAX_OPEN)
         @rule(name=st.sampled_from(GROUPS),
               mode=st.sampled_from(MODES), seed=st.integers(0, 3), start=st.integers(0, 12),
               rank=st.integers(0, max(WORLDS.values()) - 1),
               join=st.sampled_from(["default", "current", "start_step"]),
-              leases=st.integers(1, 3), prefetch=st.integers(1, 2), ahead=st.booleans())
+              leases=st.integers(1, 3), prefetch=st.integers(1, 2))
         @traced
         def open_member(self, name: str, mode: Any, seed: int, start: int, rank: int, join: str,
-                        leases: int, prefetch: int, ahead: bool) -> None:
+                        leases: int, prefetch: int) -> None:
             gmode = "shard" if name in WORLDS else "broadcast"
             world = WORLDS.get(name, 1)
             rank %= world
@@ -499,7 +535,7 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
             if gmode == "broadcast":
                 rank = 0
             self.open(group, name=name, gmode=gmode, spec=spec, rank=rank, join=join,
-                      start=start, leases=leases, prefetch=prefetch, ahead=ahead)
+                      start=start, leases=leases, prefetch=prefetch)
 
         @precondition(lambda self: any(g.members for g in self.groups.values()))
         @rule(name=st.sampled_from(GROUPS))
@@ -520,17 +556,8 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
         # -- taking batches --------------------------------------------------
 
         def can_take(self, lm: LoaderModel) -> bool:
-            """next() returns at once (never waits, never refused)."""
-            if lm.closed or self.client_held(lm) >= lm.cap:
-                return False
-            g = lm.group
-            if lm.pending is not None:
-                return self.within_budget(lm, int(lm.ahead))
-            if lm.owed or g.blocked(lm.uid):
-                return False  # would wait: next_waits_at_skew covers it
-            new_lease = 0 if any(h.ident == (g.uid, g.epoch, g.cursor(lm.uid))
-                                 for h in self.held if h.loader.session) else 1
-            return self.within_budget(lm, new_lease + int(lm.ahead))
+            """next() returns at once: the daemon pushed the batch (never waits)."""
+            return not lm.closed and lm.pending is not None and self.within_budget(lm)
 
         def pick(self, data: st.DataObject, ok: Callable[[LoaderModel], bool]) -> LoaderModel:
             eligible = [lm for lm in self.all if ok(lm)]
@@ -557,12 +584,11 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
         def take_one(self, lm: LoaderModel, keep: str) -> None:
             g = lm.group
             batch = self.call(f"next() of {lm.label}", next, lm.dl)
-            if lm.pending is not None:
-                epoch, step = lm.pending
-                lm.pending = None
-            else:
-                epoch, step = g.take(lm.uid)
-                self.served += 1
+            assert lm.pending is not None
+            epoch, step = lm.pending
+            lm.pending = None
+            g.consume(lm.uid)
+            self.served += 1
             assert step == lm.step, f"{lm.label}: model step {step} != loader step {lm.step}"
             lm.step = step + 1
             assert lm.dl.step == lm.step
@@ -572,8 +598,6 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
             check_arrays(arrays, want, f"{lm.label} step {step}")
             for a in arrays:
                 assert a.flags.writeable  # a private copy-on-write view (sources.py)
-            if lm.ahead and self.client_held(lm) + 1 < lm.cap:
-                lm.owed = True  # the client asked for step + 1 already
             ident = (g.uid, epoch, step)
             if keep == "all":
                 self.held.append(Held(lm, ident, step, arrays, list(want)))
@@ -581,11 +605,14 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
                 self.held.append(Held(lm, ident, step, [arrays[0][1:]], [want[0][1:]]))
             elif keep == "record":
                 self.held.append(Held(lm, ident, step, [arrays[-1]], [want[-1]]))
+            else:
+                self.releases += 1  # freed below
             del arrays
-            self.deliver_owed()
+            self.settle()
 
         def at_cap(self, lm: LoaderModel) -> bool:
-            return not lm.closed and self.client_held(lm) >= lm.cap
+            # Nothing pushed (the credit is taken) and the whole credit held.
+            return not lm.closed and lm.pending is None and self.client_held(lm) >= lm.cap
 
         @precondition(lambda self: any(self.at_cap(lm) for lm in self.all))
         @rule(data=st.data())
@@ -597,10 +624,9 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
             assert lm.dl.step == lm.step
 
         def waits(self, lm: LoaderModel) -> bool:
-            """next() would wait for the group's slowest member."""
-            return not (lm.closed or lm.owed or lm.pending is not None
-                        or not lm.group.blocked(lm.uid) or self.client_held(lm) >= lm.cap
-                        or not self.within_budget(lm, 1))
+            """next() would wait: nothing pushed, the push waits for the group's slowest."""
+            return not (lm.closed or lm.pending is not None or not lm.group.blocked(lm.uid)
+                        or self.client_held(lm) >= lm.cap)
 
         @precondition(lambda self: any(self.waits(lm) for lm in self.all))
         @rule(data=st.data())
@@ -609,7 +635,7 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
             lm = self.pick(data, self.waits)
             got = self.call(f"next_raw(0.1) of {lm.label}", lm.dl._source.next_raw, 0.1)
             assert got is None, f"{lm.label} got step {got[0]} past the skew limit"
-            lm.owed = True
+            assert lm.dl.step == lm.step
 
         @precondition(lambda self: self.held)
         @rule(data=st.data())
@@ -630,8 +656,7 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
         # -- position --------------------------------------------------------
 
         def can_seek(self, lm: LoaderModel) -> bool:
-            # An owed `next` is collected first: only once it can be answered.
-            return not lm.closed and not (lm.owed and lm.group.blocked(lm.uid))
+            return not lm.closed
 
         @precondition(lambda self: any(self.can_seek(lm) for lm in self.all))
         @rule(data=st.data(), step=st.integers(0, 40), via_state=st.booleans())
@@ -650,16 +675,18 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
             if refused:
                 with pytest.raises(IndexError, match=f"oldest step it still holds is {g.oldest()}"):
                     self.call(f"seek({step}) of {lm.label}", action)
-                # A refused seek changes nothing: the loader stays where it was.
+                # A refused seek changes nothing: the loader stays where it was
+                # and the batch pushed before it is still the next one.
                 assert lm.dl.step == lm.step
                 return
             self.call(f"seek({step}) of {lm.label}", action)
-            lm.pending = None  # a batch requested ahead is released unseen
-            lm.owed = False
+            if lm.pending is not None:  # pushed in the old generation: released unread
+                lm.pending = None
+                self.releases += 1
             g.seek(lm.uid, step)
             lm.step = step
             assert lm.dl.step == step
-            self.deliver_owed()
+            self.settle()
 
         # -- closing ---------------------------------------------------------
 
@@ -670,7 +697,9 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
             lm = self.pick(data, lambda lm: not lm.closed)
             self.call(f"close() of {lm.label}", lm.dl.close)
             lm.closed = True
-            lm.owed = False  # cancelled by `close` or the hang-up
+            # Its pushed-unread batch: forgotten by the client, its lease
+            # dropped by the daemon (`close` or the hang-up); no release.
+            lm.pending = None
             g = lm.group
             last = g.leave(lm.uid)
             if last:
@@ -680,7 +709,7 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
                 if lm.named and self.groups.get(g.name) is g:
                     del self.groups[g.name]
             self.end_session_if_done(lm)
-            self.deliver_owed()
+            self.settle()
 
         # -- invariants ------------------------------------------------------
 
@@ -746,28 +775,58 @@ def test_daemon_model(daemon_factory, stores) -> None:
     run_model(daemon_factory, stores)
 
 
+SETTLED = ("batches_served", "batches_gathered", "releases", "stale_releases", "slots_held")
+
+
+def settled(daemon: Any, **want: int) -> None:
+    """The daemon's counters reach `want` within 5 s and stay there (not passing through)."""
+    got: dict[str, int] = {}
+    for _ in range(250):
+        s = daemon.stats()
+        got = {k: s[k] for k in want}
+        if got == want:
+            threading.Event().wait(0.06)
+            s = daemon.stats()
+            got = {k: s[k] for k in want}
+            if got == want:
+                return
+        threading.Event().wait(0.02)
+    raise AssertionError(f"daemon stats {got} != {want}")
+
+
 @pytest.mark.daemon
-def test_refused_seek_with_a_batch_requested_ahead_skips_nothing(daemon, stores) -> None:
-    # The model's first find, at the DataLoader level: the batch requested
-    # ahead was answered when the group refused the seek; it used to be
-    # dropped, so next() returned the following step's batch.
+def test_refused_seek_with_a_batch_pushed_ahead_skips_nothing(daemon, stores) -> None:
+    # The model's first find (protocol 1.1: a batch requested ahead and
+    # answered when the group refused the seek was dropped, so next()
+    # returned the following step's batch), in its 1.2 form: the batch the
+    # daemon pushed ahead before a refused seek is the one next() returns.
     streams = stores["streams"]
     spec = Spec(4, Sampler.Mode.Cyclic, 1)
-    ahead = DaemonOptions(daemon.socket, request_ahead=True, group="sweep", group_mode="broadcast")
-    plain = DaemonOptions(daemon.socket, group="sweep", group_mode="broadcast")
-    with DataLoader(streams, batch_size=4, mode=spec.mode, seed=1, daemon=ahead) as a:
-        a.seek(6)  # alone: the group restarts at 6
-        with DataLoader(streams, batch_size=4, mode=spec.mode, seed=1, daemon=plain) as b:
-            assert b.step == 6
-            next(a)  # 6; the request for 7 goes out and is answered
-            assert daemon.wait_stat("slots_held", 1)["slots_held"] == 1
+    options = DaemonOptions(daemon.socket, group="sweep", group_mode="broadcast")
+    with DataLoader(streams, batch_size=4, mode=spec.mode, seed=1, daemon=options) as a:
+        # Alone, a is pushed step 0; its seek restarts the group at 6 and
+        # releases step 0 unread (an older generation); 6 is pushed.
+        a.seek(6)
+        settled(daemon, batches_served=0, batches_gathered=2, releases=1, stale_releases=0,
+                slots_held=1)
+        with DataLoader(streams, batch_size=4, mode=spec.mode, seed=1, daemon=options) as b:
+            assert b.step == 6  # join="current": the oldest held step
+            check_arrays(flatten(next(a)), expected_batch(stores, spec, 6), "a's step 6")
+            # a took 6 and freed it; the window pushes a step 7 (within the
+            # skew of b at 6); b's push of 6 is the held batch, not a gather.
+            settled(daemon, batches_served=1, batches_gathered=3, releases=2, stale_releases=0,
+                    slots_held=2)
             with pytest.raises(IndexError, match="oldest step it still holds is 6"):
                 a.load_state_dict(dict(a.state_dict(), step=2))
             assert a.step == 7
-            got = flatten(next(a))
-            check_arrays(got, expected_batch(stores, spec, 7), "step 7 after the refused seek")
+            check_arrays(flatten(next(a)), expected_batch(stores, spec, 7),
+                         "step 7 after the refused seek")
             assert a.step == 8
             check_arrays(flatten(next(b)), expected_batch(stores, spec, 6), "the other member")
+            # Nothing was released unread by the refused seek: 4 releases are
+            # the 4 batches taken and freed (+ step 0's), a is pushed 8, b 7.
+            settled(daemon, batches_served=3, batches_gathered=4, releases=4, stale_releases=0,
+                    slots_held=2)
 
 
 def expected_batch(data: dict, spec: Spec, step: int) -> list[np.ndarray]:
