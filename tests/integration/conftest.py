@@ -82,6 +82,28 @@ class Daemon:
                 return s
             time.sleep(0.02)
 
+    def settled(self, timeout: float = 5.0, **want: int) -> dict[str, int]:
+        """Asserts the counters in `want` settle at exactly those values.
+
+        Pushes, `consumed` and `release` frames are applied asynchronously
+        (and in order only with their own connection's requests), so this
+        polls for at most `timeout` until every counter equals its value,
+        then reads them again 60 ms later: a value the daemon only passes
+        through on its way elsewhere fails. Returns the last stats.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            s = self.stats()
+            if all(s[k] == v for k, v in want.items()):
+                time.sleep(0.06)
+                s = self.stats()
+                if all(s[k] == v for k, v in want.items()):
+                    return s
+            if time.monotonic() > deadline:
+                got = {k: s[k] for k in want}
+                raise AssertionError(f"daemon stats {got} did not settle at {want}")
+            time.sleep(0.02)
+
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(sig)

@@ -61,8 +61,9 @@ def test_arrays_are_writable_private_zero_copy_views_owning_the_lease(daemon, st
         # One lease object owns every view of the batch.
         assert image.base is tokens[0].base is batch["label"].base
         assert np.shares_memory(image, image[3])
-        # The batch and 15 more pushed unread: the default credit of 16.
-        assert daemon.wait_stat("slots_held", 16)["slots_held"] == 16
+        # The batch and the one pushed ahead of it (the push window of one;
+        # the credit of 16 is what it may hold, not what is pushed).
+        daemon.settled(slots_held=2, batches_served=1, releases=0)
         del batch, image
         time.sleep(0.05)
         assert daemon.stats()["releases"] == 0  # tokens still views the slot
@@ -193,15 +194,13 @@ def test_sigkilled_client_has_its_slots_reclaimed_and_others_go_on(daemon, store
     with DataLoader(stores["streams"], batch_size=4, daemon=daemon.socket) as other:
         mine = next(other)
         proc = spawn_holder(daemon, stores)
-        # Each holds its whole credit of 16 (what it took and what was
-        # pushed unread).
-        before = daemon.wait_stat("slots_held", 32)
-        assert before["loaders"] == 2 and before["slots_held"] == 32
+        # Each holds what it took plus the one batch pushed ahead: 1 + 1 here,
+        # 3 + 1 in the holder.
+        before = daemon.settled(loaders=2, slots_held=6, batches_served=4)
         proc.kill()
         proc.wait()
         assert daemon.wait_stat("loaders", 1)["loaders"] == 1
-        after = daemon.wait_stat("slots_held", 16)  # leases go after the loader
-        assert after["slots_held"] == 16
+        after = daemon.settled(slots_held=2)  # leases go after the loader
         assert after["ring_bytes"] < before["ring_bytes"]
         np.testing.assert_array_equal(mine["label"], mine["label"])  # still mapped
         assert next(other)["image"].shape == (4, 3, 8, 8)
@@ -237,9 +236,9 @@ def test_forked_child_cannot_use_or_corrupt_the_session(daemon, stores) -> None:
                 os._exit(code)
         _, status = os.waitpid(pid, 0)
         assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
-        assert daemon.stats()["stale_releases"] == 0
-        assert daemon.stats()["releases"] == 0
-        assert daemon.wait_stat("slots_held", 16)["slots_held"] == 16  # the credit
+        # The child released nothing: the parent's batch and the one
+        # pushed ahead are still leased.
+        daemon.settled(stale_releases=0, releases=0, slots_held=2, batches_served=1)
         np.testing.assert_array_equal(first["image"], copy)
         assert loader.step == 1
         with DataLoader(stores["streams"], batch_size=4, start_step=1) as local:
@@ -334,14 +333,16 @@ def test_protocol_major_mismatch_is_refused_naming_both_versions(daemon) -> None
 
 def test_ten_thousand_malformed_frames_leave_the_daemon_serving(daemon, stores) -> None:
     rng = np.random.default_rng(5)
+    open_without_fds = msgpack.packb(
+        {"t": "open", "streams": [{"label": "x", "has_shapes": False, "has_dict": False,
+                                   "data_files": 1}],
+         "batch_size": 1, "mode": 1, "seed": 0, "rank": 0, "world_size": 1, "start_step": 0,
+         "prefetch": 1, "leases": 1, "ring_bytes": 0, "id": 1})
     valid = [
         msgpack.packb({"t": "seek", "id": 1, "step": 1}),
         msgpack.packb({"t": "consumed", "gen": 0, "step": 1}),
         msgpack.packb({"t": "release", "slot": 0, "seq": 1}),
-        msgpack.packb({"t": "open", "streams": [{"label": "x", "has_shapes": False,
-                                                 "has_dict": False, "data_files": 1}],
-                       "batch_size": 1, "mode": 1, "seed": 0, "rank": 0, "world_size": 1,
-                       "start_step": 0, "prefetch": 1, "leases": 1, "ring_bytes": 0, "id": 1}),
+        open_without_fds,
     ]
     devnull = os.open(os.devnull, os.O_RDONLY)
     with DataLoader(stores["streams"], batch_size=4, daemon=daemon.socket) as good, \
@@ -362,7 +363,7 @@ def test_ten_thousand_malformed_frames_leave_the_daemon_serving(daemon, stores) 
             elif kind == 3:  # huge length claims
                 frame = bytes([0xdd, 0xff, 0xff, 0xff, 0xff]) + b"\x00" * 8
             elif kind == 4:  # open announcing fds it does not carry
-                frame = valid[2]
+                frame = open_without_fds
             else:
                 frame = msgpack.packb({"t": "stats", "id": sent + 1})
             try:
@@ -575,9 +576,9 @@ def test_ctrl_c_in_a_seek_then_next_returns_the_sought_step(daemon, stores) -> N
     with DataLoader(s, batch_size=4, seed=2, daemon=opts) as loader, \
             DataLoader(s, batch_size=4, seed=2, start_step=7) as local:
         first = next(loader)
-        # Steps 1 and 2 are pushed unread (the credit of 3): the seek must
-        # release them, not return them.
-        assert daemon.wait_stat("slots_held", 3)["slots_held"] == 3
+        # Step 1 is pushed unread (the push window): the seek must release
+        # it, not return it.
+        daemon.settled(slots_held=2, batches_served=1, releases=0)
         del first
         daemon.proc.send_signal(signal.SIGSTOP)  # the seek's reply is late
         timer = threading.Timer(0.2, _thread.interrupt_main)
@@ -590,6 +591,8 @@ def test_ctrl_c_in_a_seek_then_next_returns_the_sought_step(daemon, stores) -> N
         assert_same_batch(next(loader), next(local))
         assert loader.step == 8
         assert_same_batch(next(loader), next(local))
+        # first freed, step 1 released unread, steps 7 and 8 freed; 9 pushed.
+        daemon.settled(slots_held=1, batches_served=3, releases=4, stale_releases=0)
 
 
 def test_daemon_options_set_the_lease_cap_and_ring_size(daemon, stores) -> None:
