@@ -111,6 +111,7 @@ def wire_seeds() -> dict[str, bytes]:
         "ok": {"t": "ok", "id": 4, "step": 7, "gen": 1},
         "release": {"t": "release", "slot": 1, "seq": 3},
         "consumed": {"t": "consumed", "gen": 1, "step": 8},
+        "consumed_waiting": {"t": "consumed", "gen": 1, "step": 8, "waiting": True},
         "stats": {"t": "stats", "id": 5},
         "stats_detail": {"t": "stats", "id": 6, "detail": True},
         "stats_reply": {"t": "stats_reply", "id": 5, "counters": {"sessions": 1, "slots_held": 2}},
