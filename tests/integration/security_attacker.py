@@ -206,6 +206,13 @@ def attack(kind: str, sock: str, owner: str, work: str) -> object:
     if kind == "raw-consumed-extra-key":
         return raw_open(sock, [meta, index, *own], len(shards),
                         forged_consumed({"t": "consumed", "gen": 0, "step": 1, "slot": 0}))
+    if kind == "raw-consumed-waiting-not-bool":
+        return raw_open(sock, [meta, index, *own], len(shards),
+                        forged_consumed({"t": "consumed", "gen": 0, "step": 0, "waiting": 1}))
+    if kind == "raw-consumed-waiting":  # valid: true, then an explicit false
+        return raw_open(sock, [meta, index, *own], len(shards),
+                        forged_consumed({"t": "consumed", "gen": 0, "step": 0, "waiting": True},
+                                        {"t": "consumed", "gen": 0, "step": 0, "waiting": False}))
     if kind == "raw-consumed-stale-flood":
         return raw_open(sock, [meta, index, *own], len(shards), stale_consumed_flood)
     raise SystemExit(f"unknown attack {kind}")

@@ -170,13 +170,15 @@ def test_raw_client_passing_fewer_shards_than_the_metadata_lists_is_refused(worl
 
 
 @pytest.mark.parametrize("kind", ["raw-consumed-beyond-pushed", "raw-consumed-backwards",
-                                  "raw-consumed-future-gen", "raw-consumed-extra-key"])
+                                  "raw-consumed-future-gen", "raw-consumed-extra-key",
+                                  "raw-consumed-waiting-not-bool"])
 def test_forged_consumed_positions_drop_only_that_connection(world: World, kind: str) -> None:
     # Protocol 1.2's `consumed {gen, step}` moves group positions, so a
     # position the daemon never pushed, one going backwards, a generation it
-    # never started or an unknown key is a protocol error: that connection is
-    # dropped (its stats request goes unanswered) and counted; the owner's
-    # loader goes on with its next batch.
+    # never started, an unknown key or a `waiting` flag that is not a
+    # boolean is a protocol error: that connection is dropped (its stats
+    # request goes unanswered) and counted; the owner's loader goes on with
+    # its next batch.
     owner = world.owner_store("s", 2)
     loader, ds, _ = owner_batch(world, owner)
     with loader, ds:
@@ -187,6 +189,21 @@ def test_forged_consumed_positions_drop_only_that_connection(world: World, kind:
         assert reply["t"] == "opened" and reply["pushed"] == [0] * (BATCH * 16), reply
         assert reply["then"] == {"t": "hangup"}, reply
         assert world.daemon.stats()["protocol_errors"] == errors + 1
+        np.testing.assert_array_equal(np.array(next(loader)["x"]), world.records[BATCH:2 * BATCH])
+
+
+def test_consumed_with_the_waiting_flag_true_or_false_is_accepted(world: World) -> None:
+    # `waiting: true` at the attacker's own position (0: step 0 was pushed,
+    # not taken), then an explicit `waiting: false`: both valid, nothing
+    # moves, the connection stays and its stats request is answered.
+    owner = world.owner_store("s", 2)
+    loader, ds, _ = owner_batch(world, owner)
+    with loader, ds:
+        errors = world.daemon.stats()["protocol_errors"]
+        reply = world.attack("raw-consumed-waiting", owner)["served"]
+        assert reply["t"] == "opened" and reply["pushed"] == [0] * (BATCH * 16), reply
+        assert reply["then"]["t"] == "stats_reply" and reply["then"]["id"] == OPEN_ID + 1, reply
+        assert world.daemon.stats()["protocol_errors"] == errors
         np.testing.assert_array_equal(np.array(next(loader)["x"]), world.records[BATCH:2 * BATCH])
 
 
