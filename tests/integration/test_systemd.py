@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, loaderxd_binary
+from conftest import loaderxd_binary
 
 # Execs loaderxd with `fd` as its fd 3 (SD_LISTEN_FDS_START) and LISTEN_PID
 # set to its own pid, as systemd does.
