@@ -9,9 +9,10 @@ Real data only: the 3x224x224 uint8 photo crops of ``bench/prepare_vision.py``
 * 37 MiB  — 256 photo crops (36.75 MiB).
 
 It measures what issue 11's speed goals name, one run, the machine's floor
-beside. Protocol 1.2 pushes every ready batch while the client holds fewer
-than its credit (the lease cap), so a batch the daemon has ready is already
-in the client's socket when the caller asks. Clocks are CLOCK_MONOTONIC
+beside. Protocol 1.2 pushes the next ready batch one ahead of what the
+caller took (the push window of one) while the client holds fewer than its
+credit (the lease cap), so a batch the daemon has ready is already in the
+client's socket when the caller asks. Clocks are CLOCK_MONOTONIC
 (system-wide, so the daemon's publish stamp in the slot and ours compare):
 
 * **Floor** (``loaderx_handoff_bench --calibrate``, no loaderx code): a cold
@@ -200,7 +201,7 @@ def ready_draws(src: Any, samples: int, wait: Any, out: PyLatency, wall: list[fl
         _, values = src.next(None)
         arr = values[0]  # holding the array: the hand-off is complete
         t1, c1 = time.monotonic_ns(), time.thread_time_ns()
-        del values, arr  # its release returns the credit: the daemon pushes the next
+        del values, arr  # the take (its consumed) moved the window: the next is pushed
         if src.last_publish_ns >= t0:
             out.skipped += 1
             continue
@@ -486,7 +487,8 @@ def main() -> int:
         "",
         (f"One run on {machine_line()}; 1-minute load average {load_before:.1f} before the run"
          f" and {load_after:.1f} after; {(time.monotonic() - t_start) / 60:.1f} minutes. Protocol"
-         " 1.2: the daemon pushes every ready batch while the client holds fewer than its credit"
+         " 1.2: the daemon pushes the next ready batch one ahead of what the caller took (the"
+         " push window) while the client holds fewer than its credit"
          f" (here {LEASES} leases, prefetch {PREFETCH}; loaderxd --threads {args.threads},"
          f" --gather-nice {args.gather_nice}). Real data: Fashion-MNIST images and 3x224x224"
          " uint8 photo crops (raw Dense stores). Daemon batches were checked byte-identical to"
