@@ -804,8 +804,12 @@ def test_refused_seek_with_a_batch_pushed_ahead_skips_nothing(daemon, stores) ->
     spec = Spec(4, Sampler.Mode.Cyclic, 1)
     options = DaemonOptions(daemon.socket, group="sweep", group_mode="broadcast")
     with DataLoader(streams, batch_size=4, mode=spec.mode, seed=1, daemon=options) as a:
-        # Alone, a is pushed step 0; its seek restarts the group at 6 and
-        # releases step 0 unread (an older generation); 6 is pushed.
+        # Alone, a is pushed step 0 (waited for: a request arriving while the
+        # push still waits for the pipeline is answered first, and then 0 is
+        # never pushed); its seek restarts the group at 6 and releases step 0
+        # unread (an older generation); 6 is pushed.
+        settled(daemon, batches_served=0, batches_gathered=1, releases=0, stale_releases=0,
+                slots_held=1)
         a.seek(6)
         settled(daemon, batches_served=0, batches_gathered=2, releases=1, stale_releases=0,
                 slots_held=1)
