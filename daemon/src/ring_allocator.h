@@ -1,5 +1,5 @@
 // RingAllocator: the BatchAllocator that makes a Pipeline gather straight
-// into a session's shared-memory ring (common/include/loaderx/ring.h).
+// into a session's shared-memory ring (common/internal/loaderx/ring.h).
 //
 // One per open loader. Create() makes the memfd, maps it read-write, writes
 // the header and applies the seals, so the fd handed to the client can only

@@ -1,4 +1,4 @@
-// Tests of ThreadPool (common/include/loaderx/thread_pool.h): every index runs
+// Tests of ThreadPool (common/internal/loaderx/thread_pool.h): every index runs
 // exactly once, on the workers and the caller only, nested use cannot
 // deadlock, and the destructor drains the queue.
 #include "loaderx/thread_pool.h"

@@ -28,6 +28,7 @@
 #include <variant>
 #include <vector>
 
+#include "loaderx/group.h"
 #include "loaderx/status.h"
 
 namespace loaderx {
@@ -51,23 +52,7 @@ inline constexpr uint32_t kMaxWireStreams = 64;
 inline constexpr uint32_t kMaxWireDims = 32;
 inline constexpr uint32_t kMaxWireString = 4096;
 inline constexpr uint32_t kMaxWireDataFiles = 255;
-// Longest group name (bytes).
-inline constexpr uint32_t kMaxGroupName = 256;
-
-// Protocol 1.1. How members of a loaderxd group share its batches
-// (docs/daemon.md, "Groups"). On the wire: "shard" | "broadcast".
-enum class GroupMode : uint32_t {
-  kShard = 0,      // members are ranks; each receives its slice of a global batch
-  kBroadcast = 1,  // every member receives the same full batches
-};
-// Where a joining member starts. On the wire: absent | "start_step" | "current".
-enum class GroupJoin : uint32_t {
-  kDefault = 0,    // shard: kStartStep, broadcast: kCurrent
-  kStartStep = 1,  // at the member's own start_step
-  kCurrent = 2,    // at the group's current (oldest held) step
-};
-const char* GroupModeName(GroupMode mode);
-const char* GroupJoinName(GroupJoin join);
+// Groups (GroupMode, GroupJoin, kMaxGroupName): loaderx/group.h.
 
 // client -> daemon, first message on every connection.
 struct HelloMsg {
