@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <memory>
 #include <utility>
 
 #include "connection.h"
@@ -10,6 +12,9 @@
 
 namespace loaderx {
 namespace client {
+
+static_assert(kMinLivenessTimeout == std::chrono::milliseconds{4 * kHeartbeatIntervalMs},
+              "client.h spells the protocol's heartbeat interval as a literal");
 
 namespace {
 
@@ -112,16 +117,38 @@ ArrayView Batch::Record(size_t j, uint64_t k) const {
   return v;
 }
 
+struct Loader::Impl {
+  std::shared_ptr<Connection> conn;  // socket, ring mapping, protocol state and its lock
+  std::shared_ptr<const std::vector<StreamInfo>> streams;
+  uint64_t n = 0;
+  uint32_t lease_cap = 0;
+  uint64_t ring_bytes = 0;
+  bool shared_view = false;
+  uint64_t last_publish_ns = 0;
+  // The step the next batch will have. Relaxed: read by step() from any
+  // thread for display; Next/Seek are serialised by the caller.
+  std::atomic<uint64_t> step{0};
+};
+
+Loader::Loader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
 Loader::~Loader() { Close(); }
 
 void Loader::Close() {
-  if (!conn_) return;
-  conn_->CloseLoader();  // releases the pushed batches not taken first
+  if (!impl_->conn) return;
+  impl_->conn->CloseLoader();  // releases the pushed batches not taken first
 }
 
-uint32_t Loader::leases_held() const { return conn_->leases_held.load(std::memory_order_seq_cst); }
+uint32_t Loader::leases_held() const {
+  return impl_->conn->leases_held.load(std::memory_order_seq_cst);
+}
 
-uint64_t Loader::step() const { return step_.load(std::memory_order_relaxed); }
+uint64_t Loader::step() const { return impl_->step.load(std::memory_order_relaxed); }
+uint64_t Loader::last_publish_ns() const { return impl_->last_publish_ns; }
+const std::vector<StreamInfo>& Loader::streams() const { return *impl_->streams; }
+uint64_t Loader::size() const { return impl_->n; }
+uint32_t Loader::lease_cap() const { return impl_->lease_cap; }
+uint64_t Loader::ring_bytes() const { return impl_->ring_bytes; }
 
 Result<Batch> Loader::Next(const WaitHook& hook) {
   Result<std::optional<Batch>> r = NextImpl(std::nullopt, hook);
@@ -137,56 +164,61 @@ Result<std::optional<Batch>> Loader::NextFor(std::chrono::milliseconds timeout,
 
 Result<std::optional<Batch>> Loader::NextImpl(
     std::optional<std::chrono::steady_clock::time_point> deadline, const WaitHook& hook) {
-  LX_RETURN_IF_ERROR(conn_->CheckProcess());
-  if (conn_->closed()) return Status::Cancelled("loader closed");
+  LX_RETURN_IF_ERROR(impl_->conn->CheckProcess());
+  if (impl_->conn->closed()) return Status::Cancelled("loader closed");
   // An interrupted seek first: until its answer is in, nobody knows whether
   // the batches queued meanwhile are still wanted.
-  if (conn_->seek_in_flight()) {
+  if (impl_->conn->seek_in_flight()) {
     LX_ASSIGN_OR_RETURN(bool settled, SettleSeek(hook, deadline));
     if (!settled) return std::optional<Batch>();  // our deadline: the seek stays in flight
   }
   std::optional<Pushed> item;
-  while (!(item = conn_->TakeReady())) {
+  while (!(item = impl_->conn->TakeReady())) {
     // Nothing queued: the daemon pushes only while this process holds fewer
     // than its credit, so at the cap nothing can come.
     const uint32_t held = leases_held();
-    if (held >= lease_cap_) {
+    if (held >= impl_->lease_cap) {
       return Status::ResourceExhausted(
           "holding " + std::to_string(held) + " daemon batches (lease cap " +
-          std::to_string(lease_cap_) +
+          std::to_string(impl_->lease_cap) +
           "): drop references to earlier batches (and arrays viewing them) before drawing more");
     }
     // Before the caller waits, what the socket already holds is read: only
     // if that is nothing does it wait, and the daemon is told so (its group
     // timeout counts only waits in next(), docs/protocol.md).
-    const bool announce = !conn_->wait_announced();
-    LX_ASSIGN_OR_RETURN(bool read, announce ? conn_->PumpQueued() : conn_->Pump(hook, deadline));
+    const bool announce = !impl_->conn->wait_announced();
+    LX_ASSIGN_OR_RETURN(bool read,
+                        announce ? impl_->conn->PumpQueued() : impl_->conn->Pump(hook, deadline));
     // Closed meanwhile (another thread): CloseLoader may not have seen a
     // lease filed just now, so the queue is dropped here (the socket may be
     // hanging up and the slot must not be used).
-    if (conn_->closed()) {
-      conn_->CloseLoader();
+    if (impl_->conn->closed()) {
+      impl_->conn->CloseLoader();
       return Status::Cancelled("loader closed");
     }
     if (announce) {
-      if (!read) conn_->AnnounceWait(step_.load(std::memory_order_relaxed));
+      if (!read) impl_->conn->AnnounceWait(impl_->step.load(std::memory_order_relaxed));
       continue;
     }
     if (!read) return std::optional<Batch>();  // deadline; whatever comes stays queued
   }
-  step_.store(item->step_after, std::memory_order_relaxed);
+  impl_->step.store(item->step_after, std::memory_order_relaxed);
   if (!item->error.ok()) return item->error;  // the step's gather failed (still advanced)
   BatchMsg& m = *item->batch;
   uint64_t publish_ns = 0;
-  LX_RETURN_IF_ERROR(CheckSlot(conn_->ring_base(), conn_->geometry(), m.slot, m.seq, m.step,
-                               m.offset, m.total_bytes, &publish_ns));
-  LX_RETURN_IF_ERROR(ValidateBatch(m, *streams_, conn_->ring_base() + m.offset));
+  LX_RETURN_IF_ERROR(CheckSlot(impl_->conn->ring_base(), impl_->conn->geometry(), m.slot, m.seq,
+                               m.step, m.offset, m.total_bytes, &publish_ns));
+  LX_RETURN_IF_ERROR(ValidateBatch(m, *impl_->streams, impl_->conn->ring_base() + m.offset));
   Batch b;
   b.step_ = m.step;
   b.batch_size_ = m.batch_size;
   b.publish_ns_ = publish_ns;
-  b.layout_ = std::move(m.streams);
-  b.streams_ = streams_;
+  b.layout_.reserve(m.streams.size());
+  for (const StreamLayoutMsg& l : m.streams) {  // kind checked by ValidateBatch
+    b.layout_.push_back(StreamLayout{static_cast<Kind>(l.kind), l.values_offset, l.values_bytes,
+                                     l.shapes_offset, l.offsets_offset});
+  }
+  b.streams_ = impl_->streams;
   b.lease_ = std::move(item->lease);
   return std::optional<Batch>(std::move(b));
 }
@@ -194,41 +226,42 @@ Result<std::optional<Batch>> Loader::NextImpl(
 Result<std::optional<BatchView>> Loader::NextUntil(Clock::time_point deadline) {
   LX_ASSIGN_OR_RETURN(std::optional<Batch> b, NextImpl(deadline, nullptr));
   if (!b) return std::optional<BatchView>();
-  last_publish_ns_ = b->publish_ns();
+  impl_->last_publish_ns = b->publish_ns();
   const std::shared_ptr<Lease>& lease = b->lease();
   BatchView v;
   v.step = b->step();
   v.batch_size = b->batch_size();
-  v.writable = !shared_view_;
-  if (!shared_view_) {
+  v.writable = !impl_->shared_view;
+  if (!impl_->shared_view) {
     // A private copy-on-write mapping of the pages holding the slot's batch:
     // the slot is leased (the daemon writes none of it) until ~Lease, which
     // unmaps first. mmap offsets are page aligned; the pages' other bytes
     // (neighbouring slots) are never viewed through it.
     const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-    const uint64_t offset = static_cast<uint64_t>(lease->base() - conn_->ring_base());
+    const uint64_t offset = static_cast<uint64_t>(lease->base() - impl_->conn->ring_base());
     const uint64_t first = offset / page * page;
     uint64_t total = 0;
     for (size_t j = 0; j < b->num_streams(); ++j) {
-      const StreamLayoutMsg& l = b->layout_[j];
-      total = std::max({total, l.values_offset + l.values_bytes,
-                        l.kind == static_cast<uint32_t>(Kind::kRagged)
-                            ? std::max(l.shapes_offset + b->batch_size() * (*streams_)[j].ndim * 8,
-                                       l.offsets_offset + (b->batch_size() + 1) * 8)
-                            : 0});
+      const StreamLayout& l = b->layout_[j];
+      total = std::max(
+          {total, l.values_offset + l.values_bytes,
+           l.kind == Kind::kRagged
+               ? std::max(l.shapes_offset + b->batch_size() * (*impl_->streams)[j].ndim * 8,
+                          l.offsets_offset + (b->batch_size() + 1) * 8)
+               : 0});
     }
     const uint64_t length = std::max<uint64_t>(offset + total - first, 1);
-    LX_ASSIGN_OR_RETURN(MappedRegion copy, MappedRegion::MapPrivate(conn_->ring_fd(), length,
+    LX_ASSIGN_OR_RETURN(MappedRegion copy, MappedRegion::MapPrivate(impl_->conn->ring_fd(), length,
                                                                     static_cast<off_t>(first)));
     uint8_t* base = copy.mutable_data() + (offset - first);
     lease->AdoptPrivateCopy(std::move(copy), base);
   }
-  uint8_t* base = shared_view_ ? const_cast<uint8_t*>(lease->base()) : lease->mutable_base();
+  uint8_t* base = impl_->shared_view ? const_cast<uint8_t*>(lease->base()) : lease->mutable_base();
   for (size_t j = 0; j < b->num_streams(); ++j) {
-    const StreamLayoutMsg& l = b->layout_[j];
+    const StreamLayout& l = b->layout_[j];
     StreamView sv;
     sv.values = base + l.values_offset;
-    if (l.kind == static_cast<uint32_t>(Kind::kRagged)) {
+    if (l.kind == Kind::kRagged) {
       sv.offsets = reinterpret_cast<const uint64_t*>(base + l.offsets_offset);
       sv.shapes = reinterpret_cast<const uint64_t*>(base + l.shapes_offset);
     }
@@ -239,9 +272,9 @@ Result<std::optional<BatchView>> Loader::NextUntil(Clock::time_point deadline) {
 }
 
 Result<bool> Loader::SeekUntil(uint64_t step, Clock::time_point deadline) {
-  LX_RETURN_IF_ERROR(conn_->CheckProcess());
-  if (conn_->closed()) return Status::Cancelled("loader closed");
-  if (const std::optional<uint64_t> in_flight = conn_->seek_in_flight()) {
+  LX_RETURN_IF_ERROR(impl_->conn->CheckProcess());
+  if (impl_->conn->closed()) return Status::Cancelled("loader closed");
+  if (const std::optional<uint64_t> in_flight = impl_->conn->seek_in_flight()) {
     // The same step: this call's request is already out. Another: that
     // seek is answered first (its outcome only tells where we stand).
     Status outcome;
@@ -252,7 +285,7 @@ Result<bool> Loader::SeekUntil(uint64_t step, Clock::time_point deadline) {
       return true;
     }
   }
-  LX_RETURN_IF_ERROR(conn_->StartSeek(step));
+  LX_RETURN_IF_ERROR(impl_->conn->StartSeek(step));
   Status outcome;
   LX_ASSIGN_OR_RETURN(bool settled, SettleSeek(nullptr, deadline, &outcome));
   if (!settled) return false;  // called again with `step`, it waits, not resends
@@ -263,23 +296,23 @@ Result<bool> Loader::SeekUntil(uint64_t step, Clock::time_point deadline) {
 Result<bool> Loader::SettleSeek(const WaitHook& hook,
                                 std::optional<std::chrono::steady_clock::time_point> deadline,
                                 Status* outcome) {
-  const std::optional<uint64_t> target = conn_->seek_in_flight();
+  const std::optional<uint64_t> target = impl_->conn->seek_in_flight();
   if (!target) return true;
-  LX_ASSIGN_OR_RETURN(std::optional<Status> answer, conn_->AwaitSeek(hook, deadline));
+  LX_ASSIGN_OR_RETURN(std::optional<Status> answer, impl_->conn->AwaitSeek(hook, deadline));
   if (!answer) return false;
-  if (answer->ok()) step_.store(*target, std::memory_order_relaxed);
+  if (answer->ok()) impl_->step.store(*target, std::memory_order_relaxed);
   if (outcome) *outcome = std::move(*answer);
   return true;
 }
 
 Status Loader::Seek(uint64_t step, const WaitHook& hook) {
-  LX_RETURN_IF_ERROR(conn_->CheckProcess());
-  if (conn_->closed()) return Status::Cancelled("loader closed");
+  LX_RETURN_IF_ERROR(impl_->conn->CheckProcess());
+  if (impl_->conn->closed()) return Status::Cancelled("loader closed");
   // An interrupted seek first. Then this one; interrupted (Ctrl-C) after it
   // went out, the daemon performs it anyway and the next call learns its
   // outcome before anything else.
   LX_RETURN_IF_ERROR(SettleSeek(hook, std::nullopt).status());
-  LX_RETURN_IF_ERROR(conn_->StartSeek(step));
+  LX_RETURN_IF_ERROR(impl_->conn->StartSeek(step));
   Status outcome;
   LX_RETURN_IF_ERROR(SettleSeek(hook, std::nullopt, &outcome).status());
   return outcome;  // refused: nothing moved
@@ -297,12 +330,12 @@ Result<std::unique_ptr<Client>> Client::Connect(const std::string& path) {
   LX_ASSIGN_OR_RETURN(std::shared_ptr<Connection> conn, Connection::Open(path));
   std::unique_ptr<Client> c(new Client());
   c->path_ = path;
-  c->hello_ = conn->hello();
+  const HelloOkMsg& h = conn->hello();
+  c->hello_ = client::DaemonInfo{h.major,       h.minor,   h.daemon_version,
+                                 h.incarnation, h.session, h.heartbeat_ms};
   c->conn_ = std::move(conn);
   return c;
 }
-
-const HelloOkMsg& Client::hello() const { return hello_; }
 
 Result<std::vector<std::pair<std::string, uint64_t>>> Client::Stats(const client::WaitHook& hook) {
   if (conn_ == nullptr) {
@@ -315,7 +348,7 @@ Result<std::vector<std::pair<std::string, uint64_t>>> Client::Stats(const client
   return s->counters;
 }
 
-Result<StatsReplyMsg> Client::Report(const client::WaitHook& hook) {
+Result<client::DaemonReport> Client::Report(const client::WaitHook& hook) {
   if (conn_ == nullptr) {
     LX_ASSIGN_OR_RETURN(conn_, Connection::Open(path_));
   }
@@ -325,7 +358,7 @@ Result<StatsReplyMsg> Client::Report(const client::WaitHook& hook) {
   if (auto* err = std::get_if<ErrorMsg>(&r.msg)) return err->ToStatus();
   auto* s = std::get_if<StatsReplyMsg>(&r.msg);
   if (s == nullptr) return Status::Protocol("expected stats_reply");
-  return std::move(*s);
+  return client::DaemonReport{std::move(s->counters), std::move(s->status)};
 }
 
 Result<std::unique_ptr<client::Loader>> Client::OpenLoader(const client::LoaderSpec& spec) {
@@ -453,18 +486,20 @@ Result<std::unique_ptr<client::Loader>> Client::OpenLoader(const client::LoaderS
     s.size = m.size;
     streams->push_back(std::move(s));
   }
-  std::unique_ptr<client::Loader> loader(new client::Loader());
-  loader->shared_view_ = spec.shared_view;
-  loader->conn_ = std::move(conn);
-  loader->streams_ = std::move(streams);
-  loader->n_ = opened->n;
-  loader->lease_cap_ = opened->leases;
-  loader->ring_bytes_ = opened->ring_bytes;
+  auto impl = std::make_unique<client::Loader::Impl>();
+  impl->shared_view = spec.shared_view;
+  impl->conn = std::move(conn);
+  impl->streams = std::move(streams);
+  impl->n = opened->n;
+  impl->lease_cap = opened->leases;
+  impl->ring_bytes = opened->ring_bytes;
+  // A group member may start elsewhere than start_step (join="current").
+  impl->step.store(opened->step.value_or(spec.start_step), std::memory_order_relaxed);
+  // Owned by the loader from here on, so an error below closes it.
+  std::unique_ptr<client::Loader> loader(new client::Loader(std::move(impl)));
   if (!spec.group.empty() && !opened->step) {
     return Status::Protocol("'opened' for a group member must name its first step");
   }
-  // A group member may start elsewhere than start_step (join="current").
-  loader->step_.store(opened->step.value_or(spec.start_step), std::memory_order_relaxed);
   return loader;
 }
 

@@ -15,7 +15,7 @@
 #include <cmath>
 
 #include "bindings.h"
-#include "loaderx/wire.h"
+#include "loaderx/group.h"
 #include "py_source.h"
 
 #ifdef LOADERX_HAVE_CLIENT
@@ -118,11 +118,11 @@ py::dict DaemonStats(const std::string& path) {
 
 // (counters, status JSON); the JSON is "" from a daemon older than 1.2.
 py::tuple DaemonStatus(const std::string& path) {
-  Result<StatsReplyMsg> r = WithoutGil([&] {
+  Result<client::DaemonReport> r = WithoutGil([&] {
     Result<std::unique_ptr<Client>> c = Client::Connect(path);
-    return c.ok() ? (*c)->Report() : Result<StatsReplyMsg>(c.status());
+    return c.ok() ? (*c)->Report() : Result<client::DaemonReport>(c.status());
   });
-  StatsReplyMsg reply = Unwrap(std::move(r));
+  client::DaemonReport reply = Unwrap(std::move(r));
   py::dict d;
   for (const auto& [k, v] : reply.counters) d[py::str(k)] = v;
   return py::make_tuple(d, py::str(reply.status));
@@ -166,7 +166,7 @@ or read-only views of the ring itself with shared_view=True.)doc")
 #else
   m.attr("HAVE_DAEMON_CLIENT") = false;
 #endif
-  // The protocol's group-name limit (wire.h), so Python checks the same bound.
+  // The protocol's group-name limit (loaderx/group.h), so Python checks the same bound.
   m.attr("MAX_GROUP_NAME") = kMaxGroupName;
 }
 

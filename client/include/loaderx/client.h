@@ -30,11 +30,16 @@
 // Thread-safety: one thread at a time may call Next/Seek; Close() may be
 // called from any thread, also while Next() blocks (which then returns
 // Cancelled). Batches and Leases may be destroyed on any thread.
+//
+// This header and what it includes are the whole installed API of the
+// client (docs/cpp-client.md): no wire-protocol, ring or socket type
+// appears here. The socket, the ring mapping, the lock and everything the
+// protocol keeps per connection live in client::Connection, which this
+// header only names (client/src/connection.h).
 #pragma once
 
 #include <sys/types.h>
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -45,10 +50,11 @@
 
 #include "loaderx/batch_source.h"
 #include "loaderx/fd.h"
+#include "loaderx/group.h"
+#include "loaderx/loader.h"
 #include "loaderx/sampler.h"
 #include "loaderx/status.h"
 #include "loaderx/store.h"
-#include "loaderx/wire.h"
 
 namespace loaderx {
 
@@ -66,7 +72,9 @@ static_assert(kPollInterval * 4 <= kDeadPeerDetection,
 // per loader, at least kMinLivenessTimeout: several heartbeats must fit, so
 // a daemon that is merely busy is never mistaken for a dead one.
 inline constexpr std::chrono::milliseconds kDefaultLivenessTimeout{10000};
-inline constexpr std::chrono::milliseconds kMinLivenessTimeout{4 * kHeartbeatIntervalMs};
+// Four of the daemon's heartbeat intervals (protocol 1.2: 250 ms; client.cc
+// static_asserts the relation against the protocol's constant).
+inline constexpr std::chrono::milliseconds kMinLivenessTimeout{1000};
 static_assert(kMinLivenessTimeout <= kDefaultLivenessTimeout);
 static_assert(kPollInterval * 4 <= kMinLivenessTimeout,
               "the wait must look at the clock several times within the timeout");
@@ -80,6 +88,23 @@ class Connection;  // private (client/src)
 using WaitHook = std::function<Status()>;
 
 using StreamInfo = ::loaderx::StreamInfo;  // label: the store path as passed
+
+// Who answered Connect (the hello exchange).
+struct DaemonInfo {
+  uint32_t major = 0;  // protocol version the daemon speaks
+  uint32_t minor = 0;
+  std::string daemon_version;
+  uint64_t incarnation = 0;   // random per daemon start
+  uint64_t session = 0;       // this connection's id in the daemon's logs and stats
+  uint32_t heartbeat_ms = 0;  // 0: the daemon sends no heartbeats
+};
+
+// What Client::Report returns: the daemon's counters and its status
+// document (JSON, docs/daemon.md "Status").
+struct DaemonReport {
+  std::vector<std::pair<std::string, uint64_t>> counters;
+  std::string status;
+};
 
 struct LoaderSpec {
   std::vector<std::string> stores;  // store directories, one per stream
@@ -199,7 +224,7 @@ class Batch {
   uint64_t step_ = 0;
   uint64_t batch_size_ = 0;
   uint64_t publish_ns_ = 0;
-  std::vector<StreamLayoutMsg> layout_;
+  std::vector<StreamLayout> layout_;  // offsets from lease_->base()
   std::shared_ptr<const std::vector<StreamInfo>> streams_;
   std::shared_ptr<Lease> lease_;
 };
@@ -245,28 +270,24 @@ class Loader final : public BatchSource {
   Result<std::optional<BatchView>> NextUntil(Clock::time_point deadline) override;
   Result<bool> SeekUntil(uint64_t step, Clock::time_point deadline) override;
   // When loaderxd published the batch NextUntil returned last (publish_ns).
-  uint64_t last_publish_ns() const { return last_publish_ns_; }
+  uint64_t last_publish_ns() const;
 
-  const std::vector<StreamInfo>& streams() const override { return *streams_; }
-  uint64_t size() const { return n_; }
+  const std::vector<StreamInfo>& streams() const override;
+  uint64_t size() const;
   // The credit: batches this process may hold, including pushed ones it
   // has not taken yet.
-  uint32_t lease_cap() const { return lease_cap_; }
+  uint32_t lease_cap() const;
   // Leases alive in this process: batches held by the caller (and their
   // zero-copy owners) plus pushed batches not yet returned by Next.
   uint32_t leases_held() const;
-  uint64_t ring_bytes() const { return ring_bytes_; }
+  uint64_t ring_bytes() const;
 
  private:
   friend class ::loaderx::Client;
-  Loader() = default;
-  std::shared_ptr<Connection> conn_;
-  std::shared_ptr<const std::vector<StreamInfo>> streams_;
-  uint64_t n_ = 0;
-  uint32_t lease_cap_ = 0;
-  uint64_t ring_bytes_ = 0;
-  bool shared_view_ = false;
-  uint64_t last_publish_ns_ = 0;
+  // The connection, the protocol state and the lock behind it, the step
+  // counter and what open answered (client/src/client.cc).
+  struct Impl;
+  explicit Loader(std::unique_ptr<Impl> impl);
   Result<std::optional<Batch>> NextImpl(
       std::optional<std::chrono::steady_clock::time_point> deadline, const WaitHook& hook);
   // Waits for the answer to the seek in flight, if any (false: `deadline`
@@ -275,9 +296,7 @@ class Loader final : public BatchSource {
   Result<bool> SettleSeek(const WaitHook& hook,
                           std::optional<std::chrono::steady_clock::time_point> deadline,
                           Status* outcome = nullptr);
-  // The step the next batch will have. Relaxed: read by step() from any
-  // thread for display; Next/Seek are serialised by the caller.
-  std::atomic<uint64_t> step_{0};
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace client
@@ -299,15 +318,15 @@ class Client {
   // The counters and the status document (JSON, docs/daemon.md "Status"):
   // the daemon, the groups and loaders this uid may see, per-uid usage.
   // The document is empty from a daemon older than protocol 1.2.
-  Result<StatsReplyMsg> Report(const client::WaitHook& hook = nullptr);
+  Result<client::DaemonReport> Report(const client::WaitHook& hook = nullptr);
 
   const std::string& path() const { return path_; }
-  const HelloOkMsg& hello() const;
+  const client::DaemonInfo& hello() const { return hello_; }
 
  private:
   Client() = default;
   std::string path_;
-  HelloOkMsg hello_;
+  client::DaemonInfo hello_;
   // The control connection; handed to the first loader opened (one session
   // per loader) and re-established lazily when needed again.
   std::shared_ptr<client::Connection> conn_;
