@@ -4,10 +4,16 @@ Builds examples/cpp_client against an install prefix of this build (the way a
 C++ training program would consume loaderx), then checks that it receives
 from a real loaderxd exactly the batches the embedded Python DataLoader
 produces for the same spec (digests of every stream's bytes, step by step).
+Also checks the installed surface (docs/cpp-client.md "What is public"):
+exactly the public headers are installed, each compiles on its own from the
+prefix, nothing installed points into the source tree, and a program using
+that API (cpp_surface/) builds from the prefix alone and works.
 """
 
 from __future__ import annotations
 
+import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -32,21 +38,99 @@ def _run(cmd: list[str]) -> None:
     assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
 
 
-@pytest.fixture(scope="module")
-def cpp_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
+# The installed API (docs/cpp-client.md "What is public"). The protocol, ring,
+# socket, memfd and thread-pool headers live in common/internal/ and must not
+# be installed.
+PUBLIC_HEADERS = {"batch_source.h", "client.h", "env.h", "fd.h", "group.h", "loader.h", "mix.h",
+                  "sampler.h", "status.h", "store.h"}
+INTERNAL_HEADERS = {"wire.h", "ring.h", "unix_socket.h", "memfd.h", "thread_pool.h"}
+
+
+def _build_tree() -> Path:
     build = Path(loaderxd_binary()).resolve().parents[1]
     if not (build / "cmake_install.cmake").exists():
         pytest.fail(f"{build} is not a CMake build tree of this checkout")
-    tmp = tmp_path_factory.mktemp("cpp")
-    prefix, out = tmp / "prefix", tmp / "build"
+    return build
+
+
+@pytest.fixture(scope="module")
+def prefix(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`cmake --install` of this build into a staging prefix."""
+    out = tmp_path_factory.mktemp("prefix")
+    _run([_tool("cmake"), "--install", str(_build_tree()), "--prefix", str(out)])
+    assert (out / "lib" / "cmake" / "loaderx" / "loaderxConfig.cmake").is_file()
+    return out
+
+
+def _build_against(prefix: Path, source: Path, out: Path) -> None:
     cmake = _tool("cmake")
-    _run([cmake, "--install", str(build), "--prefix", str(prefix)])
-    assert (prefix / "lib" / "cmake" / "loaderx" / "loaderxConfig.cmake").is_file()
-    assert (prefix / "include" / "loaderx" / "client.h").is_file()
-    _run([cmake, "-S", str(ROOT / "examples" / "cpp_client"), "-B", str(out), "-G", "Ninja",
+    _run([cmake, "-S", str(source), "-B", str(out), "-G", "Ninja",
           f"-DCMAKE_MAKE_PROGRAM={_tool('ninja')}", f"-DCMAKE_PREFIX_PATH={prefix}"])
     _run([cmake, "--build", str(out)])
+
+
+@pytest.fixture(scope="module")
+def cpp_client(prefix: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("cpp")
+    _build_against(prefix, ROOT / "examples" / "cpp_client", out)
     return out / "loaderx_cpp_client"
+
+
+def test_only_the_public_headers_are_installed(prefix: Path) -> None:
+    installed = {p.relative_to(prefix / "include").as_posix() for p in (prefix / "include").rglob("*")
+                 if p.is_file()}
+    assert installed == {f"loaderx/{h}" for h in PUBLIC_HEADERS}
+    assert not any((prefix / "include" / "loaderx" / h).exists() for h in INTERNAL_HEADERS)
+
+
+def test_nothing_installed_points_into_the_source_tree(prefix: Path) -> None:
+    cmake_files = list((prefix / "lib" / "cmake" / "loaderx").glob("*.cmake"))
+    assert len(cmake_files) >= 3  # config, version, targets
+    for f in cmake_files:
+        assert str(ROOT) not in f.read_text(), f"{f.name} names the source tree"
+
+
+def _cxx_compiler() -> str:
+    cache = (_build_tree() / "CMakeCache.txt").read_text()
+    for line in cache.splitlines():
+        if line.startswith("CMAKE_CXX_COMPILER:"):
+            return line.split("=", 1)[1]
+    pytest.fail("no CMAKE_CXX_COMPILER in the build's CMakeCache.txt")
+
+
+@pytest.mark.parametrize("header", sorted(PUBLIC_HEADERS))
+def test_each_installed_header_compiles_on_its_own(prefix: Path, tmp_path: Path, header: str) -> None:
+    src = tmp_path / "one.cc"
+    src.write_text(f'#include "loaderx/{header}"\n#include "loaderx/{header}"\nint main() {{ return 0; }}\n')
+    _run([_cxx_compiler(), "-std=c++20", "-fsyntax-only", "-Wall", "-Werror", "-I",
+          str(prefix / "include"), str(src)])
+
+
+def test_a_program_built_from_the_installed_prefix_alone_uses_the_public_api(
+        prefix: Path, tmp_path: Path, daemon, stores) -> None:
+    out = tmp_path / "surface"
+    _build_against(prefix, Path(__file__).parent / "cpp_surface", out)
+    commands = json.loads((out / "compile_commands.json").read_text())
+    assert len(commands) == 1
+    flags = shlex.split(commands[0]["command"])
+    includes = [flags[i + 1] for i, f in enumerate(flags) if f in ("-I", "-isystem")]
+    includes += [f[2:] for f in flags if f.startswith("-I") and len(f) > 2]
+    assert includes, flags
+    assert not [i for i in includes if i.startswith(str(ROOT))], includes
+
+    r = subprocess.run([str(out / "loaderx_surface"), daemon.socket, str(stores["dir"] / "labels")],
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 0, r.stderr
+    lines, _, document = r.stdout.partition("status:\n")
+    lines = lines.splitlines()
+    assert lines[:4] == ["records 200", "hello 1.2 heartbeat_ms 250", "step 0 0 3 6 9",
+                         "step 1 12 15 18 21"]
+    assert {x.removeprefix("counter ") for x in lines[4:]} == set(daemon.stats())
+    assert all(x.startswith("counter ") for x in lines[4:])
+    from loaderx import _loaderx
+
+    _, python_document = _loaderx.daemon_status(daemon.socket)
+    assert set(json.loads(document)) == set(json.loads(python_document))
 
 
 def _fnv1a(chunks: list[np.ndarray]) -> str:
