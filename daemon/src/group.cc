@@ -287,6 +287,12 @@ bool Group::Leave(uint64_t id) {
   return members_.empty();
 }
 
+bool Group::AwaitRankFree(uint64_t rank, std::chrono::milliseconds max) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (spec_.mode != GroupMode::kShard || rank >= rank_member_.size()) return true;
+  return cv_.wait_for(lock, max, [&] { return closed_ || rank_member_[rank] == 0; });
+}
+
 Delivery Group::Slice(const Held& h, uint64_t step, uint64_t rank) const {
   Delivery d;
   d.step = step;

@@ -241,6 +241,14 @@ class Group {
   // Removes member `id`; true if no member is left (the caller then drops
   // the group). Its cursor is forgotten (broadcast) or frozen (shard).
   bool Leave(uint64_t id);
+  // Shard: waits at most `max` for `rank` to have no live member; true if
+  // it has none (or the group is not a shard group, or the rank is out of
+  // range: Join decides). A loader closed and reopened at once as the same
+  // rank sends its close (or hangs up) on one connection and its open on
+  // another, so the open may be read first: it waits for the old member's
+  // leave instead of being refused. Call without the registry lock (a leave
+  // takes it).
+  bool AwaitRankFree(uint64_t rank, std::chrono::milliseconds max);
 
   // The batch at member `id`'s push cursor (to be pushed); advances the push
   // cursor. Waits (polling `closing` every `poll`) while the push rule (see

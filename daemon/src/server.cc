@@ -48,6 +48,10 @@ constexpr auto kWorkerPoll = std::chrono::milliseconds(50);
 // how long a `seek` waits behind a batch that is not gathered yet.
 constexpr auto kPushPoll = std::chrono::milliseconds(10);
 static_assert(kPushPoll <= kWorkerPoll);
+// How long an open of a shard rank whose member is still live waits for that
+// member to leave before it is refused (Group::AwaitRankFree): a loader
+// closed and reopened at once has its close read after the new open.
+constexpr auto kRankHandover = std::chrono::milliseconds(500);
 // Frames handled per readiness wake-up before yielding to other connections.
 constexpr int kFramesPerWakeup = 64;
 // Protocol-violation warnings logged per window at most (log-flood guard).
@@ -947,6 +951,19 @@ class Server::Impl::Connection : public std::enable_shared_from_this<Connection>
     options.gathered = &server_.batches_gathered_;
 
     const bool named = !m.group.empty();
+    if (named && m.group_mode == GroupMode::kShard) {
+      // A rank closed and reopened at once: its old member's close or
+      // hang-up may still be unread on the other connection. Give it
+      // kRankHandover to leave (outside groups_mu_, which the leave takes);
+      // a rank still taken then is refused below.
+      std::shared_ptr<Group> existing;
+      {
+        std::lock_guard<std::mutex> lock(server_.groups_mu_);
+        auto it = server_.groups_.find({cred_.uid, m.group});
+        if (it != server_.groups_.end()) existing = it->second;
+      }
+      if (existing) (void)existing->AwaitRankFree(m.rank, kRankHandover);
+    }
     std::shared_ptr<Group> group;
     bool created = false;
     uint64_t first_step = 0;  // set by the join below (m.start_step or where the group is)

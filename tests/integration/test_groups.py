@@ -187,6 +187,33 @@ def test_mismatched_member_and_taken_rank_are_value_errors(daemon, stores) -> No
             DataLoader(s, batch_size=4, rank=0, world_size=2, daemon=opts)
 
 
+def test_a_rank_reopened_while_its_old_member_closes_waits_for_it_then_joins(daemon, stores) -> None:
+    import threading
+    import time
+
+    s = stores["streams"]
+    opts = DaemonOptions(daemon.socket, group="ddp")
+    old = DataLoader(s, batch_size=4, seed=3, rank=1, world_size=2, daemon=opts)
+    joined: list[DataLoader] = []
+    opener = threading.Thread(target=lambda: joined.append(
+        DataLoader(s, batch_size=4, seed=3, rank=1, world_size=2, daemon=opts)))
+    opener.start()
+    time.sleep(0.2)  # the open waits inside the daemon for rank 1 to be free
+    assert not joined
+    old.close()
+    opener.join(10)
+    assert len(joined) == 1
+    with joined[0] as new, DataLoader(s, batch_size=4, seed=3, rank=1, world_size=2) as local:
+        assert new.step == 0
+        assert_same_batch(next(new), next(local))
+    # A rank whose member stays is still refused, after the 0.5 s handover.
+    with DataLoader(s, batch_size=4, seed=3, rank=0, world_size=2, daemon=opts):
+        start = time.monotonic()
+        with pytest.raises(ValueError, match="rank 0 of 2 is already taken"):
+            DataLoader(s, batch_size=4, seed=3, rank=0, world_size=2, daemon=opts)
+        assert time.monotonic() - start >= 0.5
+
+
 def test_ctrl_c_while_a_rank_waits_for_the_others_consumes_no_step(daemon_factory, stores) -> None:
     import _thread
     import time
