@@ -56,6 +56,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -247,12 +248,25 @@ def production_pause(src: Any, min_pause: float) -> tuple[int, float]:
     return nbytes, max(min_pause, 0.001 + 3 * (time.perf_counter() - t) / 8)
 
 
-def python_handoff(sock: str, store: Path, batch: int, samples: int, threads: int,
-                   min_pause: float) -> PyLatency:
+def embedded_pass(store: Path, batch: int, threads: int, samples: int,
+                  wait: Callable[[], None], out: PyLatency) -> None:
+    """The embedded pipeline's ``next()`` of a ready batch, into ``out.embedded``."""
     from loaderx import _loaderx
     from loaderx.sources import native_store as _native_store
     from loaderx.zrecord import Dense
 
+    with Dense.open(str(store)) as s:
+        pipe = _loaderx.Pipeline([_native_store("x", s)], len(s), batch, 1, SEED, 0, 1, 0, PREFETCH, threads)
+        try:
+            for _ in range(3):
+                pipe.next(None)
+            embedded_draws(pipe, samples, wait, out, out.embedded, out.embedded_cpu)
+        finally:
+            pipe.close()
+
+
+def python_handoff(sock: str, store: Path, batch: int, samples: int, threads: int,
+                   min_pause: float) -> PyLatency:
     def sleep() -> None:
         time.sleep(out.pause)
 
@@ -269,14 +283,7 @@ def python_handoff(sock: str, store: Path, batch: int, samples: int, threads: in
         ready_draws(src, samples, sleep, out, out.shared, out.shared_cpu)
     finally:
         src.close()
-    with Dense.open(str(store)) as s:
-        pipe = _loaderx.Pipeline([_native_store("x", s)], len(s), batch, 1, SEED, 0, 1, 0, PREFETCH, threads)
-        try:
-            for _ in range(3):
-                pipe.next(None)
-            embedded_draws(pipe, samples, sleep, out, out.embedded, out.embedded_cpu)
-        finally:
-            pipe.close()
+    embedded_pass(store, batch, threads, samples, sleep, out)
     return out
 
 
@@ -290,10 +297,6 @@ def python_warm(sock: str, samples: int, threads: int) -> PyLatency:
     """1 KiB ``next()`` of a ready batch with warm caches, both hosts: a 0.5 ms
     busy-wait between draws instead of a sleep, so nothing else runs on the
     client's core and evicts it: the instruction cost of the hand-off itself."""
-    from loaderx import _loaderx
-    from loaderx.sources import native_store as _native_store
-    from loaderx.zrecord import Dense
-
     out = PyLatency(0, 0.0005, [], [], [], [], [], [])
     src = daemon_source(sock, FMNIST_STORE, 1)
     try:
@@ -301,14 +304,7 @@ def python_warm(sock: str, samples: int, threads: int) -> PyLatency:
         ready_draws(src, samples, busy_wait, out, out.daemon, out.daemon_cpu)
     finally:
         src.close()
-    with Dense.open(str(FMNIST_STORE)) as s:
-        pipe = _loaderx.Pipeline([_native_store("x", s)], len(s), 1, 1, SEED, 0, 1, 0, PREFETCH, threads)
-        try:
-            for _ in range(3):
-                pipe.next(None)
-            embedded_draws(pipe, samples, busy_wait, out, out.embedded, out.embedded_cpu)
-        finally:
-            pipe.close()
+    embedded_pass(FMNIST_STORE, 1, threads, samples, busy_wait, out)
     return out
 
 
