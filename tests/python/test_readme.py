@@ -46,3 +46,15 @@ def test_bool_of_a_loader_is_whether_it_is_open(tmp_path: Path) -> None:
             len(loader)
         loader.close()
         assert bool(loader) is False
+
+
+def test_it_starts_with_the_demo_and_the_test_command() -> None:
+    text = README.read_text(encoding="utf-8")
+    first_block = re.search(r"```(\w*)\n(.*?)```", text, flags=re.DOTALL)
+    assert first_block is not None and first_block.group(1) == "bash"
+    commands = [line.split("#")[0].strip() for line in first_block.group(2).splitlines()]
+    assert commands == ["make demo", "make test"]
+    assert text.index("```bash") < text.index("```python")
+    makefile = (README.parent / "Makefile").read_text(encoding="utf-8")
+    for target in ("demo", "test"):
+        assert re.search(rf"^{target}:", makefile, flags=re.MULTILINE), target
