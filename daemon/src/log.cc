@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <utility>
 
 #include "loaderx/fd.h"
 
@@ -131,6 +132,21 @@ std::string PeerFate(pid_t pid, uid_t uid) {
   const int status = static_cast<int>((exit_code >> 8) & 0xff);
   if (status == 0 && uid != ::geteuid()) return "has exited";
   return "exited with status " + std::to_string(status);
+}
+
+bool LogThrottle::Allow(uint64_t* suppressed) {
+  const auto now = std::chrono::steady_clock::now();
+  if (now - window_start_ > window_) {
+    window_start_ = now;
+    allowed_in_window_ = 0;
+  }
+  if (allowed_in_window_ >= per_window_) {
+    ++suppressed_;
+    return false;
+  }
+  ++allowed_in_window_;
+  *suppressed = std::exchange(suppressed_, 0);
+  return true;
 }
 
 }  // namespace loaderx::daemon

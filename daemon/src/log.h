@@ -8,6 +8,8 @@
 
 #include <sys/types.h>
 
+#include <chrono>
+#include <cstdint>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -37,6 +39,25 @@ Status OpenLogFile(const std::string& path);
 // it (0 otherwise), so a 0 of a process of another `uid` is "has exited".
 std::string PeerFate(pid_t pid, uid_t uid);
 inline constexpr const char* kStillRunning = "is still running";
+
+// A flood guard for lines a client can provoke (stderr can block its writer
+// when the reader is slow): at most `per_window` lines per `window`, then a
+// count of what was suppressed. Not thread-safe (the io thread's).
+class LogThrottle {
+ public:
+  LogThrottle(uint32_t per_window, std::chrono::steady_clock::duration window)
+      : per_window_(per_window), window_(window) {}
+  // True if a line may be logged now; *suppressed is how many were dropped
+  // since the last one allowed.
+  bool Allow(uint64_t* suppressed);
+
+ private:
+  const uint32_t per_window_;
+  const std::chrono::steady_clock::duration window_;
+  std::chrono::steady_clock::time_point window_start_{};
+  uint32_t allowed_in_window_ = 0;
+  uint64_t suppressed_ = 0;
+};
 
 }  // namespace loaderx::daemon
 

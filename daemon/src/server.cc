@@ -1,31 +1,21 @@
 #include "server.h"
 
-#include <linux/sockios.h>
-#include <poll.h>
-#include <sys/ioctl.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <boost/asio.hpp>
 #include <boost/asio/generic/seq_packet_protocol.hpp>
 #include <chrono>
-#include <condition_variable>
-#include <deque>
 #include <map>
-#include <mutex>
 #include <random>
-#include <thread>
 #include <utility>
+#include <vector>
 
-#include "group.h"
-#include "loaderx/loader.h"
-#include "loaderx/mix.h"
-#include "loaderx/sampler.h"
-#include "loaderx/unix_socket.h"
+#include "accounts.h"
+#include "group_registry.h"
 #include "log.h"
-#include "ring_allocator.h"
+#include "loaderx/unix_socket.h"
+#include "session.h"
 #include "status.h"
 #include "store_registry.h"
 #include "systemd.h"
@@ -37,41 +27,31 @@ using SeqPacket = asio::generic::seq_packet_protocol;
 
 namespace {
 
-// Requests a client may have queued before it is considered abusive. A
-// well-behaved client has at most one outstanding request and a `close`
-// (releases are not queued).
-constexpr size_t kMaxQueuedRequests = 8;
-// How often a worker blocked on the pipeline re-checks for shutdown.
-constexpr auto kWorkerPoll = std::chrono::milliseconds(50);
-// How often a worker waiting for a batch to push (or for room in the socket
-// to push it) re-checks for a request, a `close` or shutdown: the bound on
-// how long a `seek` waits behind a batch that is not gathered yet.
-constexpr auto kPushPoll = std::chrono::milliseconds(10);
-static_assert(kPushPoll <= kWorkerPoll);
-// How long an open of a shard rank whose member is still live waits for that
-// member to leave before it is refused (Group::AwaitRankFree): a loader
-// closed and reopened at once has its close read after the new open.
-constexpr auto kRankHandover = std::chrono::milliseconds(500);
-// Frames handled per readiness wake-up before yielding to other connections.
-constexpr int kFramesPerWakeup = 64;
 // Protocol-violation warnings logged per window at most (log-flood guard).
 constexpr uint32_t kViolationLogsPerWindow = 10;
 constexpr auto kViolationLogWindow = std::chrono::seconds(10);
-// Shutdown's reason for an end-of-file on the socket.
-constexpr const char* kHungUp = "client hung up";
 
 }  // namespace
 
 class Server::Impl {
  public:
-  class Connection;
-
   Impl(const Config& config, UniqueFd listener)
       : config_(config),
         acceptor_(io_),
         signals_(io_),
         tick_(io_),
-        incarnation_(std::random_device{}() | (uint64_t{std::random_device{}()} << 32)) {
+        incarnation_(std::random_device{}() | (uint64_t{std::random_device{}()} << 32)),
+        accounts_(config_),
+        ctx_{config_,
+             io_,
+             incarnation_,
+             stores_,
+             accounts_,
+             groups_,
+             counters_,
+             violation_log_,
+             [this](uint64_t id) { Finish(id); },
+             [this](uint32_t uid, bool detail) { return Stats(uid, detail); }} {
     boost::system::error_code ec;
     acceptor_.assign(SeqPacket(AF_UNIX, 0), listener.Release(), ec);
     if (ec) LX_LOG(kError) << "cannot adopt listening socket: " << ec.message();
@@ -111,29 +91,29 @@ class Server::Impl {
   // the io loop itself, so a stuck io thread stops both: its clients raise
   // DaemonError and systemd restarts the daemon.
   void Tick();
-  void Finish(uint64_t id);  // io thread: a connection is fully torn down
+  void Finish(uint64_t id);  // io thread: a session is fully torn down
 
   StatsReplyMsg Stats(uint32_t uid, bool detail) {
     StatsReplyMsg r;
-    std::unique_lock<std::mutex> lock(acct_mu_);
-    auto it = uids_.find(uid);
-    UidAccount mine = it == uids_.end() ? UidAccount{} : it->second;
+    const Accounts::Snapshot acct = accounts_.Read(uid, detail);
+    const GroupRegistry::Counts groups = groups_.counts();
+    const Counters& c = counters_;
     r.counters = {
-        {"sessions", sessions_},
-        {"loaders", loaders_},
-        {"groups", named_groups_},
-        {"group_members", group_members_},
-        {"batches_gathered", batches_gathered_.load(std::memory_order_relaxed)},
-        {"ring_bytes", ring_bytes_},
-        {"slots_held", slots_held_.load(std::memory_order_relaxed)},
-        {"stores", registry_.size()},
-        {"batches_served", batches_served_.load(std::memory_order_relaxed)},
-        {"releases", releases_.load(std::memory_order_relaxed)},
-        {"stale_releases", stale_releases_.load(std::memory_order_relaxed)},
-        {"protocol_errors", protocol_errors_.load(std::memory_order_relaxed)},
-        {"refused", refused_.load(std::memory_order_relaxed)},
-        {"uid_sessions", mine.sessions},
-        {"uid_ring_bytes", mine.ring_bytes},
+        {"sessions", acct.sessions},
+        {"loaders", groups.loaders},
+        {"groups", groups.groups},
+        {"group_members", groups.group_members},
+        {"batches_gathered", c.batches_gathered.load(std::memory_order_relaxed)},
+        {"ring_bytes", acct.ring_bytes},
+        {"slots_held", c.slots_held.load(std::memory_order_relaxed)},
+        {"stores", stores_.size()},
+        {"batches_served", c.batches_served.load(std::memory_order_relaxed)},
+        {"releases", c.releases.load(std::memory_order_relaxed)},
+        {"stale_releases", c.stale_releases.load(std::memory_order_relaxed)},
+        {"protocol_errors", c.protocol_errors.load(std::memory_order_relaxed)},
+        {"refused", c.refused.load(std::memory_order_relaxed)},
+        {"uid_sessions", acct.mine.sessions},
+        {"uid_ring_bytes", acct.mine.ring_bytes},
         {"memory_limit", config_.memory_limit},
         {"memory_per_uid", config_.memory_per_uid},
         {"sessions_per_uid", config_.sessions_per_uid},
@@ -141,8 +121,7 @@ class Server::Impl {
     };
     if (!detail) return r;
     StatusInput in;
-    for (const auto& [u, a] : uids_) in.uids.push_back({u, a.sessions, a.ring_bytes});
-    lock.unlock();
+    for (const auto& [u, a] : acct.uids) in.uids.push_back({u, a.sessions, a.ring_bytes});
     in.pid = ::getpid();
     in.uptime_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
@@ -150,99 +129,9 @@ class Server::Impl {
     in.socket_path = config_.socket_path;
     in.config = &config_;
     in.counters = r.counters;
-    std::vector<std::pair<uint32_t, std::shared_ptr<Group>>> all;
-    {
-      std::lock_guard<std::mutex> groups(groups_mu_);
-      for (const auto& [key, g] : groups_) all.emplace_back(key.first, g);
-      for (const auto& [session, owned] : solo_) {
-        if (auto g = owned.second.lock()) all.emplace_back(owned.first, std::move(g));
-      }
-    }
-    for (const auto& [owner, g] : all) in.groups.push_back({owner, g->snapshot()});
+    for (const auto& [owner, g] : groups_.All()) in.groups.push_back({owner, g->snapshot()});
     r.status = BuildStatusJson(in, uid);
     return r;
-  }
-
-  // A solo loader's group, listed for status only (worker threads).
-  void ListSolo(uint64_t session, uint32_t uid, const std::shared_ptr<Group>& g) {
-    std::lock_guard<std::mutex> lock(groups_mu_);
-    if (g) {
-      solo_[session] = {uid, g};
-    } else {
-      solo_.erase(session);
-    }
-  }
-
-  // io thread: true if a protocol-violation warning may be logged now;
-  // *suppressed is how many were dropped since the last one logged.
-  bool AllowViolationLog(uint64_t* suppressed) {
-    const auto now = std::chrono::steady_clock::now();
-    if (now - log_window_start_ > kViolationLogWindow) {
-      log_window_start_ = now;
-      logged_in_window_ = 0;
-    }
-    if (logged_in_window_ >= kViolationLogsPerWindow) {
-      ++suppressed_logs_;
-      return false;
-    }
-    ++logged_in_window_;
-    *suppressed = std::exchange(suppressed_logs_, 0);
-    return true;
-  }
-
-  // Session and ring accounting (any thread).
-  Status AddSession(uint32_t uid) {
-    std::lock_guard<std::mutex> lock(acct_mu_);
-    UidAccount& a = uids_[uid];
-    if (a.sessions >= config_.sessions_per_uid) {
-      return Status::ResourceExhausted(
-          "uid " + std::to_string(uid) + " already has " + std::to_string(a.sessions) +
-          " loaderxd sessions (cap --sessions-per-uid=" + std::to_string(config_.sessions_per_uid) +
-          ")");
-    }
-    ++a.sessions;
-    ++sessions_;
-    return Status::OK();
-  }
-  void RemoveSession(uint32_t uid) {
-    std::lock_guard<std::mutex> lock(acct_mu_);
-    --uids_[uid].sessions;
-    --sessions_;
-  }
-  Status ReserveRing(uint32_t uid, uint64_t bytes) {
-    std::lock_guard<std::mutex> lock(acct_mu_);
-    UidAccount& a = uids_[uid];
-    if (a.ring_bytes + bytes > config_.memory_per_uid) {
-      return Status::ResourceExhausted(
-          "a ring of " + std::to_string(bytes) +
-          " bytes would exceed the per-uid ring memory cap (uid " + std::to_string(uid) +
-          " holds " + std::to_string(a.ring_bytes) + " of " +
-          std::to_string(config_.memory_per_uid) + " bytes, --memory-per-uid)");
-    }
-    if (ring_bytes_ + bytes > config_.memory_limit) {
-      return Status::ResourceExhausted(
-          "a ring of " + std::to_string(bytes) + " bytes would exceed loaderxd's memory limit (" +
-          std::to_string(ring_bytes_) + " of " + std::to_string(config_.memory_limit) +
-          " bytes in use, --memory-limit)");
-    }
-    a.ring_bytes += bytes;
-    ring_bytes_ += bytes;
-    return Status::OK();
-  }
-  void ReleaseRing(uint32_t uid, uint64_t bytes) {
-    std::lock_guard<std::mutex> lock(acct_mu_);
-    uids_[uid].ring_bytes -= bytes;
-    ring_bytes_ -= bytes;
-  }
-  // Loader (group member) counts for stats; `named`: of a named group.
-  void CountLoader(bool named, int delta) {
-    std::lock_guard<std::mutex> lock(acct_mu_);
-    loaders_ += delta;
-    if (named) group_members_ += delta;
-  }
-  void CountGroup(int delta) {
-    std::lock_guard<std::mutex> lock(acct_mu_);
-    named_groups_ += delta;
   }
 
   const Config config_;
@@ -252,886 +141,18 @@ class Server::Impl {
   asio::steady_timer tick_;                              // io thread only
   uint64_t watchdog_usec_ = 0;                           // io thread only
   std::chrono::steady_clock::time_point last_watchdog_;  // io thread only
-  StoreRegistry registry_;
   const uint64_t incarnation_;
-  bool stopping_ = false;                                     // io thread only
-  std::chrono::steady_clock::time_point log_window_start_{};  // io thread only
-  uint32_t logged_in_window_ = 0;                             // io thread only
-  uint64_t suppressed_logs_ = 0;                              // io thread only
-  uint64_t next_id_ = 1;                                      // io thread only
-  std::map<uint64_t, std::shared_ptr<Connection>> conns_;     // io thread only
-
-  struct UidAccount {
-    uint64_t sessions = 0;
-    uint64_t ring_bytes = 0;
-  };
-  mutable std::mutex acct_mu_;
-  std::map<uint32_t, UidAccount> uids_;  // guarded by acct_mu_
-  uint64_t sessions_ = 0;                // guarded by acct_mu_
-  uint64_t loaders_ = 0;                 // guarded by acct_mu_
-  uint64_t ring_bytes_ = 0;              // guarded by acct_mu_
-  uint64_t named_groups_ = 0;            // guarded by acct_mu_
-  uint64_t group_members_ = 0;           // guarded by acct_mu_
-  // Named groups by (uid, name): groups never span users. A solo loader's
-  // group is private to its connection and not listed here.
-  std::mutex groups_mu_;
-  std::map<std::pair<uint32_t, std::string>, std::shared_ptr<Group>> groups_;  // guarded
-  // Solo loaders' groups by session, with their uid (status only); guarded.
-  std::map<uint64_t, std::pair<uint32_t, std::weak_ptr<Group>>> solo_;
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
-  // Statistics only: relaxed, they order nothing.
-  std::atomic<uint64_t> slots_held_{0}, batches_served_{0}, releases_{0}, stale_releases_{0},
-      protocol_errors_{0}, refused_{0}, batches_gathered_{0};
-};
-
-class Server::Impl::Connection : public std::enable_shared_from_this<Connection> {
- public:
-  Connection(Impl& server, SeqPacket::socket socket, uint64_t id, PeerCred cred)
-      : server_(server),
-        socket_(std::move(socket)),
-        fd_(socket_.native_handle()),
-        id_(id),
-        cred_(cred) {}
-
-  ~Connection() {
-    if (worker_.joinable()) worker_.join();
-  }
-
-  void Start() { ArmRead(); }
-
-  // io thread (Server::Impl::Tick): "still alive" to a client that may be
-  // waiting: a request of its is outstanding, or the worker waits for a
-  // batch to push under its credit. Only when the client has read
-  // everything sent to it (SIOCOUTQ: no unread bytes), so an idle client's
-  // socket never fills with heartbeats and a heartbeat it reads is fresh.
-  // Never blocks.
-  void Heartbeat() {
-    if (shut_ || !heartbeat_) return;
-    if (outstanding_.load(std::memory_order_relaxed) == 0 &&
-        !awaiting_batch_.load(std::memory_order_relaxed)) {
-      return;
-    }
-    int unread = 0;
-    if (::ioctl(fd_, SIOCOUTQ, &unread) != 0 || unread != 0) return;
-    (void)Send(HeartbeatMsg{});
-  }
-
-  // io thread. Idempotent.
-  void Shutdown(const std::string& why) {
-    if (shut_) return;
-    shut_ = true;
-    // A hang-up is the normal end of a session (a stats poll is a hello and
-    // a hang-up): only a session with a loader logs it, when it leaves.
-    if (!shut_quietly_ && why != kHungUp) {
-      LX_LOG(kDebug) << "session " << id_ << " (pid " << cred_.pid << ", uid " << cred_.uid
-                     << ") closing: " << why;
-    }
-    boost::system::error_code ec;
-    socket_.cancel(ec);
-    if (!worker_.joinable()) {
-      asio::post(server_.io_, [&s = server_, id = id_] { s.Finish(id); });
-      return;
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      closing_ = true;
-      end_reason_ = why;
-    }
-    cv_.notify_all();
-    WakePush();
-  }
-
-  // A push waiting in the group (for a batch, or for peers) sees a request,
-  // a `close` or the session's end now, not at its next poll: a member
-  // whose client hung up leaves its group (and frees its rank) at once.
-  // Without mu_ (the group calls PushInterrupted under its own lock).
-  void WakePush() {
-    std::shared_ptr<Group> group;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      group = member_of_;
-    }
-    if (group) group->Wake();
-  }
-
-  // io thread, from Finish: the worker has exited (or never ran).
-  void Close() {
-    if (worker_.joinable()) worker_.join();
-    boost::system::error_code ec;
-    socket_.close(ec);
-    if (counted_) server_.RemoveSession(cred_.uid);
-    counted_ = false;
-  }
-
- private:
-  struct Request {
-    Message msg;
-    std::vector<UniqueFd> fds;
-  };
-  struct Lease {
-    uint64_t seq = 0;
-    std::shared_ptr<BatchMemory> memory;
-    uint32_t count = 0;  // deliveries of this (slot, seq) not yet released
-  };
-
-  void ArmRead() {
-    socket_.async_wait(SeqPacket::socket::wait_read,
-                       [self = shared_from_this()](const boost::system::error_code& ec) {
-                         if (ec || self->shut_) return;
-                         self->OnReadable();
-                       });
-  }
-
-  void OnReadable() {
-    for (int i = 0; i < kFramesPerWakeup && !shut_; ++i) {
-      Result<Frame> frame = RecvFrame(fd_, kMaxFrameBytes, kMaxFrameFds, /*nonblocking=*/true);
-      if (!frame.ok()) return ProtocolViolation(frame.status());
-      if (frame->would_block) break;
-      if (frame->eof) return Shutdown(kHungUp);
-      HandleFrame(std::move(frame).value());
-    }
-    if (!shut_) ArmRead();
-  }
-
-  void ProtocolViolation(const Status& st) {
-    server_.protocol_errors_.fetch_add(1, std::memory_order_relaxed);
-    // A hostile client must not be able to flood the log (stderr can block
-    // the io thread when its reader is slow): a few lines per window, then a
-    // count of what was suppressed.
-    if (uint64_t suppressed; server_.AllowViolationLog(&suppressed)) {
-      LX_LOG(kWarning) << "session " << id_ << " (pid " << cred_.pid << ", uid " << cred_.uid
-                       << "): " << st.ToString()
-                       << (suppressed
-                               ? " (" + std::to_string(suppressed) + " similar messages suppressed)"
-                               : std::string());
-    }
-    shut_quietly_ = true;
-    Shutdown("protocol violation");
-  }
-
-  void HandleFrame(Frame frame) {
-    Result<Message> decoded = DecodeMessage(frame.bytes);
-    if (!decoded.ok()) return ProtocolViolation(decoded.status());
-    Message& msg = decoded.value();
-    const bool is_open = std::holds_alternative<OpenMsg>(msg);
-    if (!frame.fds.empty() && !is_open) {
-      return ProtocolViolation(
-          Status::Protocol(std::string("'") + MessageName(msg) + "' must not carry fds"));
-    }
-    if (!hello_done_) {
-      auto* hello = std::get_if<HelloMsg>(&msg);
-      if (hello == nullptr) {
-        return ProtocolViolation(
-            Status::Protocol(std::string("expected hello, got '") + MessageName(msg) + "'"));
-      }
-      return HandleHello(*hello);
-    }
-    if (auto* rel = std::get_if<ReleaseMsg>(&msg)) return HandleRelease(*rel);
-    if (auto* c = std::get_if<ConsumedMsg>(&msg)) return HandleConsumed(*c);
-    if (is_open || std::holds_alternative<SeekMsg>(msg) || std::holds_alternative<StatsMsg>(msg) ||
-        std::holds_alternative<CloseMsg>(msg)) {
-      if (is_open && frame.fds.size() != std::get<OpenMsg>(msg).TotalFds()) {
-        return ProtocolViolation(
-            Status::Protocol("open announced " + std::to_string(std::get<OpenMsg>(msg).TotalFds()) +
-                             " fds but carried " + std::to_string(frame.fds.size())));
-      }
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (queue_.size() >= kMaxQueuedRequests) {
-          return ProtocolViolation(Status::Protocol("too many outstanding requests"));
-        }
-        // A `close` also cancels a `seek` the worker is waiting on (answered
-        // with a Cancelled error) and stops pushing, so it never waits
-        // behind either.
-        if (std::holds_alternative<CloseMsg>(msg)) loader_closing_ = true;
-        queue_.push_back(Request{std::move(msg), std::move(frame.fds)});
-        outstanding_.fetch_add(1, std::memory_order_relaxed);
-      }
-      cv_.notify_all();
-      WakePush();
-      return;
-    }
-    ProtocolViolation(Status::Protocol(std::string("unexpected message '") + MessageName(msg) +
-                                       "' from a client"));
-  }
-
-  void HandleHello(const HelloMsg& hello) {
-    if (hello.major != kProtocolMajor || hello.minor < kMinProtocolMinor) {
-      server_.refused_.fetch_add(1, std::memory_order_relaxed);
-      const std::string why =
-          hello.major != kProtocolMajor
-              ? "major versions must match"
-              : "protocol 1." + std::to_string(kMinProtocolMinor) +
-                    " pushes batches; older clients are not served: upgrade the client";
-      Status st = Status::Protocol(
-          "protocol version mismatch: client speaks " + std::to_string(hello.major) + "." +
-          std::to_string(hello.minor) + ", loaderxd " LOADERX_DAEMON_VERSION " speaks " +
-          std::to_string(kProtocolMajor) + "." + std::to_string(kProtocolMinor) + " (" + why + ")");
-      if (uint64_t suppressed; server_.AllowViolationLog(&suppressed)) {
-        LX_LOG(kInfo) << "refused pid " << cred_.pid << " (uid " << cred_.uid
-                      << "): " << st.message();
-      }
-      (void)Send(ErrorMsg::From(st));
-      return Shutdown(st.message());
-    }
-    Status cap = server_.AddSession(cred_.uid);
-    if (!cap.ok()) {
-      server_.refused_.fetch_add(1, std::memory_order_relaxed);
-      if (uint64_t suppressed; server_.AllowViolationLog(&suppressed)) {
-        LX_LOG(kWarning) << "refused pid " << cred_.pid << ": " << cap.message();
-      }
-      (void)Send(ErrorMsg::From(cap));
-      return Shutdown(cap.message());
-    }
-    counted_ = true;
-    hello_done_ = true;
-    heartbeat_ = true;  // every client served speaks 1.2
-    if (!Send(HelloOkMsg{kProtocolMajor, kProtocolMinor, LOADERX_DAEMON_VERSION,
-                         server_.incarnation_, id_, heartbeat_ ? kHeartbeatIntervalMs : 0})
-             .ok()) {
-      return Shutdown("cannot reply to hello");
-    }
-    worker_ = std::thread([self = shared_from_this()] { self->WorkerLoop(); });
-  }
-
-  // The caller took an item (docs/protocol.md "Consumed positions"). Applied
-  // here, in the connection's frame order, so a later request on this
-  // connection sees it; the group's lock orders it against seeks.
-  void HandleConsumed(const ConsumedMsg& c) {
-    std::shared_ptr<Group> group;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      group = member_of_;
-    }
-    if (!group) return;  // no loader open (or closed): nothing to keep
-    Result<Group::ConsumedResult> r = group->Consumed(id_, c.gen, c.step, c.waiting);
-    if (!r.ok()) return ProtocolViolation(r.status());
-    if (!r->current) return;
-    {
-      // Taken: no longer "pushed unread" (a `close` drops only those).
-      std::lock_guard<std::mutex> lock(lease_mu_);
-      while (!unread_.empty() && unread_.front().gen == c.gen && unread_.front().step < c.step) {
-        unread_.pop_front();
-      }
-    }
-    server_.batches_served_.fetch_add(r->batches, std::memory_order_relaxed);
-    // The caller has seen a pushed refusal (or took a batch): push again.
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      push_blocked_ = false;
-    }
-    cv_.notify_all();
-  }
-
-  void HandleRelease(const ReleaseMsg& rel) {
-    std::shared_ptr<BatchMemory> drop;  // freed outside lease_mu_
-    {
-      std::lock_guard<std::mutex> lock(lease_mu_);
-      auto it = leases_.find(rel.slot);
-      if (it == leases_.end() || it->second.seq != rel.seq) {
-        // Stale, duplicated or forged: the epoch does not match what this
-        // session holds, so the slot (maybe already reused) is left alone.
-        server_.stale_releases_.fetch_add(1, std::memory_order_relaxed);
-        return;
-      }
-      if (--it->second.count == 0) {
-        drop = std::move(it->second.memory);
-        leases_.erase(it);
-      }
-      --held_;
-    }
-    server_.slots_held_.fetch_sub(1, std::memory_order_relaxed);
-    server_.releases_.fetch_add(1, std::memory_order_relaxed);
-    // Credit came back: the worker may push again. Taking mu_ orders this
-    // wake-up after the worker's check of held_ (no lost wake-up).
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      push_blocked_ = false;
-    }
-    cv_.notify_all();
-  }
-
-  // Replies and heartbeats: never block on a client that does not read
-  // (that is its problem, and the worker/io thread must stay free).
-  Status Send(const Message& m, std::span<const int> fds = {}) {
-    std::vector<uint8_t> bytes = EncodeMessage(m);
-    return SendFrame(fd_, bytes, fds, /*nonblocking=*/true);
-  }
-
-  // Worker: a pushed batch or step error. The socket holds at most the
-  // credit's batches plus one heartbeat and the replies, so it is full only
-  // if the client stopped reading; then the push waits for room (polling for
-  // the session's end), and the client finds it when it reads again.
-  Status Push(const Message& m) {
-    std::vector<uint8_t> bytes = EncodeMessage(m);
-    while (true) {
-      Status st = SendFrame(fd_, bytes, {}, /*nonblocking=*/true);
-      if (st.code() != Status::Code::kResourceExhausted) return st;
-      if (LoaderClosing()) return Status::Cancelled("loader closed");
-      pollfd p{fd_, POLLOUT, 0};
-      (void)::poll(&p, 1, static_cast<int>(kPushPoll.count()));
-    }
-  }
-
-  // ---- worker thread ----------------------------------------------------
-
-  // Requests in arrival order; between them, while the client holds fewer
-  // batches than its credit, pushes the next batch (docs/protocol.md).
-  void WorkerLoop() {
-    while (true) {
-      std::optional<Request> req;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return closing_ || !queue_.empty() || CanPushLocked(); });
-        if (closing_) break;
-        if (!queue_.empty()) {
-          req = std::move(queue_.front());
-          queue_.pop_front();
-        }
-      }
-      Status sent = req ? Answer(*req) : PushNext();
-      if (req) outstanding_.fetch_sub(1, std::memory_order_relaxed);  // answered (or failed)
-      if (!sent.ok() && sent.code() != Status::Code::kCancelled) {
-        // Nothing more is sent. The session ends when the io thread has read
-        // the client's last frames: a client that hung up (the send found
-        // the socket closed) may have sent releases before it did, and they
-        // must meet their leases, not a dropped ledger.
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          peer_gone_ = true;
-        }
-        if (sent.code() == Status::Code::kDaemon) {
-          LX_LOG(kDebug) << "session " << id_ << ": client hung up";
-        } else {
-          LX_LOG(kInfo) << "session " << id_ << ": " << sent.ToString();
-          asio::post(server_.io_, [self = shared_from_this()] { self->Shutdown("reply failed"); });
-        }
-      }
-    }
-    // Group first: the pipeline must be stopped before the leased slots are
-    // freed, or a gather still running could reuse one.
-    if (group_) LeaveGroup(EndReason());
-    DropLeases();
-    asio::post(server_.io_, [&s = server_, id = id_] { s.Finish(id); });
-  }
-
-  Status Answer(Request& req) {
-    request_ = MessageName(req.msg);
-    return std::visit(
-        [&](auto& m) -> Status {
-          using T = std::decay_t<decltype(m)>;
-          if constexpr (std::is_same_v<T, OpenMsg>) return DoOpen(m, std::move(req.fds));
-          if constexpr (std::is_same_v<T, SeekMsg>) return DoSeek(m);
-          if constexpr (std::is_same_v<T, StatsMsg>) {
-            StatsReplyMsg reply = server_.Stats(cred_.uid, m.detail);
-            reply.id = m.id;
-            return Send(reply);
-          }
-          if constexpr (std::is_same_v<T, CloseMsg>) {
-            LeaveGroup("closed its loader");  // no reply (1.2): pushing stops
-            DropUnread();
-            return Status::OK();
-          }
-          return Status::Internal("unreachable");
-        },
-        req.msg);
-  }
-
-  // REQUIRES mu_ (worker thread: group_ is its own). Lock order: mu_, then
-  // lease_mu_.
-  bool CanPushLocked() {
-    if (!group_ || loader_closing_ || peer_gone_ || push_blocked_) return false;
-    std::lock_guard<std::mutex> lock(lease_mu_);
-    return held_ < lease_cap_;
-  }
-  // A push's wait gives way to a request, a `close` or the session's end.
-  bool PushInterrupted() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return closing_ || loader_closing_ || !queue_.empty();
-  }
-
-  // One batch (or the error of its step) at the member's cursor, pushed.
-  Status PushNext() {
-    awaiting_batch_.store(true, std::memory_order_relaxed);
-    Result<Delivery> got = group_->Next(
-        id_, [this] { return PushInterrupted(); }, kPushPoll);
-    awaiting_batch_.store(false, std::memory_order_relaxed);
-    if (!got.ok()) {
-      if (got.status().code() == Status::Code::kCancelled && PushInterrupted()) {
-        return Status::OK();  // the request (or the end) comes first
-      }
-      // Not a step's error (the ring refused, the group timeout): pushed
-      // once, then nothing until the client takes it (`consumed`), releases
-      // a batch or seeks.
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        push_blocked_ = true;
-      }
-      LogRefused(got.status(), "next");
-      // Its step is the caller's once it takes this error: after what was
-      // pushed before it.
-      ErrorMsg err = ErrorMsg::From(got.status(), group_->pushed(id_));
-      err.gen = group_->generation(id_);
-      return Push(err);
-    }
-    Delivery& d = got.value();
-    if (!d.error.ok()) {
-      LX_LOG(kWarning) << "session " << id_ << " (pid " << cred_.pid << "): step " << d.step
-                       << " failed: " << d.error.ToString();
-      ErrorMsg err = ErrorMsg::From(d.error, d.step + 1);
-      err.gen = d.gen;
-      return Push(err);
-    }
-    BatchMsg batch;
-    batch.gen = d.gen;
-    batch.step = d.step;
-    batch.slot = d.slot;
-    batch.seq = d.seq;
-    batch.offset = d.offset;
-    batch.batch_size = d.batch_size;
-    batch.total_bytes = d.total_bytes;
-    for (const StreamLayout& l : d.streams) {
-      batch.streams.push_back(StreamLayoutMsg{static_cast<uint32_t>(l.kind), l.values_offset,
-                                              l.values_bytes, l.shapes_offset, l.offsets_offset});
-    }
-    {
-      // Registered before the batch leaves, so its release cannot be early.
-      // A group member may be handed the same (slot, seq) twice (it sought
-      // back to a step the group still holds): one lease, counted twice.
-      std::lock_guard<std::mutex> lock(lease_mu_);
-      Lease& lease = leases_[batch.slot];
-      if (lease.count != 0 && lease.seq == d.seq) {
-        ++lease.count;
-      } else {
-        lease = Lease{d.seq, std::move(d.memory), 1};
-      }
-      ++held_;
-      unread_.push_back(Unread{d.gen, d.step, batch.slot, d.seq});
-    }
-    // batches_served counts batches consumed (HandleConsumed), not pushed.
-    server_.slots_held_.fetch_add(1, std::memory_order_relaxed);
-    return Push(batch);
-  }
-
-  bool Closing() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return closing_;
-  }
-  // The session ends, or the client closed its loader: waits give up.
-  bool LoaderClosing() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return closing_ || loader_closing_;
-  }
-  // A wait cancelled by `close` is answered (the session goes on, holding
-  // its leases); one cancelled because the session ends is not.
-  Status Cancelled(const Status& st, uint64_t id) {
-    if (Closing()) return Status::Cancelled("session closing");
-    return Error(st, id);
-  }
-
-  // A `close`: the batches pushed and not taken (the consumed position says
-  // which, also those still in the socket) are the daemon's to drop; the
-  // client forgets its queued ones without releasing them. Leases of
-  // batches the caller took stay until released or the hang-up.
-  void DropUnread() {
-    std::vector<std::shared_ptr<BatchMemory>> drop;  // freed outside lease_mu_
-    size_t dropped = 0;
-    {
-      std::lock_guard<std::mutex> lock(lease_mu_);
-      for (const Unread& u : unread_) {
-        auto it = leases_.find(u.slot);
-        if (it == leases_.end() || it->second.seq != u.seq) continue;  // released meanwhile
-        ++dropped;
-        --held_;
-        if (--it->second.count == 0) {
-          drop.push_back(std::move(it->second.memory));
-          leases_.erase(it);
-        }
-      }
-      unread_.clear();
-    }
-    server_.slots_held_.fetch_sub(dropped, std::memory_order_relaxed);
-  }
-
-  // Drops this session's leases: its client is gone (hang-up), so nothing
-  // views those slots any more.
-  void DropLeases() {
-    size_t held = 0;
-    {
-      std::lock_guard<std::mutex> lock(lease_mu_);
-      held = held_;
-      leases_.clear();
-      unread_.clear();
-      held_ = 0;
-    }
-    // The ring's accounting before slots_held: once a stats reader sees the
-    // slots gone, it also sees the ring gone.
-    if (closed_ring_bytes_ != 0) server_.ReleaseRing(cred_.uid, closed_ring_bytes_);
-    closed_ring_bytes_ = 0;
-    server_.slots_held_.fetch_sub(held, std::memory_order_relaxed);
-  }
-
-  // Leaves the group; the last member closes it (pipeline stopped, held
-  // batches dropped). The session's leases stay: after a `close` the client
-  // may still view those slots (they are dropped on hang-up), and while a
-  // closed group's ring is leased its bytes stay charged to the uid.
-  // Why this session's loader ends without a `close` (worker thread).
-  std::string EndReason() {
-    std::string why;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      why = end_reason_;
-    }
-    if (why == kHungUp) {
-      // A client that holds no batch closes its loader by closing the
-      // connection (client/src/connection.cc); its process lives on.
-      const std::string fate = PeerFate(cred_.pid, cred_.uid);
-      if (fate == kStillRunning) {
-        return "closed its connection (process " + std::to_string(cred_.pid) + " " + fate + ")";
-      }
-      return "hung up without closing its loader: process " + std::to_string(cred_.pid) + " " +
-             fate;
-    }
-    return why.empty() ? "reply failed" : why;
-  }
-
-  void LeaveGroup(const std::string& how) {
-    if (!group_) return;
-    const bool named = !group_->name().empty();
-    LX_LOG(kInfo) << "session " << id_ << " (pid " << cred_.pid << ", uid " << cred_.uid << ") "
-                  << (named ? "left group '" + group_->name() + "'" : std::string("closed"))
-                  << (named && group_->mode() == GroupMode::kShard
-                          ? " as rank " + std::to_string(rank_)
-                          : std::string())
-                  << " at step " << group_->cursor(id_) << ": " << how;
-    bool last;
-    if (named) {
-      // Under groups_mu_, so a concurrent open cannot join a group that is
-      // about to close: it finds no entry and creates a fresh one.
-      std::lock_guard<std::mutex> lock(server_.groups_mu_);
-      last = group_->Leave(id_);
-      auto it = server_.groups_.find({cred_.uid, group_->name()});
-      if (last && it != server_.groups_.end() && it->second == group_) server_.groups_.erase(it);
-    } else {
-      last = group_->Leave(id_);
-      server_.ListSolo(id_, cred_.uid, nullptr);
-    }
-    server_.CountLoader(named, -1);
-    if (last) {
-      group_->Close();
-      const uint64_t ring_bytes = group_->ring()->geometry().total_bytes;
-      bool leased;
-      {
-        std::lock_guard<std::mutex> lock(lease_mu_);
-        leased = !leases_.empty();
-      }
-      if (leased) {
-        closed_ring_bytes_ += ring_bytes;  // released with the leases
-      } else {
-        server_.ReleaseRing(cred_.uid, ring_bytes);
-      }
-      if (named) {
-        server_.CountGroup(-1);
-        LX_LOG(kInfo) << "group '" << group_->name() << "' closed: its last member left ("
-                      << group_->batches_gathered() << " batches gathered)";
-      }
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      member_of_.reset();
-    }
-    group_.reset();
-  }
-
-  // Every refused request (or push) is logged with its reason, except a wait
-  // that a `close` cancelled (the client asked for it).
-  void LogRefused(const Status& st, const char* what) {
-    if (st.code() == Status::Code::kCancelled) return;
-    const LogLevel level =
-        st.code() == Status::Code::kTimeout ? LogLevel::kWarning : LogLevel::kInfo;
-    if (LogEnabled(level)) {
-      LogLine(level, "session " + std::to_string(id_) + " (pid " + std::to_string(cred_.pid) +
-                         ", uid " + std::to_string(cred_.uid) + "): " + what +
-                         " refused: " + st.ToString());
-    }
-  }
-
-  // The failed reply to request `id`.
-  Status Error(const Status& st, uint64_t id) {
-    LogRefused(st, request_);
-    ErrorMsg err = ErrorMsg::From(st, group_ ? group_->cursor(id_) : 0);
-    err.id = id;
-    return Send(err);
-  }
-
-  Status DoOpen(const OpenMsg& m, std::vector<UniqueFd> fds) {
-    if (group_) return Error(Status::State("a loader is already open on this connection"), m.id);
-    if (LoaderClosing()) {
-      return Error(Status::State("the loader of this connection was closed; open a new connection"),
-                   m.id);
-    }
-    Group::MemberSpec spec;
-    spec.mode = m.group.empty() ? GroupMode::kBroadcast : m.group_mode;
-    size_t next_fd = 0;
-    auto take = [&] { return std::move(fds[next_fd++]); };
-    // A mixture's K parts of one stream arrive as K consecutive entries
-    // (wire.h, StreamRole; the decoder checked the shape).
-    const size_t k = m.mix_counts.size();
-    if (k != 0) {
-      Status valid = ValidateMixCounts(m.mix_counts);
-      if (!valid.ok()) return Error(valid, m.id);
-    }
-    std::vector<std::shared_ptr<const Store>> parts;
-    for (const StreamFilesMsg& s : m.streams) {
-      Result<std::shared_ptr<const Store>> store = std::shared_ptr<const Store>();
-      if (s.role == StreamRole::kMixSource) {
-        store = server_.registry_.GetMixed({}, m.mix_counts);
-      } else {
-        StoreFiles files;
-        files.label = s.label;
-        files.meta = take();
-        files.index = take();
-        if (s.has_shapes) files.shapes = take();
-        if (s.has_dict) files.dict = take();
-        for (uint32_t i = 0; i < s.data_files; ++i) files.data.push_back(take());
-        store = server_.registry_.Get(std::move(files));
-        if (store.ok() && s.role == StreamRole::kMixPart) {
-          parts.push_back(std::move(store).value());
-          if (parts.size() < k) continue;
-          store = server_.registry_.GetMixed(std::move(parts), m.mix_counts);
-          parts.clear();
-        }
-      }
-      if (!store.ok()) return Error(store.status(), m.id);
-      const auto& streams = spec.streams;
-      if (!streams.empty() && store.value()->size() != streams[0]->size()) {
-        return Error(Status::InvalidArgument("streams differ in length: " + streams[0]->label() +
-                                             " has " + std::to_string(streams[0]->size()) +
-                                             " records, " + store.value()->label() + " has " +
-                                             std::to_string(store.value()->size())),
-                     m.id);
-      }
-      spec.streams.push_back(std::move(store).value());
-    }
-    SamplerSpec& ss = spec.sampler;
-    ss.n = spec.streams[0]->size();
-    ss.batch_size = m.batch_size;
-    ss.mode = static_cast<SamplerMode>(m.mode);
-    ss.seed = m.seed;
-    ss.rank = m.rank;
-    ss.world_size = m.world_size;
-    Status valid = ss.Validate();
-    if (!valid.ok()) return Error(valid, m.id);
-    // The pipeline of a shard group draws the global batch.
-    const uint64_t drawn = Group::PipelineSpec(spec).batch_size;
-    if (drawn > (uint64_t{1} << 32)) {
-      return Error(
-          Status::InvalidArgument("batch_size " + std::to_string(drawn) +
-                                  (drawn != m.batch_size ? " (batch_size * world_size)" : "") +
-                                  " is too large"),
-          m.id);
-    }
-    Group::Options options;
-    options.leases = std::clamp<uint32_t>(m.leases, 1, server_.config_.max_leases);
-    options.prefetch = std::clamp<uint32_t>(m.prefetch, 1, server_.config_.max_prefetch);
-    // A named group's pipeline runs at most --group-prefetch batches ahead
-    // (docs/daemon.md "Memory"): its members already hold the batches behind.
-    if (!m.group.empty() && server_.config_.group_prefetch != 0) {
-      options.prefetch = std::min(options.prefetch, server_.config_.group_prefetch);
-    }
-    // A solo loader is its group's only member: no skew to absorb, so its
-    // ring is prefetch + leases + 1 slots, as before groups existed.
-    options.max_skew = m.group.empty() ? 0 : server_.config_.max_skew;
-    options.threads = server_.config_.threads;
-    options.gather_nice = server_.config_.gather_nice;
-    options.ring_bytes = m.ring_bytes;
-    options.incarnation = server_.incarnation_;
-    options.session = id_;
-    options.start_step = m.start_step;
-    options.gathered = &server_.batches_gathered_;
-
-    const bool named = !m.group.empty();
-    if (named && m.group_mode == GroupMode::kShard) {
-      // A rank closed and reopened at once: its old member's close or
-      // hang-up may still be unread on the other connection. Give it
-      // kRankHandover to leave (outside groups_mu_, which the leave takes);
-      // a rank still taken then is refused below.
-      std::shared_ptr<Group> existing;
-      {
-        std::lock_guard<std::mutex> lock(server_.groups_mu_);
-        auto it = server_.groups_.find({cred_.uid, m.group});
-        if (it != server_.groups_.end()) existing = it->second;
-      }
-      if (existing) (void)existing->AwaitRankFree(m.rank, kRankHandover);
-    }
-    std::shared_ptr<Group> group;
-    bool created = false;
-    uint64_t first_step = 0;  // set by the join below (m.start_step or where the group is)
-    {
-      std::unique_lock<std::mutex> lock(server_.groups_mu_, std::defer_lock);
-      if (named) {
-        lock.lock();
-        auto it = server_.groups_.find({cred_.uid, m.group});
-        if (it != server_.groups_.end()) group = it->second;
-      }
-      if (group) {
-        Status same = group->CheckCompatible(spec);
-        if (!same.ok()) return Error(same, m.id);
-      } else {
-        Result<RingGeometry> geometry = Group::Geometry(spec, options);
-        if (!geometry.ok()) return Error(geometry.status(), m.id);
-        Status reserved = server_.ReserveRing(cred_.uid, geometry->total_bytes);
-        if (!reserved.ok()) {
-          server_.refused_.fetch_add(1, std::memory_order_relaxed);
-          return Error(reserved, m.id);
-        }
-        Result<std::shared_ptr<Group>> made = Group::Create(m.group, spec, options);
-        if (!made.ok() || made.value()->ring()->geometry().total_bytes != geometry->total_bytes) {
-          server_.ReleaseRing(cred_.uid, geometry->total_bytes);
-          return Error(
-              made.ok() ? Status::Internal("ring size differs from its estimate") : made.status(),
-              m.id);
-        }
-        group = std::move(made).value();
-        created = true;
-        if (named) {
-          server_.groups_.emplace(std::make_pair(cred_.uid, m.group), group);
-          server_.CountGroup(1);
-        }
-      }
-      Group::MemberInfo who;
-      who.rank = m.rank;
-      who.pid = cred_.pid;
-      who.uid = cred_.uid;
-      // A solo loader waits for nobody; a member for its peers, at most this.
-      if (named) {
-        who.timeout = m.group_timeout_ms != 0 ? std::chrono::milliseconds(m.group_timeout_ms)
-                                              : server_.config_.group_timeout;
-      }
-      Result<uint64_t> joined = group->Join(id_, who, m.join, m.start_step);
-      if (!joined.ok()) {
-        if (created) {  // never left behind without members
-          if (named) {
-            server_.groups_.erase({cred_.uid, m.group});
-            server_.CountGroup(-1);
-          }
-          group->Close();
-          server_.ReleaseRing(cred_.uid, group->ring()->geometry().total_bytes);
-        }
-        return Error(joined.status(), m.id);
-      }
-      first_step = *joined;
-    }
-    group_ = std::move(group);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      member_of_ = group_;
-    }
-    rank_ = m.rank;
-    if (!named) server_.ListSolo(id_, cred_.uid, group_);
-    server_.CountLoader(named, 1);
-    // A member may hold at most what the ring was sized for (group.h).
-    lease_cap_ = std::min(options.leases, group_->lease_cap());
-    OpenedMsg reply;
-    reply.id = m.id;
-    reply.n = ss.n;
-    reply.slot_count = group_->slot_count();
-    reply.ring_bytes = group_->ring()->geometry().total_bytes;
-    reply.leases = lease_cap_;
-    if (named) reply.step = first_step;  // protocol 1.1: only group opens carry it
-    for (const auto& s : spec.streams) {
-      const Schema& sc = s->schema();
-      reply.streams.push_back(StreamSchemaMsg{static_cast<uint32_t>(sc.kind), sc.dtype.str,
-                                              sc.item_shape, sc.ndim, s->size()});
-    }
-    LX_LOG(kInfo) << "session " << id_ << " (pid " << cred_.pid << ", uid " << cred_.uid
-                  << ") opened a loader over " << spec.streams.size() << " stream(s), n=" << ss.n
-                  << " batch=" << ss.batch_size
-                  << (named ? std::string(created ? " creating" : " joining") + " group '" +
-                                  m.group + "' (" + GroupModeName(spec.mode) +
-                                  (spec.mode == GroupMode::kShard
-                                       ? ", rank " + std::to_string(m.rank) + " of " +
-                                             std::to_string(m.world_size)
-                                       : std::string()) +
-                                  ")"
-                            : std::string())
-                  << " at step " << first_step << " ring=" << reply.ring_bytes
-                  << "B slots=" << reply.slot_count;
-    int ring_fd = group_->ring()->fd();
-    return Send(reply, std::span<const int>(&ring_fd, 1));
-  }
-
-  Status DoSeek(const SeekMsg& m) {
-    if (!group_) return Error(Status::State("no loader is open on this connection"), m.id);
-    Status st = group_->Seek(
-        id_, m.step, [this] { return LoaderClosing(); }, kWorkerPoll);
-    if (st.code() == Status::Code::kCancelled) return Cancelled(st, m.id);
-    if (!st.ok()) return Error(st, m.id);
-    // Accepted: batches pushed from now on belong to the new generation;
-    // those already sent are released unread by the client.
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      push_blocked_ = false;
-    }
-    {
-      // Those of older generations are the client's to release, unread.
-      std::lock_guard<std::mutex> lock(lease_mu_);
-      unread_.clear();
-    }
-    return Send(OkMsg{m.id, m.step, group_->generation(id_)});
-  }
-
-  Impl& server_;
-  SeqPacket::socket socket_;
-  const int fd_;
-  const uint64_t id_;
-  const PeerCred cred_;
-  // io thread only.
-  bool shut_ = false;
-  bool shut_quietly_ = false;  // already logged (or suppressed) by ProtocolViolation
-  bool hello_done_ = false;
-  bool heartbeat_ = false;  // io thread: the client said minor >= 2 in hello
-  // Requests queued or being answered. Relaxed: only decides whether a
-  // heartbeat is worth sending; nothing else is ordered by it.
-  std::atomic<uint32_t> outstanding_{0};
-  // The worker waits for a batch to push. Relaxed, as outstanding_.
-  std::atomic<bool> awaiting_batch_{false};
-  bool counted_ = false;
-  std::thread worker_;
-
-  std::mutex mu_;
-  std::condition_variable cv_;   // queue_ gained a request, or closing_
-  std::deque<Request> queue_;    // guarded by mu_
-  bool closing_ = false;         // guarded by mu_
-  bool loader_closing_ = false;  // a `close` arrived; guarded by mu_
-  bool peer_gone_ = false;       // a send failed: nothing more is sent; guarded by mu_
-  // A push failed for no step of its own (the ring refused): nothing is
-  // pushed until a release or an accepted seek; guarded by mu_.
-  bool push_blocked_ = false;
-
-  std::string end_reason_;  // why Shutdown ended the session; guarded by mu_
-  // group_ for the io thread (`consumed` frames); guarded by mu_.
-  std::shared_ptr<Group> member_of_;
-
-  // Worker thread only.
-  const char* request_ = "";      // the request being answered (for logs)
-  uint64_t rank_ = 0;             // of this session's loader
-  std::shared_ptr<Group> group_;  // the group this session's loader is a member of
-  uint32_t lease_cap_ = 0;
-  uint64_t closed_ring_bytes_ = 0;  // of a closed group whose slots stay leased
-
-  std::mutex lease_mu_;
-  std::map<uint32_t, Lease> leases_;  // slot -> lease; guarded by lease_mu_
-  uint32_t held_ = 0;  // sum of the leases' counts (pushed, not released); guarded by lease_mu_
-  // Batches pushed in the current generation and not taken yet (consumed),
-  // oldest first; guarded by lease_mu_.
-  struct Unread {
-    uint64_t gen = 0;
-    uint64_t step = 0;
-    uint32_t slot = 0;
-    uint64_t seq = 0;
-  };
-  std::deque<Unread> unread_;
+  // What sessions share; declared before conns_, so it outlives them.
+  Accounts accounts_;
+  StoreRegistry stores_;
+  GroupRegistry groups_;
+  Counters counters_;
+  LogThrottle violation_log_{kViolationLogsPerWindow, kViolationLogWindow};  // io thread only
+  SessionContext ctx_;
+  bool stopping_ = false;                                  // io thread only
+  uint64_t next_id_ = 1;                                   // io thread only
+  std::map<uint64_t, std::shared_ptr<Session>> conns_;     // io thread only
 };
 
 void Server::Impl::Accept() {
@@ -1151,7 +172,7 @@ void Server::Impl::Accept() {
       LX_LOG(kWarning) << "rejecting connection: " << cred.status().ToString();
     } else {
       uint64_t id = next_id_++;
-      auto conn = std::make_shared<Connection>(*this, std::move(socket), id, *cred);
+      auto conn = Session::Create(ctx_, std::move(socket), id, *cred);
       conns_.emplace(id, conn);
       conn->Start();
     }
@@ -1162,7 +183,7 @@ void Server::Impl::Accept() {
 void Server::Impl::Finish(uint64_t id) {
   auto it = conns_.find(id);
   if (it == conns_.end()) return;
-  std::shared_ptr<Connection> conn = std::move(it->second);
+  std::shared_ptr<Session> conn = std::move(it->second);
   conns_.erase(it);
   conn->Close();
   if (stopping_ && conns_.empty()) io_.stop();
@@ -1195,7 +216,7 @@ void Server::Impl::StopOnIo() {
     return;
   }
   // Copy: Shutdown may post Finish, which edits conns_ later on this thread.
-  std::vector<std::shared_ptr<Connection>> all;
+  std::vector<std::shared_ptr<Session>> all;
   for (auto& [id, c] : conns_) all.push_back(c);
   for (auto& c : all) c->Shutdown("loaderxd is shutting down");
 }

@@ -1,26 +1,21 @@
 // loaderxd's server: accepts clients on a SOCK_SEQPACKET socket and serves
 // each connection's loader out of a shared-memory ring.
 //
-// Groups (group.h): every open loader is a member of a Group that owns the
-// Pipeline and the ring. A solo loader's group is private to its
-// connection; named groups are shared by all connections of one uid that
-// name them with the same spec. The last member to leave closes the group
-// and returns its ring to the uid's account.
+// The server owns what its sessions share and the io loop they run on; each
+// concern has its own file:
+//  * session.h: one connection (its frames, its worker thread, its requests
+//    and pushes) and lease_ledger.h, what its client holds;
+//  * accounts.h: per-uid sessions and ring memory, and their caps;
+//  * group_registry.h: the groups (group.h) by (uid, name), and solo loaders';
+//  * store_registry.h: stores shared between clients that passed the same files.
+// This file is the listener: it accepts connections (a socket it was handed,
+// from ListenSeqpacket or systemd's socket activation), handles SIGTERM and
+// SIGINT, and runs the io loop, whose tick sends the heartbeats and the
+// systemd watchdog ping (so a stuck io thread gets the daemon restarted).
 //
-// Threads: one Asio io_context thread (Run's caller) accepts connections and
-// reads every frame; each connection gets one worker thread after its hello
-// that executes its requests in order (open, next, seek, stats, close) —
-// `next` waits on the group's Pipeline, which must never block the io thread.
-// `release` is applied on the io thread at once, so a release always takes
-// effect before a later `next` of the same client is checked against the
-// lease cap (both arrive in order on one socket).
-//
-// Failure containment: a malformed frame, an unknown message, fds where none
-// are expected (or a wrong count), or a client that stops reading its replies
-// drops THAT connection only. A connection that ends for any reason (clean
-// close, SIGKILL, fork-child exit) has its leases dropped and leaves its
-// group (the last member's leaving closes the pipeline and returns the
-// ring memory); stats() shows it.
+// Failure containment: whatever one client does ends that client's session
+// only (session.h). On return from Run every session is closed and every
+// ring released.
 //
 // Security: clients are identified with SO_PEERCRED; sessions and ring
 // memory are capped per uid; stores are only built from fds clients pass.
