@@ -13,10 +13,9 @@ Status Accounts::AddSession(uint32_t uid) {
   std::lock_guard<std::mutex> lock(mu_);
   Usage& a = uids_[uid];
   if (a.sessions >= sessions_per_uid_) {
-    return Status::ResourceExhausted("uid " + std::to_string(uid) + " already has " +
-                                     std::to_string(a.sessions) +
-                                     " loaderxd sessions (cap --sessions-per-uid=" +
-                                     std::to_string(sessions_per_uid_) + ")");
+    return Status::ResourceExhausted(
+        "uid " + std::to_string(uid) + " already has " + std::to_string(a.sessions) +
+        " loaderxd sessions (cap --sessions-per-uid=" + std::to_string(sessions_per_uid_) + ")");
   }
   ++a.sessions;
   ++sessions_;
@@ -33,11 +32,11 @@ Status Accounts::ReserveRing(uint32_t uid, uint64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   Usage& a = uids_[uid];
   if (a.ring_bytes + bytes > memory_per_uid_) {
-    return Status::ResourceExhausted(
-        "a ring of " + std::to_string(bytes) +
-        " bytes would exceed the per-uid ring memory cap (uid " + std::to_string(uid) + " holds " +
-        std::to_string(a.ring_bytes) + " of " + std::to_string(memory_per_uid_) +
-        " bytes, --memory-per-uid)");
+    return Status::ResourceExhausted("a ring of " + std::to_string(bytes) +
+                                     " bytes would exceed the per-uid ring memory cap (uid " +
+                                     std::to_string(uid) + " holds " +
+                                     std::to_string(a.ring_bytes) + " of " +
+                                     std::to_string(memory_per_uid_) + " bytes, --memory-per-uid)");
   }
   if (ring_bytes_ + bytes > memory_limit_) {
     return Status::ResourceExhausted(

@@ -13,8 +13,8 @@
 
 #include "accounts.h"
 #include "group_registry.h"
-#include "log.h"
 #include "loaderx/unix_socket.h"
+#include "log.h"
 #include "session.h"
 #include "status.h"
 #include "store_registry.h"
@@ -150,9 +150,9 @@ class Server::Impl {
   Counters counters_;
   LogThrottle violation_log_{kViolationLogsPerWindow, kViolationLogWindow};  // io thread only
   SessionContext ctx_;
-  bool stopping_ = false;                                  // io thread only
-  uint64_t next_id_ = 1;                                   // io thread only
-  std::map<uint64_t, std::shared_ptr<Session>> conns_;     // io thread only
+  bool stopping_ = false;                               // io thread only
+  uint64_t next_id_ = 1;                                // io thread only
+  std::map<uint64_t, std::shared_ptr<Session>> conns_;  // io thread only
 };
 
 void Server::Impl::Accept() {

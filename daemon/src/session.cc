@@ -56,11 +56,7 @@ constexpr const char* kHungUp = "client hung up";
 class SessionImpl final : public Session, public std::enable_shared_from_this<SessionImpl> {
  public:
   SessionImpl(SessionContext& ctx, Socket socket, uint64_t id, PeerCred cred)
-      : ctx_(ctx),
-        socket_(std::move(socket)),
-        fd_(socket_.native_handle()),
-        id_(id),
-        cred_(cred) {}
+      : ctx_(ctx), socket_(std::move(socket)), fd_(socket_.native_handle()), id_(id), cred_(cred) {}
 
   ~SessionImpl() override {
     if (worker_.joinable()) worker_.join();
@@ -250,8 +246,8 @@ class SessionImpl final : public Session, public std::enable_shared_from_this<Se
     counted_ = true;
     hello_done_ = true;
     heartbeat_ = true;  // every client served speaks 1.2
-    if (!Send(HelloOkMsg{kProtocolMajor, kProtocolMinor, LOADERX_DAEMON_VERSION,
-                         ctx_.incarnation, id_, heartbeat_ ? kHeartbeatIntervalMs : 0})
+    if (!Send(HelloOkMsg{kProtocolMajor, kProtocolMinor, LOADERX_DAEMON_VERSION, ctx_.incarnation,
+                         id_, heartbeat_ ? kHeartbeatIntervalMs : 0})
              .ok()) {
       return Shutdown("cannot reply to hello");
     }

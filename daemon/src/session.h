@@ -34,9 +34,9 @@
 #include "accounts.h"
 #include "config.h"
 #include "group_registry.h"
-#include "log.h"
 #include "loaderx/unix_socket.h"
 #include "loaderx/wire.h"
+#include "log.h"
 #include "store_registry.h"
 
 namespace loaderx::daemon {

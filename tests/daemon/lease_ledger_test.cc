@@ -93,7 +93,7 @@ TEST(LeaseLedgerTest, TakenOfAnotherGenerationAndForgetUnread) {
   int live = 0;
   LeaseLedger ledger;
   ledger.Add(0, 0, 0, 1, std::make_shared<CountedMemory>(&live));
-  ledger.Taken(1, 5);  // a newer generation's position: not these
+  ledger.Taken(1, 5);     // a newer generation's position: not these
   ledger.ForgetUnread();  // a seek: the client releases them unread
   EXPECT_EQ(ledger.DropUnread(), 0u);
   EXPECT_EQ(ledger.held(), 1u);
