@@ -53,6 +53,17 @@ enum class Frames : uint8_t { kStandard = 0, kCompact = 1 };
 // Worst-case compressed size of n input bytes.
 size_t CompressBound(size_t n);
 
+// No frame is shorter than this (RFC 8878, section 3.1.1): a frame header of
+// at least 2 bytes (the descriptor, then the window descriptor or, for a
+// single-segment frame, a content size of at least 1 byte; no dictionary id in
+// kCompact), then at least one block: a 3-byte block header and at least 1
+// byte of content (an RLE block; a compressed block has a literals and a
+// sequences section header of at least 1 byte each). kStandard adds the 4-byte
+// magic number. A record of at most this many bytes can never be stored
+// compressed (a frame must be shorter than the record), so the writer does not
+// call the compressor for it: the store is the same, without the call.
+constexpr size_t MinFrameBytes(Frames frames) { return frames == Frames::kCompact ? 6 : 10; }
+
 // Compresses [src, src+n) as one frame into dst (capacity >= CompressBound(n)).
 // `dict` may be null. Returns the frame size.
 Result<size_t> Compress(const void* src, size_t n, int level, const ZstdDictionary* dict, void* dst,

@@ -473,7 +473,7 @@ class StoreWriterImpl final : public StoreWriter {
           const uint64_t len = Len(lens, uniform, k);
           const uint8_t* src = ptrs != nullptr ? ptrs[k] : in + src_pos;
           uint64_t stored = len, flag = 0;
-          if (len > 0) {
+          if (len > codec::MinFrameBytes(codec::Frames::kCompact)) {
             auto c = codec::Compress(src, len, opt_.level, dict_.get(), out + pos,
                                      codec::CompressBound(len));
             if (!c.ok()) {

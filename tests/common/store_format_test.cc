@@ -1,6 +1,10 @@
 // Format building blocks: dtype strings, index entries, metadata encoding.
 #include <gtest/gtest.h>
 
+#include <random>
+#include <vector>
+
+#include "codec.h"
 #include "format.h"
 #include "loaderx/store.h"
 
@@ -46,6 +50,35 @@ TEST(CodecTest, NamesRoundTrip) {
     EXPECT_EQ(ParseCodec(CodecName(c)).value(), c);
   }
   EXPECT_EQ(ParseCodec("zstdd").status().code(), Status::Code::kInvalidArgument);
+}
+
+// The writer skips the compressor for records of at most MinFrameBytes: that
+// only leaves the store unchanged if no frame is ever that short, whatever the
+// content, level or dictionary (the bound comes from the frame format; zstd's
+// own shortest frames are longer, it never starts a frame with an RLE block).
+TEST(CodecTest, NoFrameIsShorterThanMinFrameBytes) {
+  auto dict = codec::ZstdDictionary::Create(std::string(4096, 'a') + "0123456789abcdef", 3);
+  ASSERT_TRUE(dict.ok());
+  std::mt19937_64 rng(3);
+  for (codec::Frames frames : {codec::Frames::kCompact, codec::Frames::kStandard}) {
+    const size_t min = codec::MinFrameBytes(frames);
+    for (int level : {-5, 1, 3, 19}) {
+      for (const codec::ZstdDictionary* d :
+           {static_cast<const codec::ZstdDictionary*>(nullptr), dict->get()}) {
+        for (size_t n = 1; n <= 64; ++n) {
+          std::vector<std::vector<uint8_t>> contents = {
+              std::vector<uint8_t>(n, 0), std::vector<uint8_t>(n, 'a'), std::vector<uint8_t>(n)};
+          for (auto& b : contents[2]) b = static_cast<uint8_t>(rng());
+          for (const auto& src : contents) {
+            std::vector<uint8_t> dst(codec::CompressBound(n));
+            auto c = codec::Compress(src.data(), n, level, d, dst.data(), dst.size(), frames);
+            ASSERT_TRUE(c.ok()) << c.status().ToString();
+            EXPECT_GE(*c, min) << "n " << n << " level " << level;
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(IndexEntryTest, EncodesLittleEndianWith64BitLengths) {

@@ -208,6 +208,64 @@ TEST(StoreRoundTrip, IncompressibleRecordsAreStoredRaw) {
   EXPECT_LE((*s)->stored_bytes() - 4096, (*s)->nbytes());
 }
 
+// Records of at most codec::MinFrameBytes (6) are stored raw without calling
+// the compressor, as no frame can be shorter; 7 and 8 zero bytes are stored raw
+// because zstd's frame is not shorter either; 64 zero bytes are a frame.
+TEST(StoreRoundTrip, RecordsNoFrameCanBeatAreStoredRawAndLongerOnesCompressed) {
+  for (Codec c : {Codec::kZstd, Codec::kZstdDict}) {
+    TempDir dir;
+    std::vector<uint64_t> shapes;
+    for (uint64_t len = 0; len <= 8; ++len) shapes.push_back(len);
+    shapes.push_back(64);
+    std::vector<uint8_t> zeros(36 + 64, 0);
+    {
+      auto w = StoreWriter::Create(dir.Sub("r"), RaggedSchema("|u1", 1), Options(c, 2));
+      ASSERT_TRUE(w.ok());
+      ASSERT_TRUE((*w)->AppendRagged(zeros.data(), shapes.data(), shapes.size()).ok());
+      ASSERT_TRUE((*w)->Publish().ok());
+    }
+    auto s = Store::Open(dir.Sub("r"));
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    for (uint64_t i = 0; i < shapes.size(); ++i) {
+      const uint64_t len = shapes[i];
+      auto loc = (*s)->Locate(i);
+      ASSERT_TRUE(loc.ok());
+      EXPECT_EQ(loc->compressed, len == 64) << len;
+      if (len <= 8) EXPECT_EQ(loc->stored_len, len);
+      if (len == 64) EXPECT_LT(loc->stored_len, 16u);
+      std::vector<uint8_t> out(len, 0xff);
+      ASSERT_TRUE((*s)->ReadRecord(i, out.data(), len).ok()) << len;
+      EXPECT_EQ(out, std::vector<uint8_t>(len, 0)) << len;
+    }
+    EXPECT_TRUE((*s)->Verify(nullptr).ok());
+  }
+
+  // Scalar uint8 labels: every record raw, the data files hold the labels.
+  TempDir dir;
+  std::vector<uint8_t> labels(1000);
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<uint8_t>(i % 10);
+  {
+    auto w = StoreWriter::Create(dir.Sub("l"), DenseSchema("|u1", {}), Options(Codec::kZstd, 2));
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE((*w)->AppendDense(labels.data(), labels.size()).ok());
+    ASSERT_TRUE((*w)->Publish().ok());
+  }
+  auto s = Store::Open(dir.Sub("l"));
+  ASSERT_TRUE(s.ok());
+  uint64_t data_bytes = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.Sub("l"))) {
+    if (e.path().filename().string().starts_with("data-")) data_bytes += e.file_size();
+  }
+  EXPECT_EQ(data_bytes, labels.size());
+  for (uint64_t i = 0; i < labels.size(); ++i) {
+    EXPECT_FALSE((*s)->Locate(i)->compressed) << i;
+    EXPECT_EQ((*s)->Locate(i)->stored_len, 1u) << i;
+    uint8_t v = 0xff;
+    ASSERT_TRUE((*s)->ReadRecord(i, &v, 1).ok());
+    EXPECT_EQ(v, labels[i]) << i;
+  }
+}
+
 // Ragged: shapes of every rank with zero-length axes included.
 void RaggedRoundTrip(uint32_t ndim, Codec codec, uint32_t shards, uint64_t n) {
   TempDir dir;
