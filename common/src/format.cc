@@ -1,9 +1,9 @@
 #include "format.h"
 
-#include <xxhash.h>
-
 #include <cstdio>
 #include <msgpack.hpp>
+
+#include "xxh.h"
 
 namespace loaderx::format {
 

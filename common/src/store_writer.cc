@@ -4,7 +4,6 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -17,6 +16,7 @@
 #include "loaderx/env.h"
 #include "loaderx/store.h"
 #include "loaderx/thread_pool.h"
+#include "xxh.h"
 
 namespace loaderx {
 namespace {

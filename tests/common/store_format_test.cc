@@ -1,5 +1,6 @@
 // Format building blocks: dtype strings, index entries, metadata encoding.
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
 #include <random>
 #include <vector>
@@ -79,6 +80,22 @@ TEST(CodecTest, NoFrameIsShorterThanMinFrameBytes) {
       }
     }
   }
+}
+
+// format::Hash64 may run libxxhash's SIMD-dispatched XXH3 (common/src/xxh.h);
+// this test calls the library's plain XXH3_64bits: the two must agree on every
+// length around the algorithm's internal boundaries (16, 128, 240 bytes,
+// stripes of 64, blocks of 1,024) and on a large buffer, or every checksum of
+// every store written so far would stop matching.
+TEST(FormatHashTest, Hash64IsPlainXxh3OnEveryLength) {
+  std::vector<uint8_t> buf((1 << 20) + 17);
+  std::mt19937_64 rng(11);
+  for (auto& b : buf) b = static_cast<uint8_t>(rng());
+  for (size_t n = 0; n <= 4200; ++n) {
+    ASSERT_EQ(format::Hash64(buf.data() + 3, n), XXH3_64bits(buf.data() + 3, n)) << n;
+  }
+  EXPECT_EQ(format::Hash64(buf.data(), buf.size()), XXH3_64bits(buf.data(), buf.size()));
+  EXPECT_EQ(format::Hash64(nullptr, 0), 0x2D06800538D394C2ull);  // XXH3's empty-input value
 }
 
 TEST(IndexEntryTest, EncodesLittleEndianWith64BitLengths) {
