@@ -80,6 +80,8 @@ Lease::Lease(std::shared_ptr<Connection> conn, uint32_t slot, uint64_t seq, cons
 
 Lease::~Lease() {
   copy_.Reset();  // nothing may see the slot's next batch through it
+  if (ring_pages_.second != 0)
+    conn_->ReleasePrivatePages(ring_, ring_pages_.first, ring_pages_.second);
   // The release goes out before the count drops: a Next on another thread
   // that sees the lease gone must find the release ahead of its `next` on
   // the socket, or the daemon (still counting it) would refuse at the cap.
@@ -233,10 +235,10 @@ Result<std::optional<BatchView>> Loader::NextUntil(Clock::time_point deadline) {
   v.batch_size = b->batch_size();
   v.writable = !impl_->shared_view;
   if (!impl_->shared_view) {
-    // A private copy-on-write mapping of the pages holding the slot's batch:
+    // A private copy-on-write view of the pages holding the slot's batch:
     // the slot is leased (the daemon writes none of it) until ~Lease, which
-    // unmaps first. mmap offsets are page aligned; the pages' other bytes
-    // (neighbouring slots) are never viewed through it.
+    // drops the view first. Pages are the unit; their other bytes
+    // (neighbouring slots) are never viewed through this batch.
     const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
     const uint64_t offset = static_cast<uint64_t>(lease->base() - impl_->conn->ring_base());
     const uint64_t first = offset / page * page;
@@ -251,10 +253,21 @@ Result<std::optional<BatchView>> Loader::NextUntil(Clock::time_point deadline) {
                : 0});
     }
     const uint64_t length = std::max<uint64_t>(offset + total - first, 1);
-    LX_ASSIGN_OR_RETURN(MappedRegion copy, MappedRegion::MapPrivate(impl_->conn->ring_fd(), length,
-                                                                    static_cast<off_t>(first)));
-    uint8_t* base = copy.mutable_data() + (offset - first);
-    lease->AdoptPrivateCopy(std::move(copy), base);
+    // Usually through one of the connection's private mappings of the whole
+    // ring (no mmap per batch); a batch whose pages are taken in all of
+    // them gets a mapping of its own.
+    const uint64_t end = (first + length + page - 1) / page * page;
+    LX_ASSIGN_OR_RETURN(Connection::PrivatePages pages,
+                        impl_->conn->AcquirePrivatePages(first, end));
+    if (pages.base != nullptr) {
+      lease->AdoptRingPages(pages.ring, first, end, pages.base + (offset - first));
+    } else {
+      LX_ASSIGN_OR_RETURN(
+          MappedRegion copy,
+          MappedRegion::MapPrivate(impl_->conn->ring_fd(), length, static_cast<off_t>(first)));
+      uint8_t* base = copy.mutable_data() + (offset - first);
+      lease->AdoptPrivateCopy(std::move(copy), base);
+    }
   }
   uint8_t* base = impl_->shared_view ? const_cast<uint8_t*>(lease->base()) : lease->mutable_base();
   for (size_t j = 0; j < b->num_streams(); ++j) {

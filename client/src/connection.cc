@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <pthread.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -60,6 +61,11 @@ int RegisterForFork(int fd) {
     }
   }
   return -1;  // table full: fork protection degrades to the pid check
+}
+
+uint64_t PageBytes() {
+  static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  return page;
 }
 
 }  // namespace
@@ -521,6 +527,41 @@ Status Connection::AttachRing(UniqueFd fd, uint64_t bytes, uint32_t slot_count) 
   }
   ring_fd_ = std::move(fd);
   return Status::OK();
+}
+
+Result<Connection::PrivatePages> Connection::AcquirePrivatePages(uint64_t first, uint64_t end) {
+  const uint64_t page = PageBytes();
+  std::lock_guard<std::mutex> lock(private_mu_);
+  if (private_broken_ || first % page != 0 || end % page != 0 || first >= end ||
+      end > (ring_.size() + page - 1) / page * page) {
+    return PrivatePages{};
+  }
+  for (uint32_t i = 0; i < kPrivateRings; ++i) {
+    PrivateRing& r = private_rings_[i];
+    const bool taken = std::any_of(r.views.begin(), r.views.end(), [&](const auto& v) {
+      return v.first < end && first < v.second;
+    });
+    if (taken) continue;
+    if (r.map.size() == 0) {
+      LX_ASSIGN_OR_RETURN(r.map, MappedRegion::MapPrivate(ring_fd_.get(), ring_.size(), 0));
+    }
+    r.views.emplace_back(first, end);
+    return PrivatePages{r.map.mutable_data() + first, i};
+  }
+  return PrivatePages{};
+}
+
+void Connection::ReleasePrivatePages(uint32_t ring, uint64_t first, uint64_t end) {
+  std::lock_guard<std::mutex> lock(private_mu_);
+  if (ring >= kPrivateRings) return;
+  PrivateRing& r = private_rings_[ring];
+  auto it = std::find(r.views.begin(), r.views.end(), std::make_pair(first, end));
+  if (it == r.views.end()) return;
+  *it = r.views.back();
+  r.views.pop_back();
+  if (::madvise(r.map.mutable_data() + first, end - first, MADV_DONTNEED) != 0) {
+    private_broken_ = true;
+  }
 }
 
 }  // namespace loaderx::client

@@ -31,6 +31,7 @@
 
 #include <sys/types.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <deque>
@@ -38,6 +39,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "loaderx/client.h"
@@ -161,6 +163,29 @@ class Connection : public std::enable_shared_from_this<Connection> {
   int ring_fd() const { return ring_fd_.get(); }  // kept for private slot mappings
   const RingGeometry& geometry() const { return geometry_; }
 
+  // Writable (copy-on-write) batch views without a mapping per batch: up
+  // to kPrivateRings private mappings of the whole ring, each made on first
+  // use. A view takes the first mapping in which none of its pages is
+  // covered by a live view (batches are 64-byte aligned, so neighbours share
+  // their end pages: a batch and the one next to it take different
+  // mappings). In a mapping, a page no live view covers holds no private
+  // copy (ReleasePrivatePages drops them), so the view reads the ring as
+  // published and its writes land in pages only it covers. Ring pages
+  // [first, end) are page-aligned byte offsets; returns the address of ring
+  // byte `first` and the mapping's index, or a null address if every
+  // mapping is taken there (the caller maps the batch on its own). Any
+  // thread.
+  struct PrivatePages {
+    uint8_t* base = nullptr;
+    uint32_t ring = 0;
+  };
+  static constexpr uint32_t kPrivateRings = 4;
+  Result<PrivatePages> AcquirePrivatePages(uint64_t first, uint64_t end);
+  // The view of [first, end) in mapping `ring` ended: its pages are dropped
+  // (MADV_DONTNEED: copies discarded, the next read sees the ring again).
+  // Before the release that lets the daemon reuse the bytes. Any thread.
+  void ReleasePrivatePages(uint32_t ring, uint64_t first, uint64_t end);
+
   // Leases alive in this process (queued pushed batches, Batches and their
   // zero-copy owners). Seq_cst: ordered against closed_ (see there).
   std::atomic<uint32_t> leases_held{0};
@@ -250,6 +275,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
   MappedRegion ring_;  // read-only
   UniqueFd ring_fd_;
   RingGeometry geometry_;
+
+  // Private ring views (AcquirePrivatePages). Guarded by private_mu_.
+  std::mutex private_mu_;
+  struct PrivateRing {
+    MappedRegion map;  // MAP_PRIVATE of the whole ring, made on first use
+    // [first, end) page ranges of the live views through `map` (disjoint).
+    std::vector<std::pair<uint64_t, uint64_t>> views;
+  };
+  std::array<PrivateRing, kPrivateRings> private_rings_;
+  // A drop failed: pages may hold stale copies, so no new view uses the
+  // private mappings any more (each batch gets a mapping of its own).
+  bool private_broken_ = false;
 };
 
 }  // namespace loaderx::client

@@ -46,6 +46,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "loaderx/batch_source.h"
@@ -167,8 +168,16 @@ class Lease {
     copy_ = std::move(copy);
     base_ = base;
   }
+  // From now on base() is `base`, inside private ring mapping `ring` of
+  // the connection, whose pages [first, end) this lease views until ~Lease
+  // gives them back (before the release is sent).
+  void AdoptRingPages(uint32_t ring, uint64_t first, uint64_t end, uint8_t* base) {
+    ring_ = ring;
+    ring_pages_ = {first, end};
+    base_ = base;
+  }
   uint8_t* mutable_base() const {
-    return copy_.size() != 0 ? const_cast<uint8_t*>(base_) : nullptr;
+    return copy_.size() != 0 || ring_pages_.second != 0 ? const_cast<uint8_t*>(base_) : nullptr;
   }
   // The daemon drops this lease itself (a pushed batch never taken when the
   // loader closed): ~Lease sends no release.
@@ -177,7 +186,9 @@ class Lease {
  private:
   bool forgotten_ = false;
   MappedRegion copy_;
-  std::shared_ptr<Connection> conn_;  // keeps the socket and the ring mapping alive
+  uint32_t ring_ = 0;
+  std::pair<uint64_t, uint64_t> ring_pages_{0, 0};  // end 0: none
+  std::shared_ptr<Connection> conn_;                // keeps the socket and the ring mapping alive
   uint32_t slot_;
   uint64_t seq_;
   const uint8_t* base_;
