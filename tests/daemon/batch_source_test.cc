@@ -5,8 +5,12 @@
 // that passes consumes nothing; SeekUntil never sends a seek twice.
 #include "loaderx/batch_source.h"
 
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <memory>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "daemon/daemon_fixture.h"
@@ -167,6 +171,62 @@ TEST_F(BatchSourceTest, CloseEndsABlockedNextOnBothHosts) {
     auto r = src->NextUntil(Clock::now() + std::chrono::seconds(10));
     EXPECT_EQ(r.status().code(), Status::Code::kCancelled);
   }
+}
+
+// Writable views are dropped on another thread (as Python's GC may) after
+// every value byte was written, while this thread draws on: each batch, in
+// the slots and pages those views left, reads exactly the embedded bytes.
+TEST_F(BatchSourceTest, WritableViewsWrittenAndDroppedOnAnotherThreadNeverLeak) {
+  auto c = Connect();
+  LoaderSpec spec = Spec();
+  std::unique_ptr<BatchSource> src = c->OpenLoader(spec).value();
+  std::unique_ptr<BatchSource> ref = Embedded(spec);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<BatchView> handed;
+  bool done = false;
+  std::thread dropper([&] {
+    std::unique_lock<std::mutex> lock(mu);
+    while (true) {
+      cv.wait(lock, [&] { return done || !handed.empty(); });
+      if (handed.empty()) return;
+      BatchView v = std::move(handed.front());
+      handed.pop_front();
+      lock.unlock();
+      for (size_t j = 0; j < v.streams.size(); ++j) {
+        const StreamView& sv = v.streams[j];
+        const StreamInfo& s = src->streams()[j];
+        uint64_t bytes = v.batch_size * s.itemsize;
+        if (s.kind == Kind::kDense) {
+          for (uint64_t d : s.item_shape) bytes *= d;
+        } else {
+          bytes = sv.offsets[v.batch_size] - sv.offsets[0];
+        }
+        std::memset(sv.values, 0xAB, bytes);
+      }
+      v = BatchView{};  // the lease ends on this thread
+      lock.lock();
+      cv.notify_all();
+    }
+  });
+  for (uint64_t s = 0; s < 60; ++s) {
+    BatchView v = Take(*src);
+    ASSERT_EQ(v.step, s);
+    ASSERT_TRUE(v.writable);
+    ASSERT_EQ(Bytes(*src, v), Bytes(*ref, Take(*ref))) << "step " << s;
+    std::unique_lock<std::mutex> lock(mu);
+    // Two batches at most with the dropper (the credit is 4: one is pushed
+    // ahead, one is drawn next).
+    cv.wait(lock, [&] { return handed.size() < 2; });
+    handed.push_back(std::move(v));
+    cv.notify_all();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    done = true;
+  }
+  cv.notify_all();
+  dropper.join();
 }
 
 }  // namespace
