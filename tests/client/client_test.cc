@@ -113,7 +113,8 @@ struct RingScript {
   std::function<void(int fd, const SeekMsg&, const RingGeometry&, uint8_t* base)> on_seek;
   bool seal = true;
   uint32_t minor = kProtocolMinor;  // the protocol minor the fake announces
-  OpenedMsg opened{0, 10, 4, 0, 2, {{0, "<u4", {4}, 1, 10}}};  // id, ring_bytes filled in
+  OpenedMsg opened{0,           10, 4, 0, 2, {{0, "<u4", {4}, 1, 10}},
+                   std::nullopt};  // id, ring_bytes filled in
   // Push only in answer to the client's first `push_on_waits` waiting notes
   // (one batch each), instead of filling the credit: the client's waits are
   // then exact. 0: fill the credit.
