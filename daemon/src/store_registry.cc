@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <string>
+#include <utility>
 
 #include "loaderx/mix.h"
 
@@ -50,27 +51,31 @@ Result<StoreRegistry::Key> StoreRegistry::KeyOf(const StoreFiles& files) {
   return key;
 }
 
-Result<std::shared_ptr<const Store>> StoreRegistry::Get(StoreFiles files) {
-  LX_ASSIGN_OR_RETURN(Key key, KeyOf(files));
+template <typename K, typename Make>
+Result<std::shared_ptr<const Store>> StoreRegistry::Shared(Entries<K>& entries, const K& key,
+                                                           Make make) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = stores_.find(key);
-    if (it != stores_.end()) {
+    auto it = entries.find(key);
+    if (it != entries.end()) {
       if (std::shared_ptr<const Store> s = it->second.lock()) return s;
     }
   }
-  // Validation and mapping happen outside the lock (O(1), but touches disk).
-  LX_ASSIGN_OR_RETURN(std::shared_ptr<Store> made, Store::FromFiles(std::move(files)));
+  LX_ASSIGN_OR_RETURN(std::shared_ptr<Store> made, make());
   std::shared_ptr<const Store> store = std::move(made);
   std::lock_guard<std::mutex> lock(mu_);
-  auto& slot = stores_[key];
+  auto& slot = entries[key];
   if (std::shared_ptr<const Store> raced = slot.lock()) return raced;  // another client won
   slot = store;
-  // Drop entries whose stores are gone, so the map does not grow forever.
-  for (auto it = stores_.begin(); it != stores_.end();) {
-    it = it->second.expired() ? stores_.erase(it) : std::next(it);
+  for (auto it = entries.begin(); it != entries.end();) {
+    it = it->second.expired() ? entries.erase(it) : std::next(it);
   }
   return store;
+}
+
+Result<std::shared_ptr<const Store>> StoreRegistry::Get(StoreFiles files) {
+  LX_ASSIGN_OR_RETURN(Key key, KeyOf(files));
+  return Shared(stores_, key, [&] { return Store::FromFiles(std::move(files)); });
 }
 
 Result<std::shared_ptr<const Store>> StoreRegistry::GetMixed(
@@ -78,28 +83,10 @@ Result<std::shared_ptr<const Store>> StoreRegistry::GetMixed(
   MixKey key;
   for (const auto& p : parts) key.first.push_back(p.get());
   key.second = counts;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = mixed_.find(key);
-    if (it != mixed_.end()) {
-      if (std::shared_ptr<const Store> s = it->second.lock()) return s;
-    }
-  }
-  std::shared_ptr<Store> made;
-  if (parts.empty()) {
-    LX_ASSIGN_OR_RETURN(made, MixSourceStore(counts));
-  } else {
-    LX_ASSIGN_OR_RETURN(made, MixedStore(std::move(parts), counts));
-  }
-  std::shared_ptr<const Store> store = std::move(made);
-  std::lock_guard<std::mutex> lock(mu_);
-  auto& slot = mixed_[key];
-  if (std::shared_ptr<const Store> raced = slot.lock()) return raced;
-  slot = store;
-  for (auto it = mixed_.begin(); it != mixed_.end();) {
-    it = it->second.expired() ? mixed_.erase(it) : std::next(it);
-  }
-  return store;
+  return Shared(mixed_, key, [&]() -> Result<std::shared_ptr<Store>> {
+    if (parts.empty()) return MixSourceStore(counts);
+    return MixedStore(std::move(parts), counts);
+  });
 }
 
 size_t StoreRegistry::size() const {

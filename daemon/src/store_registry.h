@@ -57,10 +57,19 @@ class StoreRegistry {
   // The parts by identity (a live entry keeps them alive, so an address is
   // never reused while its entry can be found) and the counts.
   using MixKey = std::pair<std::vector<const Store*>, std::vector<uint64_t>>;
+  template <typename K>
+  using Entries = std::map<K, std::weak_ptr<const Store>>;
+
+  // The live store of `key` in `entries`, or the one `make()` builds
+  // (outside the lock: it validates and maps), registered unless another
+  // caller registered one meanwhile (then that one is returned and ours is
+  // dropped). Also forgets entries whose stores are gone.
+  template <typename K, typename Make>
+  Result<std::shared_ptr<const Store>> Shared(Entries<K>& entries, const K& key, Make make);
 
   mutable std::mutex mu_;
-  std::map<Key, std::weak_ptr<const Store>> stores_;    // guarded by mu_
-  std::map<MixKey, std::weak_ptr<const Store>> mixed_;  // guarded by mu_
+  Entries<Key> stores_;    // guarded by mu_
+  Entries<MixKey> mixed_;  // guarded by mu_
 };
 
 }  // namespace loaderx::daemon
