@@ -1,6 +1,7 @@
 #include "accounts.h"
 
 #include <string>
+#include <utility>
 
 namespace loaderx::daemon {
 
@@ -28,7 +29,24 @@ void Accounts::RemoveSession(uint32_t uid) {
   --sessions_;
 }
 
-Status Accounts::ReserveRing(uint32_t uid, uint64_t bytes) {
+RingCharge::RingCharge(RingCharge&& other) noexcept
+    : accounts_(std::exchange(other.accounts_, nullptr)), uid_(other.uid_), bytes_(other.bytes_) {}
+
+RingCharge& RingCharge::operator=(RingCharge&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    accounts_ = std::exchange(other.accounts_, nullptr);
+    uid_ = other.uid_;
+    bytes_ = other.bytes_;
+  }
+  return *this;
+}
+
+void RingCharge::Reset() {
+  if (Accounts* a = std::exchange(accounts_, nullptr)) a->ReleaseRing(uid_, bytes_);
+}
+
+Result<RingCharge> Accounts::ChargeRing(uint32_t uid, uint64_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   Usage& a = uids_[uid];
   if (a.ring_bytes + bytes > memory_per_uid_) {
@@ -46,7 +64,7 @@ Status Accounts::ReserveRing(uint32_t uid, uint64_t bytes) {
   }
   a.ring_bytes += bytes;
   ring_bytes_ += bytes;
-  return Status::OK();
+  return RingCharge(this, uid, bytes);
 }
 
 void Accounts::ReleaseRing(uint32_t uid, uint64_t bytes) {

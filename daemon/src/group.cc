@@ -78,11 +78,11 @@ Result<RingGeometry> Group::Geometry(const MemberSpec& spec, const Options& opti
 }
 
 Result<std::shared_ptr<Group>> Group::Create(std::string name, MemberSpec spec,
-                                             const Options& options) {
+                                             const Options& options, RingCharge charge) {
   LX_ASSIGN_OR_RETURN(RingGeometry g, Geometry(spec, options));
-  LX_ASSIGN_OR_RETURN(
-      std::shared_ptr<RingAllocator> ring,
-      RingAllocator::Create(g.slot_count, g.payload_bytes, options.incarnation, options.session));
+  LX_ASSIGN_OR_RETURN(std::shared_ptr<RingAllocator> ring,
+                      RingAllocator::Create(g.slot_count, g.payload_bytes, options.incarnation,
+                                            options.session, std::move(charge)));
   PipelineOptions po;
   po.start_step = options.start_step;
   po.prefetch = options.prefetch;

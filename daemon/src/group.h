@@ -223,8 +223,10 @@ class Group {
 
   // Creates ring and pipeline (at options.start_step). The creator still
   // has to Join(). `name` is for messages ("" for a solo loader's group).
+  // The ring owns `charge` (its memory's, accounts.h) from now on.
   static Result<std::shared_ptr<Group>> Create(std::string name, MemberSpec spec,
-                                               const Options& options);
+                                               const Options& options,
+                                               RingCharge charge = RingCharge());
   ~Group();  // implies Close()
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;

@@ -8,8 +8,8 @@ std::shared_ptr<Group> GroupRegistry::Find(uint32_t uid, const std::string& name
   return it == named_.end() ? nullptr : it->second;
 }
 
-GroupRegistry::Joined GroupRegistry::Join(const Joiner& who, const Group::MemberSpec& spec,
-                                          const Maker& make) {
+Result<GroupRegistry::Joined> GroupRegistry::Join(const Joiner& who, const Group::MemberSpec& spec,
+                                                  const Maker& make) {
   const bool named = !who.name.empty();
   const auto key = std::make_pair(who.uid, who.name);
   Joined out;
@@ -22,18 +22,9 @@ GroupRegistry::Joined GroupRegistry::Join(const Joiner& who, const Group::Member
     if (it != named_.end()) out.group = it->second;
   }
   if (out.group) {
-    out.status = out.group->CheckCompatible(spec);
-    if (!out.status.ok()) {
-      out.group.reset();
-      return out;
-    }
+    LX_RETURN_IF_ERROR(out.group->CheckCompatible(spec));
   } else {
-    Result<std::shared_ptr<Group>> made = make();
-    if (!made.ok()) {
-      out.status = made.status();
-      return out;
-    }
-    out.group = std::move(made).value();
+    LX_ASSIGN_OR_RETURN(out.group, make());
     out.created = true;
     if (named) {
       named_.emplace(key, out.group);
@@ -42,18 +33,14 @@ GroupRegistry::Joined GroupRegistry::Join(const Joiner& who, const Group::Member
   }
   Result<uint64_t> joined = out.group->Join(who.session, who.info, who.join, who.start_step);
   if (!joined.ok()) {
-    out.status = joined.status();
-    if (!out.created) {
-      out.group.reset();
-      return out;
-    }
+    if (!out.created) return joined.status();
     if (named) {  // never left behind without members
       named_.erase(key);
       --counts_.groups;
     }
     if (lock.owns_lock()) lock.unlock();
     out.group->Close();
-    return out;
+    return joined.status();
   }
   out.first_step = *joined;
   if (!lock.owns_lock()) lock.lock();

@@ -48,10 +48,6 @@ class GroupRegistry {
     uint64_t start_step = 0;
   };
   struct Joined {
-    Status status;  // Join's (or `make`'s) error; OK when joined
-    // The group joined. On a failed join of a group `make` created: that
-    // group, already closed and forgotten, so its maker can undo its own
-    // work; otherwise null on failure.
     std::shared_ptr<Group> group;
     bool created = false;     // `make` created it
     uint64_t first_step = 0;  // the member's first step
@@ -64,8 +60,9 @@ class GroupRegistry {
   // `spec` is compatible with it (else its InvalidArgument), or to a new
   // group from `make` (a solo loader's always). A group made here is never
   // left behind without members: if the join fails it is closed and
-  // forgotten.
-  Joined Join(const Joiner& who, const Group::MemberSpec& spec, const Maker& make);
+  // forgotten (and its ring's charge goes with the ring, accounts.h).
+  // Errors are CheckCompatible's, `make`'s or Group::Join's.
+  Result<Joined> Join(const Joiner& who, const Group::MemberSpec& spec, const Maker& make);
   // Member `session` of `uid` leaves `group`. True if it was the last one:
   // the group is then forgotten and closed (Group::Close).
   bool Leave(uint32_t uid, uint64_t session, const std::shared_ptr<Group>& group);

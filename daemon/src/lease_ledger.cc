@@ -79,9 +79,4 @@ uint32_t LeaseLedger::held() const {
   return held_;
 }
 
-bool LeaseLedger::any() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return !leases_.empty();
-}
-
 }  // namespace loaderx::daemon

@@ -52,8 +52,6 @@ class LeaseLedger {
 
   // Deliveries held (pushed, not released).
   uint32_t held() const;
-  // True if any slot is leased.
-  bool any() const;
 
  private:
   struct Lease {

@@ -14,8 +14,10 @@ RingMemory::~RingMemory() { ring_->Free(slot_, offset_); }
 
 uint8_t* RingMemory::data() { return ring_->map_.mutable_data() + offset_; }
 
-RingAllocator::RingAllocator(UniqueFd fd, MappedRegion map, const RingGeometry& g)
-    : fd_(std::move(fd)),
+RingAllocator::RingAllocator(RingCharge charge, UniqueFd fd, MappedRegion map,
+                             const RingGeometry& g)
+    : charge_(std::move(charge)),
+      fd_(std::move(fd)),
       map_(std::move(map)),
       geometry_(g),
       payload_(g.payload_bytes, kBatchAlignment) {
@@ -27,8 +29,8 @@ RingAllocator::RingAllocator(UniqueFd fd, MappedRegion map, const RingGeometry& 
 
 Result<std::shared_ptr<RingAllocator>> RingAllocator::Create(uint32_t slot_count,
                                                              uint64_t payload_bytes,
-                                                             uint64_t incarnation,
-                                                             uint64_t session) {
+                                                             uint64_t incarnation, uint64_t session,
+                                                             RingCharge charge) {
   LX_ASSIGN_OR_RETURN(RingGeometry g, RingGeometry::Compute(slot_count, payload_bytes));
   LX_ASSIGN_OR_RETURN(UniqueFd fd,
                       CreateMemfd("loaderx-ring-" + std::to_string(session), g.total_bytes));
@@ -36,7 +38,8 @@ Result<std::shared_ptr<RingAllocator>> RingAllocator::Create(uint32_t slot_count
   InitRing(map.mutable_data(), g, incarnation, session);
   // Seal only after our writable mapping exists (FUTURE_WRITE forbids new ones).
   LX_RETURN_IF_ERROR(SealMemfd(fd.get(), kRingSeals));
-  return std::shared_ptr<RingAllocator>(new RingAllocator(std::move(fd), std::move(map), g));
+  return std::shared_ptr<RingAllocator>(
+      new RingAllocator(std::move(charge), std::move(fd), std::move(map), g));
 }
 
 Result<std::shared_ptr<BatchMemory>> RingAllocator::Allocate(uint64_t step, uint64_t bytes) {

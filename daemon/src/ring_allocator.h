@@ -16,6 +16,10 @@
 // any live slot is retained, a full ring is not a stall, because the daemon
 // side will free room once its slowest member moves on.
 //
+// The ring owns the charge of its memory to its uid (accounts.h): it is given
+// back when the ring is destroyed, after the mapping, once the group that
+// made it and every RingMemory of it (held batches, client leases) are gone.
+//
 // Thread-safety: all methods may be called from any thread (one mutex).
 // Ownership: every RingMemory keeps the ring (and its mapping) alive.
 #pragma once
@@ -26,6 +30,7 @@
 #include <mutex>
 #include <vector>
 
+#include "accounts.h"
 #include "loaderx/fd.h"
 #include "loaderx/loader.h"
 #include "loaderx/ring.h"
@@ -57,8 +62,10 @@ class RingMemory final : public BatchMemory {
 class RingAllocator final : public BatchAllocator,
                             public std::enable_shared_from_this<RingAllocator> {
  public:
+  // `charge` (empty: charges nothing) is held until the ring is destroyed.
   static Result<std::shared_ptr<RingAllocator>> Create(uint32_t slot_count, uint64_t payload_bytes,
-                                                       uint64_t incarnation, uint64_t session);
+                                                       uint64_t incarnation, uint64_t session,
+                                                       RingCharge charge = RingCharge());
   ~RingAllocator() override = default;
 
   Result<std::shared_ptr<BatchMemory>> Allocate(uint64_t step, uint64_t bytes) override;
@@ -78,9 +85,10 @@ class RingAllocator final : public BatchAllocator,
 
  private:
   friend class RingMemory;
-  RingAllocator(UniqueFd fd, MappedRegion map, const RingGeometry& g);
+  RingAllocator(RingCharge charge, UniqueFd fd, MappedRegion map, const RingGeometry& g);
   void Free(uint32_t slot, uint64_t ring_offset);
 
+  RingCharge charge_;  // first member: given back after the memory is unmapped
   const UniqueFd fd_;
   MappedRegion map_;  // read-write, daemon only
   const RingGeometry geometry_;

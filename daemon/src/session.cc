@@ -469,11 +469,9 @@ class SessionImpl final : public Session, public std::enable_shared_from_this<Se
   // Drops this session's leases: its client is gone (hang-up), so nothing
   // views those slots any more.
   void DropLeases() {
+    // The leases go first: a closed group's ring whose last holders they
+    // were gives its charge back before a stats reader sees the slots gone.
     const uint32_t held = leases_.DropAll();
-    // The ring's accounting before slots_held: once a stats reader sees the
-    // slots gone, it also sees the ring gone.
-    if (closed_ring_bytes_ != 0) ctx_.accounts.ReleaseRing(cred_.uid, closed_ring_bytes_);
-    closed_ring_bytes_ = 0;
     ctx_.counters.slots_held.fetch_sub(held, std::memory_order_relaxed);
   }
 
@@ -511,17 +509,9 @@ class SessionImpl final : public Session, public std::enable_shared_from_this<Se
                           : std::string())
                   << " at step " << group_->cursor(id_) << ": " << how;
     const bool last = ctx_.groups.Leave(cred_.uid, id_, group_);
-    if (last) {
-      const uint64_t ring_bytes = group_->ring()->geometry().total_bytes;
-      if (leases_.any()) {
-        closed_ring_bytes_ += ring_bytes;  // released with the leases
-      } else {
-        ctx_.accounts.ReleaseRing(cred_.uid, ring_bytes);
-      }
-      if (named) {
-        LX_LOG(kInfo) << "group '" << group_->name() << "' closed: its last member left ("
-                      << group_->batches_gathered() << " batches gathered)";
-      }
+    if (last && named) {
+      LX_LOG(kInfo) << "group '" << group_->name() << "' closed: its last member left ("
+                    << group_->batches_gathered() << " batches gathered)";
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -660,32 +650,27 @@ class SessionImpl final : public Session, public std::enable_shared_from_this<Se
     }
     who.join = m.join;
     who.start_step = m.start_step;
-    // A new group's ring is charged to this uid before it is made.
-    uint64_t charged = 0;
-    GroupRegistry::Joined joined =
+    // A new group's ring is charged to this uid before it is made, and the
+    // ring owns the charge from then on (accounts.h).
+    Result<GroupRegistry::Joined> joined =
         ctx_.groups.Join(who, spec, [&]() -> Result<std::shared_ptr<Group>> {
           LX_ASSIGN_OR_RETURN(RingGeometry geometry, Group::Geometry(spec, options));
-          Status reserved = ctx_.accounts.ReserveRing(cred_.uid, geometry.total_bytes);
-          if (!reserved.ok()) {
+          Result<RingCharge> charge = ctx_.accounts.ChargeRing(cred_.uid, geometry.total_bytes);
+          if (!charge.ok()) {
             ctx_.counters.refused.fetch_add(1, std::memory_order_relaxed);
-            return reserved;
+            return charge.status();
           }
-          Result<std::shared_ptr<Group>> made = Group::Create(m.group, spec, options);
-          if (!made.ok() || made.value()->ring()->geometry().total_bytes != geometry.total_bytes) {
-            ctx_.accounts.ReleaseRing(cred_.uid, geometry.total_bytes);
-            return made.ok() ? Status::Internal("ring size differs from its estimate")
-                             : made.status();
+          LX_ASSIGN_OR_RETURN(std::shared_ptr<Group> made,
+                              Group::Create(m.group, spec, options, std::move(charge).value()));
+          if (made->ring()->geometry().total_bytes != geometry.total_bytes) {
+            return Status::Internal("ring size differs from its estimate");
           }
-          charged = geometry.total_bytes;
           return made;
         });
-    if (!joined.status.ok()) {
-      if (joined.created) ctx_.accounts.ReleaseRing(cred_.uid, charged);
-      return Error(joined.status, m.id);
-    }
-    const bool created = joined.created;
-    const uint64_t first_step = joined.first_step;
-    std::shared_ptr<Group> group = std::move(joined.group);
+    if (!joined.ok()) return Error(joined.status(), m.id);
+    const bool created = joined->created;
+    const uint64_t first_step = joined->first_step;
+    std::shared_ptr<Group> group = std::move(joined->group);
     group_ = std::move(group);
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -776,7 +761,6 @@ class SessionImpl final : public Session, public std::enable_shared_from_this<Se
   uint64_t rank_ = 0;             // of this session's loader
   std::shared_ptr<Group> group_;  // the group this session's loader is a member of
   uint32_t lease_cap_ = 0;
-  uint64_t closed_ring_bytes_ = 0;  // of a closed group whose slots stay leased
 
   LeaseLedger leases_;
 };

@@ -32,22 +32,57 @@ TEST(AccountsTest, SessionsPerUidCapRefusesNamingTheCap) {
 
 TEST(AccountsTest, RingMemoryPerUidAndTotalCaps) {
   Accounts a(Caps(8, 60, 100));
-  ASSERT_TRUE(a.ReserveRing(1, 60).ok());
-  Status per_uid = a.ReserveRing(1, 1);
-  EXPECT_EQ(per_uid.code(), Status::Code::kResourceExhausted);
-  EXPECT_NE(per_uid.message().find("--memory-per-uid"), std::string::npos) << per_uid.message();
-  ASSERT_TRUE(a.ReserveRing(2, 40).ok());
-  Status total = a.ReserveRing(3, 1);
-  EXPECT_EQ(total.code(), Status::Code::kResourceExhausted);
-  EXPECT_NE(total.message().find("--memory-limit"), std::string::npos) << total.message();
+  Result<RingCharge> one = a.ChargeRing(1, 60);
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->uid(), 1u);
+  EXPECT_EQ(one->bytes(), 60u);
+  Result<RingCharge> per_uid = a.ChargeRing(1, 1);
+  ASSERT_FALSE(per_uid.ok());
+  EXPECT_EQ(per_uid.status().code(), Status::Code::kResourceExhausted);
+  EXPECT_NE(per_uid.status().message().find("uid 1 holds 60 of 60 bytes, --memory-per-uid"),
+            std::string::npos)
+      << per_uid.status().message();
+  Result<RingCharge> two = a.ChargeRing(2, 40);
+  ASSERT_TRUE(two.ok());
+  Result<RingCharge> total = a.ChargeRing(3, 1);
+  ASSERT_FALSE(total.ok());
+  EXPECT_EQ(total.status().code(), Status::Code::kResourceExhausted);
+  EXPECT_NE(total.status().message().find("100 of 100 bytes in use, --memory-limit"),
+            std::string::npos)
+      << total.status().message();
   Accounts::Snapshot s = a.Read(1, /*all_uids=*/true);
-  EXPECT_EQ(s.ring_bytes, 100u);
+  EXPECT_EQ(s.ring_bytes, 100u);  // the refused charges changed nothing
   EXPECT_EQ(s.mine.ring_bytes, 60u);
   EXPECT_EQ(s.uids.at(1).ring_bytes, 60u);
   EXPECT_EQ(s.uids.at(2).ring_bytes, 40u);
-  a.ReleaseRing(1, 60);
+  one = Status::Cancelled("dropped");  // the charge goes with its handle
   EXPECT_EQ(a.Read(1, false).ring_bytes, 40u);
-  EXPECT_TRUE(a.ReserveRing(3, 60).ok());
+  EXPECT_EQ(a.Read(1, false).mine.ring_bytes, 0u);
+  EXPECT_TRUE(a.ChargeRing(3, 60).ok());  // a temporary: given back at once
+  EXPECT_EQ(a.Read(3, false).ring_bytes, 40u);
+}
+
+TEST(AccountsTest, RingChargeIsGivenBackExactlyOnce) {
+  Accounts a(Caps(8, 100, 100));
+  RingCharge held = std::move(a.ChargeRing(7, 10).value());
+  RingCharge moved(std::move(held));
+  held.Reset();  // moved-from: holds nothing
+  EXPECT_EQ(a.Read(7, false).ring_bytes, 10u);
+  RingCharge other = std::move(a.ChargeRing(7, 5).value());
+  EXPECT_EQ(a.Read(7, false).ring_bytes, 15u);
+  other = std::move(moved);  // other's own 5 bytes go back; it now holds the 10
+  EXPECT_EQ(a.Read(7, false).ring_bytes, 10u);
+  EXPECT_EQ(other.bytes(), 10u);
+  other.Reset();
+  EXPECT_EQ(a.Read(7, false).ring_bytes, 0u);
+  other.Reset();
+  EXPECT_EQ(a.Read(7, false).ring_bytes, 0u);
+  EXPECT_EQ(a.Read(7, false).mine.ring_bytes, 0u);
+  {
+    RingCharge scoped = std::move(a.ChargeRing(7, 100).value());
+    EXPECT_FALSE(a.ChargeRing(8, 1).ok());
+  }
+  EXPECT_TRUE(a.ChargeRing(8, 100).ok());
 }
 
 }  // namespace
