@@ -114,8 +114,11 @@ def test_a_member_that_hangs_up_without_close_is_logged_with_its_fate(logged, st
     assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
     if how == "kill":
         proc.kill()
-    proc.wait(timeout=30)
+    # Reaped only once the daemon has logged: the exit status of a reaped
+    # process is gone from /proc ("has exited"), which a busy daemon may read
+    # after the wait.
     line = wait_for_line(log, "left group")
+    proc.wait(timeout=30)
     assert line == (f"info: session {line.split()[2]} (pid {proc.pid}, uid {os.getuid()}) left group 'sweep' "
                     f"at step 1: hung up without closing its loader: process {proc.pid} {cause}")
     assert wait_for_line(log, "closed: its last member") == \
