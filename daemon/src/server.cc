@@ -37,11 +37,11 @@ class Server::Impl {
  public:
   Impl(const Config& config, UniqueFd listener)
       : config_(config),
+        accounts_(config_),
         acceptor_(io_),
         signals_(io_),
         tick_(io_),
         incarnation_(std::random_device{}() | (uint64_t{std::random_device{}()} << 32)),
-        accounts_(config_),
         ctx_{config_,
              io_,
              incarnation_,
@@ -135,6 +135,11 @@ class Server::Impl {
   }
 
   const Config config_;
+  // Before io_: a session (and the rings its leases keep) that only a
+  // pending handler still holds is destroyed with io_, and its rings give
+  // their charges back here (accounts.h).
+  Accounts accounts_;
+  Counters counters_;
   asio::io_context io_;
   asio::basic_socket_acceptor<SeqPacket> acceptor_;
   asio::signal_set signals_;
@@ -144,10 +149,8 @@ class Server::Impl {
   const uint64_t incarnation_;
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   // What sessions share; declared before conns_, so it outlives them.
-  Accounts accounts_;
   StoreRegistry stores_;
   GroupRegistry groups_;
-  Counters counters_;
   LogThrottle violation_log_{kViolationLogsPerWindow, kViolationLogWindow};  // io thread only
   SessionContext ctx_;
   bool stopping_ = false;                               // io thread only
