@@ -4,8 +4,14 @@
 // client ends. A charge given back twice would wrap the unsigned counters;
 // one never given back would stay; both fail the exact values below.
 #include <signal.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "daemon_fixture.h"
 
@@ -14,8 +20,18 @@ namespace {
 
 using client::LoaderSpec;
 
+// Set in the environment of the child that KilledClient... spawns.
+constexpr const char* kChildEnv = "LOADERX_RING_CHARGE_CHILD";
+
 class RingChargeTest : public DaemonFixture {
  protected:
+  // The spawned child is a client only: no daemon of its own.
+  void SetUp() override {
+    if (std::getenv(kChildEnv) == nullptr) DaemonFixture::SetUp();
+  }
+  void TearDown() override {
+    if (std::getenv(kChildEnv) == nullptr) DaemonFixture::TearDown();
+  }
   LoaderSpec Spec(const std::string& group = "") {
     if (store_.empty()) store_ = MakeDenseStore(dir_.Sub("dense"), 100);
     LoaderSpec s;
@@ -67,29 +83,50 @@ TEST_F(RingChargeTest, LoaderClosedWithoutLeasesGivesItsRingBackAtOnce) {
   EXPECT_EQ(SettledStat("slots_held", 0), 0u);
 }
 
+// The killed client is this test binary run again as a child (spawned, not
+// forked: a forked child of a threaded process may not start the client's
+// threads, and TSan refuses it), told its role by kChildEnv.
 TEST_F(RingChargeTest, KilledClientHoldingLeasesGivesItsRingBackOnce) {
-  int ready[2];
-  ASSERT_EQ(::pipe(ready), 0);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::close(ready[0]);
-    auto c = Client::Connect(socket_);
+  if (const char* role = std::getenv(kChildEnv)) {
+    // "socket store fd": open a loader, take a batch, say how big the ring
+    // is, then hold both until killed.
+    std::istringstream in(role);
+    std::string socket, store;
+    int fd = -1;
+    in >> socket >> store >> fd;
+    store_ = store;
+    auto c = Client::Connect(socket);
     if (!c.ok()) ::_exit(1);
     auto loader = (*c)->OpenLoader(Spec());
     if (!loader.ok()) ::_exit(2);
     auto held = (*loader)->Next();
     if (!held.ok()) ::_exit(3);
     const uint64_t bytes = (*loader)->ring_bytes();
-    if (::write(ready[1], &bytes, sizeof(bytes)) != sizeof(bytes)) ::_exit(4);
-    ::pause();  // until killed, holding its batch and its open loader
+    if (::write(fd, &bytes, sizeof(bytes)) != sizeof(bytes)) ::_exit(4);
+    ::pause();
     ::_exit(5);
   }
-  ASSERT_GT(pid, 0);
+  Spec();  // makes the store
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const std::string role = socket_ + " " + store_ + " " + std::to_string(ready[1]);
+  const std::string env = std::string(kChildEnv) + "=" + role;
+  std::vector<char*> envp;
+  for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
+  envp.push_back(const_cast<char*>(env.c_str()));
+  envp.push_back(nullptr);
+  std::string exe = "/proc/self/exe";
+  std::string filter =
+      "--gtest_filter=RingChargeTest.KilledClientHoldingLeasesGivesItsRingBackOnce";
+  char* argv[] = {exe.data(), filter.data(), nullptr};
+  pid_t pid = 0;
+  ASSERT_EQ(::posix_spawn(&pid, exe.c_str(), nullptr, nullptr, argv, envp.data()), 0);
   ::close(ready[1]);
   uint64_t bytes = 0;
   ASSERT_EQ(::read(ready[0], &bytes, sizeof(bytes)), static_cast<ssize_t>(sizeof(bytes)));
   ::close(ready[0]);
   ExpectCharged(bytes);
+  EXPECT_EQ(Stat("loaders"), 1u);
   ASSERT_EQ(::kill(pid, SIGKILL), 0);
   int status = 0;
   ASSERT_EQ(::waitpid(pid, &status, 0), pid);
