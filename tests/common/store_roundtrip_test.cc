@@ -231,8 +231,12 @@ TEST(StoreRoundTrip, RecordsNoFrameCanBeatAreStoredRawAndLongerOnesCompressed) {
       auto loc = (*s)->Locate(i);
       ASSERT_TRUE(loc.ok());
       EXPECT_EQ(loc->compressed, len == 64) << len;
-      if (len <= 8) EXPECT_EQ(loc->stored_len, len);
-      if (len == 64) EXPECT_LT(loc->stored_len, 16u);
+      if (len <= 8) {
+        EXPECT_EQ(loc->stored_len, len);
+      }
+      if (len == 64) {
+        EXPECT_LT(loc->stored_len, 16u);
+      }
       std::vector<uint8_t> out(len, 0xff);
       ASSERT_TRUE((*s)->ReadRecord(i, out.data(), len).ok()) << len;
       EXPECT_EQ(out, std::vector<uint8_t>(len, 0)) << len;

@@ -54,15 +54,16 @@ TEST(WireTest, EveryMessageTypeRoundTrips) {
   open.id = 41;
   ExpectRoundTrip(open);
   EXPECT_EQ(open.TotalFds(), 6u + 6u);
-  OpenedMsg opened{41,      1000, 9,
-                   1 << 22, 5,    {{0, "<f4", {3, 224, 224}, 3, 1000}, {1, "<i4", {}, 1, 1000}}};
+  OpenedMsg opened{41,          1000, 9,
+                   1 << 22,     5,    {{0, "<f4", {3, 224, 224}, 3, 1000}, {1, "<i4", {}, 1, 1000}},
+                   std::nullopt};
   ExpectRoundTrip(opened);
   ExpectRoundTrip(
       BatchMsg{2, 7, 3, 44, 8192, 256, 4096, {{0, 0, 1024, 0, 0}, {1, 1024, 64, 1088, 2112}}});
   ExpectRoundTrip(SeekMsg{42, 123456789});
   ExpectRoundTrip(ReleaseMsg{3, 44});
   ExpectRoundTrip(StatsMsg{43});
-  ExpectRoundTrip(StatsReplyMsg{43, {{"sessions", 2}, {"slots_held", 0}}});
+  ExpectRoundTrip(StatsReplyMsg{43, {{"sessions", 2}, {"slots_held", 0}}, ""});
   ExpectRoundTrip(CloseMsg{});
   ExpectRoundTrip(OkMsg{42, 5, 3});
   ExpectRoundTrip(ErrorMsg{8, "lease cap reached", 17, std::nullopt, std::nullopt});
@@ -210,7 +211,7 @@ TEST(WireTest, GroupOpenAndOpenedStepRoundTrip) {
   ExpectRoundTrip(open);
   open.join = GroupJoin::kDefault;  // not sent; decodes as the default
   ExpectRoundTrip(open);
-  OpenedMsg opened{9, 10, 2, 8192, 1, {{0, "<f4", {2}, 1, 10}}};
+  OpenedMsg opened{9, 10, 2, 8192, 1, {{0, "<f4", {2}, 1, 10}}, std::nullopt};
   opened.step = 77;
   ExpectRoundTrip(opened);
 }
@@ -230,7 +231,7 @@ TEST(WireTest, SoloOpenCarriesNoProtocol11Keys) {
   ASSERT_TRUE(back.ok());
   EXPECT_TRUE(std::get<OpenMsg>(*back).group.empty());
   EXPECT_EQ(std::get<OpenMsg>(*back).join, GroupJoin::kDefault);
-  OpenedMsg opened{1, 10, 2, 8192, 1, {}};
+  OpenedMsg opened{1, 10, 2, 8192, 1, {}, std::nullopt};
   auto o = EncodeMessage(opened);
   oh = msgpack::unpack(reinterpret_cast<const char*>(o.data()), o.size());
   EXPECT_EQ(oh.get().via.map.size, 7u);  // no "step" unless set
@@ -335,7 +336,7 @@ TEST(WireTest, RandomAndMutatedFramesNeverCrash) {
   std::vector<std::vector<uint8_t>> seeds = {
       EncodeMessage(HelloMsg{1, 2, "x"}), EncodeMessage(SeekMsg{1, 5}),
       EncodeMessage(BatchMsg{0, 1, 2, 3, 4096, 8, 64, {{0, 0, 64, 0, 0}}}),
-      EncodeMessage(OpenedMsg{1, 10, 2, 8192, 1, {{0, "<f4", {2}, 1, 10}}})};
+      EncodeMessage(OpenedMsg{1, 10, 2, 8192, 1, {{0, "<f4", {2}, 1, 10}}, std::nullopt})};
   int decoded_ok = 0;
   for (int i = 0; i < 20000; ++i) {
     std::vector<uint8_t> f;
@@ -380,7 +381,8 @@ TEST(WireTest, GroupTimeoutAndStatusDocumentRoundTrip) {
   ExpectRoundTrip(StatsMsg{44, true});
   StatsReplyMsg reply{44, {{"sessions", 1}}, std::string(kMaxStatusBytes, 'j')};
   ExpectRoundTrip(reply);
-  ExpectRoundTrip(ErrorMsg{static_cast<uint32_t>(Status::Code::kTimeout), "group 'g': ...", 3});
+  ExpectRoundTrip(ErrorMsg{static_cast<uint32_t>(Status::Code::kTimeout), "group 'g': ...", 3,
+                           std::nullopt, std::nullopt});
 }
 
 TEST(WireTest, GroupTimeoutNeedsAGroupAndAtMostADay) {
@@ -399,7 +401,7 @@ TEST(WireTest, GroupTimeoutNeedsAGroupAndAtMostADay) {
   EXPECT_NE(st.message().find("group_timeout_ms"), std::string::npos) << st.message();
   StatsReplyMsg big{1, {}, std::string(kMaxStatusBytes + 1, 'j')};
   EXPECT_EQ(DecodeError(EncodeMessage(big)).code(), Status::Code::kProtocol);
-  ErrorMsg unknown{15, "from the future", 0};
+  ErrorMsg unknown{15, "from the future", 0, std::nullopt, std::nullopt};
   EXPECT_EQ(DecodeError(EncodeMessage(unknown)).code(), Status::Code::kProtocol);
 }
 
