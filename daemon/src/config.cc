@@ -29,6 +29,8 @@ constexpr const char* kUsage =
     "  --max-prefetch N      prefetch cap per loader (default 64)\n"
     "  --max-skew N          steps a group member may run ahead of the slowest (default 8)\n"
     "  --group-prefetch N    cap on a named group's prefetch, 0 = none (default 1)\n"
+    "  --group-live-batches N  batches a broadcast group's ring keeps live at once,\n"
+    "                        0 = no bound but the skew (default 2)\n"
     "  --socket-mode OCTAL   socket permissions (default 0660)\n"
     "  --gather-nice N       gather threads run N nice levels below the daemon's\n"
     "                        other threads, 0..19 (default 0: same priority)\n"
@@ -107,6 +109,9 @@ Status Apply(Config& c, const std::string& key, const std::string& v) {
   } else if (key == "group-prefetch") {
     LX_ASSIGN_OR_RETURN(uint64_t n, ParseUint(key, v, 1024));
     c.group_prefetch = static_cast<uint32_t>(n);
+  } else if (key == "group-live-batches") {
+    LX_ASSIGN_OR_RETURN(uint64_t n, ParseUint(key, v, 1024));
+    c.group_live_batches = static_cast<uint32_t>(n);
   } else if (key == "gather-nice") {
     LX_ASSIGN_OR_RETURN(uint64_t n, ParseUint(key, v, kMaxGatherNice));
     c.gather_nice = static_cast<int>(n);
@@ -230,7 +235,8 @@ Result<Config> ParseArgs(const std::vector<std::string>& args, std::string* help
         "socket",           "threads",    "memory-limit", "memory-per-uid",
         "sessions-per-uid", "max-leases", "max-prefetch", "max-skew",
         "socket-mode",      "log-level",  "gather-nice",  "group-timeout",
-        "log-file",         "pid-file",   "config",       "group-prefetch"};
+        "log-file",         "pid-file",   "config",       "group-prefetch",
+        "group-live-batches"};
     if (std::find(std::begin(kKnown), std::end(kKnown), key) == std::end(kKnown)) {
       return Status::InvalidArgument("unknown option --" + key + " (see --help)");
     }

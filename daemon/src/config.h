@@ -34,6 +34,10 @@ inline constexpr std::chrono::milliseconds kDefaultGroupTimeout = std::chrono::m
 // prefetch 4, and the ring's resident pages fell from ~6 batches to 2-3
 // (docs/daemon.md "Memory").
 inline constexpr uint32_t kDefaultGroupPrefetch = 1;
+// The batches a broadcast group's ring keeps live at once (Group "Live
+// bound"): the one its members read and the one being gathered
+// (docs/daemon.md "Memory").
+inline constexpr uint32_t kDefaultGroupLiveBatches = 2;
 
 struct Config {
   std::string socket_path;                    // default: DefaultSocketPath()
@@ -49,6 +53,9 @@ struct Config {
   // Cap on the prefetch of a named group's pipeline (the creator's prefetch
   // if lower; 0 = no cap). Solo loaders keep their own prefetch.
   uint32_t group_prefetch = kDefaultGroupPrefetch;
+  // Live bound K of a named broadcast group's ring (Group::Options::max_live;
+  // 0 = none but the skew window).
+  uint32_t group_live_batches = kDefaultGroupLiveBatches;
   // Nice increment of every pipeline's gather threads over the daemon's
   // own (PipelineOptions::gather_nice; docs/daemon.md "Performance").
   int gather_nice = kDefaultGatherNice;

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <set>
 #include <utility>
 
 #include "log.h"
@@ -43,6 +44,75 @@ std::string Seconds(std::chrono::steady_clock::duration d) {
 }
 
 }  // namespace
+
+// The allocator of a group with a live bound (group.h "Live bound"): a
+// producer passes to the ring only while fewer than `max_live` slots are
+// live (those the ring counts plus producers admitted but not yet in it) or
+// while the group holds the gate open. The ring does not signal its frees
+// here, so a waiting producer re-checks every Group::kGateRecheck; the
+// group's own events (SetOpen, Cancel) wake it at once.
+// Lock order: Group::mu_, then mu_, then the ring's.
+class LiveGate final : public BatchAllocator {
+ public:
+  LiveGate(std::shared_ptr<RingAllocator> ring, uint32_t max_live)
+      : ring_(std::move(ring)), max_live_(max_live) {}
+
+  Result<std::shared_ptr<BatchMemory>> Allocate(uint64_t step, uint64_t bytes) override {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      bool queued = false;
+      while (!cancelled_ && !open_ && ring_->slots_in_use() + admitted_ >= max_live_) {
+        if (!queued) {
+          gated_.insert(step);
+          queued = true;
+        }
+        cv_.wait_for(lock, Group::kGateRecheck);
+      }
+      if (queued) gated_.erase(gated_.find(step));
+      if (cancelled_) return Status::Cancelled("loader closed");
+      ++admitted_;
+    }
+    Result<std::shared_ptr<BatchMemory>> got = ring_->Allocate(step, bytes);
+    std::lock_guard<std::mutex> lock(mu_);
+    --admitted_;
+    return got;
+  }
+
+  void Cancel() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cancelled_ = true;
+    }
+    cv_.notify_all();
+    ring_->Cancel();
+  }
+
+  void SetOpen(bool open) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (open_ == open) return;
+      open_ = open;
+    }
+    if (open) cv_.notify_all();
+  }
+
+  // Whether a producer waits at the gate for a step at or before `step`.
+  bool Holds(uint64_t step) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return !gated_.empty() && *gated_.begin() <= step;
+  }
+
+ private:
+  const std::shared_ptr<RingAllocator> ring_;
+  const uint32_t max_live_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  // Guarded by mu_.
+  bool open_ = false;
+  bool cancelled_ = false;
+  uint32_t admitted_ = 0;         // passed the gate, not yet back from the ring
+  std::multiset<uint64_t> gated_;  // steps whose producers wait at the gate
+};
 
 SamplerSpec Group::PipelineSpec(const MemberSpec& spec) {
   SamplerSpec s = spec.sampler;
@@ -88,18 +158,26 @@ Result<std::shared_ptr<Group>> Group::Create(std::string name, MemberSpec spec,
   po.prefetch = options.prefetch;
   po.num_threads = options.threads;
   po.gather_nice = options.gather_nice;
+  std::shared_ptr<LiveGate> gate;
+  if (options.max_live != 0 && spec.mode == GroupMode::kBroadcast) {
+    gate = std::make_shared<LiveGate>(ring, options.max_live);
+  }
+  std::shared_ptr<BatchAllocator> allocator = ring;
+  if (gate) allocator = gate;
   LX_ASSIGN_OR_RETURN(std::unique_ptr<Pipeline> pipeline,
-                      Pipeline::Create(spec.streams, PipelineSpec(spec), po, ring));
-  return std::shared_ptr<Group>(
-      new Group(std::move(name), std::move(spec), options, std::move(ring), std::move(pipeline)));
+                      Pipeline::Create(spec.streams, PipelineSpec(spec), po, allocator));
+  return std::shared_ptr<Group>(new Group(std::move(name), std::move(spec), options,
+                                          std::move(ring), std::move(gate), std::move(pipeline)));
 }
 
 Group::Group(std::string name, MemberSpec spec, const Options& options,
-             std::shared_ptr<RingAllocator> ring, std::unique_ptr<Pipeline> pipeline)
+             std::shared_ptr<RingAllocator> ring, std::shared_ptr<LiveGate> gate,
+             std::unique_ptr<Pipeline> pipeline)
     : name_(std::move(name)),
       spec_(std::move(spec)),
       options_(options),
       ring_(std::move(ring)),
+      gate_(std::move(gate)),
       pipeline_(std::move(pipeline)),
       produced_(options.start_step) {
   if (spec_.mode == GroupMode::kShard) {
@@ -228,6 +306,81 @@ void Group::Trim() {
   while (!held_.empty() && held_.begin()->first < slowest) DropHeld(held_.begin());
 }
 
+void Group::UpdateGate() {
+  if (!gate_) return;
+  // Only for a step S not gathered yet: once it is held, the slowest gets
+  // it without a new slot, and a gate still open would let the pipeline
+  // start S + 1 while the members still hold S - 1.
+  const uint64_t slowest = Slowest();
+  bool open = false;
+  if (slowest >= produced_) {
+    for (const auto& [sid, m] : members_) {
+      open |= m.cursor == slowest && m.pushed == m.cursor && m.caller_waits;
+    }
+  }
+  gate_->SetOpen(open);
+}
+
+bool Group::GateHolds(uint64_t pushed) const {
+  return gate_ && pushed >= produced_ && pushed > Slowest() && gate_->Holds(pushed);
+}
+
+std::optional<Status> Group::PeerWait(uint64_t id, Member& me, uint64_t pushed, bool live_bound,
+                                      std::chrono::milliseconds poll,
+                                      std::chrono::milliseconds* wait) {
+  *wait = poll;
+  if (CursorOf(me) != pushed || !me.caller_waits) {
+    // Its caller still has batches queued, or is not blocked in next()
+    // (between calls, say in an eval): not waiting for peers.
+    me.waiting = false;
+    return std::nullopt;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (!me.waiting) {
+    me.waiting = true;
+    me.waiting_since = now;
+  }
+  const auto waited = now - me.waiting_since;
+  NoteStall(waited, me.info.timeout);
+  if (me.info.timeout.count() > 0 && waited >= me.info.timeout) {
+    me.waiting = false;
+    me.caller_waits = false;  // this refusal is pushed to it
+    UpdateGate();
+    const std::string who =
+        Quoted(name_) + ": " +
+        (spec_.mode == GroupMode::kShard ? "rank " + std::to_string(me.info.rank)
+                                         : "member session " + std::to_string(id)) +
+        " waited its group_timeout of " + Seconds(me.info.timeout) + " for step " +
+        std::to_string(pushed) + ", which needs ";
+    if (live_bound) {
+      // The ring's live batches are the slowest members' to free.
+      const uint64_t slowest = Slowest();
+      return Status::Timeout(who + Describe(At(slowest)) + " to move on from step " +
+                             std::to_string(slowest) + " first (the group keeps at most " +
+                             std::to_string(options_.max_live) +
+                             " batches live: group-live-batches " +
+                             std::to_string(options_.max_live) + ")");
+    }
+    std::vector<uint64_t> behind;  // the ranks (members) holding this one back
+    if (spec_.mode == GroupMode::kShard) {
+      for (uint64_t r = 0; r < rank_cursor_.size(); ++r) {
+        if (r != me.info.rank && rank_cursor_[r] + options_.max_skew < pushed) behind.push_back(r);
+      }
+    } else {
+      for (const auto& [sid, m] : members_) {
+        if (sid != id && m.cursor + options_.max_skew < pushed) behind.push_back(sid);
+      }
+    }
+    return Status::Timeout(who + Describe(behind) + " to reach step " +
+                           std::to_string(pushed - options_.max_skew) + " first (max-skew " +
+                           std::to_string(options_.max_skew) + ")");
+  }
+  if (me.info.timeout.count() > 0) {
+    *wait = std::min(poll, std::chrono::ceil<std::chrono::milliseconds>(me.info.timeout - waited));
+  }
+  return std::nullopt;
+}
+
 Result<uint64_t> Group::Join(uint64_t id, const MemberInfo& info, GroupJoin join,
                              uint64_t start_step) {
   const uint64_t rank = info.rank;
@@ -263,6 +416,7 @@ Result<uint64_t> Group::Join(uint64_t id, const MemberInfo& info, GroupJoin join
   members_[id] = m;
   Trim();
   NoteProgress();
+  UpdateGate();
   cv_.notify_all();
   return cursor;
 }
@@ -282,6 +436,7 @@ bool Group::Leave(uint64_t id) {
     members_.erase(it);
     Trim();
     NoteProgress();
+    UpdateGate();
   }
   cv_.notify_all();
   return members_.empty();
@@ -363,59 +518,31 @@ Result<Delivery> Group::Next(uint64_t id, const std::function<bool()>& closing,
     const uint64_t others = SlowestOthers(id, me);
     if (others != std::numeric_limits<uint64_t>::max() &&
         pushed > others + options_.max_skew) {  // too far ahead: wait for the slowest
-      if (consumed != pushed || !me.caller_waits) {
-        // Its caller still has batches queued, or is not blocked in next()
-        // (between calls, say in an eval): not waiting for peers.
-        me.waiting = false;
-        cv_.wait_for(lock, poll);
-        continue;
-      }
-      const auto now = std::chrono::steady_clock::now();
-      if (!me.waiting) {
-        me.waiting = true;
-        me.waiting_since = now;
-      }
-      const auto waited = now - me.waiting_since;
-      NoteStall(waited, me.info.timeout);
-      if (me.info.timeout.count() > 0 && waited >= me.info.timeout) {
-        me.waiting = false;
-        me.caller_waits = false;       // this refusal is pushed to it
-        std::vector<uint64_t> behind;  // the ranks (members) holding this one back
-        if (spec_.mode == GroupMode::kShard) {
-          for (uint64_t r = 0; r < rank_cursor_.size(); ++r) {
-            if (r != me.info.rank && rank_cursor_[r] + options_.max_skew < pushed) {
-              behind.push_back(r);
-            }
-          }
-        } else {
-          for (const auto& [sid, m] : members_) {
-            if (sid != id && m.cursor + options_.max_skew < pushed) behind.push_back(sid);
-          }
-        }
-        Status st = Status::Timeout(
-            Quoted(name_) + ": " +
-            (spec_.mode == GroupMode::kShard ? "rank " + std::to_string(me.info.rank)
-                                             : "member session " + std::to_string(id)) +
-            " waited its group_timeout of " + Seconds(me.info.timeout) + " for step " +
-            std::to_string(pushed) + ", which needs " + Describe(behind) + " to reach step " +
-            std::to_string(pushed - options_.max_skew) + " first (max-skew " +
-            std::to_string(options_.max_skew) + ")");
-        return st;  // logged by the server, with the member's pid
-      }
-      auto wait = poll;
-      if (me.info.timeout.count() > 0) {
-        wait =
-            std::min(wait, std::chrono::ceil<std::chrono::milliseconds>(me.info.timeout - waited));
+      std::chrono::milliseconds wait = poll;
+      if (std::optional<Status> st = PeerWait(id, me, pushed, /*live_bound=*/false, poll, &wait)) {
+        return *st;  // logged by the server, with the member's pid
       }
       cv_.wait_for(lock, wait);
       continue;
     }
-    me.waiting = false;
+    // At the live bound the member waits for its peers too, but for the
+    // pipeline to deliver (the gate opens on a ring free the group is not
+    // told of), so the wait below is the fetch's.
+    std::chrono::milliseconds fetch_wait = poll;
+    if (GateHolds(pushed)) {
+      if (std::optional<Status> st =
+              PeerWait(id, me, pushed, /*live_bound=*/true, poll, &fetch_wait)) {
+        return *st;
+      }
+    } else {
+      me.waiting = false;
+    }
     if (auto it = held_.find(pushed); it != held_.end()) {
       Delivery d = Slice(it->second, pushed, me.info.rank);
       d.gen = me.gen;
       ++pushed;
       me.caller_waits = false;  // an item is on its way to the caller
+      UpdateGate();
       cv_.notify_all();
       return d;
     }
@@ -438,16 +565,18 @@ Result<Delivery> Group::Next(uint64_t id, const std::function<bool()>& closing,
     // back: a member seeking (or joining) meanwhile must be refused below
     // it, since the steps it skips are never produced.
     produced_ = target;
+    UpdateGate();
     lock.unlock();
     Status sought = reseek ? pipeline_->Seek(target) : Status::OK();
     Result<std::optional<Batch>> got = std::optional<Batch>();
-    if (sought.ok()) got = pipeline_->NextFor(poll);
+    if (sought.ok()) got = pipeline_->NextFor(fetch_wait);
     lock.lock();
     fetching_ = false;
     cv_.notify_all();
     if (closed_) return Status::Cancelled("loader closed");
     if (!sought.ok()) {
       produced_ = before;
+      UpdateGate();
       return sought;
     }
     if (got.ok() && !got->has_value()) continue;  // not ready yet
@@ -474,6 +603,7 @@ Result<Delivery> Group::Next(uint64_t id, const std::function<bool()>& closing,
       if (options_.gathered) options_.gathered->fetch_add(1, std::memory_order_relaxed);
     }
     held_.emplace(produced_++, std::move(h));
+    UpdateGate();
   }
 }
 
@@ -490,6 +620,7 @@ Status Group::Seek(uint64_t id, uint64_t step, const std::function<bool()>& clos
     mit->second.caller_waits = false;
     Trim();
     NoteProgress();
+    UpdateGate();
     cv_.notify_all();
     return Status::OK();
   }
@@ -517,6 +648,7 @@ Status Group::Seek(uint64_t id, uint64_t step, const std::function<bool()>& clos
   ++mit->second.gen;
   mit->second.caller_waits = false;
   NoteProgress();
+  UpdateGate();
   return Status::OK();
 }
 
@@ -555,6 +687,7 @@ Result<Group::ConsumedResult> Group::Consumed(uint64_t id, uint64_t gen, uint64_
     Trim();
     NoteProgress();
   }
+  if (r.steps != 0 || flag_changed) UpdateGate();
   // A push waiting in Next re-evaluates now (starts or stops the clock).
   if (r.steps != 0 || flag_changed) cv_.notify_all();
   return r;
@@ -689,6 +822,8 @@ Group::Snapshot Group::snapshot() const {
   s.produced = produced_;
   s.ring_bytes = ring_->geometry().total_bytes;
   s.slots = ring_->geometry().slot_count;
+  s.live_slots = ring_->slots_in_use();
+  s.max_live = gate_ ? options_.max_live : 0;
   s.gathered = gathered_;
   s.served = served_;
   return s;

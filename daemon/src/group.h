@@ -86,6 +86,24 @@
 // (ResourceExhausted) by a ring that had room, only in pieces; found by the
 // soak test (tests/integration/test_reliability.py).
 //
+// Live bound (broadcast groups with Options::max_live = K > 0, loaderxd
+// --group-live-batches): the pipeline starts a step -- allocates its ring
+// slot -- only while fewer than K of the ring's slots are live (in the
+// pipeline, held by the group for members, or leased by members' clients,
+// counted by the ring itself), or while the gate is open: a member at the
+// slowest consumed position S has nothing pushed unread and its caller is
+// blocked in next() for it (its client said so). So with members that hold
+// only their last batch the ring never has more than K batches live, and
+// K, not the skew window, bounds its resident pages (docs/daemon.md
+// "Memory"). The open gate keeps the progress claim of "Ring sizing": the
+// slowest member can always get step S, whatever its client holds (then up
+// to the ring's slots are live, as without the bound). A member ahead of S
+// whose step waits at the gate waits for peers exactly as at the skew limit
+// (the group timeout, stall logs and status `waiting` apply, naming the
+// slowest members): K therefore also bounds how far members spread. Frees
+// by clients are not signalled to the gate; a gated producer re-checks the
+// ring every kGateRecheck.
+//
 // Group timeout (protocol 1.1's meaning): a member "waits for peers" only
 // while its caller is blocked in next() with nothing queued -- its client
 // said so (`consumed` with waiting: true; the flag holds until an item is
@@ -117,6 +135,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -128,6 +147,8 @@
 #include "ring_allocator.h"
 
 namespace loaderx::daemon {
+
+class LiveGate;  // group.cc: the allocator of a group with a live bound
 
 // One batch as handed to one member: its slice of a held batch.
 struct Delivery {
@@ -163,6 +184,8 @@ class Group {
     uint64_t incarnation = 0;
     uint64_t session = 0;  // creator's session id (names the memfd)
     uint64_t start_step = 0;
+    // The live bound K ("Live bound" above; 0: none). Broadcast only.
+    uint32_t max_live = 0;
     // Incremented once per batch gathered (the server's stats), if set.
     std::atomic<uint64_t>* gathered = nullptr;
   };
@@ -202,6 +225,8 @@ class Group {
     uint64_t waiting_ms = 0;
     uint64_t ring_bytes = 0;
     uint32_t slots = 0;
+    uint32_t live_slots = 0;  // slots live now: in the pipeline, held or leased
+    uint32_t max_live = 0;    // the live bound K (0: none)
     uint64_t gathered = 0;
     uint64_t served = 0;
   };
@@ -211,6 +236,8 @@ class Group {
   // through loaderxd keeps the ring memory of an embedded one plus one batch
   // (each pushed batch is a live slot its client leases).
   static constexpr uint32_t kPushAhead = 1;
+  // How often a producer waiting at the live bound re-checks the ring.
+  static constexpr std::chrono::milliseconds kGateRecheck{1};
   // How long a wait for peers lasts before the stall is logged.
   static constexpr std::chrono::seconds kStallLogAfter{30};
 
@@ -323,7 +350,8 @@ class Group {
   };
 
   Group(std::string name, MemberSpec spec, const Options& options,
-        std::shared_ptr<RingAllocator> ring, std::unique_ptr<Pipeline> pipeline);
+        std::shared_ptr<RingAllocator> ring, std::shared_ptr<LiveGate> gate,
+        std::unique_ptr<Pipeline> pipeline);
 
   // All REQUIRE mu_ held.
   uint64_t& CursorOf(Member& m);
@@ -334,6 +362,19 @@ class Group {
   uint64_t SlowestOthers(uint64_t id, const Member& m) const;
   uint64_t OldestAvailable() const;
   void Trim();  // drops held batches no cursor needs any more
+  // Opens the live bound's gate iff a member at the slowest position waits
+  // for it ("Live bound"). Call after anything that moves positions or the
+  // callers' waiting flags.
+  void UpdateGate();
+  // Whether member `me`'s push of `pushed` waits for peers at the live
+  // bound: its step is not gathered, it is ahead of the slowest, and the
+  // pipeline's producer for it waits at the gate.
+  bool GateHolds(uint64_t pushed) const;
+  // A member's wait for peers (skew or live bound; "Group timeout"): runs
+  // its clock, logs a stall, and returns the Timeout status once its
+  // timeout is over; otherwise sets *wait to how long to wait at most.
+  std::optional<Status> PeerWait(uint64_t id, Member& me, uint64_t pushed, bool live_bound,
+                                 std::chrono::milliseconds poll, std::chrono::milliseconds* wait);
   void DropHeld(std::map<uint64_t, Held>::iterator it);
   Delivery Slice(const Held& h, uint64_t step, uint64_t rank) const;
   Status Gone(uint64_t step) const;
@@ -349,6 +390,7 @@ class Group {
   const MemberSpec spec_;
   const Options options_;
   const std::shared_ptr<RingAllocator> ring_;
+  const std::shared_ptr<LiveGate> gate_;  // null without a live bound
   const std::unique_ptr<Pipeline> pipeline_;
 
   mutable std::mutex mu_;

@@ -619,6 +619,9 @@ class SessionImpl final : public Session, public std::enable_shared_from_this<Se
     // A solo loader is its group's only member: no skew to absorb, so its
     // ring is prefetch + leases + 1 slots, as before groups existed.
     options.max_skew = m.group.empty() ? 0 : ctx_.config.max_skew;
+    // A named broadcast group keeps at most --group-live-batches batches
+    // live (Group "Live bound"); solo loaders keep their prefetch.
+    options.max_live = m.group.empty() ? 0 : ctx_.config.group_live_batches;
     options.threads = ctx_.config.threads;
     options.gather_nice = ctx_.config.gather_nice;
     options.ring_bytes = m.ring_bytes;

@@ -101,6 +101,8 @@ void Held(Json& j, const Group::Snapshot& g) {
   j.Key("next_gather").U(g.produced);
   j.Key("ring_bytes").U(g.ring_bytes);
   j.Key("slots").U(g.slots);
+  j.Key("live_slots").U(g.live_slots);
+  j.Key("max_live").U(g.max_live);
   j.Key("batches_gathered").U(g.gathered);
   j.Key("batches_served").U(g.served);
 }
@@ -194,6 +196,7 @@ std::string BuildStatusJson(const StatusInput& in, uint32_t viewer) {
     j.Key("max_prefetch").U(c.max_prefetch);
     j.Key("max_skew").U(c.max_skew);
     j.Key("group_prefetch").U(c.group_prefetch);
+    j.Key("group_live_batches").U(c.group_live_batches);
     j.Key("group_timeout_s").D(std::chrono::duration<double>(c.group_timeout).count());
     j.Key("threads").U(c.threads);
     j.Close('}');

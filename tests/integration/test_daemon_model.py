@@ -58,6 +58,9 @@ group's clients took and still hold stay within the ring's lease budget,
 the condition under which group.h proves the ring never runs out (the
 batches pushed ahead are among the steps the group holds; hoarding beyond
 the budget may legitimately wait or fail). Solo loaders are unrestricted.
+The daemon runs with ``--group-live-batches 0``: the model is the skew rule's,
+and the live bound (which makes a member ahead wait for the others' frees, a
+timing the model does not track) has its own tests in test_group_memory.py.
 
 ``LOADERX_MODEL_EXAMPLES`` (default 30) and ``LOADERX_MODEL_STEPS`` (default
 40) scale the run; ``LOADERX_MODEL_RANDOM=1`` draws new examples (default:
@@ -342,7 +345,8 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
             self.prefix = f"m{number}-"
             # A daemon per example: a leak found by one example must not
             # leak into the next (hypothesis replays examples to shrink).
-            self.daemon = daemon_factory("--max-skew", str(MAX_SKEW), name=f"m{number}.sock")
+            self.daemon = daemon_factory("--max-skew", str(MAX_SKEW), "--group-live-batches", "0",
+                                         name=f"m{number}.sock")
             self.broken = False
             self.closed_groups: set[int] = set()  # group uids that ended
             self.group_uids = itertools.count(1)

@@ -130,7 +130,7 @@ def test_broadcast_members_at_different_speeds_wait_at_the_skew_and_never_fill_t
     # waits (here: until its group timeout, naming the slow member); the ring
     # holds the skew window, it never refuses a step, and the fast member
     # goes on once the slow one moves.
-    d = daemon_factory("--max-skew", "3")
+    d = daemon_factory("--max-skew", "3", "--group-live-batches", "0")  # the skew alone
     fast_opts = DaemonOptions(d.socket, group="g", group_mode="broadcast", leases=2,
                               group_timeout=0.5)
     slow_opts = DaemonOptions(d.socket, group="g", group_mode="broadcast", leases=2)
@@ -152,3 +152,106 @@ def test_broadcast_members_at_different_speeds_wait_at_the_skew_and_never_fill_t
         for step in range(4, 6):  # slowest now at 2: steps up to 5 are open
             np.testing.assert_array_equal(next(fast)["x"], big["want"][step])
         assert group_row(d.socket)["oldest_held"] == 2
+
+
+def live_row(socket: str) -> tuple[int, int]:
+    g = group_row(socket)
+    return g["live_slots"], g["max_live"]
+
+
+def test_a_broadcast_ring_never_holds_more_than_its_live_bound_while_a_slow_member_holds_a_batch(
+        daemon_factory, big) -> None:
+    # K = 2 (the default): the slow member keeps step 0; the fast one gets
+    # step 1 (gathered while 0 was live) and then waits for the slow one at
+    # the bound, as at the skew limit (its group timeout, 1 s here, names
+    # the slow member); once the slow member frees step 0 the fast one goes on. The
+    # ring's live slots (status) and its allocated pages (the memfd) never
+    # exceed 2 batches.
+    d = daemon_factory("--max-skew", "8")
+    fast_opts = DaemonOptions(d.socket, group="g", group_mode="broadcast", leases=2,
+                              group_timeout=1.0)
+    slow_opts = DaemonOptions(d.socket, group="g", group_mode="broadcast", leases=2)
+    samples: list[tuple[int, int, int]] = []
+
+    def sample() -> None:
+        live, bound = live_row(d.socket)
+        [resident] = ring_resident_bytes(d.proc.pid)
+        samples.append((live, bound, resident))
+
+    with DataLoader(big["streams"], batch_size=BATCH, seed=SEED, daemon=fast_opts) as fast, \
+            DataLoader(big["streams"], batch_size=BATCH, seed=SEED, daemon=slow_opts) as slow:
+        kept = next(slow)["x"]  # step 0, held
+        np.testing.assert_array_equal(kept, big["want"][0])
+        for step in range(2):
+            np.testing.assert_array_equal(next(fast)["x"], big["want"][step])
+            sample()
+        start = time.monotonic()
+        with pytest.raises(GroupTimeoutError, match=r"for step 2, which needs member session \d+ "
+                                                    r"\(pid \d+, at step 1\) to move on from step 1 first "
+                                                    r"\(the group keeps at most 2 batches live"):
+            next(fast)
+        assert time.monotonic() - start >= 1.0
+        assert fast.step == 2
+        sample()
+        g = group_row(d.socket)
+        assert (g["oldest_held"], g["newest_held"], g["next_gather"]) == (1, 1, 2)
+        assert g["batches_gathered"] == 2
+        np.testing.assert_array_equal(kept, big["want"][0])  # its slot was never reused
+        del kept
+        gc.collect()
+        for step in range(2, 12):  # the slow member freed step 0: both go on, one step apart
+            np.testing.assert_array_equal(next(fast)["x"], big["want"][step])
+            sample()
+            np.testing.assert_array_equal(next(slow)["x"], big["want"][step - 1])
+            sample()
+        # fast took 11, slow 10: once slow freed 10, step 12 is gathered for
+        # fast's push (the ring: 11 and 12), and nothing more.
+        d.settled(batches_gathered=13)
+        sample()
+    assert {bound for _, bound, _ in samples} == {2}
+    assert max(live for live, _, _ in samples) <= 2, samples
+    assert max(r for _, _, r in samples) <= 2 * BATCH_BYTES + (1 << 20), samples
+    assert max(r for _, _, r in samples) >= 2 * BATCH_BYTES  # both slots were written
+
+
+def test_a_member_holding_more_batches_than_the_live_bound_still_gets_every_step(
+        daemon_factory, big) -> None:
+    # The bound never stops the slowest member: a caller blocked in next()
+    # for a step not gathered yet opens the gate, whatever it holds (then
+    # the ring has more than K live, up to its slots, as without the bound).
+    d = daemon_factory("--group-live-batches", "2")
+    opts = DaemonOptions(d.socket, group="g", group_mode="broadcast", leases=6)
+    with DataLoader(big["streams"], batch_size=BATCH, seed=SEED, daemon=opts) as a, \
+            DataLoader(big["streams"], batch_size=BATCH, seed=SEED, daemon=opts) as b:
+        held_a, held_b = [], []
+        for _ in range(5):  # in turns: the one ahead waits for the other at the bound
+            held_a.append(next(a)["x"])
+            held_b.append(next(b)["x"])
+        for step in range(5):
+            np.testing.assert_array_equal(held_a[step], big["want"][step])
+            np.testing.assert_array_equal(held_b[step], big["want"][step])
+        assert live_row(d.socket)[0] == 5  # the gate stays shut past them: nobody waits
+        del held_a, held_b
+        gc.collect()
+        for step in range(5, 9):
+            np.testing.assert_array_equal(next(a)["x"], big["want"][step])
+            np.testing.assert_array_equal(next(b)["x"], big["want"][step])
+
+
+def test_the_live_bound_is_a_daemon_flag_shown_in_status_and_off_for_shard_and_solo(
+        daemon_factory, big) -> None:
+    d = daemon_factory("--group-live-batches", "3")
+    assert connect(d.socket).stats()["daemon"]["limits"]["group_live_batches"] == 3
+    opts = DaemonOptions(d.socket, group="g", group_mode="broadcast")
+    with DataLoader(big["streams"], batch_size=BATCH, seed=SEED, daemon=opts) as a, \
+            DataLoader(big["streams"], batch_size=BATCH, seed=SEED, rank=0, world_size=2,
+                       daemon=DaemonOptions(d.socket, group="s", group_mode="shard")) as r0, \
+            DataLoader(big["streams"], batch_size=BATCH, seed=SEED, daemon=d.socket) as solo:
+        next(a), next(r0), next(solo)
+        rows = {g["name"]: g for g in connect(d.socket).stats()["named_groups"]}
+        assert (rows["g"]["max_live"], rows["s"]["max_live"]) == (3, 0)
+        assert connect(d.socket).stats()["solo_loaders"][0]["max_live"] == 0
+    d0 = daemon_factory("--group-live-batches", "0", name="d0.sock")
+    assert connect(d0.socket).stats()["daemon"]["limits"]["group_live_batches"] == 0
+    assert connect(daemon_factory(name="dd.sock").socket).stats()["daemon"]["limits"][
+        "group_live_batches"] == 2

@@ -69,13 +69,20 @@ def test_stats_lists_the_daemon_groups_members_loaders_and_uids(busy) -> None:
     # at 0, max-skew 2): 3 gathered. sweep: a took 2 and is pushed step 2,
     # b took 1 and is pushed step 1: steps 0..2, 3 gathered. solo took 4 and
     # is pushed step 4: 5 gathered.
+    # Live ring slots: ddp holds 0..2 for rank 1 and its pipeline has made
+    # step 3 (prefetch 1; shard groups have no live bound): 4. sweep holds
+    # 1..2 and is at its live bound of 2 (--group-live-batches), so its
+    # pipeline has not started step 3: 2.
     settled = {"ddp": 3, "sweep": 3}
+    live = {"ddp": 4, "sweep": 2}
     deadline = time.monotonic() + 10
     while True:
         s = c.stats()
         gathered = {g["name"]: g["batches_gathered"] for g in s["named_groups"]}
+        lives = {g["name"]: g["live_slots"] for g in s["named_groups"]}
         solo_gathered = [x["batches_gathered"] for x in s["solo_loaders"]]
-        if (s["sessions"] == 5 and gathered == settled and solo_gathered == [5]) or time.monotonic() > deadline:
+        if (s["sessions"] == 5 and gathered == settled and lives == live and solo_gathered == [5]) or \
+                time.monotonic() > deadline:
             break
         time.sleep(0.02)
     time.sleep(0.06)  # a value only passing through would move on: read again
@@ -88,7 +95,7 @@ def test_stats_lists_the_daemon_groups_members_loaders_and_uids(busy) -> None:
     assert d["viewer_uid"] == UID and d["sees_all_uids"] is True
     assert d["limits"] == {"memory_limit": 1 << 30, "memory_per_uid": 1 << 30, "sessions_per_uid": 20,
                            "max_leases": 32, "max_prefetch": 16, "max_skew": 2, "group_prefetch": 1,
-                           "group_timeout_s": 30.0, "threads": 2}
+                           "group_live_batches": 2, "group_timeout_s": 30.0, "threads": 2}
     ddp, sweep = s["named_groups"]
     sessions = {m["session"] for g in (ddp, sweep) for m in g["members"]}
     assert len(sessions) == 3
@@ -99,17 +106,17 @@ def test_stats_lists_the_daemon_groups_members_loaders_and_uids(busy) -> None:
         "name": "ddp", "uid": UID, "mode": "shard", "batch_size": 4, "world_size": 2,
         "rank_cursors": [3, 0],  # rank 1 never joined: its cursor is the start step
         "oldest_held": 0, "newest_held": 2, "next_gather": 3,  # held for rank 1
-        "waiting": None, "batches_gathered": 3, "batches_served": 3}
+        "waiting": None, "live_slots": 4, "max_live": 0, "batches_gathered": 3, "batches_served": 3}
     assert ddp["ring_bytes"] == loaders["r0"]._source._native.ring_bytes
     assert [(m["pid"], m["rank"], m["cursor"], m["batches_served"], m["group_timeout_s"])
             for m in sweep["members"]] == [(PID, None, 2, 2, 7.5), (PID, None, 1, 1, 7.5)]
     assert {k: v for k, v in sweep.items() if k not in ("members", "ring_bytes", "slots")} == {
         "name": "sweep", "uid": UID, "mode": "broadcast", "batch_size": 8, "world_size": 1,
         "rank_cursors": None, "oldest_held": 1, "newest_held": 2, "next_gather": 3, "waiting": None,
-        "batches_gathered": 3, "batches_served": 3}
+        "live_slots": 2, "max_live": 2, "batches_gathered": 3, "batches_served": 3}
     [solo] = s["solo_loaders"]
     assert solo["pid"] == PID and solo["uid"] == UID and solo["batch_size"] == 16 and solo["cursor"] == 4
-    assert solo["session"] not in sessions
+    assert solo["session"] not in sessions and solo["max_live"] == 0  # solo loaders: no live bound
     assert (solo["batches_served"], solo["batches_gathered"], solo["next_gather"]) == (4, 5, 5)
     assert (solo["oldest_held"], solo["newest_held"]) == (4, 4)  # pushed to its member, not taken
     assert solo["ring_bytes"] == loaders["solo"]._source._native.ring_bytes
