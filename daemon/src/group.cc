@@ -47,8 +47,9 @@ std::string Seconds(std::chrono::steady_clock::duration d) {
 
 // The allocator of a group with a live bound (group.h "Live bound"): a
 // producer passes to the ring only while fewer than `max_live` slots are
-// live (those the ring counts plus producers admitted but not yet in it) or
-// while the group holds the gate open. The ring does not signal its frees
+// live (those the ring counts plus producers admitted but not yet in it),
+// or for a step up to the one the group holds the gate open for, or once
+// the pipeline was sought since it came (a stale step). The ring does not signal its frees
 // here, so a waiting producer re-checks every Group::kGateRecheck; the
 // group's own events (SetOpen, Cancel) wake it at once.
 // Lock order: Group::mu_, then mu_, then the ring's.
@@ -61,7 +62,9 @@ class LiveGate final : public BatchAllocator {
     {
       std::unique_lock<std::mutex> lock(mu_);
       bool queued = false;
-      while (!cancelled_ && !open_ && ring_->slots_in_use() + admitted_ >= max_live_) {
+      const uint64_t epoch = epoch_;
+      while (!cancelled_ && !(open_ && step <= open_through_) && epoch == epoch_ &&
+             ring_->slots_in_use() + admitted_ >= max_live_) {
         if (!queued) {
           gated_.insert(step);
           queued = true;
@@ -87,13 +90,26 @@ class LiveGate final : public BatchAllocator {
     ring_->Cancel();
   }
 
-  void SetOpen(bool open) {
+  // Open: steps up to `through` pass whatever is live.
+  void SetOpen(bool open, uint64_t through) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (open_ == open) return;
+      if (open_ == open && open_through_ == through) return;
       open_ = open;
+      open_through_ = through;
     }
     if (open) cv_.notify_all();
+  }
+
+  // The pipeline was sought: every producer waiting now makes a stale step
+  // (the pipeline frees it unseen), and one of them may hold back the
+  // sought step (prefetch counts it): let them all pass.
+  void Flush() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++epoch_;
+    }
+    cv_.notify_all();
   }
 
   // Whether a producer waits at the gate for a step at or before `step`.
@@ -109,6 +125,8 @@ class LiveGate final : public BatchAllocator {
   std::condition_variable cv_;
   // Guarded by mu_.
   bool open_ = false;
+  uint64_t open_through_ = 0;
+  uint64_t epoch_ = 0;  // +1 per Flush
   bool cancelled_ = false;
   uint32_t admitted_ = 0;         // passed the gate, not yet back from the ring
   std::multiset<uint64_t> gated_;  // steps whose producers wait at the gate
@@ -308,9 +326,11 @@ void Group::Trim() {
 
 void Group::UpdateGate() {
   if (!gate_) return;
-  // Only for a step S not gathered yet: once it is held, the slowest gets
-  // it without a new slot, and a gate still open would let the pipeline
-  // start S + 1 while the members still hold S - 1.
+  // Open for steps up to S only, and only while S is not gathered yet: once
+  // it is held the slowest gets it without a new slot, and a gate open past
+  // S would let the pipeline start S + 1 while members still hold S - 1
+  // (the producer wakes as soon as S leaves the pipeline, before the group
+  // re-evaluates this).
   const uint64_t slowest = Slowest();
   bool open = false;
   if (slowest >= produced_) {
@@ -318,7 +338,7 @@ void Group::UpdateGate() {
       open |= m.cursor == slowest && m.pushed == m.cursor && m.caller_waits;
     }
   }
-  gate_->SetOpen(open);
+  gate_->SetOpen(open, slowest);
 }
 
 bool Group::GateHolds(uint64_t pushed) const {
@@ -568,6 +588,7 @@ Result<Delivery> Group::Next(uint64_t id, const std::function<bool()>& closing,
     UpdateGate();
     lock.unlock();
     Status sought = reseek ? pipeline_->Seek(target) : Status::OK();
+    if (reseek && gate_) gate_->Flush();
     Result<std::optional<Batch>> got = std::optional<Batch>();
     if (sought.ok()) got = pipeline_->NextFor(fetch_wait);
     lock.lock();
@@ -634,6 +655,7 @@ Status Group::Seek(uint64_t id, uint64_t step, const std::function<bool()>& clos
   fetching_ = true;
   lock.unlock();
   Status st = pipeline_->Seek(step);
+  if (gate_) gate_->Flush();
   lock.lock();
   fetching_ = false;
   cv_.notify_all();

@@ -90,9 +90,11 @@
 // --group-live-batches): the pipeline starts a step -- allocates its ring
 // slot -- only while fewer than K of the ring's slots are live (in the
 // pipeline, held by the group for members, or leased by members' clients,
-// counted by the ring itself), or while the gate is open: a member at the
-// slowest consumed position S has nothing pushed unread and its caller is
-// blocked in next() for it (its client said so). So with members that hold
+// counted by the ring itself), or, for steps up to S, while the gate is
+// open: a member at the slowest consumed position S has nothing pushed
+// unread, its caller is blocked in next() for it (its client said so) and S
+// is not gathered yet. A producer that waited across a pipeline seek passes
+// (its step is stale, and with prefetch 1 it would hold back the sought one). So with members that hold
 // only their last batch the ring never has more than K batches live, and
 // K, not the skew window, bounds its resident pages (docs/daemon.md
 // "Memory"). The open gate keeps the progress claim of "Ring sizing": the
