@@ -232,11 +232,10 @@ Result<Config> ParseArgs(const std::vector<std::string>& args, std::string* help
       key.resize(eq);
     }
     static const char* const kKnown[] = {
-        "socket",           "threads",    "memory-limit", "memory-per-uid",
-        "sessions-per-uid", "max-leases", "max-prefetch", "max-skew",
-        "socket-mode",      "log-level",  "gather-nice",  "group-timeout",
-        "log-file",         "pid-file",   "config",       "group-prefetch",
-        "group-live-batches"};
+        "socket",         "threads",           "memory-limit", "memory-per-uid", "sessions-per-uid",
+        "max-leases",     "max-prefetch",      "max-skew",     "socket-mode",    "log-level",
+        "gather-nice",    "group-timeout",     "log-file",     "pid-file",       "config",
+        "group-prefetch", "group-live-batches"};
     if (std::find(std::begin(kKnown), std::end(kKnown), key) == std::end(kKnown)) {
       return Status::InvalidArgument("unknown option --" + key + " (see --help)");
     }

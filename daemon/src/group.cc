@@ -128,7 +128,7 @@ class LiveGate final : public BatchAllocator {
   uint64_t open_through_ = 0;
   uint64_t epoch_ = 0;  // +1 per Flush
   bool cancelled_ = false;
-  uint32_t admitted_ = 0;         // passed the gate, not yet back from the ring
+  uint32_t admitted_ = 0;          // passed the gate, not yet back from the ring
   std::multiset<uint64_t> gated_;  // steps whose producers wait at the gate
 };
 
@@ -375,11 +375,10 @@ std::optional<Status> Group::PeerWait(uint64_t id, Member& me, uint64_t pushed, 
     if (live_bound) {
       // The ring's live batches are the slowest members' to free.
       const uint64_t slowest = Slowest();
-      return Status::Timeout(who + Describe(At(slowest)) + " to move on from step " +
-                             std::to_string(slowest) + " first (the group keeps at most " +
-                             std::to_string(options_.max_live) +
-                             " batches live: group-live-batches " +
-                             std::to_string(options_.max_live) + ")");
+      return Status::Timeout(
+          who + Describe(At(slowest)) + " to move on from step " + std::to_string(slowest) +
+          " first (the group keeps at most " + std::to_string(options_.max_live) +
+          " batches live: group-live-batches " + std::to_string(options_.max_live) + ")");
     }
     std::vector<uint64_t> behind;  // the ranks (members) holding this one back
     if (spec_.mode == GroupMode::kShard) {

@@ -94,17 +94,15 @@
 // open: a member at the slowest consumed position S has nothing pushed
 // unread, its caller is blocked in next() for it (its client said so) and S
 // is not gathered yet. A producer that waited across a pipeline seek passes
-// (its step is stale, and with prefetch 1 it would hold back the sought one). So with members that hold
-// only their last batch the ring never has more than K batches live, and
-// K, not the skew window, bounds its resident pages (docs/daemon.md
-// "Memory"). The open gate keeps the progress claim of "Ring sizing": the
-// slowest member can always get step S, whatever its client holds (then up
-// to the ring's slots are live, as without the bound). A member ahead of S
-// whose step waits at the gate waits for peers exactly as at the skew limit
-// (the group timeout, stall logs and status `waiting` apply, naming the
-// slowest members): K therefore also bounds how far members spread. Frees
-// by clients are not signalled to the gate; a gated producer re-checks the
-// ring every kGateRecheck.
+// (its step is stale, and with prefetch 1 it would hold back the sought one). So with members that
+// hold only their last batch the ring never has more than K batches live, and K, not the skew
+// window, bounds its resident pages (docs/daemon.md "Memory"). The open gate keeps the progress
+// claim of "Ring sizing": the slowest member can always get step S, whatever its client holds (then
+// up to the ring's slots are live, as without the bound). A member ahead of S whose step waits at
+// the gate waits for peers exactly as at the skew limit (the group timeout, stall logs and status
+// `waiting` apply, naming the slowest members): K therefore also bounds how far members spread.
+// Frees by clients are not signalled to the gate; a gated producer re-checks the ring every
+// kGateRecheck.
 //
 // Group timeout (protocol 1.1's meaning): a member "waits for peers" only
 // while its caller is blocked in next() with nothing queued -- its client

@@ -33,6 +33,8 @@ TEST(ConfigTest, FlagsSetEveryField) {
                   "3",
                   "--group-prefetch",
                   "0",
+                  "--group-live-batches",
+                  "5",
                   "--socket-mode",
                   "0600",
                   "--log-level",
@@ -48,6 +50,7 @@ TEST(ConfigTest, FlagsSetEveryField) {
   EXPECT_EQ(c->max_prefetch, 7u);
   EXPECT_EQ(c->max_skew, 3u);
   EXPECT_EQ(c->group_prefetch, 0u);
+  EXPECT_EQ(c->group_live_batches, 5u);
   EXPECT_EQ(c->socket_mode, 0600u);
   EXPECT_EQ(c->log_level, LogLevel::kDebug);
   EXPECT_TRUE(c->foreground);
@@ -105,6 +108,8 @@ TEST(ConfigTest, BadValuesNameTheSetting) {
   bad({"--max-skew", "1025"}, "max-skew");
   bad({"--group-prefetch", "1025"}, "group-prefetch");
   bad({"--group-prefetch", "-1"}, "group-prefetch");
+  bad({"--group-live-batches", "1025"}, "group-live-batches: 1025 exceeds 1024");
+  bad({"--group-live-batches", "two"}, "group-live-batches: 'two' is not a non-negative integer");
   bad({"--bogus", "1"}, "unknown option --bogus");
   bad({"--socket"}, "missing value");
   bad({"stray"}, "unexpected argument");
@@ -122,6 +127,7 @@ TEST(ConfigTest, FileSettingsApplyAndCommandLineWins) {
   EXPECT_EQ(c->max_leases, 12u);
   EXPECT_EQ(c->max_skew, 8u);  // the default
   EXPECT_EQ(c->group_prefetch, 1u);
+  EXPECT_EQ(c->group_live_batches, 2u);  // the default
 }
 
 TEST(ConfigTest, FileErrorsNameFileAndLine) {
