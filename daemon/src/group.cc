@@ -49,9 +49,9 @@ std::string Seconds(std::chrono::steady_clock::duration d) {
 // producer passes to the ring only while fewer than `max_live` slots are
 // live (those the ring counts plus producers admitted but not yet in it),
 // or for a step up to the one the group holds the gate open for, or once
-// the pipeline was sought since it came (a stale step). The ring does not signal its frees
-// here, so a waiting producer re-checks every Group::kGateRecheck; the
-// group's own events (SetOpen, Cancel) wake it at once.
+// the pipeline was sought since it came (a stale step). Every event that can let a step
+// pass wakes a waiting producer: a slot freed in the ring (its free hook calls Wake), an
+// admitted producer that got no slot, and the group's own SetOpen, Flush and Cancel.
 // Lock order: Group::mu_, then mu_, then the ring's.
 class LiveGate final : public BatchAllocator {
  public:
@@ -69,16 +69,26 @@ class LiveGate final : public BatchAllocator {
           gated_.insert(step);
           queued = true;
         }
-        cv_.wait_for(lock, Group::kGateRecheck);
+        cv_.wait(lock);
       }
       if (queued) gated_.erase(gated_.find(step));
       if (cancelled_) return Status::Cancelled("loader closed");
       ++admitted_;
     }
     Result<std::shared_ptr<BatchMemory>> got = ring_->Allocate(step, bytes);
-    std::lock_guard<std::mutex> lock(mu_);
-    --admitted_;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --admitted_;
+    }
+    if (!got.ok()) cv_.notify_all();  // the live count fell by the slot it did not get
     return got;
+  }
+
+  // A slot was freed (the ring's free hook). Taking mu_ orders the wake after
+  // a waiter's check: the waiter holds mu_ from its check into wait().
+  void Wake() {
+    { std::lock_guard<std::mutex> lock(mu_); }
+    cv_.notify_all();
   }
 
   void Cancel() override {
@@ -179,6 +189,10 @@ Result<std::shared_ptr<Group>> Group::Create(std::string name, MemberSpec spec,
   std::shared_ptr<LiveGate> gate;
   if (options.max_live != 0 && spec.mode == GroupMode::kBroadcast) {
     gate = std::make_shared<LiveGate>(ring, options.max_live);
+    // Weak: client leases may keep the ring after the group and its gate are gone.
+    ring->SetFreeHook([weak = std::weak_ptr<LiveGate>(gate)] {
+      if (const std::shared_ptr<LiveGate> g = weak.lock()) g->Wake();
+    });
   }
   std::shared_ptr<BatchAllocator> allocator = ring;
   if (gate) allocator = gate;

@@ -101,8 +101,7 @@
 // up to the ring's slots are live, as without the bound). A member ahead of S whose step waits at
 // the gate waits for peers exactly as at the skew limit (the group timeout, stall logs and status
 // `waiting` apply, naming the slowest members): K therefore also bounds how far members spread.
-// Frees by clients are not signalled to the gate; a gated producer re-checks the ring every
-// kGateRecheck.
+// A slot freed in the ring (a client's release included) wakes a gated producer at once.
 //
 // Group timeout (protocol 1.1's meaning): a member "waits for peers" only
 // while its caller is blocked in next() with nothing queued -- its client
@@ -236,8 +235,6 @@ class Group {
   // through loaderxd keeps the ring memory of an embedded one plus one batch
   // (each pushed batch is a live slot its client leases).
   static constexpr uint32_t kPushAhead = 1;
-  // How often a producer waiting at the live bound re-checks the ring.
-  static constexpr std::chrono::milliseconds kGateRecheck{1};
   // How long a wait for peers lasts before the stall is logged.
   static constexpr std::chrono::seconds kStallLogAfter{30};
 

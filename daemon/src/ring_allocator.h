@@ -26,6 +26,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -82,6 +83,10 @@ class RingAllocator final : public BatchAllocator,
   const RingGeometry& geometry() const { return geometry_; }
   uint64_t bytes_in_use() const;
   uint32_t slots_in_use() const;
+  // Called after every free of a slot, outside the ring's lock, on the
+  // freeing thread (a client's release, a member's drop, a seek). Set once,
+  // before the ring is shared; a group's live bound (group.cc) waits on it.
+  void SetFreeHook(std::function<void()> hook);
 
  private:
   friend class RingMemory;
@@ -106,6 +111,7 @@ class RingAllocator final : public BatchAllocator,
   std::vector<bool> retained_;
   uint32_t client_held_ = 0;
   uint64_t next_seq_ = 1;  // epochs are never reused within a ring
+  std::function<void()> free_hook_;
 };
 
 }  // namespace loaderx::daemon
