@@ -239,9 +239,7 @@ Result<std::optional<BatchView>> Loader::NextUntil(Clock::time_point deadline) {
     // the slot is leased (the daemon writes none of it) until ~Lease, which
     // drops the view first. Pages are the unit; their other bytes
     // (neighbouring slots) are never viewed through this batch.
-    const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
     const uint64_t offset = static_cast<uint64_t>(lease->base() - impl_->conn->ring_base());
-    const uint64_t first = offset / page * page;
     uint64_t total = 0;
     for (size_t j = 0; j < b->num_streams(); ++j) {
       const StreamLayout& l = b->layout_[j];
@@ -252,20 +250,19 @@ Result<std::optional<BatchView>> Loader::NextUntil(Clock::time_point deadline) {
                           l.offsets_offset + (b->batch_size() + 1) * 8)
                : 0});
     }
-    const uint64_t length = std::max<uint64_t>(offset + total - first, 1);
     // Usually through one of the connection's private mappings of the whole
     // ring (no mmap per batch); a batch whose pages are taken in all of
     // them gets a mapping of its own.
-    const uint64_t end = (first + length + page - 1) / page * page;
     LX_ASSIGN_OR_RETURN(Connection::PrivatePages pages,
-                        impl_->conn->AcquirePrivatePages(first, end));
+                        impl_->conn->AcquirePrivatePages(offset, total));
     if (pages.base != nullptr) {
-      lease->AdoptRingPages(pages.ring, first, end, pages.base + (offset - first));
+      lease->AdoptRingPages(pages.ring, pages.pages.first, pages.pages.end, pages.base);
     } else {
-      LX_ASSIGN_OR_RETURN(
-          MappedRegion copy,
-          MappedRegion::MapPrivate(impl_->conn->ring_fd(), length, static_cast<off_t>(first)));
-      uint8_t* base = copy.mutable_data() + (offset - first);
+      const Connection::PageRange r = Connection::PagesOf(offset, total);
+      LX_ASSIGN_OR_RETURN(MappedRegion copy,
+                          MappedRegion::MapPrivate(impl_->conn->ring_fd(), r.end - r.first,
+                                                   static_cast<off_t>(r.first)));
+      uint8_t* base = copy.mutable_data() + (offset - r.first);
       lease->AdoptPrivateCopy(std::move(copy), base);
     }
   }
@@ -475,6 +472,7 @@ Result<std::unique_ptr<client::Loader>> Client::OpenLoader(const client::LoaderS
     LX_ASSIGN_OR_RETURN(conn, Connection::Open(path_));
   }
   conn->set_liveness_timeout(spec.liveness_timeout);
+  conn->set_defer_takes(spec.group.empty());
   LX_ASSIGN_OR_RETURN(client::Reply r, conn->Call(open, fds, nullptr));
   if (auto* err = std::get_if<ErrorMsg>(&r.msg)) return err->ToStatus();
   auto* opened = std::get_if<OpenedMsg>(&r.msg);

@@ -165,6 +165,11 @@ Result<bool> Connection::Pump(const WaitHook& hook,
                               std::optional<std::chrono::steady_clock::time_point> deadline) {
   using Clock = std::chrono::steady_clock;
   LX_RETURN_IF_ERROR(CheckProcess());
+  {
+    // Nothing pushed comes while the daemon does not know the last take.
+    std::lock_guard<std::mutex> lock(release_mu_);
+    QueueDeferredLocked();
+  }
   while (true) {
     if (closed()) return Status::Cancelled("loader closed");
     auto wait = kPollInterval;
@@ -390,10 +395,28 @@ std::optional<Pushed> Connection::TakeReady() {
   // This `consumed` has no waiting flag: the caller no longer waits.
   wait_announced_ = false;
   // Group positions follow what the caller takes (docs/protocol.md
-  // "Consumed positions"). Sent under ready_mu_: a CloseLoader on another
-  // thread either still finds this item queued or sends its `close` after
-  // this `consumed`, so the daemon never drops the lease of a taken batch.
-  Consumed(p.gen, p.step_after);
+  // "Consumed positions"). Reported (or deferred) under ready_mu_: a
+  // CloseLoader on another thread either still finds this item queued or
+  // sends its `close` after this `consumed`, so the daemon never drops the
+  // lease of a taken batch.
+  //
+  // A caller still holding an earlier batch (a training loop's `for batch
+  // in loader` holds the previous one until next() returns) releases it
+  // soon: the take is then reported with that release, one syscall (and one
+  // wake-up of the daemon) instead of two, and none inside next(). A caller
+  // holding nothing else is reported at once, so the daemon pushes the next
+  // batch while the caller works on this one, and so is a group member's
+  // take (its peers' progress waits on its position).
+  uint32_t queued_leases = 0;
+  for (const Pushed& q : ready_) queued_leases += q.lease != nullptr ? 1 : 0;
+  const uint32_t own = p.lease != nullptr ? 1 : 0;
+  const bool holds_another = leases_held.load(std::memory_order_seq_cst) > own + queued_leases;
+  if (defer_takes_ && holds_another && defer_cooldown_ == 0) {
+    DeferConsumed(p.gen, p.step_after);
+  } else {
+    if (defer_cooldown_ > 0) --defer_cooldown_;
+    Consumed(p.gen, p.step_after);
+  }
   return p;
 }
 
@@ -433,10 +456,41 @@ void Connection::Release(uint32_t slot, uint64_t seq) { SendNote(ReleaseMsg{slot
 
 void Connection::Consumed(uint64_t gen, uint64_t step) { SendNote(ConsumedMsg{gen, step}); }
 
+void Connection::DeferConsumed(uint64_t gen, uint64_t step) {
+  if (CurrentPid() != owner_pid_ || shut_down()) return;
+  std::lock_guard<std::mutex> lock(release_mu_);
+  if (!pending_notes_.empty()) {  // behind a full socket: in order, with the rest
+    pending_notes_.push_back(ConsumedMsg{gen, step});
+    notes_queued_.store(true, std::memory_order_seq_cst);
+    return;
+  }
+  deferred_consumed_ = ConsumedMsg{gen, step};
+}
+
+void Connection::QueueDeferredLocked() {
+  if (!deferred_consumed_) return;
+  pending_notes_.push_back(*deferred_consumed_);
+  deferred_consumed_.reset();
+  notes_queued_.store(true, std::memory_order_seq_cst);
+}
+
 void Connection::AnnounceWait(uint64_t step) {
   if (wait_announced_) return;
   wait_announced_ = true;
   last_heard_ = std::chrono::steady_clock::now();  // a wait starts, as for a request
+  {
+    std::lock_guard<std::mutex> lock(release_mu_);
+    if (deferred_consumed_ && deferred_consumed_->gen == gen_ && deferred_consumed_->step == step) {
+      // The caller is back before anything carried its last take, so the
+      // daemon could not push: this note reports the take too, and the next
+      // takes are reported at once for a while (this caller holds batches
+      // across next() calls without releasing any).
+      deferred_consumed_.reset();
+      defer_cooldown_ = kDeferCooldown;
+    } else {
+      QueueDeferredLocked();
+    }
+  }
   SendNote(ConsumedMsg{gen_, step, /*waiting=*/true});
 }
 
@@ -448,7 +502,21 @@ void Connection::SendNote(const Message& note) {
   // Pump sends the queue, in order, as soon as the socket has room (the
   // daemon pushes nothing more until it has the releases), and so does the
   // next request. If the daemon is gone, so is the slot.
-  if (pending_notes_.empty()) {
+  if (pending_notes_.empty() && deferred_consumed_) {
+    // The deferred take first, then this note: one sendmmsg.
+    const std::vector<uint8_t> take = EncodeMessage(*deferred_consumed_);
+    const std::vector<uint8_t> frame = EncodeMessage(note);
+    const std::array<std::span<const uint8_t>, 2> frames{take, frame};
+    Result<size_t> sent = SendFrames(fd_.get(), frames, /*nonblocking=*/true);
+    if (!sent.ok() && sent.status().code() != Status::Code::kResourceExhausted) {
+      deferred_consumed_.reset();  // the daemon is gone, and so are the slots
+      return;
+    }
+    const size_t went = sent.ok() ? *sent : 0;
+    if (went == 0) pending_notes_.push_back(*deferred_consumed_);
+    deferred_consumed_.reset();
+    if (went == 2) return;
+  } else if (pending_notes_.empty()) {
     Status st = SendFrame(fd_.get(), EncodeMessage(note), {}, /*nonblocking=*/true);
     if (st.code() != Status::Code::kResourceExhausted) return;
   }
@@ -472,6 +540,7 @@ Status Connection::FlushReleases() {
   std::deque<Message> pending;
   {
     std::lock_guard<std::mutex> lock(release_mu_);
+    QueueDeferredLocked();
     pending.swap(pending_notes_);
     notes_queued_.store(false, std::memory_order_seq_cst);
   }
@@ -495,6 +564,7 @@ void Connection::CloseLoader() {
   // took. If they cannot all go without blocking, neither can `close`: the
   // session lingers (and the loader stays a member) until the hang-up.
   std::lock_guard<std::mutex> lock(release_mu_);
+  QueueDeferredLocked();
   while (!pending_notes_.empty()) {
     if (!SendFrame(fd_.get(), EncodeMessage(pending_notes_.front()), {}, /*nonblocking=*/true)
              .ok()) {
@@ -529,13 +599,19 @@ Status Connection::AttachRing(UniqueFd fd, uint64_t bytes, uint32_t slot_count) 
   return Status::OK();
 }
 
-Result<Connection::PrivatePages> Connection::AcquirePrivatePages(uint64_t first, uint64_t end) {
+Connection::PageRange Connection::PagesOf(uint64_t offset, uint64_t bytes) {
   const uint64_t page = PageBytes();
+  const uint64_t first = offset / page * page;
+  const uint64_t end = (offset + std::max<uint64_t>(bytes, 1) + page - 1) / page * page;
+  return PageRange{first, end};
+}
+
+Result<Connection::PrivatePages> Connection::AcquirePrivatePages(uint64_t offset, uint64_t bytes) {
+  const uint64_t page = PageBytes();
+  const PageRange pages = PagesOf(offset, bytes);
+  const uint64_t first = pages.first, end = pages.end;
   std::lock_guard<std::mutex> lock(private_mu_);
-  if (private_broken_ || first % page != 0 || end % page != 0 || first >= end ||
-      end > (ring_.size() + page - 1) / page * page) {
-    return PrivatePages{};
-  }
+  if (private_broken_ || end > (ring_.size() + page - 1) / page * page) return PrivatePages{};
   for (uint32_t i = 0; i < kPrivateRings; ++i) {
     PrivateRing& r = private_rings_[i];
     const bool taken = std::any_of(r.views.begin(), r.views.end(), [&](const auto& v) {
@@ -546,7 +622,7 @@ Result<Connection::PrivatePages> Connection::AcquirePrivatePages(uint64_t first,
       LX_ASSIGN_OR_RETURN(r.map, MappedRegion::MapPrivate(ring_fd_.get(), ring_.size(), 0));
     }
     r.views.emplace_back(first, end);
-    return PrivatePages{r.map.mutable_data() + first, i};
+    return PrivatePages{r.map.mutable_data() + offset, i, pages};
   }
   return PrivatePages{};
 }

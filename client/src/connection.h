@@ -119,9 +119,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Fire-and-forget release of a slot lease (no reply).
   void Release(uint32_t slot, uint64_t seq);
   // Fire-and-forget `consumed {gen, step}` (no reply): the caller took the
-  // item of generation `gen` and takes `step` next. Called by the receiver
-  // right after TakeReady.
+  // item of generation `gen` and takes `step` next. Called by TakeReady.
   void Consumed(uint64_t gen, uint64_t step);
+  // The same, deferred (docs/protocol.md "Consumed positions"): kept until
+  // the next frame this client sends (a release, usually of the batch the
+  // caller held while it drew this one: both go in one sendmmsg), a request,
+  // `close`, or a wait, whichever comes first. Supersedes an older deferred
+  // position (positions only move on, and a seek sends it first).
+  void DeferConsumed(uint64_t gen, uint64_t step);
+  // Whether takes may be deferred at all: not for a group member, whose
+  // position its peers wait on (set once by OpenLoader, before any take).
+  void set_defer_takes(bool on) { defer_takes_ = on; }
   // Ends the session from any thread; wakes a blocked wait with Cancelled.
   void Shutdown();
   bool shut_down() const { return shut_.load(std::memory_order_acquire); }
@@ -175,12 +183,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // byte `first` and the mapping's index, or a null address if every
   // mapping is taken there (the caller maps the batch on its own). Any
   // thread.
+  struct PageRange {
+    uint64_t first = 0;  // page-aligned ring byte offsets
+    uint64_t end = 0;
+  };
+  // The pages holding ring bytes [offset, offset + max(bytes, 1)).
+  static PageRange PagesOf(uint64_t offset, uint64_t bytes);
   struct PrivatePages {
-    uint8_t* base = nullptr;
+    uint8_t* base = nullptr;  // the address of ring byte `offset`, or null
     uint32_t ring = 0;
+    PageRange pages;  // PagesOf(offset, bytes), for ReleasePrivatePages
   };
   static constexpr uint32_t kPrivateRings = 4;
-  Result<PrivatePages> AcquirePrivatePages(uint64_t first, uint64_t end);
+  Result<PrivatePages> AcquirePrivatePages(uint64_t offset, uint64_t bytes);
   // The view of [first, end) in mapping `ring` ended: its pages are dropped
   // (MADV_DONTNEED: copies discarded, the next read sees the ring again).
   // Before the release that lets the daemon reuse the bytes. Any thread.
@@ -203,9 +218,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Status File(Message m, std::vector<UniqueFd> fds);
   // Files a received frame (see Pump): false for a heartbeat.
   Result<bool> Take(Frame f);
-  // Sends a release or consumed without blocking, or queues it (in order)
-  // if the socket is full; Pump and the next request send the queue.
+  // Sends a release or consumed without blocking (after the deferred
+  // consumed, if any, in the same sendmmsg), or queues it (in order) if the
+  // socket is full; Pump and the next request send the queue.
   void SendNote(const Message& note);
+  // Moves the deferred consumed, if any, to the end of the note queue (it is
+  // sent by whatever flushes the queue next). REQUIRES release_mu_.
+  void QueueDeferredLocked();
   // Sends the notes that found the socket full (blocking).
   Status FlushReleases();
   // Sends as many queued notes as go without blocking, in order: true if
@@ -267,6 +286,17 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // oldest first; sent by Pump as soon as the socket has room, or before
   // the next request. Guarded by release_mu_.
   std::deque<Message> pending_notes_;
+  // The take not reported yet (DeferConsumed). Only set while
+  // pending_notes_ is empty (behind queued notes a take is queued too).
+  // Guarded by release_mu_.
+  std::optional<ConsumedMsg> deferred_consumed_;
+  // Takes left to report at once after a deferral did not pay (the caller
+  // came back for the next item before anything carried the deferred one,
+  // so the daemon had not pushed it: a caller holding several batches).
+  // Receiver thread only.
+  static constexpr uint32_t kDeferCooldown = 256;
+  bool defer_takes_ = true;
+  uint32_t defer_cooldown_ = 0;
   // !pending_notes_.empty(), for Pump's check without the lock. Written
   // under release_mu_; a stale read only delays the flush to the next
   // iteration (at most kPollInterval).

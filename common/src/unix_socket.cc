@@ -6,6 +6,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
 #include <cstring>
 
@@ -22,6 +23,18 @@ Status MakeAddress(const std::string& path, sockaddr_un* addr) {
   }
   std::memcpy(addr->sun_path, path.data(), path.size());
   return Status::OK();
+}
+
+// A failed send(2)/sendmsg(2)/sendmmsg(2): the peer gone, its queue full, or
+// another error.
+Status SendError(int err, const char* call) {
+  if (err == EPIPE || err == ECONNRESET || err == ENOTCONN) {
+    return Status::Daemon("peer closed the connection");
+  }
+  if (err == EAGAIN || err == EWOULDBLOCK) {
+    return Status::ResourceExhausted("peer is not reading its socket (send queue full)");
+  }
+  return Status::FromErrno(call, err);
 }
 
 Result<UniqueFd> NewSocket() {
@@ -98,20 +111,43 @@ Status SendFrame(int fd, std::span<const uint8_t> bytes, std::span<const int> fd
   do {
     n = ::sendmsg(fd, &msg, flags);
   } while (n < 0 && errno == EINTR);
-  if (n < 0) {
-    int err = errno;
-    if (err == EPIPE || err == ECONNRESET || err == ENOTCONN) {
-      return Status::Daemon("peer closed the connection");
-    }
-    if (err == EAGAIN || err == EWOULDBLOCK) {
-      return Status::ResourceExhausted("peer is not reading its socket (send queue full)");
-    }
-    return Status::FromErrno("sendmsg", err);
-  }
+  if (n < 0) return SendError(errno, "sendmsg");
   if (static_cast<size_t>(n) != bytes.size()) {
     return Status::Internal("short SEQPACKET send");  // cannot happen for SEQPACKET
   }
   return Status::OK();
+}
+
+Result<size_t> SendFrames(int fd, std::span<const std::span<const uint8_t>> frames,
+                          bool nonblocking) {
+  constexpr size_t kMax = 8;
+  if (frames.size() > kMax) return Status::InvalidArgument("SendFrames: at most 8 frames");
+  std::array<iovec, kMax> iov{};
+  std::array<mmsghdr, kMax> msgs{};
+  for (size_t i = 0; i < frames.size(); ++i) {
+    iov[i] = iovec{const_cast<uint8_t*>(frames[i].data()), frames[i].size()};
+    msgs[i].msg_hdr.msg_iov = &iov[i];
+    msgs[i].msg_hdr.msg_iovlen = 1;
+  }
+  const int flags = MSG_NOSIGNAL | (nonblocking ? MSG_DONTWAIT : 0);
+  size_t sent = 0;
+  while (sent < frames.size()) {
+    const int n =
+        ::sendmmsg(fd, msgs.data() + sent, static_cast<unsigned>(frames.size() - sent), flags);
+    if (n < 0) {
+      const int err = errno;
+      if (err == EINTR) continue;
+      if (sent > 0 && (err == EAGAIN || err == EWOULDBLOCK)) break;
+      return SendError(err, "sendmmsg");
+    }
+    for (int k = 0; k < n; ++k) {
+      if (msgs[sent + k].msg_len != frames[sent + k].size()) {
+        return Status::Internal("short SEQPACKET send");  // cannot happen for SEQPACKET
+      }
+    }
+    sent += static_cast<size_t>(n);
+  }
+  return sent;
 }
 
 Result<Frame> RecvFrame(int fd, size_t max_bytes, size_t max_fds, bool nonblocking) {

@@ -96,12 +96,45 @@ TEST_F(HandoffTest, PushStopsAtTheCredit) {
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), Status::Code::kResourceExhausted);
   EXPECT_EQ(loader->step(), 2u);
-  b0.Reset();  // one credit back: step 2 is pushed
+  b0.Reset();  // one credit back, and the take of b1 with it: step 2 is pushed
   auto b2 = loader->Next();
   ASSERT_TRUE(b2.ok()) << b2.status().ToString();
   EXPECT_EQ(b2->step(), 2u);
-  EXPECT_EQ(SettledStat("batches_served", 3), 3u);
+  // b2 was taken while b1 was held: its take goes with b1's release.
+  EXPECT_EQ(SettledStat("batches_served", 2), 2u);
   EXPECT_EQ(SettledStat("batches_gathered", 3), 3u);  // b1 and b2 hold the credit
+  b1.Reset();
+  EXPECT_EQ(SettledStat("batches_served", 3), 3u);
+}
+
+// A take while an earlier batch is held is reported with that batch's
+// release (one sendmmsg), so next() sends nothing; the daemon pushes the
+// next batch then. A caller that comes back for the next batch before
+// releasing anything finds nothing pushed: it waits one round trip, and its
+// takes are reported at once from then on.
+TEST_F(HandoffTest, ATakeWhileHoldingABatchIsReportedWithItsRelease) {
+  auto c = Connect();
+  auto loader = c->OpenLoader(Spec(/*leases=*/4)).value();
+  auto b0 = loader->Next().value();  // nothing else held: reported at once
+  EXPECT_EQ(SettledStat("batches_served", 1), 1u);
+  EXPECT_EQ(SettledStat("slots_held", 2), 2u);  // b0 and step 1 pushed
+  auto b1 = loader->Next().value();             // b0 held: deferred
+  EXPECT_EQ(b1.step(), 1u);
+  EXPECT_EQ(SettledStat("batches_served", 2), 1u);
+  EXPECT_EQ(SettledStat("slots_held", 3), 2u);  // step 2 not pushed
+  b0.Reset();                                   // release + take, together
+  EXPECT_EQ(SettledStat("batches_served", 2), 2u);
+  EXPECT_EQ(SettledStat("slots_held", 2), 2u);  // b1 and step 2 pushed
+  // Holding b1, take b2 (deferred), then b3 without releasing anything:
+  // b3 was not pushed, so next() waits for it; the wait reports b2's take.
+  auto b2 = loader->Next().value();
+  EXPECT_EQ(b2.step(), 2u);
+  auto b3 = loader->Next();
+  ASSERT_TRUE(b3.ok()) << b3.status().ToString();
+  EXPECT_EQ(b3->step(), 3u);
+  // From now on takes are reported at once: step 4 is pushed unasked.
+  EXPECT_EQ(SettledStat("batches_served", 4), 4u);
+  EXPECT_EQ(SettledStat("slots_held", 4), 4u);  // b1, b2, b3 and step 4
 }
 
 TEST_F(HandoffTest, SeekReleasesOlderGenerationsUnreadAndReturnsTheSoughtStep) {

@@ -107,6 +107,7 @@ MAX_SKEW = 2
 WORLDS = {"s2": 2, "s3": 3}  # shard groups by name: their world size
 GROUPS = ["b0", "b1", *WORLDS]
 MAX_OPEN = 7  # loaders open at once
+DEFER_COOLDOWN = 256  # client/src/connection.h kDeferCooldown
 CALL_TIMEOUT = 20.0  # seconds; far above any legitimate wait on this box
 EXAMPLES = int(os.environ.get("LOADERX_MODEL_EXAMPLES", "30"))
 STEPS = int(os.environ.get("LOADERX_MODEL_STEPS", "40"))
@@ -292,6 +293,12 @@ class LoaderModel:
     named: bool
     step: int  # the DataLoader's step (the next batch it returns)
     pending: tuple[int, int] | None = None  # pushed, not taken: (epoch, step)
+    # A solo loader's take while it held another batch is reported with the
+    # client's next frame (a release, a seek, close) or its next wait
+    # (docs/protocol.md "Consumed positions"); until then the daemon
+    # neither counts it served nor pushes the next batch.
+    deferred: bool = False
+    cooldown: int = 0  # takes reported at once after a deferral did not pay
     closed: bool = False
     session: bool = True  # the daemon session is alive
 
@@ -411,8 +418,8 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
             while changed:
                 changed = False
                 for lm in self.all:
-                    if (lm.closed or lm.pending is not None or self.client_held(lm) >= lm.cap
-                            or lm.group.blocked(lm.uid)):
+                    if (lm.closed or lm.pending is not None or lm.deferred
+                            or self.client_held(lm) >= lm.cap or lm.group.blocked(lm.uid)):
                         continue
                     lm.pending = lm.group.push(lm.uid)
                     changed = True
@@ -422,9 +429,17 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
                 lm.session = False  # the client hangs up with its last lease
                 lm.pending = None
 
+        def report(self, lm: LoaderModel) -> None:
+            """The daemon learns a deferred take (it came with another frame)."""
+            if lm.deferred:
+                lm.deferred = False
+                lm.group.consume(lm.uid)
+                self.served += 1
+
         def drop(self, h: Held) -> None:
             self.held.remove(h)
             h.arrays.clear()
+            self.report(h.loader)  # the release carries it
             self.releases += 1  # sent before a closed loader's client hangs up, too
             self.end_session_if_done(h.loader)
             self.settle()  # credit came back
@@ -596,8 +611,12 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
             assert lm.pending is not None
             epoch, step = lm.pending
             lm.pending = None
-            g.consume(lm.uid)
-            self.served += 1
+            if not lm.named and self.client_held(lm) > 0 and lm.cooldown == 0:
+                lm.deferred = True  # reported with the next frame
+            else:
+                lm.cooldown = max(0, lm.cooldown - 1)
+                g.consume(lm.uid)
+                self.served += 1
             assert step == lm.step, f"{lm.label}: model step {step} != loader step {lm.step}"
             lm.step = step + 1
             assert lm.dl.step == lm.step
@@ -615,9 +634,26 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
             elif keep == "record":
                 self.held.append(Held(lm, ident, step, [arrays[-1]], [want[-1]]))
             else:
+                self.report(lm)  # its own release, below, carries it
                 self.releases += 1  # freed below
             del arrays
             self.settle()
+
+        def deferred_next(self, lm: LoaderModel) -> bool:
+            return not lm.closed and lm.deferred and self.client_held(lm) < lm.cap
+
+        @precondition(lambda self: any(self.deferred_next(lm) for lm in self.all))
+        @rule(data=st.data(), keep=st.sampled_from(["all", "none"]))
+        @traced
+        def take_before_the_deferred_take_went(self, data: st.DataObject, keep: str) -> None:
+            """next() before anything carried the last take: nothing was pushed, so
+            it waits; its wait reports the take, the daemon pushes, and the next
+            takes are reported at once for a while (connection.h kDeferCooldown)."""
+            lm = self.pick(data, self.deferred_next)
+            self.report(lm)
+            lm.cooldown = DEFER_COOLDOWN
+            self.settle()
+            self.take_one(lm, keep)
 
         def at_cap(self, lm: LoaderModel) -> bool:
             # Nothing pushed (the credit is taken) and the whole credit held.
@@ -681,6 +717,7 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
                 action: Callable[[], None] = lambda: lm.dl.load_state_dict(state)
             else:
                 action = lambda: lm.dl.seek(step)
+            self.report(lm)  # the seek is a request: the deferred take goes first
             if refused:
                 with pytest.raises(IndexError, match=f"oldest step it still holds is {g.oldest()}"):
                     self.call(f"seek({step}) of {lm.label}", action)
@@ -705,6 +742,7 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
         def close(self, data: st.DataObject) -> None:
             lm = self.pick(data, lambda lm: not lm.closed)
             self.call(f"close() of {lm.label}", lm.dl.close)
+            self.report(lm)  # sent before `close`
             lm.closed = True
             # Its pushed-unread batch: forgotten by the client, its lease
             # dropped by the daemon (`close` or the hang-up); no release.

@@ -55,6 +55,12 @@ Result<UniqueFd> ListenSeqpacket(const std::string& path, mode_t mode, int backl
 Status SendFrame(int fd, std::span<const uint8_t> bytes, std::span<const int> fds = {},
                  bool nonblocking = false);
 
+// Sends `frames` (no fds) with one sendmmsg(2), in order: how many went.
+// `nonblocking` as SendFrame; ResourceExhausted only when the queue was full
+// before the first one (a later one finding it full just ends the count).
+Result<size_t> SendFrames(int fd, std::span<const std::span<const uint8_t>> frames,
+                          bool nonblocking = false);
+
 // Receives one frame of at most `max_bytes` and `max_fds`. Blocking unless
 // `nonblocking`. EOF and would-block are reported in the Frame, not as errors.
 Result<Frame> RecvFrame(int fd, size_t max_bytes = kMaxFrameBytes, size_t max_fds = kMaxFrameFds,
