@@ -92,7 +92,6 @@ void RingAllocator::Cancel() {
 }
 
 void RingAllocator::Free(uint32_t slot, uint64_t ring_offset) {
-  std::function<void()> hook;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (published_[slot] && !retained_[slot]) --client_held_;
@@ -100,16 +99,13 @@ void RingAllocator::Free(uint32_t slot, uint64_t ring_offset) {
     retained_[slot] = false;
     payload_.Free(ring_offset - geometry_.payload_offset);
     free_slots_.push_back(slot);
-    hook = free_hook_;
   }
   freed_cv_.notify_all();
-  if (hook) hook();
+  // Read without the lock: written once, before the ring was shared.
+  if (free_hook_) free_hook_();
 }
 
-void RingAllocator::SetFreeHook(std::function<void()> hook) {
-  std::lock_guard<std::mutex> lock(mu_);
-  free_hook_ = std::move(hook);
-}
+void RingAllocator::SetFreeHook(std::function<void()> hook) { free_hook_ = std::move(hook); }
 
 uint64_t RingAllocator::Publish(const RingMemory& memory, uint64_t step, uint64_t bytes,
                                 bool retained) {

@@ -84,8 +84,9 @@ class RingAllocator final : public BatchAllocator,
   uint64_t bytes_in_use() const;
   uint32_t slots_in_use() const;
   // Called after every free of a slot, outside the ring's lock, on the
-  // freeing thread (a client's release, a member's drop, a seek). Set once,
-  // before the ring is shared; a group's live bound (group.cc) waits on it.
+  // freeing thread (a client's release, a member's drop, a seek). REQUIRES:
+  // called once, before any other thread can reach the ring (Free reads it
+  // without the lock); a group's live bound (group.cc) waits on it.
   void SetFreeHook(std::function<void()> hook);
 
  private:
@@ -110,8 +111,8 @@ class RingAllocator final : public BatchAllocator,
   std::vector<bool> published_;
   std::vector<bool> retained_;
   uint32_t client_held_ = 0;
-  uint64_t next_seq_ = 1;  // epochs are never reused within a ring
-  std::function<void()> free_hook_;
+  uint64_t next_seq_ = 1;            // epochs are never reused within a ring
+  std::function<void()> free_hook_;  // set once before sharing (SetFreeHook)
 };
 
 }  // namespace loaderx::daemon
