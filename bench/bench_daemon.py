@@ -21,8 +21,10 @@ client's socket when the caller asks. Clocks are CLOCK_MONOTONIC
   of the C++ ``Next()``.
 * **C++ client** (``loaderx_handoff_bench``, bench/handoff_bench.cc), per
   size: a *ready* batch after a ``--pause`` sleep (cold: ``Next()`` ->
-  holding the views), the same after a busy-wait (warm: the core and its
-  caches stay the client's), and the *credit* round trip (the client holds
+  holding the views; the caller holds its previous batch through the call,
+  as a training loop does, and once holding nothing), the same with 3 ms of
+  busy-wait after the sleep (warm: the client computes before it asks, as a
+  training step does; one warm-up at every size), and the *credit* round trip (the client holds
   its whole credit, frees one batch and takes the next: release -> push ->
   holding, and from the slot's publish stamp -> holding), each with the
   call's thread CPU time.
@@ -163,6 +165,8 @@ class CppLatency:
     reply_cpu: list[float]
     queued: list[float]
     queued_cpu: list[float]
+    queued_bare: list[float]
+    queued_bare_cpu: list[float]
     warm: list[float]
     warm_cpu: list[float]
     skipped: int
@@ -193,7 +197,11 @@ def ready_draws(src: Any, samples: int, wait: Any, out: PyLatency, wall: list[fl
                 cpu: list[float]) -> None:
     """``samples`` timed ``next()`` calls of a daemon source, each after
     ``wait()``, of a batch published before the call (pushed meanwhile);
-    one published during the call is redrawn (counted in ``out.skipped``)."""
+    one published during the call is redrawn (counted in ``out.skipped``).
+    The previous batch is held through the call and dropped after it, as
+    ``for batch in loader`` does (its release carries the take: docs/protocol.md
+    "Consumed positions")."""
+    held: list[Any] = []
     for _ in range(20 * samples):
         if len(wall) >= samples:
             return
@@ -202,7 +210,8 @@ def ready_draws(src: Any, samples: int, wait: Any, out: PyLatency, wall: list[fl
         _, values = src.next(None)
         arr = values[0]  # holding the array: the hand-off is complete
         t1, c1 = time.monotonic_ns(), time.thread_time_ns()
-        del values, arr  # the take (its consumed) moved the window: the next is pushed
+        held[:] = [arr]  # the previous batch goes now: its release carries this take
+        del values, arr
         if src.last_publish_ns >= t0:
             out.skipped += 1
             continue
@@ -215,6 +224,7 @@ def embedded_draws(pipe: Any, samples: int, wait: Any, out: PyLatency, wall: lis
                    cpu: list[float]) -> None:
     """The same for the embedded pipeline: ``next(0.0)`` is None when the
     batch was not ready (redrawn)."""
+    held: list[Any] = []
     for _ in range(20 * samples):
         if len(wall) >= samples:
             return
@@ -226,6 +236,7 @@ def embedded_draws(pipe: Any, samples: int, wait: Any, out: PyLatency, wall: lis
             out.skipped += 1
             pipe.next(None)
             continue
+        held[:] = [got]  # as the daemon pass: the previous batch goes after the call
         del got
         wall.append((t1 - t0) / 1e3)
         cpu.append((c1 - c0) / 1e3)
@@ -446,7 +457,8 @@ def main() -> int:
         cpp_ok &= pct(c.queued, 50) <= floor + GOAL_CPP_OVER_FLOOR
         warm_ok &= pct(c.warm, 50) <= GOAL_CPP_WARM
         cpp_rows.append([size, p50_99(c.queued, 1), f"{pct(c.queued_cpu, 50):.1f}",
-                         f"{pct(c.queued, 50) - floor:+.1f}", p50_99(c.warm, 1),
+                         f"{pct(c.queued, 50) - floor:+.1f}", p50_99(c.queued_bare, 1),
+                         f"{pct(c.queued_bare_cpu, 50):.1f}", p50_99(c.warm, 1),
                          f"{pct(c.warm_cpu, 50):.1f}", p50_99(c.publish_to_holding, 1),
                          p50_99(c.round_trip), f"{pct(c.reply_cpu, 50):.1f}"])
     tp_rows = []
@@ -504,21 +516,26 @@ def main() -> int:
         "",
         (f"**C++ client** (`bench/handoff_bench.cc`, target `loaderx_handoff_bench`), µs p50 / p99,"
          f" {args.samples} draws per cell. *ready, cold*: `Loader::Next()` → holding the batch's"
-         " `Dense(0)` view, of a batch pushed while the client slept (same sleep as the floor);"
-         " *over floor*: its p50 minus the floor's. *ready, warm*: the same after a busy-wait"
-         " instead of the sleep (the core and its caches stay the client's). *credit*: the client"
+         " `Dense(0)` view, of a batch pushed while the client slept (same sleep as the floor),"
+         " the caller holding its previous batch through the call as a training loop does (its"
+         " take then goes with that batch's release, after the call: docs/protocol.md"
+         " \"Consumed positions\"); *over floor*: its p50 minus the floor's; *holding nothing*:"
+         " the same with no other batch held (the take is reported inside `Next()`)."
+         " *ready, warm*: as *ready, cold* with 3 ms of busy-wait after the sleep (the client"
+         " computes before it asks, as a training step does). *credit*: the client"
          " holds its whole credit (nothing is pushed), frees one batch and takes the next;"
          " *publish → holding* from the later of the release and the slot's publish stamp,"
          " *release → holding* from the release. *CPU*: the call's thread CPU time (p50); wall"
          " time above it is waiting for a core."),
         "",
-        markdown_table(["batch", "ready, cold", "CPU", "over floor", "ready, warm", "CPU",
-                        "credit: publish→holding", "release→holding", "CPU"],
-                       cpp_rows, "lrrrrrrrr"),
+        markdown_table(["batch", "ready, cold", "CPU", "over floor", "holding nothing", "CPU",
+                        "ready, warm", "CPU", "credit: publish→holding", "release→holding", "CPU"],
+                       cpp_rows, "lrrrrrrrrrr"),
         "",
         (f"**Python client**, µs p50 / p99, {args.samples} draws per cell: `next()` → holding the"
-         " NumPy array, of a batch the daemon had pushed during the sleep (*daemon*: the default"
-         " copy-on-write view, one `mmap` per batch; *shared_view*: `DaemonOptions(shared_view=True)`,"
+         " NumPy array, the previous batch held through the call as `for batch in loader` holds"
+         " it, of a batch the daemon had pushed during the sleep (*daemon*: the default"
+         " copy-on-write view, through the loader's private mappings of the ring; *shared_view*: `DaemonOptions(shared_view=True)`,"
          " the read-only ring mapping itself) against the embedded pipeline's `next()` of a batch it"
          " had ready (*embedded*); *daemon − embedded*: the p50 difference the goal bounds. Batches:"
          " ~1 KiB = 784 B, ~1 MiB = 1,053,696 B, 37 MiB = 38,535,168 B."),

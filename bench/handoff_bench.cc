@@ -20,9 +20,14 @@
 //            the release; publish_to_holding = from the later of the
 //            release and the slot's publish stamp (reply_cpu: the call's CPU).
 //  * queued: the batch was pushed while the client slept --pause-ms (cold,
-//            as bench_daemon.py's Python draws): the receive side alone.
-//  * warm:   as queued, but a busy-wait instead of the sleep (caches and the
-//            core stay ours): the instruction cost of the hand-off itself.
+//            as bench_daemon.py's Python draws): the receive side alone,
+//            the caller holding its previous batch through the call as a
+//            training loop does (its take is reported with that batch's
+//            release, after the call); queued_bare: the same holding
+//            nothing (the take is reported inside Next()).
+//  * warm:   as queued, but after the sleep the client computes (busy-waits)
+//            for --warm-us (default 3 ms) before the call, as a training
+//            step does: the core is awake and ours, the same at every size.
 // A queued/warm draw whose batch was published after the call began was not
 // ready (production, not hand-off): it is redrawn, counted in "skipped".
 //
@@ -50,6 +55,7 @@
 #include <cstring>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -77,7 +83,7 @@ struct Args {
   uint64_t batch = 0;
   int samples = 300;
   double pause_ms = 80;
-  double warm_us = 500;
+  double warm_us = 3000;
   int throughput = 0;
   double work_us = 0;
   bool calibrate = false;
@@ -150,14 +156,23 @@ void VerifyAgainstEmbedded(loaderx::client::Loader& loader, const std::string& s
 }
 
 // One timed draw of a batch that should already be in the socket. False if
-// it was published after the call began (not ready: redraw).
-bool TimedQueuedDraw(loaderx::client::Loader& loader, Samples* wall, Samples* cpu) {
+// it was published after the call began (not ready: redraw). With `held`,
+// the caller keeps its previous batch through the call and drops it after,
+// as a training loop does (`for (;;) { b = loader.Next(); ... }`, or Python's
+// `for batch in loader`): the client then reports the take with that
+// batch's release, after the clock stopped (docs/protocol.md "Consumed
+// positions"). Without it the caller holds nothing during the call, and the
+// take is reported inside Next().
+bool TimedQueuedDraw(loaderx::client::Loader& loader, std::optional<loaderx::client::Batch>* held,
+                     Samples* wall, Samples* cpu) {
   const uint64_t c0 = ThreadCpuNs(), t0 = MonotonicNowNs();
   loaderx::client::Batch b = Check(loader.Next(), "next");
   loaderx::client::ArrayView v = b.Dense(0);  // holding the views: hand-off complete
   const uint64_t t1 = MonotonicNowNs(), c1 = ThreadCpuNs();
   if (v.data == nullptr) Die("batch without values");
-  if (b.publish_ns() >= t0) return false;
+  const bool ready = b.publish_ns() < t0;
+  if (held != nullptr) *held = std::move(b);  // the previous batch goes now, untimed
+  if (!ready) return false;
   wall->push_back(Us(t0, t1));
   cpu->push_back(Us(c0, c1));
   return true;
@@ -231,26 +246,37 @@ int RunLoader(const Args& a) {
 
   int skipped = 0;
   const int max_attempts = 10 * a.samples;
-  // `before` waits; `on_skip` reacts to a draw whose batch was not ready.
-  auto draw_until = [&](Samples* wall, Samples* cpu, auto&& before, auto&& on_skip) {
+  // `before` waits; `on_skip` reacts to a draw whose batch was not ready;
+  // `held` as TimedQueuedDraw's (null: the caller holds nothing).
+  std::optional<loaderx::client::Batch> held;
+  auto draw_until = [&](Samples* wall, Samples* cpu, std::optional<loaderx::client::Batch>* keep,
+                        auto&& before, auto&& on_skip) {
     for (int attempts = 0; int(wall->size()) < a.samples; ++attempts) {
       if (attempts >= max_attempts) Die("batches were rarely ready: raise --pause-ms");
       before();
-      if (!TimedQueuedDraw(*loader, wall, cpu)) {
+      if (!TimedQueuedDraw(*loader, keep, wall, cpu)) {
         ++skipped;
         on_skip();
       }
     }
+    held.reset();
   };
-  Samples queued, queued_cpu, warm, warm_cpu;
+  Samples queued, queued_cpu, bare, bare_cpu, warm, warm_cpu;
   draw_until(
-      &queued, &queued_cpu, [&] { SleepMs(pause_ms); }, [] {});
-  // A busy client slows production on a small machine: a busy-wait that
-  // proved too short for the batch to be made is doubled (up to the pause).
-  double warm_us = std::max(a.warm_us, 2e3 * produce_ms);
+      &queued, &queued_cpu, &held, [&] { SleepMs(pause_ms); }, [] {});
   draw_until(
-      &warm, &warm_cpu, [&] { BusyWaitUs(warm_us); },
-      [&] { warm_us = std::min(2 * warm_us, 1e3 * pause_ms); });
+      &bare, &bare_cpu, nullptr, [&] { SleepMs(pause_ms); }, [] {});
+  // The pause makes the batch (as for the cold draws), then the client
+  // computes for --warm-us: one warm-up at every size, so a size dependence
+  // is the hand-off's and not a longer wait's.
+  const double warm_us = a.warm_us;
+  draw_until(
+      &warm, &warm_cpu, &held,
+      [&] {
+        SleepMs(pause_ms);
+        BusyWaitUs(warm_us);
+      },
+      [] {});
   loader->Close();
 
   std::printf("{\"nbytes\": %" PRIu64
@@ -262,6 +288,8 @@ int RunLoader(const Args& a) {
   PrintSamples("reply_cpu", reply_cpu);
   PrintSamples("queued", queued);
   PrintSamples("queued_cpu", queued_cpu);
+  PrintSamples("queued_bare", bare);
+  PrintSamples("queued_bare_cpu", bare_cpu);
   PrintSamples("warm", warm);
   PrintSamples("warm_cpu", warm_cpu, true);
   std::printf("}\n");
