@@ -101,13 +101,18 @@ def memcpy_mibs(threads: int, nbytes: int = 256 << 20, repeat: int = 5) -> float
 
 class _InRamReader:
     """NumPy fancy indexing of an in-memory copy of a dense workload: the random-gather
-    reference (the same scattered copies as a store gather, without a file behind them)."""
+    reference (the same scattered copies as a store gather, without a file behind them).
+    With ``take``, ``np.take(axis=0)``: one plain copy per record, the closest NumPy has
+    to a bare copy loop; the copy is a NumPy allocation of several MiB, which NumPy puts
+    on 2 MiB pages where the kernel grants them (a store's page cache is mapped in 4 KiB
+    pages: one TLB miss per scattered record; docs/benchmarks.md)."""
 
-    def __init__(self, w: DenseWorkload) -> None:
+    def __init__(self, w: DenseWorkload, take: bool = False) -> None:
         self.array = np.array(w.array)
+        self.take = take
 
     def gather(self, idx: np.ndarray) -> np.ndarray:
-        return self.array[idx]
+        return np.take(self.array, idx, axis=0) if self.take else self.array[idx]
 
 
 def workloads() -> dict[str, Callable[[], Workload]]:
@@ -251,10 +256,10 @@ def _progress(it, **kw):
 
 
 def run_workload(w: Workload, backends: list[Backend], store_root: Path, args,
-                 inram: list[float] | None = None) -> list[Row]:
+                 inram: list[float] | None = None, intake: list[float] | None = None) -> list[Row]:
     """Writes, checks and times every backend on ``w``. With ``inram`` (dense workloads),
     each gather pass also times the same plan on an in-memory NumPy copy (the random-copy
-    reference) and appends its MiB/s there."""
+    reference) and appends its MiB/s there; with ``intake``, the same with ``np.take``."""
     kind = "dense" if isinstance(w, DenseWorkload) else "ragged"
     n_plan = args.max_batches + 2
     plan = batch_plan(w.n, BATCH, n_plan, seed=args.seed)
@@ -294,6 +299,10 @@ def run_workload(w: Workload, backends: list[Backend], store_root: Path, args,
             readers[be.name] = reader
             paths[be.name] = path
         ram = _InRamReader(w) if inram is not None and isinstance(w, DenseWorkload) else None
+        take = _InRamReader(w, take=True) if intake is not None and isinstance(w, DenseWorkload) else None
+        if take is not None:
+            for idx in checks:
+                check_exact(w, "np.take", take.gather(idx), idx)
         for p in range(args.passes):
             for name, reader in _progress(readers.items(), desc=f"{w.name}: gather pass {p + 1}", unit="backend",
                                      leave=False):
@@ -308,6 +317,8 @@ def run_workload(w: Workload, backends: list[Backend], store_root: Path, args,
                 r.cpu_ms.append(cpu)
             if ram is not None and inram is not None:
                 inram.append(time_gather(ram, w, plan, args.min_seconds, args.max_seconds, args.min_batches)[1])
+            if take is not None and intake is not None:
+                intake.append(time_gather(take, w, plan, args.min_seconds, args.max_seconds, args.min_batches)[1])
     finally:
         for reader in readers.values():
             reader.close()
@@ -333,7 +344,8 @@ def _spread(xs: list[float]) -> str:
 
 
 def render(w: Workload, rows: list[Row], passes: int,
-           memcpy: dict[int, float] | None = None, inram: float = 0.0) -> tuple[str, str]:
+           memcpy: dict[int, float] | None = None, inram: float = 0.0,
+           intake: float = 0.0) -> tuple[str, str]:
     base = next((r for r in rows if r.backend == BASELINE and r.mibs), None)
     done = [r for r in rows if r.mibs]
     headers = ["backend", "write MiB/s", "write+sync MiB/s", "gather krec/s", "gather MiB/s", "p95 batch", "CPU/batch", "disk MiB",
@@ -374,7 +386,10 @@ def render(w: Workload, rows: list[Row], passes: int,
                      + (f"; {g / inram:.0%} of the same batches gathered by NumPy from an in-memory "
                         f"array ({inram / 1024:.1f} GiB/s, one thread, timed in every pass: the "
                         "random-copy reference)"
-                        if inram else "") + ".")
+                        if inram else "")
+                     + (f"; {g / intake:.0%} of the same batches copied by `np.take` from that array "
+                        f"({intake / 1024:.1f} GiB/s: one plain copy per record; NumPy asks for 2 MiB pages)"
+                        if intake else "") + ".")
     return md, "\n\n".join(notes)
 
 
@@ -491,11 +506,13 @@ def main() -> int:
         print(f"\n## {wname}: {w.description}; {w.n} records, {w.nbytes / MiB:.1f} MiB logical, "
               f"batch {BATCH}")
         inram_passes: list[float] = []
-        rows = run_workload(w, backends, store_root, args, inram_passes)
+        take_passes: list[float] = []
+        rows = run_workload(w, backends, store_root, args, inram_passes, take_passes)
         if not args.no_reference and (not args.backends or "reference" in args.backends):
             nl = sum(r.backend.startswith("loaderx") for r in rows)
             rows[nl:nl] = reference_rows(wname, args)
-        md, notes = render(w, rows, args.passes, memcpy, med(inram_passes) if inram_passes else 0.0)
+        md, notes = render(w, rows, args.passes, memcpy, med(inram_passes) if inram_passes else 0.0,
+                           med(take_passes) if take_passes else 0.0)
         results[wname] = (w, rows)
         print(md)
         if notes:

@@ -349,7 +349,13 @@ class StoreImpl final : public Store {
   // every shard's size against the count, so every computed extent is inside
   // its file.
   Status GatherComputed(std::span<const uint64_t> indices, std::span<void* const> outs) const {
-    for (uint64_t i : indices) LX_RETURN_IF_ERROR(CheckIndex(i));
+    // One branch-free pass finds the largest index; only a batch with an
+    // index out of range looks for the first bad one (its error is the same).
+    uint64_t max_index = 0;
+    for (uint64_t i : indices) max_index = std::max(max_index, i);
+    if (!indices.empty() && max_index >= meta_.count) {
+      for (uint64_t i : indices) LX_RETURN_IF_ERROR(CheckIndex(i));
+    }
     const uint64_t runs = meta_.run_records, item = item_bytes_;
     const uint32_t shards = meta_.data_shards;
     if (item == 0) return Status::OK();
@@ -359,12 +365,24 @@ class StoreImpl final : public Store {
     };
     const size_t n = indices.size();
     const uint64_t ahead_bytes = std::min<uint64_t>(item, kPrefetchBytes);
+    auto prefetch = [&](const uint8_t* p) {
+      for (uint64_t b = 0; b < ahead_bytes; b += 64) __builtin_prefetch(p + b);
+    };
+    // Each source address is computed once (two 64-bit divisions) and kept
+    // in a ring from its prefetch until its copy.
+    const uint8_t* ring[kPrefetchAhead];
+    for (size_t k = 0; k < std::min(n, kPrefetchAhead); ++k) {
+      ring[k] = src_of(indices[k]);
+      prefetch(ring[k]);
+    }
     for (size_t k = 0; k < n; ++k) {
+      const uint8_t* src = ring[k % kPrefetchAhead];
       if (k + kPrefetchAhead < n) {
         const uint8_t* next = src_of(indices[k + kPrefetchAhead]);
-        for (uint64_t b = 0; b < ahead_bytes; b += 64) __builtin_prefetch(next + b);
+        prefetch(next);
+        ring[k % kPrefetchAhead] = next;
       }
-      std::memcpy(outs[k], src_of(indices[k]), item);
+      std::memcpy(outs[k], src, item);
     }
     return Status::OK();
   }

@@ -491,6 +491,46 @@ TEST(StoreRoundTrip, DenseRawGatherOnTheCallerReadsEveryShardExactly) {
   EXPECT_EQ(std::count(out.begin(), out.end(), 0xEE), static_cast<ptrdiff_t>(out.size()));
 }
 
+// GatherComputed keeps each source address in a ring of its prefetch
+// distance (4) from prefetch to copy: batches of 0..9 records (shorter than,
+// equal to and longer than the ring) are exact; with several bad indices the
+// first one is named and nothing is written.
+TEST(StoreRoundTrip, DenseRawGatherOfEveryBatchSizeAroundThePrefetchRing) {
+  const uint64_t n = 50, item = 784;
+  std::vector<uint8_t> data = MakeBytes(n * item, 22);
+  TempDir dir;
+  {
+    auto w =
+        StoreWriter::Create(dir.Sub("s"), DenseSchema("|u1", {28, 28}), Options(Codec::kRaw, 4));
+    ASSERT_TRUE(w.ok());
+    ASSERT_TRUE((*w)->AppendDense(data.data(), n).ok());
+    ASSERT_TRUE((*w)->Publish().ok());
+  }
+  auto s = Store::Open(dir.Sub("s"));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  for (size_t b = 0; b <= 9; ++b) {
+    std::vector<uint64_t> idx;
+    for (size_t k = 0; k < b; ++k) idx.push_back((k * 17 + b) % n);
+    std::vector<uint8_t> out(b * item + 1, 0xEE);
+    std::vector<void*> outs;
+    for (size_t k = 0; k < b; ++k) outs.push_back(out.data() + k * item);
+    ASSERT_TRUE((*s)->Gather(idx, outs, nullptr).ok()) << "batch of " << b;
+    for (size_t k = 0; k < b; ++k) {
+      ASSERT_EQ(0, std::memcmp(out.data() + k * item, data.data() + idx[k] * item, item))
+          << "batch of " << b << ", position " << k;
+    }
+    EXPECT_EQ(out.back(), 0xEE) << "batch of " << b << " wrote past its output";
+  }
+  std::vector<uint64_t> idx{3, 7, n + 5, 1, n, 2};
+  std::vector<uint8_t> out(idx.size() * item, 0xEE);
+  std::vector<void*> outs;
+  for (size_t k = 0; k < idx.size(); ++k) outs.push_back(out.data() + k * item);
+  Status st = (*s)->Gather(idx, outs, nullptr);
+  EXPECT_EQ(st.code(), Status::Code::kIndexError) << st.ToString();
+  EXPECT_NE(st.message().find("record index 55 out of range"), std::string::npos) << st.ToString();
+  EXPECT_EQ(std::count(out.begin(), out.end(), 0xEE), static_cast<ptrdiff_t>(out.size()));
+}
+
 TEST(StoreRoundTrip, StreamedRecordsAboveThreshold) {
   // The bounded-memory path of huge records, exercised with a small threshold.
   for (Codec c : {Codec::kRaw, Codec::kZstd, Codec::kZstdDict}) {

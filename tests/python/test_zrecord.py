@@ -327,6 +327,37 @@ def test_large_ragged_batch_outlives_the_store(tmp_path: Path) -> None:
 
 # -- lifecycle ----------------------------------------------------------------------
 
+def test_uint64_index_arrays_take_the_fast_path_until_close(tmp_path: Path) -> None:
+    """A 1-D uint64 index array goes straight to the engine (Dense and Ragged
+    __getitem__, __getitems__): exact values, the engine's IndexError, and once
+    the store is closed (or for a builder) the same StateError as any key."""
+    data = np.arange(40 * 6, dtype=np.uint16).reshape(40, 2, 3)
+    recs = [np.arange(n, dtype=np.int32) for n in range(1, 41)]
+    with Dense.create(tmp_path / "d", data.dtype, (2, 3), codec="raw") as b:
+        b.append(data)
+        with pytest.raises(errors.StateError, match="builder cannot be read"):
+            b[np.array([0], np.uint64)]
+    with Ragged.create(tmp_path / "r", np.int32, 1, codec="raw") as rb:
+        rb.append(recs)
+    ds, rs = Dense.open(tmp_path / "d"), Ragged.open(tmp_path / "r")
+    idx = np.array([39, 0, 7, 7], np.uint64)
+    np.testing.assert_array_equal(ds[idx], data[idx.astype(np.int64)])
+    np.testing.assert_array_equal(ds.__getitems__(idx), data[idx.astype(np.int64)])
+    assert [r.tolist() for r in rs[idx]] == [recs[i].tolist() for i in (39, 0, 7, 7)]
+    assert [r.tolist() for r in rs.__getitems__(idx)] == [recs[i].tolist() for i in (39, 0, 7, 7)]
+    with pytest.raises(IndexError, match="record index 40 out of range"):
+        ds[np.array([1, 40], np.uint64)]
+    with pytest.raises(IndexError, match="record index 40 out of range"):
+        rs[np.array([1, 40], np.uint64)]
+    ds.close()
+    rs.close()
+    for s in (ds, rs):
+        with pytest.raises(errors.StateError, match="store is closed"):
+            s[idx]
+        with pytest.raises(errors.StateError, match="store is closed"):
+            s.__getitems__(idx)
+
+
 def test_exception_inside_with_leaves_nothing(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError), Dense.create(tmp_path / "s", np.uint8, (4,), codec="zstd") as ds:
         ds.append(np.zeros((10, 4), np.uint8))
