@@ -4,10 +4,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "loaderx/memfd.h"
 #include "loaderx/unix_socket.h"
@@ -145,6 +147,56 @@ TEST(UnixSocketTest, PeerClosingWithUnreadFramesStillDeliversItsLastFrames) {
     EXPECT_TRUE(eof->eof);
     EXPECT_TRUE(eof->bytes.empty());
   }
+}
+
+// SendFrames: one sendmmsg, frames arrive whole and in order; a queue that
+// fills part-way ends the count (the rest is the caller's to queue), a queue
+// full before the first is ResourceExhausted, a closed peer a Daemon error.
+TEST(UnixSocketTest, SendFramesSendsInOrderAndCountsWhatWentWhenTheQueueFills) {
+  auto [a, b] = SocketPair();
+  const std::vector<uint8_t> one{1, 2, 3}, two{4, 5};
+  const std::array<std::span<const uint8_t>, 2> frames{one, two};
+  auto sent = SendFrames(a.get(), frames, /*nonblocking=*/true);
+  ASSERT_TRUE(sent.ok()) << sent.status().ToString();
+  EXPECT_EQ(*sent, 2u);
+  auto f1 = RecvFrame(b.get());
+  auto f2 = RecvFrame(b.get());
+  ASSERT_TRUE(f1.ok() && f2.ok());
+  EXPECT_EQ(f1->bytes, one);
+  EXPECT_EQ(f2->bytes, two);
+
+  // Fill a's send queue with frames nobody reads, until one more fails.
+  const std::vector<uint8_t> filler(4096, 7);
+  int queued = 0;
+  while (SendFrame(a.get(), filler, {}, /*nonblocking=*/true).ok()) ++queued;
+  ASSERT_GT(queued, 0);
+  auto none = SendFrames(a.get(), frames, /*nonblocking=*/true);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), Status::Code::kResourceExhausted);
+  // Room for some frames but not for eight more of the filler's size: the
+  // count says how many went, and exactly those arrive, in order.
+  ASSERT_TRUE(RecvFrame(b.get()).ok());  // frees one filler's worth
+  std::vector<std::vector<uint8_t>> tagged;
+  for (uint8_t k = 0; k < 8; ++k) tagged.push_back(std::vector<uint8_t>(4096, k));
+  std::vector<std::span<const uint8_t>> spans(tagged.begin(), tagged.end());
+  auto part = SendFrames(a.get(), spans, /*nonblocking=*/true);
+  ASSERT_TRUE(part.ok()) << part.status().ToString();
+  ASSERT_GE(*part, 1u);
+  ASSERT_LT(*part, 8u);
+  for (int i = 1; i < queued; ++i) ASSERT_TRUE(RecvFrame(b.get()).ok());  // the fillers
+  for (size_t k = 0; k < *part; ++k) {
+    auto got = RecvFrame(b.get(), kMaxFrameBytes, kMaxFrameFds, /*nonblocking=*/true);
+    ASSERT_TRUE(got.ok());
+    EXPECT_EQ(got->bytes, tagged[k]) << "frame " << k;
+  }
+  auto after = RecvFrame(b.get(), kMaxFrameBytes, kMaxFrameFds, /*nonblocking=*/true);
+  ASSERT_TRUE(after.ok());
+  EXPECT_TRUE(after->would_block);  // nothing beyond the count went
+
+  b.Reset();
+  auto gone = SendFrames(a.get(), frames, /*nonblocking=*/true);
+  ASSERT_FALSE(gone.ok());
+  EXPECT_EQ(gone.status().code(), Status::Code::kDaemon);
 }
 
 TEST(UnixSocketTest, ListenConnectAndPeerCredName) {
