@@ -1,4 +1,4 @@
-// Connection: one socket to loaderxd speaking protocol 1.2, the ring mapping
+// Connection: one socket to loaderxd speaking protocol 1.3, the ring mapping
 // of the loader opened on it, and fork safety.
 //
 // Protocol 1.2 (docs/protocol.md): requests carry an id their reply echoes;

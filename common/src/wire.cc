@@ -1,9 +1,14 @@
 #include "loaderx/wire.h"
 
+#include <bit>
+#include <cassert>
+#include <cstdio>
+#include <cstring>
 #include <exception>
 #include <limits>
 #include <msgpack.hpp>
 #include <string_view>
+#include <type_traits>
 
 namespace loaderx {
 
@@ -114,42 +119,10 @@ struct Encoder {
     }
     if (m.step) KV(p, "step", *m.step);
   }
-  void operator()(const BatchMsg& m) {
-    Begin(p, "batch", 8);
-    KV(p, "gen", m.gen);
-    KV(p, "step", m.step);
-    KV(p, "slot", m.slot);
-    KV(p, "seq", m.seq);
-    KV(p, "offset", m.offset);
-    KV(p, "batch_size", m.batch_size);
-    KV(p, "total_bytes", m.total_bytes);
-    Key(p, "streams");
-    // Compact: one 5-array per stream (this message is on the hot path).
-    p.pack_array(static_cast<uint32_t>(m.streams.size()));
-    for (const StreamLayoutMsg& s : m.streams) {
-      p.pack_array(5);
-      p.pack(s.kind);
-      p.pack(s.values_offset);
-      p.pack(s.values_bytes);
-      p.pack(s.shapes_offset);
-      p.pack(s.offsets_offset);
-    }
-  }
   void operator()(const SeekMsg& m) {
     Begin(p, "seek", 2);
     KV(p, "id", m.id);
     KV(p, "step", m.step);
-  }
-  void operator()(const ReleaseMsg& m) {
-    Begin(p, "release", 2);
-    KV(p, "slot", m.slot);
-    KV(p, "seq", m.seq);
-  }
-  void operator()(const ConsumedMsg& m) {
-    Begin(p, "consumed", m.waiting ? 3 : 2);
-    KV(p, "gen", m.gen);
-    KV(p, "step", m.step);
-    if (m.waiting) KV(p, "waiting", true);
   }
   void operator()(const StatsMsg& m) {
     Begin(p, "stats", m.detail ? 2 : 1);
@@ -472,52 +445,15 @@ Result<Message> DecodeTyped(std::string_view t, Fields& f) {
     if (f.Has("step")) m.step = f.U64("step");
     return Done(f, std::move(m));
   }
-  if (t == "batch") {
-    BatchMsg m;
-    m.gen = f.U64("gen");
-    m.step = f.U64("step");
-    m.slot = f.U32("slot");
-    m.seq = f.U64("seq");
-    m.offset = f.U64("offset");
-    m.batch_size = f.U64("batch_size");
-    m.total_bytes = f.U64("total_bytes");
-    if (const msgpack::object_array* a = f.Array("streams", kMaxWireStreams)) {
-      for (uint32_t i = 0; i < a->size && f.ok(); ++i) {
-        const msgpack::object_array* e = f.AsArray(a->ptr[i], "streams[i]", 5);
-        if (e == nullptr) break;
-        if (e->size != 5) {
-          f.Fail("batch stream layout must have 5 fields");
-          break;
-        }
-        StreamLayoutMsg l;
-        l.kind = static_cast<uint32_t>(f.AsU64(e->ptr[0], "kind", 1));
-        l.values_offset = f.AsU64(e->ptr[1], "values_offset", UINT64_MAX);
-        l.values_bytes = f.AsU64(e->ptr[2], "values_bytes", UINT64_MAX);
-        l.shapes_offset = f.AsU64(e->ptr[3], "shapes_offset", UINT64_MAX);
-        l.offsets_offset = f.AsU64(e->ptr[4], "offsets_offset", UINT64_MAX);
-        m.streams.push_back(l);
-      }
-    }
-    return Done(f, std::move(m));
-  }
   if (t == "seek") {
     SeekMsg m;
     m.id = f.U64("id");
     m.step = f.U64("step");
     return Done(f, m);
   }
-  if (t == "release") {
-    ReleaseMsg m;
-    m.slot = f.U32("slot");
-    m.seq = f.U64("seq");
-    return Done(f, m);
-  }
-  if (t == "consumed") {
-    ConsumedMsg m;
-    m.gen = f.U64("gen");
-    m.step = f.U64("step");
-    if (f.Has("waiting")) m.waiting = f.Bool("waiting");
-    return Done(f, m);
+  if (t == "batch" || t == "release" || t == "consumed") {
+    return Status::Protocol("message '" + what + "' must be a binary frame (protocol 1." +
+                            std::to_string(kProtocolMinor) + "), not a msgpack map");
   }
   if (t == "stats") {
     StatsMsg m;
@@ -569,6 +505,171 @@ Result<Message> DecodeTyped(std::string_view t, Fields& f) {
   return Status::Protocol("unknown message type '" + what + "'");
 }
 
+// ---- binary frames (protocol 1.3: batch, release, consumed) -----------------
+//
+// Fixed little-endian fields at fixed offsets, copied with memcpy (no
+// alignment). The layout is docs/protocol.md "Encoding"; the sizes are in
+// wire.h. Each encoder writes exactly its frame size (asserted at the end).
+
+static_assert(std::endian::native == std::endian::little,
+              "binary wire frames are little-endian; big-endian hosts are unsupported");
+
+class FrameWriter {
+ public:
+  FrameWriter(BinaryType type, size_t bytes) : out_(bytes) {
+    Put(kBinaryFrameMark);
+    Put(static_cast<uint8_t>(type));
+  }
+  template <typename T>
+  void Put(T v) {
+    std::memcpy(out_.data() + at_, &v, sizeof v);
+    at_ += sizeof v;
+  }
+  std::vector<uint8_t> Done() {
+    assert(at_ == out_.size());
+    return std::move(out_);
+  }
+
+ private:
+  std::vector<uint8_t> out_;
+  size_t at_ = 0;
+};
+
+// Reads fields in order from a frame whose length the caller has checked.
+class FrameReader {
+ public:
+  explicit FrameReader(std::span<const uint8_t> frame) : p_(frame.data() + 2) {}
+  template <typename T>
+  T Get() {
+    T v;
+    std::memcpy(&v, p_, sizeof v);
+    p_ += sizeof v;
+    return v;
+  }
+
+ private:
+  const uint8_t* p_;
+};
+
+std::vector<uint8_t> EncodeBinary(const BatchMsg& m) {
+  // Only the daemon encodes a batch, from its own layouts: never more than
+  // the decoder accepts (a u8 count).
+  assert(m.streams.size() <= kMaxWireStreams);
+  FrameWriter w(BinaryType::kBatch, BatchFrameBytes(m.streams.size()));
+  w.Put(m.gen);
+  w.Put(m.step);
+  w.Put(m.slot);
+  w.Put(m.seq);
+  w.Put(m.offset);
+  w.Put(m.batch_size);
+  w.Put(m.total_bytes);
+  w.Put(static_cast<uint8_t>(m.streams.size()));
+  for (const StreamLayoutMsg& s : m.streams) {
+    w.Put(static_cast<uint8_t>(s.kind));
+    w.Put(s.values_offset);
+    w.Put(s.values_bytes);
+    w.Put(s.shapes_offset);
+    w.Put(s.offsets_offset);
+  }
+  return w.Done();
+}
+std::vector<uint8_t> EncodeBinary(const ReleaseMsg& m) {
+  FrameWriter w(BinaryType::kRelease, kReleaseFrameBytes);
+  w.Put(m.slot);
+  w.Put(m.seq);
+  return w.Done();
+}
+std::vector<uint8_t> EncodeBinary(const ConsumedMsg& m) {
+  FrameWriter w(BinaryType::kConsumed, kConsumedFrameBytes);
+  w.Put(m.gen);
+  w.Put(m.step);
+  w.Put(static_cast<uint8_t>(m.waiting ? 1 : 0));
+  return w.Done();
+}
+
+template <typename T>
+constexpr bool kIsBinary =
+    std::is_same_v<T, BatchMsg> || std::is_same_v<T, ReleaseMsg> || std::is_same_v<T, ConsumedMsg>;
+
+Status WrongLength(const char* type, size_t got, size_t want, const std::string& why = {}) {
+  return Status::Protocol(std::string(type) + ": binary frame of " + std::to_string(got) +
+                          " bytes, expected " + std::to_string(want) + why);
+}
+
+Result<Message> DecodeBatch(std::span<const uint8_t> frame) {
+  if (frame.size() < kBatchFrameHeaderBytes) {
+    return WrongLength("batch", frame.size(), kBatchFrameHeaderBytes, " or more");
+  }
+  FrameReader r(frame);
+  BatchMsg m;
+  m.gen = r.Get<uint64_t>();
+  m.step = r.Get<uint64_t>();
+  m.slot = r.Get<uint32_t>();
+  m.seq = r.Get<uint64_t>();
+  m.offset = r.Get<uint64_t>();
+  m.batch_size = r.Get<uint64_t>();
+  m.total_bytes = r.Get<uint64_t>();
+  const uint32_t streams = r.Get<uint8_t>();
+  if (streams > kMaxWireStreams) {
+    return Status::Protocol("batch: " + std::to_string(streams) + " streams exceeds " +
+                            std::to_string(kMaxWireStreams));
+  }
+  if (frame.size() != BatchFrameBytes(streams)) {
+    return WrongLength("batch", frame.size(), BatchFrameBytes(streams),
+                       " for " + std::to_string(streams) + " streams");
+  }
+  m.streams.resize(streams);
+  for (uint32_t i = 0; i < streams; ++i) {
+    StreamLayoutMsg& l = m.streams[i];
+    l.kind = r.Get<uint8_t>();
+    if (l.kind > 1) {
+      return Status::Protocol("batch: streams[" + std::to_string(i) + "] kind " +
+                              std::to_string(l.kind) + " (0 dense or 1 ragged)");
+    }
+    l.values_offset = r.Get<uint64_t>();
+    l.values_bytes = r.Get<uint64_t>();
+    l.shapes_offset = r.Get<uint64_t>();
+    l.offsets_offset = r.Get<uint64_t>();
+  }
+  return Message(std::move(m));
+}
+
+Result<Message> DecodeBinary(std::span<const uint8_t> frame) {
+  if (frame.size() < 2) return Status::Protocol("binary frame of 1 byte: no type byte");
+  switch (static_cast<BinaryType>(frame[1])) {
+    case BinaryType::kBatch:
+      return DecodeBatch(frame);
+    case BinaryType::kRelease: {
+      if (frame.size() != kReleaseFrameBytes) {
+        return WrongLength("release", frame.size(), kReleaseFrameBytes);
+      }
+      FrameReader r(frame);
+      ReleaseMsg m;
+      m.slot = r.Get<uint32_t>();
+      m.seq = r.Get<uint64_t>();
+      return Message(m);
+    }
+    case BinaryType::kConsumed: {
+      if (frame.size() != kConsumedFrameBytes) {
+        return WrongLength("consumed", frame.size(), kConsumedFrameBytes);
+      }
+      FrameReader r(frame);
+      ConsumedMsg m;
+      m.gen = r.Get<uint64_t>();
+      m.step = r.Get<uint64_t>();
+      const uint8_t waiting = r.Get<uint8_t>();
+      if (waiting > 1) {
+        return Status::Protocol("consumed: 'waiting' is " + std::to_string(waiting) + " (0 or 1)");
+      }
+      m.waiting = waiting == 1;
+      return Message(m);
+    }
+  }
+  char hex[8];
+  std::snprintf(hex, sizeof hex, "0x%02x", frame[1]);
+  return Status::Protocol(std::string("unknown binary message type ") + hex);
+}
+
 }  // namespace
 
 const char* GroupModeName(GroupMode mode) {
@@ -608,15 +709,24 @@ const char* MessageName(const Message& m) {
 }
 
 std::vector<uint8_t> EncodeMessage(const Message& m) {
-  msgpack::sbuffer buf(256);
-  Packer p(buf);
-  std::visit(Encoder{p}, m);
-  const uint8_t* d = reinterpret_cast<const uint8_t*>(buf.data());
-  return std::vector<uint8_t>(d, d + buf.size());
+  return std::visit(
+      [](const auto& msg) -> std::vector<uint8_t> {
+        if constexpr (kIsBinary<std::decay_t<decltype(msg)>>) {
+          return EncodeBinary(msg);
+        } else {
+          msgpack::sbuffer buf(256);
+          Packer p(buf);
+          Encoder{p}(msg);
+          const uint8_t* d = reinterpret_cast<const uint8_t*>(buf.data());
+          return std::vector<uint8_t>(d, d + buf.size());
+        }
+      },
+      m);
 }
 
 Result<Message> DecodeMessage(std::span<const uint8_t> frame) {
   if (frame.empty()) return Status::Protocol("empty frame");
+  if (frame[0] == kBinaryFrameMark) return DecodeBinary(frame);
   // Caps are checked by the parser before it allocates: a 4-byte header
   // claiming a 4 GiB array is refused, not honoured.
   // Strings: the longest any field may be (the status document); each

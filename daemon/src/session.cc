@@ -222,7 +222,8 @@ class SessionImpl final : public Session, public std::enable_shared_from_this<Se
           hello.major != kProtocolMajor
               ? "major versions must match"
               : "protocol 1." + std::to_string(kMinProtocolMinor) +
-                    " pushes batches; older clients are not served: upgrade the client";
+                    " sends batch, release and consumed as binary frames; older clients are "
+                    "not served: upgrade the client";
       Status st = Status::Protocol(
           "protocol version mismatch: client speaks " + std::to_string(hello.major) + "." +
           std::to_string(hello.minor) + ", loaderxd " LOADERX_DAEMON_VERSION " speaks " +
@@ -245,7 +246,7 @@ class SessionImpl final : public Session, public std::enable_shared_from_this<Se
     }
     counted_ = true;
     hello_done_ = true;
-    heartbeat_ = true;  // every client served speaks 1.2
+    heartbeat_ = true;  // every client served speaks 1.2 or later
     if (!Send(HelloOkMsg{kProtocolMajor, kProtocolMinor, LOADERX_DAEMON_VERSION, ctx_.incarnation,
                          id_, heartbeat_ ? kHeartbeatIntervalMs : 0})
              .ok()) {

@@ -280,19 +280,29 @@ TEST_F(GroupTest, SecondLiveMemberForOneRankIsRefused) {
   EXPECT_TRUE(OpenStatus(Spec(GroupMode::kShard, 0, 2)).ok());
 }
 
-// Protocol 1.2 pushes batches: a 1.1 client (which would send `next` and
-// expect replies in order) is refused at hello, naming both versions.
-TEST_F(GroupTest, Protocol11ClientIsRefusedNamingBothVersions) {
-  auto fd = ConnectSeqpacket(socket_).value();
-  ASSERT_TRUE(SendFrame(fd.get(), EncodeMessage(HelloMsg{1, 1, "loaderx 1.1"})).ok());
-  auto reply = DecodeMessage(RecvFrame(fd.get())->bytes).value();
-  ASSERT_TRUE(std::holds_alternative<ErrorMsg>(reply));
-  const ErrorMsg& err = std::get<ErrorMsg>(reply);
-  EXPECT_EQ(err.code, static_cast<uint32_t>(Status::Code::kProtocol));
-  EXPECT_NE(err.message.find("client speaks 1.1"), std::string::npos) << err.message;
-  EXPECT_NE(err.message.find("speaks 1.2"), std::string::npos) << err.message;
-  EXPECT_TRUE(RecvFrame(fd.get())->eof);  // and the connection is closed
-  EXPECT_EQ(Stat("refused"), 1u);
+// Protocol 1.3 sends the per-batch messages as binary frames: a 1.2 client
+// (msgpack `batch`/`release`/`consumed` maps) and a 1.1 client (which would
+// send `next` and expect replies in order) are refused at hello, naming both
+// versions and what 1.3 changed.
+TEST_F(GroupTest, Protocol12And11ClientsAreRefusedNamingBothVersions) {
+  uint64_t refused = 0;
+  for (uint32_t minor : {2u, 1u}) {
+    auto fd = ConnectSeqpacket(socket_).value();
+    ASSERT_TRUE(SendFrame(fd.get(), EncodeMessage(HelloMsg{1, minor, "loaderx old"})).ok());
+    auto reply = DecodeMessage(RecvFrame(fd.get())->bytes).value();
+    ASSERT_TRUE(std::holds_alternative<ErrorMsg>(reply));
+    const ErrorMsg& err = std::get<ErrorMsg>(reply);
+    EXPECT_EQ(err.code, static_cast<uint32_t>(Status::Code::kProtocol));
+    const std::string want = "protocol version mismatch: client speaks 1." + std::to_string(minor) +
+                             ", loaderxd " LOADERX_DAEMON_VERSION
+                             " speaks 1.3 (protocol 1.3 sends batch, release and consumed as "
+                             "binary frames; older clients are not served: upgrade the client)";
+    EXPECT_EQ(err.message, want);
+    EXPECT_FALSE(err.id.has_value());
+    EXPECT_FALSE(err.gen.has_value());
+    EXPECT_TRUE(RecvFrame(fd.get())->eof);  // and the connection is closed
+    EXPECT_EQ(Stat("refused"), ++refused);
+  }
 }
 
 TEST_F(GroupTest, BadGroupNamesAreRefusedByTheClient) {

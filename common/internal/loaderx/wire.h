@@ -1,25 +1,41 @@
-// The loaderxd wire protocol: typed messages <-> msgpack frames.
+// The loaderxd wire protocol: typed messages <-> frames.
 //
-// Every frame on the SOCK_SEQPACKET socket is exactly one msgpack map whose
-// "t" key names the message type; the other keys are that type's fields
-// (docs/protocol.md lists them). Both sides speak protocol kProtocolMajor;
-// the hello exchange refuses a different major with a message naming both
-// versions, and a peer may rely on features of a minor only after the other
-// side announced at least that minor.
+// Every frame on the SOCK_SEQPACKET socket is one message in one of two
+// encodings, told apart by its first byte (one encoding per message type):
+//  * the three per-batch messages -- `batch` (daemon -> client), `release`
+//    and `consumed` (client -> daemon) -- are fixed-width little-endian
+//    binary frames: kBinaryFrameMark (0xc1, the one byte msgpack never
+//    uses, so no msgpack frame starts with it), a BinaryType byte, then the
+//    fields at fixed offsets; `batch` ends with its stream count and one
+//    fixed record per stream (docs/protocol.md "Encoding" draws the bytes).
+//    These are decoded on every batch hand-off, so they must cost a few
+//    loads, not a msgpack parse (protocol 1.3);
+//  * every other message is exactly one msgpack map whose "t" key names the
+//    message type; the other keys are that type's fields (docs/protocol.md
+//    lists them).
+// Both sides speak protocol kProtocolMajor; the hello exchange refuses a
+// different major with a message naming both versions, and a peer may rely on
+// features of a minor only after the other side announced at least that
+// minor.
 //
-// Decoding is strict, because the daemon faces untrusted local processes:
-// msgpack sizes are capped before anything is allocated, the frame must be
-// one map with no trailing bytes, every key must be known for its type,
-// every required key present, every value of the right type and in range.
-// Anything else is Status::Protocol naming the problem; the daemon then drops
-// that one connection.
+// Decoding is strict, because the daemon faces untrusted local processes.
+// Binary frames: a known type byte, exactly the length of that type (for
+// `batch`, of its stream count, at most kMaxWireStreams), every one-byte
+// flag or kind 0 or 1. Msgpack frames: sizes are capped before anything is
+// allocated, the frame must be one map with no trailing bytes, every key
+// must be known for its type, every required key present, every value of
+// the right type and in range; a map whose "t" is one of the binary types is
+// refused. Anything else is Status::Protocol naming the problem; the daemon
+// then drops that one connection.
 //
 // Fds travel beside the bytes (unix_socket.h); messages only say how many
-// to expect (OpenMsg) and the receiver checks the count.
+// to expect (OpenMsg) and the receiver checks the count (none on anything
+// but open/opened, so none on a binary frame).
 //
 // Thread-safety: pure functions over values.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -42,10 +58,13 @@ inline constexpr uint32_t kProtocolMajor = 1;
 // its reply echoes; `next` is gone and `close` has no reply. Liveness: an
 // unsolicited `heartbeat` every heartbeat_ms while the client may be
 // waiting. A 1.1 client is refused at hello (docs/protocol.md).
-inline constexpr uint32_t kProtocolMinor = 2;
+// 1.3 encodes the per-batch messages (`batch`, `release`, `consumed`) as
+// fixed binary frames instead of msgpack maps (same fields); a 1.2 peer is
+// refused at hello either way.
+inline constexpr uint32_t kProtocolMinor = 3;
 // The oldest minor this build serves (and, as a client, accepts).
-inline constexpr uint32_t kMinProtocolMinor = 2;
-// How often the daemon's io loop sends `heartbeat` to a waiting 1.2 client.
+inline constexpr uint32_t kMinProtocolMinor = 3;
+// How often the daemon's io loop sends `heartbeat` to a waiting client.
 inline constexpr uint32_t kHeartbeatIntervalMs = 250;
 // Decoder caps (also bound what a hostile peer can make us allocate).
 inline constexpr uint32_t kMaxWireStreams = 64;
@@ -53,6 +72,20 @@ inline constexpr uint32_t kMaxWireDims = 32;
 inline constexpr uint32_t kMaxWireString = 4096;
 inline constexpr uint32_t kMaxWireDataFiles = 255;
 // Groups (GroupMode, GroupJoin, kMaxGroupName): loaderx/group.h.
+
+// Protocol 1.3: the first byte of every binary frame. 0xc1 is the one byte
+// the msgpack spec never uses, so a msgpack frame can never start with it.
+inline constexpr uint8_t kBinaryFrameMark = 0xc1;
+// The second byte of a binary frame: which message it is.
+enum class BinaryType : uint8_t { kBatch = 1, kRelease = 2, kConsumed = 3 };
+// Frame sizes in bytes (docs/protocol.md "Encoding"): mark, type, fields.
+inline constexpr size_t kBatchFrameHeaderBytes = 55;  // up to and with the stream count
+inline constexpr size_t kBatchFrameStreamBytes = 33;  // one StreamLayoutMsg
+inline constexpr size_t kReleaseFrameBytes = 14;
+inline constexpr size_t kConsumedFrameBytes = 19;
+inline constexpr size_t BatchFrameBytes(size_t streams) {
+  return kBatchFrameHeaderBytes + streams * kBatchFrameStreamBytes;
+}
 
 // client -> daemon, first message on every connection.
 struct HelloMsg {
@@ -158,7 +191,7 @@ struct OpenedMsg {
   bool operator==(const OpenedMsg&) const = default;
 };
 struct StreamLayoutMsg {
-  uint32_t kind = 0;
+  uint32_t kind = 0;  // Kind: 0 dense, 1 ragged (one byte on the wire)
   uint64_t values_offset = 0;
   uint64_t values_bytes = 0;
   uint64_t shapes_offset = 0;
@@ -169,6 +202,7 @@ struct StreamLayoutMsg {
 // slot `slot`; one lease, released with ReleaseMsg. `gen` is the generation
 // it was produced for: a batch of an older generation than the client's
 // (pushed before a seek the daemon accepted) is released unread.
+// A binary frame (1.3): BatchFrameBytes(streams.size()) bytes.
 struct BatchMsg {
   uint64_t gen = 0;
   uint64_t step = 0;
@@ -177,7 +211,7 @@ struct BatchMsg {
   uint64_t offset = 0;  // from the ring start
   uint64_t batch_size = 0;
   uint64_t total_bytes = 0;
-  std::vector<StreamLayoutMsg> streams;  // offsets relative to `offset`
+  std::vector<StreamLayoutMsg> streams;  // <= kMaxWireStreams; offsets relative to `offset`
   bool operator==(const BatchMsg&) const = default;
 };
 // client -> daemon: the next batch is `step`. Reply: OkMsg (with the new
@@ -188,6 +222,7 @@ struct SeekMsg {
   bool operator==(const SeekMsg&) const = default;
 };
 // client -> daemon, no reply: the client dropped its last view of (slot, seq).
+// A binary frame (1.3) of kReleaseFrameBytes.
 struct ReleaseMsg {
   uint32_t slot = 0;
   uint64_t seq = 0;
@@ -200,13 +235,12 @@ struct ReleaseMsg {
 // the loader's (sent before a seek it accepted), refuses (protocol error) a
 // step behind the last one or beyond what it pushed, and keeps group
 // positions by it (docs/protocol.md "Consumed positions").
-// Optional `waiting: true` (sent only when set; `false` is accepted and
-// means the same as absent): the caller is blocked in next() with nothing
+// `waiting` (one byte, 0 or 1): the caller is blocked in next() with nothing
 // queued, at `step` (the position it already reported). Only from then
 // until the daemon pushes it an item, or a later `consumed` without the
 // flag, does the member wait for peers (its group timeout runs, stats and
 // status report it waiting): protocol 1.1's meaning, where only a blocked
-// `next` waited.
+// `next` waited. A binary frame (1.3) of kConsumedFrameBytes.
 struct ConsumedMsg {
   uint64_t gen = 0;
   uint64_t step = 0;
@@ -266,7 +300,8 @@ using Message =
 // The "t" string of a message ("hello", "batch", ...).
 const char* MessageName(const Message& m);
 
-// Serialises one message into a frame.
+// Serialises one message into a frame (binary for BatchMsg, ReleaseMsg and
+// ConsumedMsg, a msgpack map for the others).
 std::vector<uint8_t> EncodeMessage(const Message& m);
 // Parses one frame strictly (see the header comment). Protocol error otherwise.
 Result<Message> DecodeMessage(std::span<const uint8_t> frame);
