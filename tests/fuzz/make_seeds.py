@@ -2,9 +2,10 @@
 
 fuzz_store: small real stores (every kind and codec, 1-3 data shards, a
 dictionary) packed in fuzz_store.cc's input format; fuzz_wire: one frame of
-every protocol 1.2 message type and optional key, as msgpack maps like the
-ones the peers send (the decoder's strictness makes the fuzzer reach deep
-only from such seeds);
+every protocol 1.3 message type and optional key, as the peers send them --
+binary frames for batch, release and consumed, msgpack maps for the others
+(tests/integration/wire_frames.py writes both; the decoder's strictness makes
+the fuzzer reach deep only from such seeds);
 fuzz_ring needs none (it builds valid rings from its input). Re-run after a
 format or protocol change: ``make fuzz-seeds``.
 """
@@ -16,12 +17,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-import msgpack
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1] / "python"))
+sys.path.insert(0, str(HERE.parent / "integration"))
 
+import wire_frames
 from loaderx import _loaderx
 from loaderx.utils import train_dict
 from loaderx.zrecord import Dense, Ragged
@@ -79,10 +81,16 @@ def store_seeds(tmp: Path) -> dict[str, bytes]:
 
 
 def wire_seeds() -> dict[str, bytes]:
-    """One frame of every protocol 1.2 message (and of its optional keys),
-    as the peers send them. Only the current protocol's frames: a 1.2 peer
-    refuses a 1.1 hello and 1.1's ``next`` is an unknown type now, which a
-    fuzzer reaches from any seed."""
+    """One frame of every protocol 1.3 message (and of its optional keys),
+    as the peers send them. Only the current protocol's frames: a 1.3 peer
+    refuses an older hello, 1.1's ``next`` is an unknown type and 1.2's
+    msgpack batch/release/consumed maps are refused, which a fuzzer reaches
+    from any seed."""
+    def layout(kind: int, values_offset: int, values_bytes: int, shapes_offset: int,
+               offsets_offset: int) -> dict[str, int]:
+        return {"kind": kind, "values_offset": values_offset, "values_bytes": values_bytes,
+                "shapes_offset": shapes_offset, "offsets_offset": offsets_offset}
+
     stream = {"label": "x", "has_shapes": False, "has_dict": False, "data_files": 1}
     open_ = {"t": "open", "id": 1, "streams": [stream], "batch_size": 4, "mode": 2, "seed": 1, "rank": 0,
              "world_size": 1, "start_step": 0, "prefetch": 2, "leases": 2, "ring_bytes": 0}
@@ -90,8 +98,8 @@ def wire_seeds() -> dict[str, bytes]:
     opened = {"t": "opened", "id": 1, "n": 70000, "slot_count": 5, "ring_bytes": 1 << 20, "leases": 2,
               "streams": [schema]}
     msgs = {
-        "hello": {"t": "hello", "major": 1, "minor": 2, "client_version": "0.1.0"},
-        "hello_ok": {"t": "hello_ok", "major": 1, "minor": 2, "daemon_version": "0.1.0",
+        "hello": {"t": "hello", "major": 1, "minor": 3, "client_version": "0.1.0"},
+        "hello_ok": {"t": "hello_ok", "major": 1, "minor": 3, "daemon_version": "0.1.0",
                      "incarnation": 5, "session": 2, "heartbeat_ms": 250},
         "heartbeat": {"t": "heartbeat"},
         "open": open_,
@@ -103,10 +111,13 @@ def wire_seeds() -> dict[str, bytes]:
         "opened": opened,
         "opened_group": {**opened, "id": 2, "step": 3},
         "batch": {"t": "batch", "gen": 0, "step": 0, "slot": 1, "seq": 3, "offset": 4096,
-                  "batch_size": 4, "total_bytes": 3136, "streams": [[0, 0, 3136, 0, 0]]},
+                  "batch_size": 4, "total_bytes": 3136, "streams": [layout(0, 0, 3136, 0, 0)]},
         "batch_ragged": {"t": "batch", "gen": 2, "step": 9, "slot": 0, "seq": 11, "offset": 8192,
                          "batch_size": 4, "total_bytes": 640,
-                         "streams": [[1, 128, 40, 0, 64], [0, 192, 448, 0, 0]]},
+                         "streams": [layout(1, 128, 40, 0, 64), layout(0, 192, 448, 0, 0)]},
+        "batch_64_streams": {"t": "batch", "gen": 1, "step": 5, "slot": 2**32 - 1, "seq": 2**64 - 1,
+                             "offset": 1 << 40, "batch_size": 1, "total_bytes": 64 * 8,
+                             "streams": [layout(i % 2, 8 * i, 8, 0, 0) for i in range(64)]},
         "seek": {"t": "seek", "id": 4, "step": 7},
         "ok": {"t": "ok", "id": 4, "step": 7, "gen": 1},
         "release": {"t": "release", "slot": 1, "seq": 3},
@@ -116,13 +127,13 @@ def wire_seeds() -> dict[str, bytes]:
         "stats_detail": {"t": "stats", "id": 6, "detail": True},
         "stats_reply": {"t": "stats_reply", "id": 5, "counters": {"sessions": 1, "slots_held": 2}},
         "stats_reply_status": {"t": "stats_reply", "id": 6, "counters": {"sessions": 1},
-                               "status": '{"daemon": {"protocol": "1.2"}}'},
+                               "status": '{"daemon": {"protocol": "1.3"}}'},
         "close": {"t": "close"},
         "error_reply": {"t": "error", "code": 2, "message": "out of range", "step": 0, "id": 4},
         "error_pushed": {"t": "error", "code": 4, "message": "corrupt", "step": 6, "gen": 1},
         "error_hello": {"t": "error", "code": 10, "message": "protocol version mismatch", "step": 0},
     }
-    return {k: msgpack.packb(v) for k, v in msgs.items()}
+    return {k: wire_frames.pack(v) for k, v in msgs.items()}
 
 
 def main() -> None:

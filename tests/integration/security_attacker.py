@@ -7,8 +7,9 @@ one attack. It prints one JSON object: ``{"served": [...bytes as ints...]}``
 for the first batch it was served (``{"served": reply}`` for a raw protocol
 attack: the daemon's reply to its ``open``, with the first pushed batch's
 values when opened), or ``{"error": class, "mro": [...], "message": str}``.
-The raw attacks speak protocol 1.2 (request ids, batches pushed under the
-credit, no ``next``): a 1.1 hello would be refused before any ``open``.
+The raw attacks speak protocol 1.3 (request ids, batches pushed under the
+credit, no ``next``, binary ``batch``/``release``/``consumed`` frames:
+wire_frames.py): an older hello would be refused before any ``open``.
 
 Usage: security_attacker.py UID GID SOCKET OWNER_STORE WORKDIR ATTACK
 """
@@ -26,6 +27,7 @@ from collections.abc import Callable
 import loaderx.client  # noqa: F401 - imported before the uid drop
 import msgpack
 import numpy as np
+import wire_frames
 from loaderx.client import DaemonOptions
 from loaderx.dataloader import DataLoader
 from loaderx.zrecord import Dense
@@ -60,7 +62,7 @@ OPEN_ID = 1  # the raw client's id of its one `open`
 
 
 def recv_frame(s: socket.socket) -> tuple[dict, list[int]]:
-    """The next frame that is not a ``heartbeat`` (protocol 1.2 sends them
+    """The next frame that is not a ``heartbeat`` (protocol 1.2 and later send them
     while a request is outstanding), with its fds; {"t": "hangup"} at EOF."""
     while True:
         try:
@@ -69,7 +71,7 @@ def recv_frame(s: socket.socket) -> tuple[dict, list[int]]:
             return {"t": "hangup"}, []
         if not data:
             return {"t": "hangup"}, fds
-        msg = msgpack.unpackb(data)
+        msg = wire_frames.unpack(data)
         if msg.get("t") != "heartbeat":
             return msg, fds
         for fd in fds:
@@ -77,7 +79,7 @@ def recv_frame(s: socket.socket) -> tuple[dict, list[int]]:
 
 
 def pushed_values(s: socket.socket, ring_fd: int, ring_bytes: int) -> object:
-    """Protocol 1.2: once ``opened``, the daemon pushes batches unasked (no
+    """Protocol 1.2 and later: once ``opened``, the daemon pushes batches unasked (no
     ``next``). The first pushed frame: for a ``batch`` of generation 0, its
     values read from the ring the ``opened`` carried (as ints), else the frame."""
     msg, fds = recv_frame(s)
@@ -85,29 +87,29 @@ def pushed_values(s: socket.socket, ring_fd: int, ring_bytes: int) -> object:
         os.close(fd)
     if msg["t"] != "batch" or msg["gen"] != 0:
         return msg
-    _kind, values_offset, values_bytes, _, _ = msg["streams"][0]
+    layout = msg["streams"][0]
     with mmap.mmap(ring_fd, ring_bytes, prot=mmap.PROT_READ) as ring:
-        start = msg["offset"] + values_offset
-        return list(ring[start:start + values_bytes])
+        start = msg["offset"] + layout["values_offset"]
+        return list(ring[start:start + layout["values_bytes"]])
 
 
 def raw_open(sock: str, fds: list[int], data_files: int,
              then: Callable[[socket.socket], dict] | None = None) -> dict:
-    """A hand-written protocol 1.2 client: hello, then one ``open`` (id
+    """A hand-written protocol 1.3 client: hello, then one ``open`` (id
     OPEN_ID) of one dense stream announcing ``data_files`` shards and
     carrying exactly ``fds``. Returns the daemon's reply to the open (or
     {"t": "hangup"}); an ``opened`` gains "pushed": what pushed_values read,
     and "then": what ``then(socket)`` returned afterwards."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     s.connect(sock)
-    s.send(msgpack.packb({"t": "hello", "major": 1, "minor": 2, "client_version": "attacker"}))
+    s.send(wire_frames.pack({"t": "hello", "major": 1, "minor": 3, "client_version": "attacker"}))
     hello, _ = recv_frame(s)
-    assert hello["t"] == "hello_ok" and hello["minor"] == 2, hello
+    assert hello["t"] == "hello_ok" and hello["minor"] == 3, hello
     msg = {"t": "open", "id": OPEN_ID,
            "streams": [{"label": "x", "has_shapes": False, "has_dict": False, "data_files": data_files}],
            "batch_size": BATCH, "mode": 0, "seed": 0, "rank": 0, "world_size": 1, "start_step": 0,
            "prefetch": 1, "leases": 1, "ring_bytes": 0}
-    socket.send_fds(s, [msgpack.packb(msg)], fds)
+    socket.send_fds(s, [wire_frames.pack(msg)], fds)
     reply, got = recv_frame(s)
     try:
         if reply["t"] == "opened" and len(got) == 1:
@@ -126,7 +128,7 @@ def reply_to(s: socket.socket, request: dict) -> dict:
     batch or a pushed error) or a heartbeat: its reply, or {"t": "hangup"}
     if the daemon dropped the connection first."""
     try:
-        s.send(msgpack.packb(request))
+        s.send(wire_frames.pack(request))
     except (BrokenPipeError, ConnectionResetError):  # already dropped
         return {"t": "hangup"}
     while True:
@@ -137,13 +139,14 @@ def reply_to(s: socket.socket, request: dict) -> dict:
             return msg
 
 
-def forged_consumed(*frames: dict) -> Callable[[socket.socket], dict]:
-    """Sends ``frames`` (forged ``consumed`` positions), then ``stats``:
-    returns its reply, or the hang-up of a daemon that dropped us."""
+def forged_consumed(*frames: dict | bytes) -> Callable[[socket.socket], dict]:
+    """Sends ``frames`` (forged ``consumed`` positions: messages, or raw
+    bytes), then ``stats``: returns its reply, or the hang-up of a daemon
+    that dropped us."""
     def run(s: socket.socket) -> dict:
         try:
             for f in frames:
-                s.send(msgpack.packb(f))
+                s.send(f if isinstance(f, bytes) else wire_frames.pack(f))
         except (BrokenPipeError, ConnectionResetError):  # dropped at an earlier frame
             return {"t": "hangup"}
         return reply_to(s, {"t": "stats", "id": OPEN_ID + 1})
@@ -158,7 +161,7 @@ def stale_consumed_flood(s: socket.socket) -> dict:
         return ok
     try:
         for _ in range(1000):
-            s.send(msgpack.packb({"t": "consumed", "gen": 0, "step": 1}))
+            s.send(wire_frames.pack({"t": "consumed", "gen": 0, "step": 1}))
     except (BrokenPipeError, ConnectionResetError):  # dropped: not ignored
         return {"seek": ok, "stats": {"t": "hangup"}}
     return {"seek": ok, "stats": reply_to(s, {"t": "stats", "id": OPEN_ID + 2})}
@@ -203,12 +206,15 @@ def attack(kind: str, sock: str, owner: str, work: str) -> object:
     if kind == "raw-consumed-future-gen":
         return raw_open(sock, [meta, index, *own], len(shards),
                         forged_consumed({"t": "consumed", "gen": 2**64 - 1, "step": 1}))
-    if kind == "raw-consumed-extra-key":
+    if kind == "raw-consumed-long-frame":  # a valid frame and one byte more
         return raw_open(sock, [meta, index, *own], len(shards),
-                        forged_consumed({"t": "consumed", "gen": 0, "step": 1, "slot": 0}))
-    if kind == "raw-consumed-waiting-not-bool":
+                        forged_consumed(wire_frames.pack({"t": "consumed", "gen": 0, "step": 1}) + b"\0"))
+    if kind == "raw-consumed-waiting-2":
         return raw_open(sock, [meta, index, *own], len(shards),
-                        forged_consumed({"t": "consumed", "gen": 0, "step": 0, "waiting": 1}))
+                        forged_consumed({"t": "consumed", "gen": 0, "step": 0, "waiting": 2}))
+    if kind == "raw-consumed-msgpack":  # protocol 1.2's map: one encoding per type
+        return raw_open(sock, [meta, index, *own], len(shards),
+                        forged_consumed(msgpack.packb({"t": "consumed", "gen": 0, "step": 1})))
     if kind == "raw-consumed-waiting":  # valid: true, then an explicit false
         return raw_open(sock, [meta, index, *own], len(shards),
                         forged_consumed({"t": "consumed", "gen": 0, "step": 0, "waiting": True},

@@ -17,6 +17,7 @@ from pathlib import Path
 import msgpack
 import numpy as np
 import pytest
+import wire_frames
 from conftest import assert_same_batch
 from loaderx import client as lxclient
 from loaderx.dataloader import DataLoader
@@ -314,7 +315,7 @@ def test_close_from_another_thread_wakes_a_blocked_next(daemon, stores) -> None:
 def _raw_hello(path: str) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     sock.connect(path)
-    sock.send(msgpack.packb({"t": "hello", "major": 1, "minor": 2, "client_version": "fuzz"}))
+    sock.send(msgpack.packb({"t": "hello", "major": 1, "minor": 3, "client_version": "fuzz"}))
     reply = msgpack.unpackb(sock.recv(65536))
     assert reply["t"] == "hello_ok"
     return sock
@@ -340,8 +341,9 @@ def test_ten_thousand_malformed_frames_leave_the_daemon_serving(daemon, stores) 
          "prefetch": 1, "leases": 1, "ring_bytes": 0, "id": 1})
     valid = [
         msgpack.packb({"t": "seek", "id": 1, "step": 1}),
-        msgpack.packb({"t": "consumed", "gen": 0, "step": 1}),
-        msgpack.packb({"t": "release", "slot": 0, "seq": 1}),
+        wire_frames.pack({"t": "consumed", "gen": 0, "step": 1}),
+        wire_frames.pack({"t": "release", "slot": 0, "seq": 1}),
+        msgpack.packb({"t": "release", "slot": 0, "seq": 1}),  # protocol 1.2's form: refused
         open_without_fds,
     ]
     devnull = os.open(os.devnull, os.O_RDONLY)

@@ -186,7 +186,7 @@ def test_a_detached_daemon_leaves_the_terminal_and_keeps_a_pid_file(tmp_path: Pa
     pid = int(pid_file.read_text())
     try:
         assert b"loaderxd" in Path(f"/proc/{pid}/cmdline").read_bytes()
-        assert lines(log)[0] == f"info: serving on {sock} (protocol 1.2, pid {pid})"
+        assert lines(log)[0] == f"info: serving on {sock} (protocol 1.3, pid {pid})"
         second = subprocess.run(check=False, args=[*cmd[:2], str(tmp_path / "e.sock"), *cmd[3:]], capture_output=True,
                                 text=True, timeout=20, env=env)
         assert second.returncode == 1

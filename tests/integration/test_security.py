@@ -7,11 +7,11 @@ and ``index`` beside zero-filled data files of its own (the leak this file
 was written for: the daemon used to recognise a store by its metadata file
 alone and served the owner's records), the same joined into a group of the
 same name, links to the owner's data, the owner's path itself, and a
-hand-written protocol 1.2 client passing fewer fds, ``O_PATH`` handles, or
+hand-written protocol 1.3 client passing fewer fds, ``O_PATH`` handles, or
 other files of the right size (it reads the batch the daemon pushes into
 the ring it was given). Every attack gets an error or its own
-zeros, never one byte of the owner's records. Forged protocol 1.2
-``consumed`` positions drop only the forger's connection.
+zeros, never one byte of the owner's records. Forged ``consumed``
+positions drop only the forger's connection.
 docs/daemon.md, "Security".
 """
 
@@ -170,15 +170,15 @@ def test_raw_client_passing_fewer_shards_than_the_metadata_lists_is_refused(worl
 
 
 @pytest.mark.parametrize("kind", ["raw-consumed-beyond-pushed", "raw-consumed-backwards",
-                                  "raw-consumed-future-gen", "raw-consumed-extra-key",
-                                  "raw-consumed-waiting-not-bool"])
+                                  "raw-consumed-future-gen", "raw-consumed-long-frame",
+                                  "raw-consumed-waiting-2", "raw-consumed-msgpack"])
 def test_forged_consumed_positions_drop_only_that_connection(world: World, kind: str) -> None:
-    # Protocol 1.2's `consumed {gen, step}` moves group positions, so a
-    # position the daemon never pushed, one going backwards, a generation it
-    # never started, an unknown key or a `waiting` flag that is not a
-    # boolean is a protocol error: that connection is dropped (its stats
-    # request goes unanswered) and counted; the owner's loader goes on with
-    # its next batch.
+    # `consumed {gen, step, waiting}` moves group positions, so a position
+    # the daemon never pushed, one going backwards, a generation it never
+    # started, a frame longer than its 19 bytes, a `waiting` byte other than
+    # 0/1 or protocol 1.2's msgpack map of it is a protocol error: that
+    # connection is dropped (its stats request goes unanswered) and counted;
+    # the owner's loader goes on with its next batch.
     owner = world.owner_store("s", 2)
     loader, ds, _ = owner_batch(world, owner)
     with loader, ds:
@@ -192,9 +192,9 @@ def test_forged_consumed_positions_drop_only_that_connection(world: World, kind:
         np.testing.assert_array_equal(np.array(next(loader)["x"]), world.records[BATCH:2 * BATCH])
 
 
-def test_consumed_with_the_waiting_flag_true_or_false_is_accepted(world: World) -> None:
-    # `waiting: true` at the attacker's own position (0: step 0 was pushed,
-    # not taken), then an explicit `waiting: false`: both valid, nothing
+def test_consumed_with_the_waiting_byte_one_or_zero_is_accepted(world: World) -> None:
+    # `waiting` 1 at the attacker's own position (0: step 0 was pushed, not
+    # taken), then `waiting` 0 at the same position: both valid, nothing
     # moves, the connection stays and its stats request is answered.
     owner = world.owner_store("s", 2)
     loader, ds, _ = owner_batch(world, owner)
