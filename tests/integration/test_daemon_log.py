@@ -58,7 +58,7 @@ def test_stats_polls_are_quiet_and_a_clean_close_says_so(logged, stores) -> None
     daemon, log = logged()
     before = lines(log)
     assert len(before) == 1 and re.fullmatch(
-        r"info: serving on .*d\.sock \(protocol 1\.2, pid \d+\)", before[0])
+        r"info: serving on .*d\.sock \(protocol 1\.3, pid \d+\)", before[0])
     for _ in range(20):
         _loaderx.daemon_stats(daemon.socket)
         _loaderx.daemon_status(daemon.socket)
