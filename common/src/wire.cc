@@ -452,8 +452,8 @@ Result<Message> DecodeTyped(std::string_view t, Fields& f) {
     return Done(f, m);
   }
   if (t == "batch" || t == "release" || t == "consumed") {
-    return Status::Protocol("message '" + what + "' must be a binary frame (protocol 1." +
-                            std::to_string(kProtocolMinor) + "), not a msgpack map");
+    return Status::Protocol("message '" + what +
+                            "' must be a binary frame (protocol 1.3), not a msgpack map");
   }
   if (t == "stats") {
     StatsMsg m;
@@ -522,6 +522,7 @@ class FrameWriter {
   }
   template <typename T>
   void Put(T v) {
+    assert(at_ + sizeof v <= out_.size());
     std::memcpy(out_.data() + at_, &v, sizeof v);
     at_ += sizeof v;
   }
