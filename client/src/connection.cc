@@ -412,6 +412,10 @@ std::optional<Pushed> Connection::TakeReady() {
   const uint32_t own = p.lease != nullptr ? 1 : 0;
   const bool holds_another = leases_held.load(std::memory_order_seq_cst) > own + queued_leases;
   if (defer_takes_ && holds_another && defer_cooldown_ == 0) {
+    if (++defer_streak_ >= kDeferStreak) {  // deferrals keep paying: a miss costs less
+      defer_backoff_ = std::max(kDeferCooldownMin, defer_backoff_ / 2);
+      defer_streak_ = 0;
+    }
     DeferConsumed(p.gen, p.step_after);
   } else {
     if (defer_cooldown_ > 0) --defer_cooldown_;
@@ -486,7 +490,9 @@ void Connection::AnnounceWait(uint64_t step) {
       // takes are reported at once for a while (this caller holds batches
       // across next() calls without releasing any).
       deferred_consumed_.reset();
-      defer_cooldown_ = kDeferCooldown;
+      defer_cooldown_ = defer_backoff_;
+      defer_backoff_ = std::min(kDeferCooldownMax, 2 * defer_backoff_);
+      defer_streak_ = 0;
     } else {
       QueueDeferredLocked();
     }

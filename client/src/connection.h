@@ -290,13 +290,21 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // pending_notes_ is empty (behind queued notes a take is queued too).
   // Guarded by release_mu_.
   std::optional<ConsumedMsg> deferred_consumed_;
-  // Takes left to report at once after a deferral did not pay (the caller
-  // came back for the next item before anything carried the deferred one,
-  // so the daemon had not pushed it: a caller holding several batches).
-  // Receiver thread only.
-  static constexpr uint32_t kDeferCooldown = 256;
+  // Takes left to report at once after a deferral did not pay (a *miss*:
+  // the caller came back for the next item before anything carried the
+  // deferred one, so the daemon had not pushed it: a caller holding several
+  // batches). The cooldown after a miss is the back-off, which doubles with
+  // each miss (kDeferCooldownMin .. kDeferCooldownMax takes) and halves
+  // after kDeferStreak deferrals in a row without one: a training loop
+  // (which never misses) defers again after a few takes, a caller that
+  // keeps missing pays a miss once per 256 takes. Receiver thread only.
+  static constexpr uint32_t kDeferCooldownMin = 8;
+  static constexpr uint32_t kDeferCooldownMax = 256;
+  static constexpr uint32_t kDeferStreak = 64;
   bool defer_takes_ = true;
   uint32_t defer_cooldown_ = 0;
+  uint32_t defer_backoff_ = kDeferCooldownMin;
+  uint32_t defer_streak_ = 0;
   // !pending_notes_.empty(), for Pump's check without the lock. Written
   // under release_mu_; a stale read only delays the flush to the next
   // iteration (at most kPollInterval).

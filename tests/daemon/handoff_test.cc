@@ -120,9 +120,10 @@ TEST_F(HandoffTest, ATakeWhileHoldingABatchIsReportedWithItsRelease) {
   EXPECT_EQ(SettledStat("slots_held", 2), 2u);  // b0 and step 1 pushed
   auto b1 = loader->Next().value();             // b0 held: deferred
   EXPECT_EQ(b1.step(), 1u);
-  EXPECT_EQ(SettledStat("batches_served", 2), 1u);
-  EXPECT_EQ(SettledStat("slots_held", 3), 2u);  // step 2 not pushed
-  b0.Reset();                                   // release + take, together
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // time to (wrongly) push
+  EXPECT_EQ(Stat("batches_served"), 1u);
+  EXPECT_EQ(Stat("slots_held"), 2u);  // step 2 not pushed
+  b0.Reset();                         // release + take, together
   EXPECT_EQ(SettledStat("batches_served", 2), 2u);
   EXPECT_EQ(SettledStat("slots_held", 2), 2u);  // b1 and step 2 pushed
   // Holding b1, take b2 (deferred), then b3 without releasing anything:
@@ -135,6 +136,59 @@ TEST_F(HandoffTest, ATakeWhileHoldingABatchIsReportedWithItsRelease) {
   // From now on takes are reported at once: step 4 is pushed unasked.
   EXPECT_EQ(SettledStat("batches_served", 4), 4u);
   EXPECT_EQ(SettledStat("slots_held", 4), 4u);  // b1, b2, b3 and step 4
+}
+
+// After a miss (next() before anything carried the deferred take) takes are
+// reported at once for a back-off of takes: 8 after the first miss, doubled
+// by each miss, halved after 64 deferrals in a row that paid (a training
+// loop), so a loop defers again soon and a caller that keeps missing rarely
+// pays (client/src/connection.h kDeferCooldownMin).
+TEST_F(HandoffTest, AMissedDeferralReportsTakesAtOnceForABackOffThatDoublesAndDecays) {
+  auto c = Connect();
+  auto loader = c->OpenLoader(Spec(/*leases=*/40)).value();
+  std::vector<client::Batch> held;
+  uint64_t step = 0;  // taken so far
+  auto take = [&] {
+    auto b = loader->Next();
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    ASSERT_EQ(b->step(), step);
+    ++step;
+    held.push_back(std::move(*b));
+  };
+  auto deferred = [&] {  // the last take is not reported yet
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_EQ(Stat("batches_served"), step - 1) << "after step " << step - 1;
+  };
+  // A miss, then `cooldown` takes reported at once (the miss's own take
+  // among them), then a deferred one.
+  auto miss_then_cooldown = [&](uint32_t cooldown) {
+    for (uint32_t i = 0; i < cooldown; ++i) {
+      take();
+      ASSERT_TRUE(WaitStat("batches_served", step)) << "cooldown " << cooldown << ", take " << i;
+    }
+    take();
+    deferred();
+  };
+  take();  // nothing else held: at once
+  ASSERT_TRUE(WaitStat("batches_served", 1));
+  take();  // deferred
+  deferred();
+  ASSERT_NO_FATAL_FAILURE(miss_then_cooldown(8));
+  ASSERT_NO_FATAL_FAILURE(miss_then_cooldown(16));  // the back-off is now 32
+  // A training loop (hold the previous batch, drop it after next()): every
+  // take is deferred and carried by the release; 64 of them halve the back-off.
+  client::Batch prev = std::move(held.back());
+  held.clear();
+  for (int i = 0; i < 64; ++i) {
+    take();
+    prev = std::move(held.back());
+    held.clear();
+  }
+  ASSERT_TRUE(WaitStat("batches_served", step));
+  held.push_back(std::move(prev));
+  take();  // deferred, holding two
+  deferred();
+  ASSERT_NO_FATAL_FAILURE(miss_then_cooldown(16));
 }
 
 TEST_F(HandoffTest, SeekReleasesOlderGenerationsUnreadAndReturnsTheSoughtStep) {

@@ -107,7 +107,9 @@ MAX_SKEW = 2
 WORLDS = {"s2": 2, "s3": 3}  # shard groups by name: their world size
 GROUPS = ["b0", "b1", *WORLDS]
 MAX_OPEN = 7  # loaders open at once
-DEFER_COOLDOWN = 256  # client/src/connection.h kDeferCooldown
+# client/src/connection.h: the cooldown after a missed deferral is a back-off
+# that doubles per miss and halves after a streak of deferrals without one.
+DEFER_COOLDOWN_MIN, DEFER_COOLDOWN_MAX, DEFER_STREAK = 8, 256, 64
 CALL_TIMEOUT = 20.0  # seconds; far above any legitimate wait on this box
 EXAMPLES = int(os.environ.get("LOADERX_MODEL_EXAMPLES", "30"))
 STEPS = int(os.environ.get("LOADERX_MODEL_STEPS", "40"))
@@ -299,6 +301,8 @@ class LoaderModel:
     # neither counts it served nor pushes the next batch.
     deferred: bool = False
     cooldown: int = 0  # takes reported at once after a deferral did not pay
+    backoff: int = DEFER_COOLDOWN_MIN  # the next miss's cooldown
+    streak: int = 0  # deferrals since the last miss or halving
     closed: bool = False
     session: bool = True  # the daemon session is alive
 
@@ -613,6 +617,9 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
             lm.pending = None
             if not lm.named and self.client_held(lm) > 0 and lm.cooldown == 0:
                 lm.deferred = True  # reported with the next frame
+                lm.streak += 1
+                if lm.streak >= DEFER_STREAK:
+                    lm.backoff, lm.streak = max(DEFER_COOLDOWN_MIN, lm.backoff // 2), 0
             else:
                 lm.cooldown = max(0, lm.cooldown - 1)
                 g.consume(lm.uid)
@@ -648,10 +655,11 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
         def take_before_the_deferred_take_went(self, data: st.DataObject, keep: str) -> None:
             """next() before anything carried the last take: nothing was pushed, so
             it waits; its wait reports the take, the daemon pushes, and the next
-            takes are reported at once for a while (connection.h kDeferCooldown)."""
+            takes are reported at once for a while (connection.h kDeferCooldownMin..Max)."""
             lm = self.pick(data, self.deferred_next)
             self.report(lm)
-            lm.cooldown = DEFER_COOLDOWN
+            lm.cooldown = lm.backoff
+            lm.backoff, lm.streak = min(DEFER_COOLDOWN_MAX, 2 * lm.backoff), 0
             self.settle()
             self.take_one(lm, keep)
 
