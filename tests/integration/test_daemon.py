@@ -332,6 +332,24 @@ def test_protocol_major_mismatch_is_refused_naming_both_versions(daemon) -> None
     assert sock.recv(10) == b""  # and the connection is closed
 
 
+PROBE_IDS = 1 << 40  # request ids no mutated frame carries
+
+
+def _probe_answered(sock: socket.socket, probe: int) -> bool:
+    """Reads until the reply to stats request ``probe`` (True) or a hang-up (False)."""
+    sock.settimeout(10)  # a daemon that neither answers nor hangs up fails the test
+    while True:
+        data = sock.recv(1 << 18)
+        if data == b"":
+            return False
+        if data[:1] == b"\xc1":  # a binary frame: nothing is pushed without a loader
+            raise AssertionError(f"binary frame {data[:2].hex()} on a connection with no loader")
+        reply = msgpack.unpackb(data)
+        if reply.get("id") == probe:
+            assert reply["t"] == "stats_reply", reply
+            return True
+
+
 def test_ten_thousand_malformed_frames_leave_the_daemon_serving(daemon, stores) -> None:
     rng = np.random.default_rng(5)
     open_without_fds = msgpack.packb(
@@ -375,11 +393,13 @@ def test_ten_thousand_malformed_frames_leave_the_daemon_serving(daemon, stores) 
                 else:
                     sock.send(frame)
                 sent += 1
-                # A reply (valid request), a hang-up (dropped) or silence.
-                sock.settimeout(0.2)
-                dropped = sock.recv(65536) == b""
-            except TimeoutError:
-                dropped = False
+                # Then a probe: its reply means the frame was survived (answered or
+                # ignored), a hang-up that it was dropped; never a silence to time.
+                probe = PROBE_IDS + sent
+                sock.send(msgpack.packb({"t": "stats", "id": probe}))
+                dropped = not _probe_answered(sock, probe)
+            except TimeoutError as e:  # an OSError, but no hang-up: the daemon stopped answering
+                raise AssertionError(f"frame {sent} ({frame[:16].hex()}): no reply and no hang-up") from e
             except OSError:
                 dropped = True
             if dropped:
