@@ -172,9 +172,10 @@ class CppLatency:
     skipped: int
 
     @classmethod
-    def run(cls, exe: str, sock: str, store: Path, batch: int, samples: int, pause: float) -> CppLatency:
+    def run(cls, exe: str, sock: str, store: Path, batch: int, samples: int, pause: float,
+            *extra: str) -> CppLatency:
         got = run_cpp(exe, "--socket", sock, "--store", store, "--batch", batch, "--samples", samples,
-                      "--pause-ms", pause * 1e3)
+                      "--pause-ms", pause * 1e3, *extra)
         return cls(**{k: v for k, v in got.items() if k in cls.__dataclass_fields__})
 
 
@@ -337,7 +338,7 @@ def throughput(sock: str | None, batches: int) -> tuple[float, float]:
     return batches / wall, cpu / batches
 
 
-Row = tuple[PyLatency, CppLatency]
+Row = tuple[PyLatency, CppLatency, CppLatency]  # the C++ draws with the push queue, then on the socket
 
 
 def plot(rows: list[Row], floor: float, path: Path) -> None:
@@ -353,6 +354,7 @@ def plot(rows: list[Row], floor: float, path: Path) -> None:
               ("Python daemon, shared_view", 0, "shared", "#e6ab02"),
               ("Python embedded next(), ready", 0, "embedded", "#999999"),
               ("C++ ready, cold", 1, "queued", "#1b9e77"),
+              ("C++ ready, cold, socket push", 2, "queued", "#66a61e"),
               ("C++ ready, warm", 1, "warm", "#e7298a"),
               ("C++ credit: publish -> holding", 1, "publish_to_holding", "#7570b3")]
     width = 0.8 / len(series)
@@ -425,11 +427,15 @@ def main() -> int:
             check_identical(daemon.sock, store, batch)
             lat = python_handoff(daemon.sock, store, batch, args.samples, args.threads, args.pause)
             c = CppLatency.run(cpp, daemon.sock, store, batch, args.samples, args.pause)
-            rows.append((lat, c))
+            # The same draws with batches on the socket (no push queue: protocol 1.3's path).
+            c_sock = CppLatency.run(cpp, daemon.sock, store, batch, args.samples, args.pause,
+                                    "--socket-push")
+            rows.append((lat, c, c_sock))
             print(f"{size}: Python daemon {p50_99(lat.daemon, 1)} us (CPU {pct(lat.daemon_cpu, 50):.1f}),"
                   f" shared_view {p50_99(lat.shared, 1)}, embedded {p50_99(lat.embedded, 1)}"
                   f" (CPU {pct(lat.embedded_cpu, 50):.1f}); C++ ready cold {p50_99(c.queued, 1)}"
-                  f" (CPU {pct(c.queued_cpu, 50):.1f}), warm {p50_99(c.warm, 1)}"
+                  f" (CPU {pct(c.queued_cpu, 50):.1f}; socket push {p50_99(c_sock.queued, 1)}),"
+                  f" warm {p50_99(c.warm, 1)}"
                   f" (CPU {pct(c.warm_cpu, 50):.1f}), credit publish->holding"
                   f" {p50_99(c.publish_to_holding, 1)}, release->holding {p50_99(c.round_trip, 1)};"
                   f" pause {lat.pause * 1e3:.0f} ms, not ready {lat.skipped} / {c.skipped}", flush=True)
@@ -448,7 +454,7 @@ def main() -> int:
 
     py_rows, cpp_rows, goals = [], [], []
     cpp_ok = warm_ok = py_ok = True
-    for (size, what, _, _), (lat, c) in zip(CASES, rows):
+    for (size, what, _, _), (lat, c, c_sock) in zip(CASES, rows):
         over = pct(lat.daemon, 50) - pct(lat.embedded, 50)
         py_ok &= over <= GOAL_PY_OVER_EMBEDDED
         py_rows.append([f"{size} ({what})", p50_99(lat.daemon), f"{pct(lat.daemon_cpu, 50):.0f}",
@@ -457,7 +463,8 @@ def main() -> int:
         cpp_ok &= pct(c.queued, 50) <= floor + GOAL_CPP_OVER_FLOOR
         warm_ok &= pct(c.warm, 50) <= GOAL_CPP_WARM
         cpp_rows.append([size, p50_99(c.queued, 1), f"{pct(c.queued_cpu, 50):.1f}",
-                         f"{pct(c.queued, 50) - floor:+.1f}", p50_99(c.queued_bare, 1),
+                         f"{pct(c.queued, 50) - floor:+.1f}", p50_99(c_sock.queued, 1),
+                         f"{pct(c_sock.queued_cpu, 50):.1f}", p50_99(c.queued_bare, 1),
                          f"{pct(c.queued_bare_cpu, 50):.1f}", p50_99(c.warm, 1),
                          f"{pct(c.warm_cpu, 50):.1f}", p50_99(c.publish_to_holding, 1),
                          p50_99(c.round_trip), f"{pct(c.reply_cpu, 50):.1f}"])
@@ -475,12 +482,12 @@ def main() -> int:
     goals += [
         (f"* C++ client, a ready batch within floor + {GOAL_CPP_OVER_FLOOR:.0f} µs p50 at every size"
         f" (floor {floor:.1f} µs): {verdict(cpp_ok)}"
-        f" ({', '.join(f'{pct(c.queued, 50):.1f}' for _, c in rows)} µs);"),
+        f" ({', '.join(f'{pct(c.queued, 50):.1f}' for _, c, _ in rows)} µs);"),
         (f"* C++ client warm within {GOAL_CPP_WARM:.0f} µs p50 at every size: {verdict(warm_ok)}"
-        f" ({', '.join(f'{pct(c.warm, 50):.1f}' for _, c in rows)} µs);"),
+        f" ({', '.join(f'{pct(c.warm, 50):.1f}' for _, c, _ in rows)} µs);"),
         (f"* Python `next()` of a ready batch at most {GOAL_PY_OVER_EMBEDDED:.0f} µs p50 above the"
         f" embedded one at every size: {verdict(py_ok)}"
-        f" ({', '.join(f'{pct(lat.daemon, 50) - pct(lat.embedded, 50):+.0f}' for lat, _ in rows)} µs);"),
+        f" ({', '.join(f'{pct(lat.daemon, 50) - pct(lat.embedded, 50):+.0f}' for lat, _, _ in rows)} µs);"),
         (f"* one client through loaderxd ≥ {GOAL_THROUGHPUT_RATIO:.1f}x the embedded loader's batches/s"
         f" on 37 MiB batches: {verdict(d / e >= GOAL_THROUGHPUT_RATIO)} ({d / e:.2f}x, median);"),
         (f"* the training process's CPU per batch ≤ {GOAL_CPU_SHARE:.0%} of the embedded loader's:"
@@ -520,7 +527,10 @@ def main() -> int:
          " `Dense(0)` view, of a batch pushed while the client slept (same sleep as the floor),"
          " the caller holding its previous batch through the call as a training loop does (its"
          " take then goes with that batch's release, after the call: docs/protocol.md"
-         " \"Consumed positions\"); *over floor*: its p50 minus the floor's; *holding nothing*:"
+         " \"Consumed positions\"); the batch comes through the loader's push queue (protocol 1.4,"
+         " docs/protocol.md \"Push queue\"); *over floor*: its p50 minus the floor's; *socket push*:"
+         " the same draws with the batch as a frame on the socket (`--socket-push`, protocol 1.3's"
+         " path: one `recvmsg`); *holding nothing*:"
          " the same with no other batch held (the take is reported inside `Next()`)."
          " *ready, warm*: as *ready, cold* with 3 ms of busy-wait after the sleep (the client"
          " computes before it asks, as a training step does). *credit*: the client"
@@ -529,9 +539,10 @@ def main() -> int:
          " *release → holding* from the release. *CPU*: the call's thread CPU time (p50); wall"
          " time above it is waiting for a core."),
         "",
-        markdown_table(["batch", "ready, cold", "CPU", "over floor", "holding nothing", "CPU",
-                        "ready, warm", "CPU", "credit: publish→holding", "release→holding", "CPU"],
-                       cpp_rows, "lrrrrrrrrrr"),
+        markdown_table(["batch", "ready, cold", "CPU", "over floor", "socket push", "CPU",
+                        "holding nothing", "CPU", "ready, warm", "CPU", "credit: publish→holding",
+                        "release→holding", "CPU"],
+                       cpp_rows, "lrrrrrrrrrrrr"),
         "",
         (f"**Python client**, µs p50 / p99, {args.samples} draws per cell: `next()` → holding the"
          " NumPy array, the previous batch held through the call as `for batch in loader` holds"

@@ -3,7 +3,7 @@
 // docs/benchmarks.md, section "loaderxd").
 //
 //   loaderx_handoff_bench --socket PATH --store DIR --batch N [--samples N]
-//                         [--pause-ms F] [--warm-us N]
+//                         [--pause-ms F] [--warm-us N] [--socket-push]
 //   loaderx_handoff_bench --socket PATH --store DIR --batch N --throughput N
 //                         [--work-us N]
 //   loaderx_handoff_bench --calibrate [--samples N] [--pause-ms F]
@@ -28,6 +28,8 @@
 //  * warm:   as queued, but after the sleep the client computes (busy-waits)
 //            for --warm-us (default 3 ms) before the call, as a training
 //            step does: the core is awake and ours, the same at every size.
+// --socket-push opens the loader without a push queue (protocol 1.3's path:
+// each pushed batch is a frame on the socket), for the comparison.
 // A queued/warm draw whose batch was published after the call began was not
 // ready (production, not hand-off): it is redrawn, counted in "skipped".
 //
@@ -87,6 +89,7 @@ struct Args {
   int throughput = 0;
   double work_us = 0;
   bool calibrate = false;
+  bool socket_push = false;  // --socket-push: batches on the socket (no push queue)
 };
 
 [[noreturn]] void Die(const std::string& what) {
@@ -210,6 +213,7 @@ int RunLoader(const Args& a) {
   spec.seed = kSeed;
   spec.prefetch = 2;
   spec.leases = 4;
+  spec.push_queue = !a.socket_push;
   auto loader = Check(client->OpenLoader(spec), "open loader");
   VerifyAgainstEmbedded(*loader, a.store, a.batch);
   if (a.throughput > 0) return RunThroughput(a, *loader);
@@ -412,6 +416,10 @@ int main(int argc, char** argv) {
     const std::string k = argv[i];
     if (k == "--calibrate") {
       a.calibrate = true;
+      continue;
+    }
+    if (k == "--socket-push") {
+      a.socket_push = true;
       continue;
     }
     if (i + 1 >= argc) Die(k + ": missing value");

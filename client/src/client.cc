@@ -472,17 +472,26 @@ Result<std::unique_ptr<client::Loader>> Client::OpenLoader(const client::LoaderS
     LX_ASSIGN_OR_RETURN(conn, Connection::Open(path_));
   }
   conn->set_liveness_timeout(spec.liveness_timeout);
+  open.push_queue = spec.push_queue && conn->hello().minor >= 4;
   conn->set_defer_takes(spec.group.empty());
   LX_ASSIGN_OR_RETURN(client::Reply r, conn->Call(open, fds, nullptr));
   if (auto* err = std::get_if<ErrorMsg>(&r.msg)) return err->ToStatus();
   auto* opened = std::get_if<OpenedMsg>(&r.msg);
-  if (opened == nullptr || r.fds.size() != 1) {
-    return Status::Protocol("expected 'opened' with one ring fd");
+  const size_t want_fds = opened != nullptr && opened->queue_bytes != 0 ? 2 : 1;
+  if (opened == nullptr || r.fds.size() != want_fds) {
+    return Status::Protocol(want_fds == 2 ? "expected 'opened' with a ring fd and a queue fd"
+                                          : "expected 'opened' with one ring fd");
+  }
+  if (opened->queue_bytes != 0 && !open.push_queue) {
+    return Status::Protocol("'opened' carries a push queue this client did not ask for");
   }
   if (opened->streams.size() != spec.stores.size()) {
     return Status::Protocol("'opened' describes the wrong number of streams");
   }
   LX_RETURN_IF_ERROR(conn->AttachRing(std::move(r.fds[0]), opened->ring_bytes, opened->slot_count));
+  if (opened->queue_bytes != 0) {
+    LX_RETURN_IF_ERROR(conn->AttachQueue(std::move(r.fds[1]), opened->queue_bytes));
+  }
   auto streams = std::make_shared<std::vector<client::StreamInfo>>();
   for (size_t j = 0; j < opened->streams.size(); ++j) {
     const StreamSchemaMsg& m = opened->streams[j];

@@ -145,7 +145,7 @@ Status Connection::SendRequest(const Message& m, std::span<const int> fds) {
 }
 
 Result<Frame> Connection::Receive(std::chrono::milliseconds wait) {
-  if (wait.count() <= 0) return RecvFrame(fd_.get(), kMaxFrameBytes, 1, /*nonblocking=*/true);
+  if (wait.count() <= 0) return RecvFrame(fd_.get(), kMaxFrameBytes, 2, /*nonblocking=*/true);
   // A blocking receive bounded by SO_RCVTIMEO (EAGAIN when it expires, which
   // RecvFrame reports as would_block): one syscall whether or not a frame
   // is already queued. Set only when the bound changes (rarely: waits are
@@ -158,7 +158,7 @@ Result<Frame> Connection::Receive(std::chrono::milliseconds wait) {
     }
     recv_timeout_ms_ = wait.count();
   }
-  return RecvFrame(fd_.get(), kMaxFrameBytes, 1);
+  return RecvFrame(fd_.get(), kMaxFrameBytes, 2);  // `opened`: the ring, the push queue
 }
 
 Result<bool> Connection::Pump(const WaitHook& hook,
@@ -172,6 +172,8 @@ Result<bool> Connection::Pump(const WaitHook& hook,
   }
   while (true) {
     if (closed()) return Status::Cancelled("loader closed");
+    LX_ASSIGN_OR_RETURN(bool queued, DrainQueue());
+    if (queued) return true;
     auto wait = kPollInterval;
     if (deadline) {
       auto left = std::chrono::ceil<std::chrono::milliseconds>(*deadline - Clock::now());
@@ -210,6 +212,8 @@ Result<bool> Connection::PumpQueued() {
       std::lock_guard<std::mutex> lock(release_mu_);
       (void)FlushNotesLocked();
     }
+    LX_ASSIGN_OR_RETURN(bool queued, DrainQueue());
+    if (queued) return true;
     LX_ASSIGN_OR_RETURN(Frame f, Receive(std::chrono::milliseconds(0)));
     if (f.would_block) return false;
     LX_ASSIGN_OR_RETURN(bool filed, Take(std::move(f)));
@@ -227,6 +231,33 @@ Result<bool> Connection::Take(Frame f) {
   if (std::holds_alternative<HeartbeatMsg>(m)) return false;  // alive; read on
   LX_RETURN_IF_ERROR(File(std::move(m), std::move(f.fds)));
   return true;
+}
+
+Result<bool> Connection::DrainQueue() {
+  if (!push_queue_.attached()) return false;
+  bool filed = false;
+  while (true) {
+    LX_ASSIGN_OR_RETURN(bool got, push_queue_.Peek(&queue_frame_));
+    if (!got) break;
+    LX_ASSIGN_OR_RETURN(Message m, DecodeMessage(queue_frame_));
+    uint64_t gen = 0;
+    if (const auto* b = std::get_if<BatchMsg>(&m)) {
+      gen = b->gen;
+    } else if (const auto* e = std::get_if<ErrorMsg>(&m); e != nullptr && e->gen && !e->id) {
+      gen = *e->gen;
+    } else {
+      return Status::Protocol(std::string("the push queue holds a '") + MessageName(m) +
+                              "' frame (only pushed batches and step errors are queued)");
+    }
+    // Pushed after a seek the daemon accepted: its `ok`, in the socket, is
+    // filed first (File refuses a generation the loader has not reached).
+    if (gen > gen_ && seek_id_ != 0) break;
+    push_queue_.Pop();
+    LX_RETURN_IF_ERROR(File(std::move(m), {}));
+    filed = true;
+  }
+  if (filed) last_heard_ = std::chrono::steady_clock::now();
+  return filed;
 }
 
 Result<Frame> Connection::ReceiveOrFlush(std::chrono::milliseconds wait) {
@@ -602,6 +633,11 @@ Status Connection::AttachRing(UniqueFd fd, uint64_t bytes, uint32_t slot_count) 
                             " slots, the open reply said " + std::to_string(slot_count));
   }
   ring_fd_ = std::move(fd);
+  return Status::OK();
+}
+
+Status Connection::AttachQueue(UniqueFd fd, uint64_t bytes) {
+  LX_ASSIGN_OR_RETURN(push_queue_, PushQueueReader::Attach(std::move(fd), bytes));
   return Status::OK();
 }
 

@@ -44,6 +44,7 @@
 
 #include "loaderx/client.h"
 #include "loaderx/fd.h"
+#include "loaderx/push_queue.h"
 #include "loaderx/ring.h"
 #include "loaderx/unix_socket.h"
 #include "loaderx/wire.h"
@@ -167,6 +168,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Ring of the loader opened on this connection (set once by OpenLoader,
   // before the reply's pushed batches are read).
   Status AttachRing(UniqueFd fd, uint64_t bytes, uint32_t slot_count);
+  // Protocol 1.4: the loader's push queue (loaderx/push_queue.h), set once
+  // by OpenLoader like the ring. From then on pushed items are read from
+  // it (Pump and PumpQueued look there before the socket).
+  Status AttachQueue(UniqueFd fd, uint64_t bytes);
   const uint8_t* ring_base() const { return ring_.data(); }
   int ring_fd() const { return ring_fd_.get(); }  // kept for private slot mappings
   const RingGeometry& geometry() const { return geometry_; }
@@ -218,6 +223,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Status File(Message m, std::vector<UniqueFd> fds);
   // Files a received frame (see Pump): false for a heartbeat.
   Result<bool> Take(Frame f);
+  // Files what the push queue holds, oldest first, up to an item of a
+  // generation whose seek reply is still in the socket: false if nothing
+  // was filed. Receiver thread.
+  Result<bool> DrainQueue();
   // Sends a release or consumed without blocking (after the deferred
   // consumed, if any, in the same sendmmsg), or queues it (in order) if the
   // socket is full; Pump and the next request send the queue.
@@ -313,6 +322,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   MappedRegion ring_;  // read-only
   UniqueFd ring_fd_;
   RingGeometry geometry_;
+  // Protocol 1.4 (AttachQueue): receiver thread only, as the socket reads.
+  PushQueueReader push_queue_;
+  std::vector<uint8_t> queue_frame_;  // the entry being filed (reused)
 
   // Private ring views (AcquirePrivatePages). Guarded by private_mu_.
   std::mutex private_mu_;

@@ -30,17 +30,17 @@ Status SealMemfd(int fd, int seals) {
 Status CheckSealedMemfd(int fd, int required, uint64_t size) {
   int seals = ::fcntl(fd, F_GET_SEALS);
   if (seals < 0) {
-    return Status::InvalidArgument("ring fd is not a sealable memfd (F_GET_SEALS failed)");
+    return Status::InvalidArgument("fd is not a sealable memfd (F_GET_SEALS failed)");
   }
   if ((seals & required) != required) {
-    return Status::InvalidArgument("ring memfd lacks required seals (has " + std::to_string(seals) +
+    return Status::InvalidArgument("memfd lacks required seals (has " + std::to_string(seals) +
                                    ", needs " + std::to_string(required) + ")");
   }
   struct stat st;
-  if (::fstat(fd, &st) != 0) return Status::FromErrno("fstat ring memfd", errno);
+  if (::fstat(fd, &st) != 0) return Status::FromErrno("fstat memfd", errno);
   if (static_cast<uint64_t>(st.st_size) != size) {
-    return Status::InvalidArgument("ring memfd is " + std::to_string(st.st_size) +
-                                   " bytes, expected " + std::to_string(size));
+    return Status::InvalidArgument("memfd is " + std::to_string(st.st_size) + " bytes, expected " +
+                                   std::to_string(size));
   }
   return Status::OK();
 }

@@ -69,7 +69,9 @@ struct Encoder {
     const bool join = grouped && m.join != GroupJoin::kDefault;
     const bool timeout = grouped && m.group_timeout_ms != 0;
     const bool mixed = !m.mix_counts.empty();
-    Begin(p, "open", 11 + (grouped ? 2 : 0) + (join ? 1 : 0) + (timeout ? 1 : 0) + (mixed ? 1 : 0));
+    Begin(p, "open",
+          11 + (grouped ? 2 : 0) + (join ? 1 : 0) + (timeout ? 1 : 0) + (mixed ? 1 : 0) +
+              (m.push_queue ? 1 : 0));
     KV(p, "id", m.id);
     Key(p, "streams");
     p.pack_array(static_cast<uint32_t>(m.streams.size()));
@@ -99,9 +101,10 @@ struct Encoder {
     }
     if (join) KVStr(p, "join", GroupJoinName(m.join));
     if (timeout) KV(p, "group_timeout_ms", m.group_timeout_ms);
+    if (m.push_queue) KV(p, "push_queue", true);
   }
   void operator()(const OpenedMsg& m) {
-    Begin(p, "opened", 6 + (m.step ? 1 : 0));
+    Begin(p, "opened", 6 + (m.step ? 1 : 0) + (m.queue_bytes != 0 ? 1 : 0));
     KV(p, "id", m.id);
     KV(p, "n", m.n);
     KV(p, "slot_count", m.slot_count);
@@ -118,6 +121,7 @@ struct Encoder {
       KV(p, "size", s.size);
     }
     if (m.step) KV(p, "step", *m.step);
+    if (m.queue_bytes != 0) KV(p, "queue_bytes", m.queue_bytes);
   }
   void operator()(const SeekMsg& m) {
     Begin(p, "seek", 2);
@@ -388,6 +392,11 @@ Result<Message> DecodeTyped(std::string_view t, Fields& f) {
         }
       }
     }
+    // Protocol 1.4 (optional): only ever sent as true.
+    if (f.Has("push_queue")) {
+      m.push_queue = f.Bool("push_queue");
+      if (f.ok() && !m.push_queue) f.Fail("'push_queue' is sent only as true");
+    }
     if (f.ok()) {
       // Mixed streams are runs of K parts (a run of 2K is two streams).
       const uint64_t k = m.mix_counts.size();
@@ -443,6 +452,11 @@ Result<Message> DecodeTyped(std::string_view t, Fields& f) {
       }
     }
     if (f.Has("step")) m.step = f.U64("step");
+    // Protocol 1.4 (optional): never 0 when sent.
+    if (f.Has("queue_bytes")) {
+      m.queue_bytes = f.U64("queue_bytes", uint64_t{1} << 32);
+      if (f.ok() && m.queue_bytes == 0) f.Fail("'queue_bytes' must be > 0");
+    }
     return Done(f, std::move(m));
   }
   if (t == "seek") {

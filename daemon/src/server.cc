@@ -112,6 +112,7 @@ class Server::Impl {
         {"stale_releases", c.stale_releases.load(std::memory_order_relaxed)},
         {"protocol_errors", c.protocol_errors.load(std::memory_order_relaxed)},
         {"refused", c.refused.load(std::memory_order_relaxed)},
+        {"queue_wakeups", c.queue_wakeups.load(std::memory_order_relaxed)},
         {"uid_sessions", acct.mine.sessions},
         {"uid_ring_bytes", acct.mine.ring_bytes},
         {"memory_limit", config_.memory_limit},

@@ -23,6 +23,7 @@
 #include "lease_ledger.h"
 #include "loaderx/loader.h"
 #include "loaderx/mix.h"
+#include "loaderx/push_queue.h"
 #include "loaderx/sampler.h"
 
 namespace loaderx::daemon {
@@ -267,6 +268,12 @@ class SessionImpl final : public Session, public std::enable_shared_from_this<Se
     if (!group) return;  // no loader open (or closed): nothing to keep
     Result<Group::ConsumedResult> r = group->Consumed(id_, c.gen, c.step, c.waiting);
     if (!r.ok()) return ProtocolViolation(r.status());
+    // A client with a push queue that waits is woken by a `heartbeat` once
+    // its queue has an item: now, if one was written since it last looked,
+    // else by the worker's next write (PushQueued). mu_ orders the two.
+    Result<bool> wake = WakeIfQueued(c.waiting);
+    if (!wake.ok()) return ProtocolViolation(wake.status());
+    if (*wake) SendWakeup();
     if (!r->current) return;
     leases_.Taken(c.gen, c.step);  // no longer "pushed unread" (a `close` drops only those)
     ctx_.counters.batches_served.fetch_add(r->batches, std::memory_order_relaxed);
@@ -294,6 +301,19 @@ class SessionImpl final : public Session, public std::enable_shared_from_this<Se
     cv_.notify_all();
   }
 
+  // io thread (HandleConsumed): true if a waiting client must be woken now;
+  // otherwise remembers whether it waits.
+  Result<bool> WakeIfQueued(bool waiting) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!push_queue_) return false;
+    client_waits_ = false;
+    if (!waiting) return false;
+    LX_ASSIGN_OR_RETURN(uint64_t unread, push_queue_->Unread());
+    if (unread > 0) return true;
+    client_waits_ = true;
+    return false;
+  }
+
   // Replies and heartbeats: never block on a client that does not read
   // (that is its problem, and the worker/io thread must stay free).
   Status Send(const Message& m, std::span<const int> fds = {}) {
@@ -305,8 +325,14 @@ class SessionImpl final : public Session, public std::enable_shared_from_this<Se
   // credit's batches plus one heartbeat and the replies, so it is full only
   // if the client stopped reading; then the push waits for room (polling for
   // the session's end), and the client finds it when it reads again.
+  //
+  // With a push queue (protocol 1.4) every pushed item goes into the queue
+  // instead, so batches and step errors keep one order; the socket keeps
+  // the replies. A full queue (the client stopped reading) waits the same
+  // way. A client that said it waits gets a `heartbeat` after the write.
   Status Push(const Message& m) {
     std::vector<uint8_t> bytes = EncodeMessage(m);
+    if (push_queue_) return PushQueued(bytes);
     while (true) {
       Status st = SendFrame(fd_, bytes, {}, /*nonblocking=*/true);
       if (st.code() != Status::Code::kResourceExhausted) return st;
@@ -314,6 +340,29 @@ class SessionImpl final : public Session, public std::enable_shared_from_this<Se
       pollfd p{fd_, POLLOUT, 0};
       (void)::poll(&p, 1, static_cast<int>(kPushPoll.count()));
     }
+  }
+
+  Status PushQueued(std::span<const uint8_t> frame) {
+    bool wake = false;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      while (true) {
+        LX_ASSIGN_OR_RETURN(bool written, push_queue_->Write(frame));
+        if (written) break;
+        if (closing_ || loader_closing_) return Status::Cancelled("loader closed");
+        cv_.wait_for(lock, kPushPoll);
+      }
+      wake = std::exchange(client_waits_, false);
+    }
+    if (!wake) return Status::OK();
+    SendWakeup();
+    return Status::OK();
+  }
+  // A lost wake-up costs at most one heartbeat interval (the client reads
+  // its queue on every frame), so a full socket is not an error here.
+  void SendWakeup() {
+    ctx_.counters.queue_wakeups.fetch_add(1, std::memory_order_relaxed);
+    (void)Send(HeartbeatMsg{});
   }
 
   // ---- worker thread ----------------------------------------------------
@@ -640,6 +689,13 @@ class SessionImpl final : public Session, public std::enable_shared_from_this<Se
       std::shared_ptr<Group> existing = ctx_.groups.Find(cred_.uid, m.group);
       if (existing) (void)existing->AwaitRankFree(m.rank, kRankHandover);
     }
+    // Protocol 1.4: made before the join, so a failure leaves nothing to undo.
+    std::optional<PushQueueWriter> queue;
+    if (m.push_queue) {
+      Result<PushQueueWriter> made = PushQueueWriter::Create(kPushQueueDataBytes);
+      if (!made.ok()) return Error(made.status(), m.id);
+      queue = std::move(made).value();
+    }
     GroupRegistry::Joiner who;
     who.uid = cred_.uid;
     who.session = id_;
@@ -708,8 +764,13 @@ class SessionImpl final : public Session, public std::enable_shared_from_this<Se
                             : std::string())
                   << " at step " << first_step << " ring=" << reply.ring_bytes
                   << "B slots=" << reply.slot_count;
-    int ring_fd = group_->ring()->fd();
-    return Send(reply, std::span<const int>(&ring_fd, 1));
+    const int reply_fds[2] = {group_->ring()->fd(), queue ? queue->fd() : -1};
+    if (queue) {
+      reply.queue_bytes = queue->total_bytes();
+      std::lock_guard<std::mutex> lock(mu_);
+      push_queue_ = std::move(queue);  // pushes start once this reply is sent (same thread)
+    }
+    return Send(reply, std::span<const int>(reply_fds, reply.queue_bytes != 0 ? 2 : 1));
   }
 
   Status DoSeek(const SeekMsg& m) {
@@ -755,6 +816,12 @@ class SessionImpl final : public Session, public std::enable_shared_from_this<Se
   // A push failed for no step of its own (the ring refused): nothing is
   // pushed until a release or an accepted seek; guarded by mu_.
   bool push_blocked_ = false;
+  // Protocol 1.4: this loader's pushed items go through its push queue
+  // (loaderx/push_queue.h), made by DoOpen; written by the worker, its head
+  // read by the io thread. client_waits_: the client's last `consumed` said
+  // it waits and no wake-up was sent since. Both guarded by mu_.
+  std::optional<PushQueueWriter> push_queue_;
+  bool client_waits_ = false;
 
   std::string end_reason_;  // why Shutdown ended the session; guarded by mu_
   // group_ for the io thread (`consumed` frames); guarded by mu_.

@@ -50,6 +50,8 @@ struct Counters {
   std::atomic<uint64_t> protocol_errors{0};
   std::atomic<uint64_t> refused{0};
   std::atomic<uint64_t> batches_gathered{0};
+  // Heartbeats sent to wake a client waiting on its push queue (1.4).
+  std::atomic<uint64_t> queue_wakeups{0};
 };
 
 // What the server lends every session.

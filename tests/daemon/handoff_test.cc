@@ -3,13 +3,20 @@
 // protocol 1.2: batches pushed under the credit (the lease cap) must be the
 // same ones in order, stop at the credit, and those of an older generation
 // are released unread after a seek.
+#include <unistd.h>
+
 #include <chrono>
+#include <cstring>
 #include <thread>
 #include <vector>
 
 #include "daemon/daemon_fixture.h"
 #include "group.h"
+#include "loaderx/push_queue.h"
 #include "loaderx/ring.h"
+#include "loaderx/store.h"
+#include "loaderx/unix_socket.h"
+#include "loaderx/wire.h"
 
 namespace loaderx::testing {
 namespace {
@@ -189,6 +196,92 @@ TEST_F(HandoffTest, AMissedDeferralReportsTakesAtOnceForABackOffThatDoublesAndDe
   take();  // deferred, holding two
   deferred();
   ASSERT_NO_FATAL_FAILURE(miss_then_cooldown(16));
+}
+
+// Protocol 1.4 at the frame level: an open with `push_queue` gets the queue
+// as its second fd; batches come through the queue and never the socket; a
+// client that says it waits is woken by a heartbeat, by the push that fills
+// its queue or at once if an entry is already unread; a head the client
+// forges past the tail ends its session.
+TEST_F(HandoffTest, PushQueueCarriesTheBatchesAndWakesAWaitingClient) {
+  LoaderSpec spec = Spec(/*leases=*/1);
+  UniqueFd fd = RawHello();
+  StoreFiles files = Store::OpenFileSet(store_).value();
+  OpenMsg open;
+  open.id = 1;
+  open.streams = {
+      {store_, files.shapes.valid(), files.dict.valid(), static_cast<uint32_t>(files.data.size())}};
+  open.batch_size = spec.batch_size;
+  open.mode = static_cast<uint32_t>(spec.mode);
+  open.seed = spec.seed;
+  open.prefetch = 2;
+  open.leases = 1;
+  open.push_queue = true;
+  std::vector<int> fds = {files.meta.get(), files.index.get()};
+  if (files.shapes.valid()) fds.push_back(files.shapes.get());
+  if (files.dict.valid()) fds.push_back(files.dict.get());
+  for (const UniqueFd& d : files.data) fds.push_back(d.get());
+  ASSERT_TRUE(SendFrame(fd.get(), EncodeMessage(open), fds).ok());
+  Frame reply = RecvFrame(fd.get()).value();
+  Message m = DecodeMessage(reply.bytes).value();
+  ASSERT_TRUE(std::holds_alternative<OpenedMsg>(m)) << MessageName(m);
+  const OpenedMsg& opened = std::get<OpenedMsg>(m);
+  ASSERT_EQ(reply.fds.size(), 2u);
+  ASSERT_EQ(opened.queue_bytes, kPushQueueHeaderBytes + kPushQueueDataBytes);
+  UniqueFd forge_fd(::dup(reply.fds[1].get()));
+  PushQueueReader queue =
+      PushQueueReader::Attach(std::move(reply.fds[1]), opened.queue_bytes).value();
+  // Everything the socket holds is a heartbeat: no pushed item travels there.
+  auto socket_has_only_heartbeats = [&] {
+    while (true) {
+      Frame f = RecvFrame(fd.get(), kMaxFrameBytes, 0, /*nonblocking=*/true).value();
+      if (f.would_block) return true;
+      if (f.eof) return false;
+      Message got = DecodeMessage(f.bytes).value();
+      if (!std::holds_alternative<HeartbeatMsg>(got)) {
+        ADD_FAILURE() << "a '" << MessageName(got) << "' frame on the socket";
+        return false;
+      }
+    }
+  };
+  std::vector<uint8_t> frame;
+  auto next_entry = [&]() -> BatchMsg {
+    for (int i = 0; i < 500; ++i) {
+      if (queue.Peek(&frame).value()) {
+        Message got = DecodeMessage(frame).value();
+        EXPECT_TRUE(std::holds_alternative<BatchMsg>(got)) << MessageName(got);
+        queue.Pop();
+        return std::holds_alternative<BatchMsg>(got) ? std::get<BatchMsg>(got) : BatchMsg{};
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ADD_FAILURE() << "nothing queued in 5 s";
+    return BatchMsg{};
+  };
+  const BatchMsg b0 = next_entry();
+  EXPECT_EQ(b0.step, 0u);
+  EXPECT_EQ(b0.gen, 0u);
+  EXPECT_TRUE(socket_has_only_heartbeats());
+  // Took step 0 and waits for step 1, which the credit (1, held by step 0)
+  // keeps back: no wake-up yet. The release lets it through: the push wakes us.
+  ASSERT_TRUE(SendFrame(fd.get(), EncodeMessage(ConsumedMsg{0, 1, /*waiting=*/true})).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(Stat("queue_wakeups"), 0u);
+  ASSERT_TRUE(SendFrame(fd.get(), EncodeMessage(ReleaseMsg{b0.slot, b0.seq})).ok());
+  ASSERT_TRUE(WaitStat("queue_wakeups", 1));
+  // Step 1 is unread: a wait announced now is answered at once.
+  ASSERT_TRUE(SendFrame(fd.get(), EncodeMessage(ConsumedMsg{0, 1, /*waiting=*/true})).ok());
+  ASSERT_TRUE(WaitStat("queue_wakeups", 2));
+  EXPECT_EQ(next_entry().step, 1u);
+  EXPECT_TRUE(socket_has_only_heartbeats());
+  // A head past the tail is a protocol violation: the session ends.
+  MappedRegion forge = MappedRegion::Map(forge_fd.get(), opened.queue_bytes, 0, true).value();
+  const uint64_t forged = 1 << 20;
+  std::memcpy(forge.mutable_data() + 128, &forged, sizeof forged);
+  ASSERT_TRUE(SendFrame(fd.get(), EncodeMessage(ConsumedMsg{0, 2, /*waiting=*/true})).ok());
+  EXPECT_TRUE(HungUp(fd.get()));
+  EXPECT_TRUE(WaitStat("loaders", 0));
+  EXPECT_EQ(Stat("protocol_errors"), 1u);
 }
 
 TEST_F(HandoffTest, SeekReleasesOlderGenerationsUnreadAndReturnsTheSoughtStep) {

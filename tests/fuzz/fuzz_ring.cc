@@ -5,11 +5,20 @@
 // announcement; validation must accept only what lies inside the ring and
 // never read outside the mapped bytes (ASan checks the latter: the ring is
 // a heap buffer of exactly its size).
+//
+// An input whose first byte has its top bit set fuzzes the push queue's
+// reader instead (PushQueueReader, protocol 1.4): the tail word and the
+// data area come from the input, and every entry Peek accepts must lie
+// within what the tail says is written.
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
+#include "loaderx/push_queue.h"
 #include "loaderx/ring.h"
 
 namespace {
@@ -26,10 +35,37 @@ struct Input {
     return v;
   }
 };
+int FuzzQueue(Input in) {
+  constexpr uint64_t kData = 4096;
+  auto w = loaderx::PushQueueWriter::Create(kData);
+  if (!w.ok()) std::abort();
+  auto raw = loaderx::MappedRegion::Map(w->fd(), w->total_bytes(), 0, /*writable=*/true);
+  if (!raw.ok()) std::abort();
+  const uint64_t tail = in.Take<uint16_t>() % (2 * kData + 1);  // past a whole area too
+  std::memcpy(raw->mutable_data() + 64, &tail, 8);
+  const size_t n = std::min<size_t>(in.n, kData);
+  std::memcpy(raw->mutable_data() + loaderx::kPushQueueHeaderBytes, in.p, n);
+  auto r = loaderx::PushQueueReader::Attach(loaderx::UniqueFd(::dup(w->fd())), w->total_bytes());
+  if (!r.ok()) std::abort();  // a queue the daemon's side made
+  std::vector<uint8_t> frame;
+  uint64_t read = 0;
+  for (int k = 0; k < 512; ++k) {
+    auto got = r->Peek(&frame);
+    if (!got.ok() || !*got) break;
+    read += loaderx::kPushQueueEntryHeader + (frame.size() + 7) / 8 * 8;
+    if (frame.empty() || read > tail || tail > kData) std::abort();  // past what was written
+    r->Pop();
+  }
+  return 0;
+}
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Input in{data, size};
+  if (size > 0 && (data[0] & 0x80) != 0) {
+    in.Take<uint8_t>();
+    return FuzzQueue(in);
+  }
   const uint32_t slots = 1 + in.Take<uint8_t>() % 16;
   const uint64_t payload = (in.Take<uint16_t>() % 4096) * uint64_t{64};
   auto g = loaderx::RingGeometry::Compute(slots, payload);

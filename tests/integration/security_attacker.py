@@ -104,7 +104,7 @@ def raw_open(sock: str, fds: list[int], data_files: int,
     s.connect(sock)
     s.send(wire_frames.pack({"t": "hello", "major": 1, "minor": 3, "client_version": "attacker"}))
     hello, _ = recv_frame(s)
-    assert hello["t"] == "hello_ok" and hello["minor"] == 3, hello
+    assert hello["t"] == "hello_ok" and hello["minor"] == 4, hello
     msg = {"t": "open", "id": OPEN_ID,
            "streams": [{"label": "x", "has_shapes": False, "has_dict": False, "data_files": data_files}],
            "batch_size": BATCH, "mode": 0, "seed": 0, "rank": 0, "world_size": 1, "start_step": 0,

@@ -123,7 +123,7 @@ def test_a_program_built_from_the_installed_prefix_alone_uses_the_public_api(
     assert r.returncode == 0, r.stderr
     lines, _, document = r.stdout.partition("status:\n")
     lines = lines.splitlines()
-    assert lines[:4] == ["records 200", "hello 1.3 heartbeat_ms 250", "step 0 0 3 6 9",
+    assert lines[:4] == ["records 200", "hello 1.4 heartbeat_ms 250", "step 0 0 3 6 9",
                          "step 1 12 15 18 21"]
     assert {x.removeprefix("counter ") for x in lines[4:]} == set(daemon.stats())
     assert all(x.startswith("counter ") for x in lines[4:])

@@ -90,7 +90,7 @@ def test_stats_lists_the_daemon_groups_members_loaders_and_uids(busy) -> None:
     # The counters are unchanged (ints at the top level): 4 loaders + this poll.
     assert (s["sessions"], s["loaders"], s["groups"], s["group_members"]) == (5, 4, 2, 3)
     d = s["daemon"]
-    assert d["pid"] == daemon.proc.pid and d["version"] == __version__ and d["protocol"] == "1.3"
+    assert d["pid"] == daemon.proc.pid and d["version"] == __version__ and d["protocol"] == "1.4"
     assert 0 < d["uptime_s"] < 600 and d["socket"] == daemon.socket
     assert d["viewer_uid"] == UID and d["sees_all_uids"] is True
     assert d["limits"] == {"memory_limit": 1 << 30, "memory_per_uid": 1 << 30, "sessions_per_uid": 20,

@@ -151,6 +151,11 @@ struct LoaderSpec {
   bool shared_view = false;
   // See kDefaultLivenessTimeout; InvalidArgument below kMinLivenessTimeout.
   std::chrono::milliseconds liveness_timeout = kDefaultLivenessTimeout;
+  // Protocol 1.4 (a daemon that speaks it): pushed batches reach the loader
+  // through a shared-memory push queue, read with a load instead of a
+  // `recvmsg` (docs/protocol.md "Push queue"). false: on the socket, as a
+  // 1.3 daemon sends them (the same batches; a benchmark and debugging knob).
+  bool push_queue = true;
 };
 
 // A slot lease: returns the slot to the daemon when destroyed (from the

@@ -61,7 +61,11 @@ inline constexpr uint32_t kProtocolMajor = 1;
 // 1.3 encodes the per-batch messages (`batch`, `release`, `consumed`) as
 // fixed binary frames instead of msgpack maps (same fields); a 1.2 peer is
 // refused at hello either way.
-inline constexpr uint32_t kProtocolMinor = 3;
+// 1.4 adds the push queue (loaderx/push_queue.h): an `open` with
+// `push_queue` gets `queue_bytes` and a second fd in its `opened`, and the
+// daemon writes that loader's `batch` frames into the queue instead of
+// the socket. A 1.3 client (which never asks) is served as before.
+inline constexpr uint32_t kProtocolMinor = 4;
 // The oldest minor this build serves (and, as a client, accepts).
 inline constexpr uint32_t kMinProtocolMinor = 3;
 // How often the daemon's io loop sends `heartbeat` to a waiting client.
@@ -166,6 +170,9 @@ struct OpenMsg {
   // (loaderx/mix.h); non-empty exactly when some stream is a kMixPart or
   // kMixSource entry.
   std::vector<uint64_t> mix_counts;
+  // Protocol 1.4, optional (sent only when true): deliver this loader's
+  // batches through a push queue (docs/protocol.md "Push queue").
+  bool push_queue = false;
   uint32_t TotalFds() const;
   bool operator==(const OpenMsg&) const = default;
 };
@@ -188,6 +195,9 @@ struct OpenedMsg {
   // Protocol 1.1, only in reply to a group open: the step this member's
   // first `next` returns (join="current" starts where the group is).
   std::optional<uint64_t> step;
+  // Protocol 1.4, only in reply to an open with `push_queue`: the queue
+  // memfd's size, the reply's second fd. 0: not sent (no queue).
+  uint64_t queue_bytes = 0;
   bool operator==(const OpenedMsg&) const = default;
 };
 struct StreamLayoutMsg {
