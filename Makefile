@@ -39,12 +39,12 @@ test-py: build
 	@test -s build/pytest-report.xml || { echo "pytest ended without finishing its session (no build/pytest-report.xml)"; exit 1; }
 
 test-asan: setup
-	@$(CMAKE) -S . -B build-asan $(CMAKE_COMMON) -DCMAKE_BUILD_TYPE=Debug -DLOADERX_BUILD_PYTHON=OFF -DLOADERX_SANITIZE=address,undefined >/dev/null
+	@$(CMAKE) -S . -B build-asan $(CMAKE_COMMON) -DCMAKE_BUILD_TYPE=Debug -DLOADERX_BUILD_PYTHON=OFF -DLOADERX_BUILD_BENCH=OFF -DLOADERX_SANITIZE=address,undefined >/dev/null
 	@$(CMAKE) --build build-asan -j $(JOBS)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS) --timeout 900
 
 test-tsan: setup
-	@$(CMAKE) -S . -B build-tsan $(CMAKE_COMMON) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOADERX_BUILD_PYTHON=OFF -DLOADERX_SANITIZE=thread >/dev/null
+	@$(CMAKE) -S . -B build-tsan $(CMAKE_COMMON) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOADERX_BUILD_PYTHON=OFF -DLOADERX_BUILD_BENCH=OFF -DLOADERX_SANITIZE=thread >/dev/null
 	@$(CMAKE) --build build-tsan -j $(JOBS)
 	cd build-tsan && TSAN_OPTIONS=halt_on_error=1 ctest --output-on-failure -j $(JOBS) --timeout 900
 
