@@ -63,7 +63,8 @@ using Span = std::pair<const uint8_t*, uint64_t>;
 // A file written front to back, with a running XXH3 of its content, or (data
 // files) XXH3s of its kDataBlockBytes blocks instead: one hash pass either way.
 //
-// Data files are written in whole huge pages (docs/format.md, Writing): every
+// Data files are written in whole huge pages (WriteOptions::huge_page_writes,
+// docs/format.md, Writing): every
 // write covers whole kHugePageBytes-aligned ranges of the file, except the
 // final tail, written when the file is synced. The kernel keeps the page
 // cache of such writes in 2 MiB folios (ext4, xfs with large folios), which
@@ -74,12 +75,13 @@ using Span = std::pair<const uint8_t*, uint64_t>;
 // into the staging buffer, so large raw inputs go to the kernel uncopied.
 class SeqFile {
  public:
-  // `block_sums`: a data file (block checksums, huge-page-aligned writes).
-  Status Open(Env* env, const std::string& path, bool block_sums = false) {
+  // `block_sums`: a data file (block checksums); `aligned`: written in
+  // whole huge pages (data files, WriteOptions::huge_page_writes).
+  Status Open(Env* env, const std::string& path, bool block_sums = false, bool aligned = false) {
     env_ = env;
     path_ = path;
     block_sums_ = block_sums;
-    aligned_ = block_sums;
+    aligned_ = aligned;
     // Read-write: Rewind reads back the head of a huge page it must restage.
     LX_ASSIGN_OR_RETURN(fd_,
                         env->Open(path, (aligned_ ? O_RDWR : O_WRONLY) | O_CREAT | O_EXCL, 0644));
@@ -378,8 +380,9 @@ class StoreWriterImpl final : public StoreWriter {
     if (shape_table_) LX_RETURN_IF_ERROR(shapes_.Open(env_, File(format::kShapesFile)));
     for (uint32_t s = 0; s < opt_.data_shards; ++s) {
       shards_.push_back(std::make_unique<SeqFile>());
-      LX_RETURN_IF_ERROR(
-          shards_.back()->Open(env_, File(format::DataFileName(s)), /*block_sums=*/true));
+      LX_RETURN_IF_ERROR(shards_.back()->Open(env_, File(format::DataFileName(s)),
+                                              /*block_sums=*/true,
+                                              /*aligned=*/opt_.huge_page_writes));
     }
     return Status::OK();
   }

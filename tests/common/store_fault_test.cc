@@ -60,6 +60,7 @@ const Content& TheContent() {
 
 WriteOptions Options(Env* env, ThreadPool* pool) {
   WriteOptions o;
+  o.huge_page_writes = true;  // the call counts below assume it, whatever the default
   o.codec = Codec::kZstdDict;
   static const std::string dict = testing::TestDictionary();
   o.dictionary = dict;
@@ -159,6 +160,13 @@ int ExpectHugePageWrites(const FaultEnv& env, bool contiguous) {
       ++n;
     }
   }
+  return n;
+}
+
+// How many of the mutating calls done were `call` ("ftruncate").
+int CountCalls(const FaultEnv& env, const std::string& call) {
+  int n = 0;
+  for (const std::string& e : env.log()) n += e.rfind(call + " ", 0) == 0;
   return n;
 }
 
@@ -322,6 +330,7 @@ TEST(StoreFaultTest, DataFilesAreWrittenInWholeHugePagesButTheirLastWrite) {
     FaultEnv env(dir.path());
     ThreadPool pool(2);
     WriteOptions o;
+    o.huge_page_writes = true;
     o.codec = c.codec;
     o.data_shards = 2;
     o.env = &env;
@@ -357,6 +366,39 @@ TEST(StoreFaultTest, DataFilesAreWrittenInWholeHugePagesButTheirLastWrite) {
       const uint8_t* want = c.ragged ? static_cast<const uint8_t*>(ptrs[i]) : v.data() + i * kItem;
       ASSERT_EQ(std::memcmp(out.data(), want, kItem), 0) << i;
     }
+  }
+}
+
+TEST(StoreFaultTest, WithoutHugePageWritesDataFilesAreWrittenAsTheirPiecesCome) {
+  TempDir dir;
+  FaultEnv env(dir.path());
+  ThreadPool pool(2);
+  WriteOptions o;
+  o.huge_page_writes = false;
+  o.data_shards = 2;
+  o.env = &env;
+  o.pool = &pool;
+  constexpr uint64_t kItem = 1000, kCount = 13000;
+  const std::vector<uint8_t> v = MakeBytes(kItem * kCount, 11);
+  auto w = StoreWriter::Create(dir.Sub("s"), testing::DenseSchema("|u1", {kItem}), o);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  ASSERT_TRUE((*w)->AppendDense(v.data(), kCount).ok());
+  ASSERT_TRUE((*w)->Publish().ok());
+  int data_writes = 0;
+  for (const FaultEnv::Write& x : env.writes()) {
+    if (x.path.find("/data-") == std::string::npos) continue;
+    ++data_writes;
+    EXPECT_LE(x.len, uint64_t{256} << 10);  // one piece (a run of at most 256 KiB)
+  }
+  EXPECT_GT(data_writes, 40);
+  EXPECT_EQ(CountCalls(env, "pwritev"), 0);
+  auto s = Store::Open(dir.Sub("s"));
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_TRUE((*s)->Verify(nullptr).ok());
+  std::vector<uint8_t> out(kItem);
+  for (uint64_t i = 0; i < kCount; i += 37) {
+    ASSERT_TRUE((*s)->ReadRecord(i, out.data(), kItem).ok());
+    ASSERT_EQ(std::memcmp(out.data(), v.data() + i * kItem, kItem), 0) << i;
   }
 }
 
@@ -625,6 +667,7 @@ std::vector<uint8_t> StreamValues(Streamed k) {
 Status WriteStreamedStore(Streamed k, const std::string& path, Env* env) {
   ThreadPool pool(2);
   WriteOptions o;
+  o.huge_page_writes = true;
   o.codec = Codec::kZstd;
   o.data_shards = 2;
   o.stream_threshold = 4096;
@@ -648,13 +691,6 @@ void ExpectWholeStreamedStore(Streamed k, const std::string& path) {
     ASSERT_TRUE((*s)->ReadRecord(i, out.data(), out.size()).ok());
     ASSERT_EQ(std::memcmp(out.data(), v.data() + i * k.item, k.item), 0) << i;
   }
-}
-
-// How many of the mutating calls done were `call` ("ftruncate").
-int CountCalls(const FaultEnv& env, const std::string& call) {
-  int n = 0;
-  for (const std::string& e : env.log()) n += e.rfind(call + " ", 0) == 0;
-  return n;
 }
 
 TEST(StoreFaultTest, RewindsWithinAStagedHugePageTouchNoFile) {

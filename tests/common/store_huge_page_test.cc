@@ -96,6 +96,7 @@ std::vector<uint8_t> Values() { return MakeBytes(kItem * kCount, 5); }
 
 void WriteStore(const std::string& path) {
   WriteOptions o;
+  o.huge_page_writes = true;
   o.data_shards = 2;
   auto w = StoreWriter::Create(path, testing::DenseSchema("|u1", {kItem}), o);
   ASSERT_TRUE(w.ok()) << w.status().ToString();
