@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <system_error>
+#include <vector>
 
 namespace loaderx {
 namespace {
@@ -34,6 +35,15 @@ class PosixEnv final : public Env {
       n = ::pwrite(fd, data, std::min(len, kMaxIoBytes), static_cast<off_t>(offset));
     } while (n < 0 && errno == EINTR);
     if (n < 0) return Status::FromErrno("pwrite", errno);
+    return static_cast<size_t>(n);
+  }
+
+  Result<size_t> PWriteV(int fd, const struct iovec* iov, int iovcnt, uint64_t offset) override {
+    ssize_t n;
+    do {
+      n = ::pwritev(fd, iov, iovcnt, static_cast<off_t>(offset));
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) return Status::FromErrno("pwritev", errno);
     return static_cast<size_t>(n);
   }
 
@@ -148,6 +158,30 @@ Status PWriteAll(Env& env, int fd, const void* data, size_t len, uint64_t offset
     p += *n;
     len -= *n;
     offset += *n;
+  }
+  return Status::OK();
+}
+
+Status PWriteVAll(Env& env, int fd, const struct iovec* iov, int iovcnt, uint64_t offset,
+                  const std::string& what) {
+  // A copy of the list, advanced past what each short write wrote.
+  std::vector<struct iovec> left(iov, iov + iovcnt);
+  size_t first = 0;
+  while (first < left.size() && left[first].iov_len == 0) ++first;
+  while (first < left.size()) {
+    Result<size_t> n =
+        env.PWriteV(fd, left.data() + first, static_cast<int>(left.size() - first), offset);
+    if (!n.ok()) return n.status().WithContext(what);
+    if (*n == 0) return Status::IOError(what + ": pwritev wrote nothing");
+    offset += *n;
+    for (size_t done = *n; done > 0 && first < left.size();) {
+      const size_t take = std::min(done, left[first].iov_len);
+      left[first].iov_base = static_cast<char*>(left[first].iov_base) + take;
+      left[first].iov_len -= take;
+      done -= take;
+      if (left[first].iov_len == 0) ++first;
+    }
+    while (first < left.size() && left[first].iov_len == 0) ++first;
   }
   return Status::OK();
 }

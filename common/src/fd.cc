@@ -41,6 +41,12 @@ Result<MappedRegion> MappedRegion::MapPrivate(int fd, size_t length, off_t offse
   return r;
 }
 
+Status MappedRegion::AdviseHugePages() {
+  if (data_ == nullptr) return Status::OK();
+  if (::madvise(data_, size_, MADV_HUGEPAGE) != 0) return Status::FromErrno("madvise", errno);
+  return Status::OK();
+}
+
 void MappedRegion::Reset() {
   if (data_ != nullptr) ::munmap(data_, size_);
   data_ = nullptr;

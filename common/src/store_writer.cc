@@ -3,16 +3,19 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <random>
 
 #include "codec.h"
 #include "format.h"
+#include "huge_pages.h"
 #include "loaderx/env.h"
 #include "loaderx/store.h"
 #include "loaderx/thread_pool.h"
@@ -54,31 +57,57 @@ class HashState {
   XXH3_state_t* s_;
 };
 
+// A span of bytes to append: (pointer, length).
+using Span = std::pair<const uint8_t*, uint64_t>;
+
 // A file written front to back, with a running XXH3 of its content, or (data
 // files) XXH3s of its kDataBlockBytes blocks instead: one hash pass either way.
+//
+// Data files are written in whole huge pages (WriteOptions::huge_page_writes,
+// docs/format.md, Writing): every
+// write covers whole kHugePageBytes-aligned ranges of the file, except the
+// final tail, written when the file is synced. The kernel keeps the page
+// cache of such writes in 2 MiB folios (ext4, xfs with large folios), which
+// a reader's mapping then maps with 2 MiB pages: one TLB entry where 512 were.
+// A write is a pwritev of the staged head (the bytes after the last aligned
+// boundary, held in one kHugePageBytes buffer) and the caller's spans up to
+// the last boundary they reach; only what lies past that boundary is copied
+// into the staging buffer, so large raw inputs go to the kernel uncopied.
 class SeqFile {
  public:
-  Status Open(Env* env, const std::string& path, bool block_sums = false) {
+  // `block_sums`: a data file (block checksums); `aligned`: written in
+  // whole huge pages (data files, WriteOptions::huge_page_writes).
+  Status Open(Env* env, const std::string& path, bool block_sums = false, bool aligned = false) {
     env_ = env;
     path_ = path;
     block_sums_ = block_sums;
-    LX_ASSIGN_OR_RETURN(fd_, env->Open(path, O_WRONLY | O_CREAT | O_EXCL, 0644));
+    aligned_ = aligned;
+    // Read-write: Rewind reads back the head of a huge page it must restage.
+    LX_ASSIGN_OR_RETURN(fd_,
+                        env->Open(path, (aligned_ ? O_RDWR : O_WRONLY) | O_CREAT | O_EXCL, 0644));
     return Status::OK();
   }
   Status Append(const void* p, uint64_t n) {
-    // PWriteAll takes size_t; uint64 == size_t on the 64-bit hosts we support.
-    LX_RETURN_IF_ERROR(PWriteAll(*env_, fd_.get(), p, n, size_, path_));
-    if (block_sums_) {
-      HashBlocks(static_cast<const uint8_t*>(p), n);
-    } else {
-      hash_.Update(p, n);
+    const Span s{static_cast<const uint8_t*>(p), n};
+    return AppendSpans(&s, 1);
+  }
+  // Appends the spans in order. They are only read during the call.
+  Status AppendSpans(const Span* spans, size_t count) {
+    for (size_t k = 0; k < count; ++k) {
+      if (block_sums_) {
+        HashBlocks(spans[k].first, spans[k].second);
+      } else {
+        hash_.Update(spans[k].first, spans[k].second);
+      }
     }
-    size_ += n;
-    // Start writeback of what is written so far without waiting for it, so the
-    // final fsync finds most pages already on their way (docs/format.md, Writing).
-    if (size_ - started_ >= kWritebackBytes) {
-      env_->StartWriteback(fd_.get(), started_, size_ - started_);
-      started_ = size_;
+    if (aligned_) return WriteAligned(spans, count);
+    for (size_t k = 0; k < count; ++k) {
+      const auto [p, n] = spans[k];
+      // PWriteAll takes size_t; uint64 == size_t on the 64-bit hosts we support.
+      LX_RETURN_IF_ERROR(PWriteAll(*env_, fd_.get(), p, n, size_, path_));
+      size_ += n;
+      written_ = size_;
+      Writeback();
     }
     return Status::OK();
   }
@@ -95,10 +124,29 @@ class SeqFile {
   }
   // Forgets everything appended after `m`.
   Status Rewind(const Mark& m) {
-    Status st = env_->Truncate(fd_.get(), m.size);
-    if (!st.ok()) return st.WithContext(path_);
+    if (!aligned_) {
+      Status st = env_->Truncate(fd_.get(), m.size);
+      if (!st.ok()) return st.WithContext(path_);
+      written_ = m.size;
+    } else if (m.size >= written_) {
+      // Nothing was written since `m`: the staged bytes before it are as they were.
+      staged_ = m.size - written_;
+    } else {
+      // The head of `m`'s huge page went to the file with what followed it:
+      // read it back into the staging buffer, drop the file from that
+      // boundary on, so the next write starts aligned again.
+      const uint64_t boundary = m.size / kHugePageBytes * kHugePageBytes;
+      staged_ = m.size - boundary;
+      if (staged_ > 0) {
+        LX_RETURN_IF_ERROR(
+            PReadAll(*env_, fd_.get(), Staging(), staged_, boundary, path_ + ": restaging"));
+      }
+      Status st = env_->Truncate(fd_.get(), boundary);
+      if (!st.ok()) return st.WithContext(path_);
+      written_ = boundary;
+    }
     size_ = m.size;
-    started_ = std::min(started_, size_);
+    started_ = std::min(started_, written_);
     fill_ = m.fill;
     sums_.resize(m.sums);
     (block_sums_ ? block_ : hash_).CopyFrom(*m.hash);
@@ -111,10 +159,17 @@ class SeqFile {
       fill_ = 0;
     }
   }
-  // fdatasync: the content and the size (what a reader needs) are made
-  // durable; timestamps are not waited for.
+  // Writes the staged tail, then fdatasync: the content and the size (what a
+  // reader needs) are made durable; timestamps are not waited for.
   Status Sync() {
     FinishBlocks();
+    if (staged_ > 0) {
+      const struct iovec tail { Staging(), staged_ };
+      LX_RETURN_IF_ERROR(PWriteVAll(*env_, fd_.get(), &tail, 1, written_, path_));
+      written_ += staged_;
+      staged_ = 0;
+    }
+    staging_.reset();
     Status st = env_->DataSync(fd_.get());
     if (!st.ok()) return st.WithContext(path_);
     return Status::OK();
@@ -129,8 +184,86 @@ class SeqFile {
 
  private:
   // Small enough that the final fdatasync finds little not yet on its way
-  // (at most this much per file); each hint is one cheap syscall.
+  // (at most this much per file, or one huge page); each hint is one cheap
+  // syscall.
   static constexpr uint64_t kWritebackBytes = uint64_t{1} << 20;
+  static constexpr uint64_t kHugePageBytes = hugepages::kBytes;
+  // One pwritev writes at most this much, so a write the kernel caps
+  // (0x7ffff000 bytes) never ends off a boundary, and writeback starts often.
+  static constexpr uint64_t kMaxWriteBytes = uint64_t{64} << 20;
+  // Buffers in one pwritev (IOV_MAX is 1024): when more spans than this
+  // are pending below a boundary, they are copied into the staging buffer.
+  static constexpr size_t kMaxIov = 256;
+  static_assert(kMaxWriteBytes % kHugePageBytes == 0);
+
+  uint8_t* Staging() {
+    if (!staging_) staging_ = std::make_unique_for_overwrite<uint8_t[]>(kHugePageBytes);
+    return staging_.get();
+  }
+
+  // Invariants: written_ (the file's size) is a multiple of kHugePageBytes;
+  // the staging buffer holds the staged_ < kHugePageBytes bytes after it.
+  Status WriteAligned(const Span* spans, size_t count) {
+    std::vector<struct iovec> iov;  // the bytes from written_ on, not yet written
+    uint64_t pending = staged_;
+    if (staged_ > 0) iov.push_back({staging_.get(), staged_});
+    for (size_t k = 0; k < count; ++k) {
+      if (spans[k].second == 0) continue;
+      iov.push_back({const_cast<uint8_t*>(spans[k].first), spans[k].second});
+      pending += spans[k].second;
+      while (pending >= kHugePageBytes) {
+        // The longest whole-huge-page prefix (capped): a prefix of the list,
+        // its last buffer perhaps cut.
+        const uint64_t want = std::min(pending / kHugePageBytes * kHugePageBytes, kMaxWriteBytes);
+        size_t used = 0;
+        uint64_t got = 0;
+        while (used < iov.size() && got + iov[used].iov_len <= want) got += iov[used++].iov_len;
+        std::vector<struct iovec> head(iov.begin(), iov.begin() + static_cast<ptrdiff_t>(used));
+        const uint64_t cut = want - got;
+        if (cut > 0) head.push_back({iov[used].iov_base, cut});
+        LX_RETURN_IF_ERROR(PWriteVAll(*env_, fd_.get(), head.data(), static_cast<int>(head.size()),
+                                      written_, path_));
+        iov.erase(iov.begin(), iov.begin() + static_cast<ptrdiff_t>(used));
+        if (cut > 0) {
+          iov[0].iov_base = static_cast<uint8_t*>(iov[0].iov_base) + cut;
+          iov[0].iov_len -= cut;
+        }
+        written_ += want;
+        pending -= want;
+        staged_ = 0;  // the staging buffer, if it was in the list, went first
+        Writeback();
+      }
+      if (iov.size() >= kMaxIov) Restage(&iov);
+    }
+    Restage(&iov);
+    size_ = written_ + staged_;
+    return Status::OK();
+  }
+
+  // Copies the pending bytes of `iov` that are not in the staging buffer
+  // into it, after those that are (they total less than kHugePageBytes).
+  void Restage(std::vector<struct iovec>* iov) {
+    if (iov->empty()) return;
+    uint8_t* const buf = Staging();
+    size_t k = 0;
+    uint64_t at = 0;
+    if ((*iov)[0].iov_base == buf) at = (*iov)[k++].iov_len;
+    for (; k < iov->size(); ++k) {
+      std::memcpy(buf + at, (*iov)[k].iov_base, (*iov)[k].iov_len);
+      at += (*iov)[k].iov_len;
+    }
+    staged_ = at;
+    iov->assign(1, {buf, at});
+  }
+
+  // Starts writeback of what is written so far without waiting for it, so the
+  // final fsync finds most pages already on their way (docs/format.md, Writing).
+  void Writeback() {
+    if (written_ - started_ >= kWritebackBytes) {
+      env_->StartWriteback(fd_.get(), started_, written_ - started_);
+      started_ = written_;
+    }
+  }
 
   void HashBlocks(const uint8_t* p, uint64_t n) {
     while (n > 0) {
@@ -150,11 +283,15 @@ class SeqFile {
   Env* env_ = nullptr;
   std::string path_;
   UniqueFd fd_;
-  uint64_t size_ = 0, started_ = 0;
-  bool block_sums_ = false;
+  // size_: bytes appended; written_: bytes in the file; started_: bytes
+  // whose writeback was started.
+  uint64_t size_ = 0, written_ = 0, started_ = 0;
+  bool block_sums_ = false, aligned_ = false;
   HashState hash_, block_;
-  uint64_t fill_ = 0;           // bytes in the current data block
-  std::vector<uint64_t> sums_;  // finished data blocks
+  uint64_t fill_ = 0;                   // bytes in the current data block
+  std::vector<uint64_t> sums_;          // finished data blocks
+  std::unique_ptr<uint8_t[]> staging_;  // aligned files: allocated when first needed
+  uint64_t staged_ = 0;                 // bytes in it, file bytes [written_, size_)
 };
 
 // Fixed-width rows checksummed per kBlockRecords rows; the table of block
@@ -243,8 +380,9 @@ class StoreWriterImpl final : public StoreWriter {
     if (shape_table_) LX_RETURN_IF_ERROR(shapes_.Open(env_, File(format::kShapesFile)));
     for (uint32_t s = 0; s < opt_.data_shards; ++s) {
       shards_.push_back(std::make_unique<SeqFile>());
-      LX_RETURN_IF_ERROR(
-          shards_.back()->Open(env_, File(format::DataFileName(s)), /*block_sums=*/true));
+      LX_RETURN_IF_ERROR(shards_.back()->Open(env_, File(format::DataFileName(s)),
+                                              /*block_sums=*/true,
+                                              /*aligned=*/opt_.huge_page_writes));
     }
     return Status::OK();
   }
@@ -361,8 +499,7 @@ class StoreWriterImpl final : public StoreWriter {
   // pointing into it), on the pool thread, so a shard still writes few, large
   // pieces. Zero-length records are skipped (their pointer means nothing).
   static void RawSpans(const uint8_t* const* ptrs, const uint64_t* lens, uint64_t first,
-                       uint64_t end, uint64_t piece_bytes, Buffer* buf,
-                       std::vector<std::pair<const uint8_t*, uint64_t>>* spans) {
+                       uint64_t end, uint64_t piece_bytes, Buffer* buf, std::vector<Span>* spans) {
     bool last_copied = false;
     uint64_t k = first;
     while (k < end) {
@@ -439,7 +576,7 @@ class StoreWriterImpl final : public StoreWriter {
       struct PieceOut {
         Buffer buf;
         // What the shard appends, in order: (pointer, bytes) spans.
-        std::vector<std::pair<const uint8_t*, uint64_t>> spans;
+        std::vector<Span> spans;
         std::vector<uint64_t> ends;  // kEnds entries, relative to the piece's start
         Status st;
       };
@@ -504,19 +641,20 @@ class StoreWriterImpl final : public StoreWriter {
         if (!by_shard[s].empty()) active.push_back(s);
       }
       std::vector<Status> sts(active.size());
+      // One call per shard, so its pieces go out in whole huge pages (SeqFile).
       pool_->ParallelFor(active.size(), [&](size_t ai) {
         SeqFile& f = *shards_[active[ai]];
+        std::vector<Span> spans;
+        uint64_t at = f.size();
         for (size_t pi : by_shard[active[ai]]) {
           PieceOut& o = outs[pi];
-          for (uint64_t& e : o.ends) e += f.size();
-          for (const auto& [src, bytes] : o.spans) {
-            Status st = f.Append(src, bytes);
-            if (!st.ok()) {
-              sts[ai] = std::move(st);
-              return;
-            }
+          for (uint64_t& e : o.ends) e += at;
+          for (const Span& sp : o.spans) {
+            spans.push_back(sp);
+            at += sp.second;
           }
         }
+        sts[ai] = f.AppendSpans(spans.data(), spans.size());
       });
       for (auto& st : sts) LX_RETURN_IF_ERROR(st);
 

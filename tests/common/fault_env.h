@@ -29,6 +29,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -49,6 +50,7 @@ class FaultEnv final : public Env {
   enum class Op {
     kOpen,
     kPWrite,
+    kPWriteV,
     kPRead,
     kTruncate,
     kDataSync,
@@ -69,7 +71,7 @@ class FaultEnv final : public Env {
     int nth = 1;                 // the first matching call that fails (1-based)
     bool every = false;          // and every matching call after it
     int err = EIO;               // errno of the failure
-    // PRead/PWrite only: instead of failing, transfer at most this many bytes
+    // PRead/PWrite/PWriteV only: instead of failing, transfer at most this many bytes
     // (0: a write that writes nothing, a read that reads nothing).
     std::optional<size_t> short_to = std::nullopt;
   };
@@ -108,6 +110,15 @@ class FaultEnv final : public Env {
   std::vector<std::string> log() const {
     std::lock_guard<std::mutex> l(mu_);
     return log_;
+  }
+  // The byte ranges asked of the base Env by pwrite and pwritev calls, in order.
+  struct Write {
+    std::string path;
+    uint64_t offset = 0, len = 0;
+  };
+  std::vector<Write> writes() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return writes_;
   }
 
   // Rewrites the real files as a power cut at the crash could leave them
@@ -166,7 +177,24 @@ class FaultEnv final : public Env {
     std::optional<size_t> cut;
     LX_RETURN_IF_ERROR(Enter(Op::kPWrite, FdPath(fd), true, "pwrite", &cut));
     Track(fd);
-    return base_->PWrite(fd, data, cut ? std::min(len, *cut) : len, offset);
+    const size_t n = cut ? std::min(len, *cut) : len;
+    Wrote(fd, offset, n);
+    return base_->PWrite(fd, data, n, offset);
+  }
+  Result<size_t> PWriteV(int fd, const struct iovec* iov, int iovcnt, uint64_t offset) override {
+    std::optional<size_t> cut;
+    LX_RETURN_IF_ERROR(Enter(Op::kPWriteV, FdPath(fd), true, "pwritev", &cut));
+    Track(fd);
+    // A short write: the list cut after `*cut` bytes.
+    std::vector<struct iovec> list(iov, iov + iovcnt);
+    size_t total = 0;
+    for (struct iovec& v : list) {
+      if (cut) v.iov_len = std::min(v.iov_len, *cut - std::min(*cut, total));
+      total += v.iov_len;
+    }
+    Wrote(fd, offset, total);
+    if (total == 0) return size_t{0};
+    return base_->PWriteV(fd, list.data(), iovcnt, offset);
   }
   Result<size_t> PRead(int fd, void* data, size_t len, uint64_t offset) override {
     std::optional<size_t> cut;
@@ -352,6 +380,10 @@ class FaultEnv final : public Env {
     const Ino ino = InoOf(fd);
     if (!content_.count(ino)) content_[ino] = std::nullopt;
   }
+  void Wrote(int fd, uint64_t offset, uint64_t len) {
+    std::lock_guard<std::mutex> l(mu_);
+    writes_.push_back({FdPath(fd), offset, len});
+  }
   void AddDirOp(DirOp d) { dirops_.push_back(std::move(d)); }
   // The current path of an inode, searched under the search root.
   Ino RootIno() const {
@@ -384,6 +416,7 @@ class FaultEnv final : public Env {
   int crash_at_ = 0, mutations_ = 0;
   bool crashed_ = false;
   std::vector<std::string> log_;
+  std::vector<Write> writes_;
   std::map<Ino, std::optional<std::string>> content_;  // durable content, by inode
   std::vector<DirOp> dirops_;
   std::string search_root_;

@@ -1,8 +1,8 @@
 // Env: the file-system seam of the store (leveldb's Env is the model).
 //
 // Every file operation of the store writer and reader goes through an Env:
-// open/create, positional writes and reads, truncation, fdatasync/fsync, the
-// writeback hint (sync_file_range), fstat, read-only mappings, advisory locks
+// open/create, positional writes (one buffer or a gather list) and reads, truncation,
+// fdatasync/fsync, the writeback hint (sync_file_range), fstat, read-only mappings, advisory locks
 // (flock), and the directory operations (stat, mkdir, unlink, rmdir, listing,
 // no-replace rename). Env::Default() is the POSIX implementation: each call
 // is exactly the syscall the store made before the seam existed, so the seam
@@ -31,6 +31,7 @@
 
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -58,6 +59,10 @@ class Env {
   // One pwrite(2): may write fewer than `len` bytes and returns how many
   // (EINTR is retried). Use PWriteAll to write everything.
   virtual Result<size_t> PWrite(int fd, const void* data, size_t len, uint64_t offset) = 0;
+  // One pwritev(2) of `iovcnt` (at most IOV_MAX) buffers written back to
+  // back at `offset`: may write fewer bytes than they hold and returns how
+  // many (EINTR is retried). Use PWriteVAll to write everything.
+  virtual Result<size_t> PWriteV(int fd, const struct iovec* iov, int iovcnt, uint64_t offset) = 0;
   // One pread(2): may read fewer than `len` bytes; 0 means end of file.
   // Use PReadAll to read exactly `len` bytes.
   virtual Result<size_t> PRead(int fd, void* data, size_t len, uint64_t offset) = 0;
@@ -102,6 +107,11 @@ class Env {
 // error names `what`; a write that makes no progress is an IOError.
 Status PWriteAll(Env& env, int fd, const void* data, size_t len, uint64_t offset,
                  const std::string& what);
+// Writes all the bytes of iov[0..iovcnt) back to back at `offset`, retrying
+// short writes (from where the last one stopped, so one call of a retry may
+// start inside a buffer). An error names `what`; no progress is an IOError.
+Status PWriteVAll(Env& env, int fd, const struct iovec* iov, int iovcnt, uint64_t offset,
+                  const std::string& what);
 // Reads exactly `len` bytes at `offset`, retrying short reads. End of file
 // first is Corruption("<what>: truncated (short read)"); an error names `what`.
 Status PReadAll(Env& env, int fd, void* data, size_t len, uint64_t offset, const std::string& what);
