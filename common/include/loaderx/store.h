@@ -84,11 +84,14 @@ struct WriteOptions {
   // streaming straight into their shard file, so writer memory stays bounded
   // for records of any size (> 4 GiB included). Tests lower it.
   uint64_t stream_threshold = uint64_t{32} << 20;
-  // Data files are written in whole 2 MiB-aligned pieces, so their page cache
-  // is in 2 MiB folios that readers map with 2 MiB pages (docs/format.md,
-  // Writing). false: pieces as they come (at most 256 KiB each), as before.
-  // The trade-off is measured in docs/benchmarks.md ("Huge pages").
-  bool huge_page_writes = true;
+  // true: data files are written in whole 2 MiB-aligned pieces, so their
+  // page cache is in 2 MiB folios that readers map with 2 MiB pages
+  // (docs/format.md, Writing). false (default): pieces as they come (at
+  // most 256 KiB each). Off by default because on a VM with free page
+  // reporting each 2 MiB folio is first touched on the host and writes were
+  // up to 4-6x slower, for a gather gain of 2-4 % (docs/benchmarks.md,
+  // "Huge pages"); on bare metal it may pay.
+  bool huge_page_writes = false;
   // User metadata: JSON text stored (and checksummed) in `meta`, at most
   // 512 KiB; empty = none. The writer does not parse it.
   std::string user_metadata;
