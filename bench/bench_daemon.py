@@ -1,4 +1,4 @@
-"""loaderxd benchmark (protocol 1.3): batch hand-off latency and throughput vs the embedded loader.
+"""loaderxd benchmark (protocol 1.4): batch hand-off latency and throughput vs the embedded loader.
 
 Real data only: the 3x224x224 uint8 photo crops of ``bench/prepare_vision.py``
 (the raw Dense store bench_loader.py builds) and the Fashion-MNIST images
@@ -375,7 +375,7 @@ def plot(rows: list[Row], floor: float, path: Path) -> None:
     ax.grid(axis="y", alpha=0.3, which="both")
     ax.set_ylabel("µs (log)")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=3, fontsize=7.5, frameon=False)
-    ax.set_title("loaderxd hand-off of a ready batch (protocol 1.3 push), bars p50, ticks p99",
+    ax.set_title("loaderxd hand-off of a ready batch (protocol 1.4 push queue), bars p50, ticks p99",
                  fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -502,8 +502,9 @@ def main() -> int:
         "",
         (f"One run on {machine_line()}; 1-minute load average {load_before:.1f} before the run"
          f" and {load_after:.1f} after; {(time.monotonic() - t_start) / 60:.1f} minutes. Protocol"
-         " 1.3: the daemon pushes the next ready batch one ahead of what the caller took (the"
-         " push window) while the client holds fewer than its credit, and a take while the"
+         " 1.4: the daemon pushes the next ready batch one ahead of what the caller took (the"
+         " push window), into the loader's shared-memory push queue, while the client holds fewer"
+         " than its credit, and a take while the"
          " previous batch is held is reported with that batch's release"
          f" (here {LEASES} leases, prefetch {PREFETCH}; loaderxd --threads {args.threads},"
          f" --gather-nice {args.gather_nice}). Real data: Fashion-MNIST images and 3x224x224"
