@@ -316,6 +316,20 @@ TEST(StoreFaultTest, ShortWritesAreRetriedAndTheStoreIsExact) {
 // dense array (written from the caller's buffer), ragged records from
 // scattered pointers (small ones copied together), zstd pieces, in appends
 // that end off any boundary.
+// The store at `path` opens and verifies (default Env), and every 37th of
+// its `count` records of `item` bytes reads back as the bytes at `want(i)`.
+template <typename Want>
+void ExpectRecordsReadBack(const std::string& path, uint64_t count, uint64_t item, Want want) {
+  auto s = Store::Open(path);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ASSERT_TRUE((*s)->Verify(nullptr).ok());
+  std::vector<uint8_t> out(item);
+  for (uint64_t i = 0; i < count; i += 37) {
+    ASSERT_TRUE((*s)->ReadRecord(i, out.data(), item).ok());
+    ASSERT_EQ(std::memcmp(out.data(), want(i), item), 0) << i;
+  }
+}
+
 TEST(StoreFaultTest, DataFilesAreWrittenInWholeHugePagesButTheirLastWrite) {
   struct Case {
     const char* name;
@@ -357,15 +371,9 @@ TEST(StoreFaultTest, DataFilesAreWrittenInWholeHugePagesButTheirLastWrite) {
     }
     ASSERT_TRUE((*w)->Publish().ok());
     EXPECT_GE(ExpectHugePageWrites(env, /*contiguous=*/true), c.codec == Codec::kRaw ? 6 : 2);
-    auto s = Store::Open(dir.Sub("s"));
-    ASSERT_TRUE(s.ok()) << s.status().ToString();
-    ASSERT_TRUE((*s)->Verify(nullptr).ok());
-    std::vector<uint8_t> out(kItem);
-    for (uint64_t i = 0; i < kCount; i += 37) {
-      ASSERT_TRUE((*s)->ReadRecord(i, out.data(), kItem).ok());
-      const uint8_t* want = c.ragged ? static_cast<const uint8_t*>(ptrs[i]) : v.data() + i * kItem;
-      ASSERT_EQ(std::memcmp(out.data(), want, kItem), 0) << i;
-    }
+    ASSERT_NO_FATAL_FAILURE(ExpectRecordsReadBack(dir.Sub("s"), kCount, kItem, [&](uint64_t i) {
+      return c.ragged ? static_cast<const uint8_t*>(ptrs[i]) : v.data() + i * kItem;
+    }));
   }
 }
 
@@ -392,14 +400,8 @@ TEST(StoreFaultTest, WithoutHugePageWritesDataFilesAreWrittenAsTheirPiecesCome) 
   }
   EXPECT_GT(data_writes, 40);
   EXPECT_EQ(CountCalls(env, "pwritev"), 0);
-  auto s = Store::Open(dir.Sub("s"));
-  ASSERT_TRUE(s.ok()) << s.status().ToString();
-  ASSERT_TRUE((*s)->Verify(nullptr).ok());
-  std::vector<uint8_t> out(kItem);
-  for (uint64_t i = 0; i < kCount; i += 37) {
-    ASSERT_TRUE((*s)->ReadRecord(i, out.data(), kItem).ok());
-    ASSERT_EQ(std::memcmp(out.data(), v.data() + i * kItem, kItem), 0) << i;
-  }
+  ASSERT_NO_FATAL_FAILURE(ExpectRecordsReadBack(dir.Sub("s"), kCount, kItem,
+                                                [&](uint64_t i) { return v.data() + i * kItem; }));
 }
 
 TEST(StoreFaultTest, AWriteThatWritesNothingFailsInsteadOfLooping) {
