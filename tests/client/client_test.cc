@@ -179,6 +179,58 @@ client::LoaderSpec SpecWithStore(const TempDir& dir) {
   return spec;
 }
 
+// Protocol 1.4: the client asks for a push queue only a daemon that said
+// minor >= 4, and refuses an `opened` whose queue it did not ask for or
+// whose queue fd is missing, naming what it expected.
+TEST(ClientTest, PushQueueIsAskedOnlyOfA14DaemonAndAnUnaskedOrFdlessQueueIsRefused) {
+  for (uint32_t minor : {3u, 4u}) {
+    auto asked = std::make_shared<std::optional<bool>>();
+    {
+      FakeDaemon fake([minor, asked](int fd) {
+        HelloOk(fd, kProtocolMajor, minor);
+        Message m = Receive(fd);
+        if (auto* o = std::get_if<OpenMsg>(&m)) *asked = o->push_queue;
+      });
+      auto c = Client::Connect(fake.path()).value();
+      (void)c->OpenLoader(SpecWithStore(fake.dir()));  // the fake hangs up after the open
+    }
+    ASSERT_TRUE(asked->has_value()) << minor;
+    EXPECT_EQ(**asked, minor >= 4) << minor;
+  }
+  struct Case {
+    bool ask;
+    int fds;
+    const char* want;
+  };
+  for (const Case k : {Case{false, 2, "'opened' carries a push queue this client did not ask for"},
+                       Case{true, 1, "expected 'opened' with a ring fd and a queue fd"}}) {
+    FakeDaemon fake([k](int fd) {
+      HelloOk(fd);
+      Message m = Receive(fd);
+      const auto* o = std::get_if<OpenMsg>(&m);
+      if (o == nullptr) return;
+      RingGeometry g = RingGeometry::Compute(4, 1 << 16).value();
+      UniqueFd mem = CreateMemfd("fake-ring", g.total_bytes).value();
+      MappedRegion rw = MappedRegion::Map(mem.get(), g.total_bytes, 0, true).value();
+      InitRing(rw.mutable_data(), g, 1, 1);
+      (void)SealMemfd(mem.get(), kRingSeals);
+      OpenedMsg opened{o->id, 10, 4, g.total_bytes, 2, {{0, "<u4", {4}, 1, 10}}, std::nullopt};
+      opened.queue_bytes = 4096 + 65536;
+      const int fds[2] = {mem.get(), mem.get()};
+      Reply(fd, opened, std::span<const int>(fds, static_cast<size_t>(k.fds)));
+      Receive(fd);  // until the client hangs up
+    });
+    auto c = Client::Connect(fake.path()).value();
+    client::LoaderSpec spec = SpecWithStore(fake.dir());
+    spec.push_queue = k.ask;
+    auto loader = c->OpenLoader(spec);
+    ASSERT_FALSE(loader.ok()) << k.want;
+    EXPECT_EQ(loader.status().code(), Status::Code::kProtocol) << loader.status().ToString();
+    EXPECT_NE(loader.status().message().find(k.want), std::string::npos)
+        << loader.status().ToString();
+  }
+}
+
 TEST(ClientTest, HonestBatchIsReadAndReleasedWhenDropped) {
   auto script = std::make_shared<RingScript>();
   script->make_batch = [](const RingGeometry& g, uint8_t* base) {

@@ -385,6 +385,53 @@ TEST(WireTest, GroupOpenAndOpenedStepRoundTrip) {
   ExpectRoundTrip(opened);
 }
 
+// `frame` (a msgpack map) with the value of `key` replaced by `value`.
+template <typename V>
+std::vector<uint8_t> WithValue(const std::vector<uint8_t>& frame, const std::string& key,
+                               const V& value) {
+  msgpack::object_handle oh =
+      msgpack::unpack(reinterpret_cast<const char*>(frame.data()), frame.size());
+  const msgpack::object_map& m = oh.get().via.map;
+  msgpack::sbuffer b;
+  msgpack::packer<msgpack::sbuffer> p(b);
+  p.pack_map(m.size);
+  for (uint32_t i = 0; i < m.size; ++i) {
+    p.pack(m.ptr[i].key);
+    if (m.ptr[i].key.as<std::string>() == key) {
+      p.pack(value);
+    } else {
+      p.pack(m.ptr[i].val);
+    }
+  }
+  return Pack(b);
+}
+
+// Protocol 1.4: `push_queue` rides on open only as true, `queue_bytes` on
+// opened only when > 0; anything else is refused naming the key.
+TEST(WireTest, PushQueueKeysRoundTripAndTheirUnsentValuesAreRefused) {
+  OpenMsg open;
+  open.streams = {{"x", false, false, 1}};
+  open.batch_size = 1;
+  open.push_queue = true;
+  ExpectRoundTrip(open);
+  Status s = DecodeError(WithValue(EncodeMessage(open), "push_queue", false));
+  EXPECT_EQ(s.code(), Status::Code::kProtocol);
+  EXPECT_NE(s.message().find("'push_queue' is sent only as true"), std::string::npos)
+      << s.message();
+  EXPECT_EQ(DecodeError(WithValue(EncodeMessage(open), "push_queue", 1)).code(),
+            Status::Code::kProtocol);  // a boolean, not a number
+  open.push_queue = false;
+  const std::vector<uint8_t> plain = EncodeMessage(open);
+  EXPECT_EQ(EncodeMessage(DecodeMessage(plain).value()), plain);  // not sent when false
+
+  OpenedMsg opened{9, 10, 2, 8192, 1, {{0, "<f4", {2}, 1, 10}}, std::nullopt};
+  opened.queue_bytes = 4096 + 65536;
+  ExpectRoundTrip(opened);
+  s = DecodeError(WithValue(EncodeMessage(opened), "queue_bytes", 0));
+  EXPECT_EQ(s.code(), Status::Code::kProtocol);
+  EXPECT_NE(s.message().find("'queue_bytes' must be > 0"), std::string::npos) << s.message();
+}
+
 // A solo open is byte-for-byte a 1.0 frame, so a 1.0 daemon accepts it.
 TEST(WireTest, SoloOpenCarriesNoProtocol11Keys) {
   OpenMsg open;
