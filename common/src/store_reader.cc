@@ -27,14 +27,18 @@ using format::IndexEntry;
 // several threads; small records are grouped until a task has kGroupBytes.
 constexpr uint64_t kSplitBytes = uint64_t{1} << 20;
 constexpr uint64_t kGroupBytes = uint64_t{256} << 10;
-// Grouping counts a decoded byte this many times a copied one, and never
-// cuts tasks below kMinGroupCost (a task costs a wake-up).
+// Grouping counts a decoded byte this many times a copied one, plus
+// kFrameCost per compressed record (a frame's set-up: ~2-3 us whatever its
+// size, the copy of ~16-32 KiB; 256 ragged token records of ~300 bytes take
+// ~0.8 ms of decoding, nearly all of it per frame), and never cuts tasks
+// below kMinGroupCost (a task costs a wake-up).
 constexpr uint64_t kDecodeCost = 8;
+constexpr uint64_t kFrameCost = uint64_t{16} << 10;
 constexpr uint64_t kMinGroupCost = uint64_t{32} << 10;
 // A batch costing less than this stays on the calling thread: waking pool
 // threads cost 20-40 us of wall time on the 2-core VM, more than they save on
 // a batch of 256 raw 784-byte records (~40 us of copying), and doubled its
-// CPU time. 256 small compressed records (8x cost each) are above it.
+// CPU time. 256 compressed records (kFrameCost each at least) are above it.
 constexpr uint64_t kMinParallelCost = uint64_t{1} << 20;
 // GatherComputed prefetches the first kPrefetchBytes of the record
 // kPrefetchAhead places ahead while it copies the current one, so the cache
@@ -500,7 +504,7 @@ class StoreImpl final : public Store {
   }
 
   static uint64_t Cost(const RecordRef& r) {
-    return r.compressed ? r.raw_len * kDecodeCost : r.raw_len;
+    return r.compressed ? kFrameCost + r.raw_len * kDecodeCost : r.raw_len;
   }
 
   Status CheckIndex(uint64_t i) const {
