@@ -116,3 +116,17 @@ def test_builder_is_not_a_source(tmp_path: Path) -> None:
     with pytest.raises(errors.InvalidArgumentError, match="builder"):
         train_dict(b)
     b.close()
+
+
+def test_the_extension_exports_no_zstd_symbol() -> None:
+    """The zstd built into the module (CMakeLists.txt, LOADERX_VENDORED_ZSTD) is
+    hidden: another zstd in the process (a library's own) neither binds to it
+    nor replaces it."""
+    import ctypes
+
+    from loaderx import _loaderx
+
+    lib = ctypes.CDLL(_loaderx.__file__)
+    for name in ("ZSTD_versionNumber", "ZSTD_compress", "ZSTD_decompressDCtx", "ZDICT_trainFromBuffer"):
+        assert not hasattr(lib, name), name
+    assert hasattr(lib, "PyInit__loaderx")  # the lookup itself works
