@@ -50,14 +50,15 @@ test-tsan: setup
 
 # libFuzzer targets (tests/fuzz: the wire decoder, the client's ring
 # validation, open-and-read of a mutated store), built with Debian's clang
-# under ASan/UBSan and run FUZZ_SECONDS each from the checked-in seed corpus
-# (copied: the repo corpus is not rewritten). CI runs 20 s each;
+# (C++ and the vendored zstd's C alike) under ASan/UBSan and run
+# FUZZ_SECONDS each from the checked-in seed corpus (copied: the repo corpus
+# is not rewritten). CI runs 20 s each;
 # `make fuzz-long` runs 10 minutes each. A crash leaves its input in
 # build-fuzz/artifacts/ and fails the target.
 FUZZ_SECONDS ?= 20
 FUZZ_TARGETS := fuzz_wire fuzz_ring fuzz_store
 fuzz: setup
-	@CXX=clang++ $(CMAKE) -S . -B build-fuzz $(CMAKE_COMMON) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOADERX_FUZZ=ON -DLOADERX_SANITIZE=address,undefined -DLOADERX_BUILD_PYTHON=OFF -DLOADERX_BUILD_TESTS=OFF -DLOADERX_BUILD_DAEMON=OFF -DLOADERX_BUILD_BENCH=OFF >/dev/null
+	@CC=clang CXX=clang++ $(CMAKE) -S . -B build-fuzz $(CMAKE_COMMON) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLOADERX_FUZZ=ON -DLOADERX_SANITIZE=address,undefined -DLOADERX_BUILD_PYTHON=OFF -DLOADERX_BUILD_TESTS=OFF -DLOADERX_BUILD_DAEMON=OFF -DLOADERX_BUILD_BENCH=OFF >/dev/null
 	@$(CMAKE) --build build-fuzz -j $(JOBS)
 	@mkdir -p build-fuzz/artifacts
 	@set -e; for t in $(FUZZ_TARGETS); do \
