@@ -32,19 +32,20 @@ fi
 # library comes from the PyPI sdist of `zstandard` (the registry this machine
 # has), checked against its sha256, and is unpacked into .deps/ (git-ignored).
 ZSTD_DIR=.deps/zstd-1.5.7
-ZSTD_SDIST=zstandard-0.25.0.tar.gz
+ZSTD_PKG=zstandard-0.25.0
 ZSTD_SHA256=7713e1179d162cf5c7906da876ec2ccb9c3a9dcbdffef0cc7f70c3667a205f0b
 if [ ! -f "$ZSTD_DIR/zstd.c" ]; then
-  echo "setup: fetching zstd 1.5.7 (the $ZSTD_SDIST sdist from PyPI) into $ZSTD_DIR"
+  echo "setup: fetching zstd 1.5.7 (the $ZSTD_PKG sdist from PyPI) into $ZSTD_DIR"
   dl=$(mktemp -d)
   trap 'rm -rf "$dl"' EXIT
-  .venv/bin/python -m pip download -q --no-deps --no-binary :all: -d "$dl" zstandard==0.25.0
-  echo "$ZSTD_SHA256  $dl/$ZSTD_SDIST" | sha256sum -c --quiet -
-  tar -xzf "$dl/$ZSTD_SDIST" -C "$dl" zstandard-0.25.0/zstd
-  grep -q '#define ZSTD_VERSION_MINOR    5' "$dl/zstandard-0.25.0/zstd/zstd.h"
-  grep -q '#define ZSTD_VERSION_RELEASE  7' "$dl/zstandard-0.25.0/zstd/zstd.h"
+  .venv/bin/python -m pip download -q --no-deps --no-binary :all: -d "$dl" "${ZSTD_PKG/-/==}"
+  echo "$ZSTD_SHA256  $dl/$ZSTD_PKG.tar.gz" | sha256sum -c --quiet -
+  tar -xzf "$dl/$ZSTD_PKG.tar.gz" -C "$dl" "$ZSTD_PKG/zstd"
+  src=$dl/$ZSTD_PKG/zstd
+  grep -q '#define ZSTD_VERSION_MINOR    5' "$src/zstd.h"
+  grep -q '#define ZSTD_VERSION_RELEASE  7' "$src/zstd.h"
   mkdir -p "$ZSTD_DIR.tmp"
-  cp "$dl"/zstandard-0.25.0/zstd/{zstd.c,zstd.h,zdict.h,zstd_errors.h,LICENSE,COPYING} "$ZSTD_DIR.tmp/"
+  cp "$src"/{zstd.c,zstd.h,zdict.h,zstd_errors.h,LICENSE,COPYING} "$ZSTD_DIR.tmp/"
   rm -rf "$ZSTD_DIR" && mv "$ZSTD_DIR.tmp" "$ZSTD_DIR"
 fi
 
