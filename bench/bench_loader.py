@@ -44,6 +44,7 @@ import argparse
 import functools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -198,6 +199,12 @@ def _grain_records(codec: str) -> Path:
 
 def _grain_iter(codec: str, workers: int) -> tuple[Iterator[tuple[Any, Any]], Any]:
     import grain.python as gp
+    from absl import flags
+
+    # grain reads absl flags (worker profiling, traceback filtering) and raises
+    # UnparsedFlagAccessError unless they were parsed, as absl.app.run would.
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS(sys.argv[:1])
 
     shape = np.load(SOURCE, mmap_mode="r").shape[1:]
 
@@ -480,7 +487,11 @@ def run_one(cfg: dict[str, Any], timeout: float) -> dict[str, Any]:
             out, err = proc.communicate()
             return {"error": f"timed out after {timeout:.0f} s"}
     if proc.returncode != 0:
-        tail = (err.strip().splitlines() or ["?"])[-1]
+        # The exception's own line: the last one that names an error class
+        # (grain appends a notice about its traceback filtering after it).
+        lines = err.strip().splitlines() or ["?"]
+        tail = next((ln.strip() for ln in reversed(lines)
+                     if re.match(r"^\s*[\w.]*(Error|Exception|Exit|Interrupt)\b", ln)), lines[-1])
         return {"error": f"exit {proc.returncode}: {tail}"}
     res = json.loads(out.strip().splitlines()[-1])
     res["peak_pss"] = pss.peak
