@@ -20,57 +20,6 @@ namespace {
 
 Status Bad(const std::string& what) { return Status::Protocol("batch from loaderxd: " + what); }
 
-// Everything a batch message claims is checked against the ring and the
-// schema before a single view is built: a buggy or hostile daemon cannot
-// make the client read outside the slot.
-Status ValidateBatch(const BatchMsg& m, const std::vector<StreamInfo>& streams,
-                     const uint8_t* base) {
-  if (m.streams.size() != streams.size()) return Bad("wrong number of streams");
-  const uint64_t total = m.total_bytes;
-  auto inside = [&](uint64_t off, uint64_t len) { return off <= total && len <= total - off; };
-  for (size_t j = 0; j < streams.size(); ++j) {
-    const StreamLayoutMsg& l = m.streams[j];
-    const StreamInfo& s = streams[j];
-    if (l.kind != static_cast<uint32_t>(s.kind)) return Bad("stream kind mismatch");
-    if (!inside(l.values_offset, l.values_bytes)) return Bad("values outside the batch");
-    if (s.kind == Kind::kDense) {
-      uint64_t item = s.itemsize;
-      for (uint64_t d : s.item_shape) {
-        if (d != 0 && item > UINT64_MAX / d) return Bad("dense item too large");
-        item *= d;
-      }
-      if (m.batch_size != 0 && item > UINT64_MAX / m.batch_size)
-        return Bad("dense batch too large");
-      if (l.values_bytes != item * m.batch_size) return Bad("dense values size mismatch");
-      continue;
-    }
-    if (m.batch_size > (UINT64_MAX / 8) - 1 || s.ndim > kMaxWireDims)
-      return Bad("bad ragged sizes");
-    if (l.shapes_offset % 8 || l.offsets_offset % 8) return Bad("misaligned ragged tables");
-    if (!inside(l.shapes_offset, m.batch_size * s.ndim * 8)) return Bad("shapes outside the batch");
-    if (!inside(l.offsets_offset, (m.batch_size + 1) * 8)) return Bad("offsets outside the batch");
-    const uint64_t* offsets = reinterpret_cast<const uint64_t*>(base + l.offsets_offset);
-    const uint64_t* shapes = reinterpret_cast<const uint64_t*>(base + l.shapes_offset);
-    // Offsets count from offsets[0], which is 0 for a whole batch and the
-    // slice's first record for a shard group member (protocol 1.1).
-    if (offsets[m.batch_size] < offsets[0] ||
-        offsets[m.batch_size] - offsets[0] != l.values_bytes) {
-      return Bad("offsets do not span values");
-    }
-    for (uint64_t k = 0; k < m.batch_size; ++k) {
-      if (offsets[k + 1] < offsets[k]) return Bad("offsets not monotone");
-      uint64_t bytes = s.itemsize;
-      for (uint32_t d = 0; d < s.ndim; ++d) {
-        uint64_t dim = shapes[k * s.ndim + d];
-        if (dim != 0 && bytes > UINT64_MAX / dim) return Bad("record shape overflows");
-        bytes *= dim;
-      }
-      if (bytes != offsets[k + 1] - offsets[k]) return Bad("record shape does not match its bytes");
-    }
-  }
-  return Status::OK();
-}
-
 }  // namespace
 
 Lease::Lease(std::shared_ptr<Connection> conn, uint32_t slot, uint64_t seq, const uint8_t* base)
@@ -90,12 +39,14 @@ Lease::~Lease() {
   conn_->LeaseEnded();
 }
 
-const uint8_t* Batch::values(size_t j) const { return lease_->base() + layout_[j].values_offset; }
+const uint8_t* Batch::values(size_t j) const {
+  return lease_->base() + lease_->layout(j).values_offset;
+}
 const uint64_t* Batch::offsets(size_t j) const {
-  return reinterpret_cast<const uint64_t*>(lease_->base() + layout_[j].offsets_offset);
+  return reinterpret_cast<const uint64_t*>(lease_->base() + lease_->layout(j).offsets_offset);
 }
 const uint64_t* Batch::shapes(size_t j) const {
-  return reinterpret_cast<const uint64_t*>(lease_->base() + layout_[j].shapes_offset);
+  return reinterpret_cast<const uint64_t*>(lease_->base() + lease_->layout(j).shapes_offset);
 }
 
 ArrayView Batch::Dense(size_t j) const {
@@ -105,7 +56,7 @@ ArrayView Batch::Dense(size_t j) const {
   v.dtype = s.dtype;
   v.itemsize = s.itemsize;
   v.shape.push_back(batch_size_);
-  v.shape.insert(v.shape.end(), s.item_shape.begin(), s.item_shape.end());
+  for (uint64_t d : s.item_shape) v.shape.push_back(d);
   return v;
 }
 
@@ -115,7 +66,7 @@ ArrayView Batch::Record(size_t j, uint64_t k) const {
   v.data = values(j) + (offsets(j)[k] - offsets(j)[0]);
   v.dtype = s.dtype;
   v.itemsize = s.itemsize;
-  v.shape.assign(shapes(j) + k * s.ndim, shapes(j) + (k + 1) * s.ndim);
+  for (uint32_t d = 0; d < s.ndim; ++d) v.shape.push_back(shapes(j)[k * s.ndim + d]);
   return v;
 }
 
@@ -206,23 +157,67 @@ Result<std::optional<Batch>> Loader::NextImpl(
   }
   impl_->step.store(item->step_after, std::memory_order_relaxed);
   if (!item->error.ok()) return item->error;  // the step's gather failed (still advanced)
-  BatchMsg& m = *item->batch;
+  const Lease& lease = *item->lease;
   uint64_t publish_ns = 0;
-  LX_RETURN_IF_ERROR(CheckSlot(impl_->conn->ring_base(), impl_->conn->geometry(), m.slot, m.seq,
-                               m.step, m.offset, m.total_bytes, &publish_ns));
-  LX_RETURN_IF_ERROR(ValidateBatch(m, *impl_->streams, impl_->conn->ring_base() + m.offset));
+  LX_RETURN_IF_ERROR(CheckBatch(lease, &publish_ns));
   Batch b;
-  b.step_ = m.step;
-  b.batch_size_ = m.batch_size;
+  b.step_ = lease.step_;
+  b.batch_size_ = lease.batch_size_;
   b.publish_ns_ = publish_ns;
-  b.layout_.reserve(m.streams.size());
-  for (const StreamLayoutMsg& l : m.streams) {  // kind checked by ValidateBatch
-    b.layout_.push_back(StreamLayout{static_cast<Kind>(l.kind), l.values_offset, l.values_bytes,
-                                     l.shapes_offset, l.offsets_offset});
-  }
+  b.num_streams_ = lease.num_streams_;
   b.streams_ = impl_->streams;
   b.lease_ = std::move(item->lease);
   return std::optional<Batch>(std::move(b));
+}
+
+Status Loader::CheckBatch(const Lease& lease, uint64_t* publish_ns) const {
+  LX_RETURN_IF_ERROR(CheckSlot(impl_->conn->ring_base(), impl_->conn->geometry(), lease.slot_,
+                               lease.seq_, lease.step_, lease.offset_, lease.total_bytes_,
+                               publish_ns));
+  const std::vector<StreamInfo>& streams = *impl_->streams;
+  const uint8_t* base = impl_->conn->ring_base() + lease.offset_;
+  const uint64_t batch_size = lease.batch_size_;
+  if (lease.num_streams_ != streams.size()) return Bad("wrong number of streams");
+  const uint64_t total = lease.total_bytes_;
+  auto inside = [&](uint64_t off, uint64_t len) { return off <= total && len <= total - off; };
+  for (size_t j = 0; j < streams.size(); ++j) {
+    const StreamLayout& l = lease.layout(j);
+    const StreamInfo& s = streams[j];
+    if (l.kind != s.kind) return Bad("stream kind mismatch");
+    if (!inside(l.values_offset, l.values_bytes)) return Bad("values outside the batch");
+    if (s.kind == Kind::kDense) {
+      uint64_t item = s.itemsize;
+      for (uint64_t d : s.item_shape) {
+        if (d != 0 && item > UINT64_MAX / d) return Bad("dense item too large");
+        item *= d;
+      }
+      if (batch_size != 0 && item > UINT64_MAX / batch_size) return Bad("dense batch too large");
+      if (l.values_bytes != item * batch_size) return Bad("dense values size mismatch");
+      continue;
+    }
+    if (batch_size > (UINT64_MAX / 8) - 1 || s.ndim > kMaxWireDims) return Bad("bad ragged sizes");
+    if (l.shapes_offset % 8 || l.offsets_offset % 8) return Bad("misaligned ragged tables");
+    if (!inside(l.shapes_offset, batch_size * s.ndim * 8)) return Bad("shapes outside the batch");
+    if (!inside(l.offsets_offset, (batch_size + 1) * 8)) return Bad("offsets outside the batch");
+    const uint64_t* offsets = reinterpret_cast<const uint64_t*>(base + l.offsets_offset);
+    const uint64_t* shapes = reinterpret_cast<const uint64_t*>(base + l.shapes_offset);
+    // Offsets count from offsets[0], which is 0 for a whole batch and the
+    // slice's first record for a shard group member (protocol 1.1).
+    if (offsets[batch_size] < offsets[0] || offsets[batch_size] - offsets[0] != l.values_bytes) {
+      return Bad("offsets do not span values");
+    }
+    for (uint64_t k = 0; k < batch_size; ++k) {
+      if (offsets[k + 1] < offsets[k]) return Bad("offsets not monotone");
+      uint64_t bytes = s.itemsize;
+      for (uint32_t d = 0; d < s.ndim; ++d) {
+        uint64_t dim = shapes[k * s.ndim + d];
+        if (dim != 0 && bytes > UINT64_MAX / dim) return Bad("record shape overflows");
+        bytes *= dim;
+      }
+      if (bytes != offsets[k + 1] - offsets[k]) return Bad("record shape does not match its bytes");
+    }
+  }
+  return Status::OK();
 }
 
 Result<std::optional<BatchView>> Loader::NextUntil(Clock::time_point deadline) {
@@ -242,7 +237,7 @@ Result<std::optional<BatchView>> Loader::NextUntil(Clock::time_point deadline) {
     const uint64_t offset = static_cast<uint64_t>(lease->base() - impl_->conn->ring_base());
     uint64_t total = 0;
     for (size_t j = 0; j < b->num_streams(); ++j) {
-      const StreamLayout& l = b->layout_[j];
+      const StreamLayout& l = lease->layout(j);
       total = std::max(
           {total, l.values_offset + l.values_bytes,
            l.kind == Kind::kRagged
@@ -268,7 +263,7 @@ Result<std::optional<BatchView>> Loader::NextUntil(Clock::time_point deadline) {
   }
   uint8_t* base = impl_->shared_view ? const_cast<uint8_t*>(lease->base()) : lease->mutable_base();
   for (size_t j = 0; j < b->num_streams(); ++j) {
-    const StreamLayout& l = b->layout_[j];
+    const StreamLayout& l = lease->layout(j);
     StreamView sv;
     sv.values = base + l.values_offset;
     if (l.kind == Kind::kRagged) {

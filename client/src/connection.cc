@@ -239,6 +239,15 @@ Result<bool> Connection::DrainQueue() {
   while (true) {
     LX_ASSIGN_OR_RETURN(bool got, push_queue_.Peek(&queue_frame_));
     if (!got) break;
+    if (IsBatchFrame(queue_frame_)) {
+      // The common case, decoded into one reused message: nothing allocated.
+      LX_RETURN_IF_ERROR(DecodeBatchFrame(queue_frame_, &queue_batch_));
+      if (queue_batch_.gen > gen_ && seek_id_ != 0) break;  // as below
+      push_queue_.Pop();
+      LX_RETURN_IF_ERROR(FileBatch(queue_batch_));
+      filed = true;
+      continue;
+    }
     LX_ASSIGN_OR_RETURN(Message m, DecodeMessage(queue_frame_));
     uint64_t gen = 0;
     if (const auto* b = std::get_if<BatchMsg>(&m)) {
@@ -285,42 +294,13 @@ Status Connection::File(Message m, std::vector<UniqueFd> fds) {
     return Status::Protocol(std::string("'") + MessageName(m) + "' from loaderxd carried fds");
   }
   // Pushed: a batch, or a step's error (an error with a generation).
-  std::optional<Pushed> item;
-  if (auto* b = std::get_if<BatchMsg>(&m)) {
-    if (ring_base() == nullptr) return Status::Protocol("a batch arrived before the loader opened");
-    if (b->slot >= geometry_.slot_count || b->offset > geometry_.total_bytes) {
-      return Status::Protocol("batch from loaderxd names slot " + std::to_string(b->slot) +
-                              " at offset " + std::to_string(b->offset) + " of a ring of " +
-                              std::to_string(geometry_.slot_count) + " slots");
-    }
-    item.emplace();
-    item->gen = b->gen;
-    item->step_after = b->step + 1;
-    // Owned from now on: dropped anywhere below, the slot goes back.
-    item->lease =
-        std::make_shared<Lease>(shared_from_this(), b->slot, b->seq, ring_base() + b->offset);
-    item->batch = std::move(*b);
-  } else if (auto* e = std::get_if<ErrorMsg>(&m); e != nullptr && e->gen) {
-    item.emplace();
-    item->gen = *e->gen;
-    item->error = e->ToStatus();
-    item->step_after = e->step;
-  }
-  if (item) {
-    // A seek's new generation starts after its `ok`, which was filed first.
-    if (item->gen > gen_) {
-      return Status::Protocol("pushed item of generation " + std::to_string(item->gen) +
-                              ", the loader is at " + std::to_string(gen_));
-    }
-    if (item->gen < gen_) return Status::OK();  // before an accepted seek: released unread
-    std::lock_guard<std::mutex> lock(ready_mu_);
-    if (closed()) {
-      // Pushed before the daemon read our `close`: it drops this lease.
-      if (item->lease && !seek_pending_.load(std::memory_order_seq_cst)) item->lease->Forget();
-      return Status::OK();
-    }
-    ready_.push_back(std::move(*item));
-    return Status::OK();
+  if (const auto* b = std::get_if<BatchMsg>(&m)) return FileBatch(*b);
+  if (auto* e = std::get_if<ErrorMsg>(&m); e != nullptr && e->gen) {
+    Pushed item;
+    item.gen = *e->gen;
+    item.error = e->ToStatus();
+    item.step_after = e->step;
+    return FilePushed(std::move(item));
   }
   // A reply: matched by id.
   uint64_t id = 0;
@@ -366,6 +346,82 @@ Status Connection::File(Message m, std::vector<UniqueFd> fds) {
   // Otherwise the reply of an abandoned request (its wait ended early).
   return Status::OK();
 }
+
+Status Connection::FileBatch(const BatchMsg& b) {
+  if (ring_base() == nullptr) return Status::Protocol("a batch arrived before the loader opened");
+  if (b.slot >= geometry_.slot_count || b.offset > geometry_.total_bytes) {
+    return Status::Protocol("batch from loaderxd names slot " + std::to_string(b.slot) +
+                            " at offset " + std::to_string(b.offset) + " of a ring of " +
+                            std::to_string(geometry_.slot_count) + " slots");
+  }
+  Pushed item;
+  item.gen = b.gen;
+  item.step_after = b.step + 1;
+  // Owned from now on: dropped anywhere below, the slot goes back.
+  item.lease = std::allocate_shared<Lease>(LeaseAllocator<Lease>(lease_pool_), shared_from_this(),
+                                           b.slot, b.seq, ring_base() + b.offset);
+  Lease& l = *item.lease;
+  l.step_ = b.step;
+  l.offset_ = b.offset;
+  l.batch_size_ = b.batch_size;
+  l.total_bytes_ = b.total_bytes;
+  l.num_streams_ = static_cast<uint32_t>(b.streams.size());
+  if (b.streams.size() > Lease::kInlineStreams) {
+    l.more_layout_ = std::make_unique<StreamLayout[]>(b.streams.size());
+  }
+  for (size_t j = 0; j < b.streams.size(); ++j) {
+    const StreamLayoutMsg& s = b.streams[j];  // kind is 0 or 1 (DecodeBatchFrame)
+    (l.more_layout_ ? l.more_layout_[j] : l.inline_layout_[j]) =
+        StreamLayout{static_cast<Kind>(s.kind), s.values_offset, s.values_bytes, s.shapes_offset,
+                     s.offsets_offset};
+  }
+  return FilePushed(std::move(item));
+}
+
+Status Connection::FilePushed(Pushed item) {
+  // A seek's new generation starts after its `ok`, which was filed first.
+  if (item.gen > gen_) {
+    return Status::Protocol("pushed item of generation " + std::to_string(item.gen) +
+                            ", the loader is at " + std::to_string(gen_));
+  }
+  if (item.gen < gen_) return Status::OK();  // before an accepted seek: released unread
+  std::lock_guard<std::mutex> lock(ready_mu_);
+  if (closed()) {
+    // Pushed before the daemon read our `close`: it drops this lease.
+    if (item.lease && !seek_pending_.load(std::memory_order_seq_cst)) item.lease->Forget();
+    return Status::OK();
+  }
+  ready_.push_back(std::move(item));
+  return Status::OK();
+}
+
+void* LeasePool::Allocate(size_t bytes) {
+  if (bytes > kBlockBytes) return nullptr;
+  for (size_t n = 0; n < kBlocks; ++n) {
+    const size_t i = (next_ + n) % kBlocks;
+    // Acquire: pairs with the release in Deallocate, so the block's last
+    // use (on whatever thread) is over before it is reused here.
+    if (!used_[i].load(std::memory_order_acquire)) {
+      used_[i].store(true, std::memory_order_relaxed);  // only this thread sets flags
+      next_ = (i + 1) % kBlocks;
+      return blocks_[i].data();
+    }
+  }
+  return nullptr;
+}
+
+bool LeasePool::Deallocate(void* p) {
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  const auto first = reinterpret_cast<uintptr_t>(blocks_.front().data());
+  if (at < first || at - first >= sizeof(blocks_)) return false;
+  used_[(at - first) / kBlockBytes].store(false, std::memory_order_release);
+  return true;
+}
+
+// A Lease and its shared_ptr control block (two counts, a vtable pointer and
+// the allocator) fit a block; were they to outgrow it, every Lease would
+// come from the heap again.
+static_assert(sizeof(Lease) + 64 <= LeasePool::kBlockBytes);
 
 Result<Reply> Connection::Call(Message req, std::span<const int> fds, const WaitHook& hook) {
   const uint64_t id = next_id_++;

@@ -34,6 +34,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -56,14 +57,58 @@ struct Reply {
   std::vector<UniqueFd> fds;
 };
 
-// A pushed item, in arrival order: a batch (with its lease) or the error of
-// a step whose gather failed.
+// A pushed item, in arrival order: a batch (its lease, which holds what the
+// daemon announced of it) or the error of a step whose gather failed.
 struct Pushed {
   uint64_t gen = 0;
-  Status error;             // the step's error; batch/lease unset then
+  Status error;             // the step's error; lease unset then
   uint64_t step_after = 0;  // the loader's step once this item is returned
-  std::optional<BatchMsg> batch;
   std::shared_ptr<Lease> lease;
+};
+
+// The storage of a connection's Leases (and their shared_ptr control
+// blocks): fixed blocks, so that taking a batch calls no allocator. A Lease
+// lives as long as the caller keeps its batch, on any thread, so blocks are
+// handed out by the receiving thread and given back from any thread (a flag
+// per block); a Lease that does not fit, or finds every block taken (more
+// leases alive than a credit allows), comes from the heap instead.
+class LeasePool {
+ public:
+  static constexpr size_t kBlocks = 64;
+  static constexpr size_t kBlockBytes = 512;
+  // Receiving thread only (callers serialised, as Connection's receivers).
+  void* Allocate(size_t bytes);
+  // Any thread: false if `p` is not one of this pool's blocks.
+  bool Deallocate(void* p);
+
+ private:
+  alignas(64) std::array<std::atomic<bool>, kBlocks> used_{};
+  size_t next_ = 0;  // where the next search starts (receiving thread)
+  alignas(64) std::array<std::array<std::byte, kBlockBytes>, kBlocks> blocks_;
+};
+
+// The allocator std::allocate_shared<Lease> is given: the pool's blocks,
+// the heap when they do not serve. It holds the pool alive, so a Lease that
+// outlives its Connection still gives its block back into live memory.
+template <typename T>
+struct LeaseAllocator {
+  using value_type = T;
+  explicit LeaseAllocator(std::shared_ptr<LeasePool> p) : pool(std::move(p)) {}
+  template <typename U>
+  LeaseAllocator(const LeaseAllocator<U>& o) : pool(o.pool) {}  // NOLINT: rebinding
+  T* allocate(size_t n) {
+    static_assert(alignof(T) <= 64);
+    if (void* p = pool->Allocate(n * sizeof(T))) return static_cast<T*>(p);
+    return static_cast<T*>(::operator new(n * sizeof(T)));
+  }
+  void deallocate(T* p, size_t) {
+    if (!pool->Deallocate(p)) ::operator delete(p);
+  }
+  template <typename U>
+  bool operator==(const LeaseAllocator<U>& o) const {
+    return pool == o.pool;
+  }
+  std::shared_ptr<LeasePool> pool;
 };
 
 class Connection : public std::enable_shared_from_this<Connection> {
@@ -221,6 +266,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Result<Frame> Receive(std::chrono::milliseconds wait);
   // Files one decoded frame (see the header comment).
   Status File(Message m, std::vector<UniqueFd> fds);
+  // Files a pushed batch: its lease, described by `b`, joins the ready queue
+  // (or is released at once if `b` is of an older generation).
+  Status FileBatch(const BatchMsg& b);
+  // Files a pushed item (a batch's lease or a step's error).
+  Status FilePushed(Pushed item);
   // Files a received frame (see Pump): false for a heartbeat.
   Result<bool> Take(Frame f);
   // Files what the push queue holds, oldest first, up to an item of a
@@ -325,6 +375,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Protocol 1.4 (AttachQueue): receiver thread only, as the socket reads.
   PushQueueReader push_queue_;
   std::vector<uint8_t> queue_frame_;  // the entry being filed (reused)
+  BatchMsg queue_batch_;              // its batch, decoded (reused)
+  std::shared_ptr<LeasePool> lease_pool_ = std::make_shared<LeasePool>();
 
   // Private ring views (AcquirePrivatePages). Guarded by private_mu_.
   std::mutex private_mu_;

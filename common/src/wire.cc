@@ -612,40 +612,8 @@ Status WrongLength(const char* type, size_t got, size_t want, const std::string&
 }
 
 Result<Message> DecodeBatch(std::span<const uint8_t> frame) {
-  if (frame.size() < kBatchFrameHeaderBytes) {
-    return WrongLength("batch", frame.size(), kBatchFrameHeaderBytes, " or more");
-  }
-  FrameReader r(frame);
   BatchMsg m;
-  m.gen = r.Get<uint64_t>();
-  m.step = r.Get<uint64_t>();
-  m.slot = r.Get<uint32_t>();
-  m.seq = r.Get<uint64_t>();
-  m.offset = r.Get<uint64_t>();
-  m.batch_size = r.Get<uint64_t>();
-  m.total_bytes = r.Get<uint64_t>();
-  const uint32_t streams = r.Get<uint8_t>();
-  if (streams > kMaxWireStreams) {
-    return Status::Protocol("batch: " + std::to_string(streams) + " streams exceeds " +
-                            std::to_string(kMaxWireStreams));
-  }
-  if (frame.size() != BatchFrameBytes(streams)) {
-    return WrongLength("batch", frame.size(), BatchFrameBytes(streams),
-                       " for " + std::to_string(streams) + " streams");
-  }
-  m.streams.resize(streams);
-  for (uint32_t i = 0; i < streams; ++i) {
-    StreamLayoutMsg& l = m.streams[i];
-    l.kind = r.Get<uint8_t>();
-    if (l.kind > 1) {
-      return Status::Protocol("batch: streams[" + std::to_string(i) + "] kind " +
-                              std::to_string(l.kind) + " (0 dense or 1 ragged)");
-    }
-    l.values_offset = r.Get<uint64_t>();
-    l.values_bytes = r.Get<uint64_t>();
-    l.shapes_offset = r.Get<uint64_t>();
-    l.offsets_offset = r.Get<uint64_t>();
-  }
+  LX_RETURN_IF_ERROR(DecodeBatchFrame(frame, &m));
   return Message(std::move(m));
 }
 
@@ -686,6 +654,49 @@ Result<Message> DecodeBinary(std::span<const uint8_t> frame) {
 }
 
 }  // namespace
+
+bool IsBatchFrame(std::span<const uint8_t> frame) {
+  return frame.size() >= 2 && frame[0] == kBinaryFrameMark &&
+         frame[1] == static_cast<uint8_t>(BinaryType::kBatch);
+}
+
+Status DecodeBatchFrame(std::span<const uint8_t> frame, BatchMsg* out) {
+  if (frame.size() < kBatchFrameHeaderBytes) {
+    return WrongLength("batch", frame.size(), kBatchFrameHeaderBytes, " or more");
+  }
+  FrameReader r(frame);
+  BatchMsg& m = *out;
+  m.gen = r.Get<uint64_t>();
+  m.step = r.Get<uint64_t>();
+  m.slot = r.Get<uint32_t>();
+  m.seq = r.Get<uint64_t>();
+  m.offset = r.Get<uint64_t>();
+  m.batch_size = r.Get<uint64_t>();
+  m.total_bytes = r.Get<uint64_t>();
+  const uint32_t streams = r.Get<uint8_t>();
+  if (streams > kMaxWireStreams) {
+    return Status::Protocol("batch: " + std::to_string(streams) + " streams exceeds " +
+                            std::to_string(kMaxWireStreams));
+  }
+  if (frame.size() != BatchFrameBytes(streams)) {
+    return WrongLength("batch", frame.size(), BatchFrameBytes(streams),
+                       " for " + std::to_string(streams) + " streams");
+  }
+  m.streams.resize(streams);
+  for (uint32_t i = 0; i < streams; ++i) {
+    StreamLayoutMsg& l = m.streams[i];
+    l.kind = r.Get<uint8_t>();
+    if (l.kind > 1) {
+      return Status::Protocol("batch: streams[" + std::to_string(i) + "] kind " +
+                              std::to_string(l.kind) + " (0 dense or 1 ragged)");
+    }
+    l.values_offset = r.Get<uint64_t>();
+    l.values_bytes = r.Get<uint64_t>();
+    l.shapes_offset = r.Get<uint64_t>();
+    l.offsets_offset = r.Get<uint64_t>();
+  }
+  return Status::OK();
+}
 
 const char* GroupModeName(GroupMode mode) {
   return mode == GroupMode::kBroadcast ? "broadcast" : "shard";

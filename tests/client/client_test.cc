@@ -9,8 +9,11 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <optional>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "common/store_test_util.h"
 #include "loaderx/memfd.h"
@@ -118,6 +121,7 @@ struct RingScript {
   std::function<void(int fd, const SeekMsg&, const RingGeometry&, uint8_t* base)> on_seek;
   bool seal = true;
   uint32_t minor = kProtocolMinor;  // the protocol minor the fake announces
+  uint32_t ring_slots = 4;          // slots of the ring it makes
   OpenedMsg opened{0,           10, 4, 0, 2, {{0, "<u4", {4}, 1, 10}},
                    std::nullopt};  // id, ring_bytes filled in
   // Push only in answer to the client's first `push_on_waits` waiting notes
@@ -134,7 +138,7 @@ struct RingScript {
     HelloOk(fd, kProtocolMajor, minor);
     Message open = Receive(fd);  // (fds are dropped with the frame)
     if (auto* o = std::get_if<OpenMsg>(&open)) opened.id = o->id;
-    RingGeometry g = RingGeometry::Compute(4, 1 << 16).value();
+    RingGeometry g = RingGeometry::Compute(ring_slots, 1 << 16).value();
     UniqueFd mem = CreateMemfd("fake-ring", g.total_bytes).value();
     MappedRegion rw = MappedRegion::Map(mem.get(), g.total_bytes, 0, true).value();
     InitRing(rw.mutable_data(), g, 1, 1);
@@ -255,6 +259,58 @@ TEST(ClientTest, HonestBatchIsReadAndReleasedWhenDropped) {
   ASSERT_EQ(script->releases.size(), 1u);
   EXPECT_EQ(script->releases[0].slot, 1u);
   EXPECT_EQ(script->releases[0].seq, 5u);
+}
+
+// A connection keeps its Leases in a pool of 64 blocks (client/src
+// connection.h, LeasePool) and takes the heap when they are all in use.
+// Holding more batches than that at once, each is still its own (step,
+// values, slot) and is released exactly once; so are the batches drawn after
+// all were dropped, in reused blocks.
+TEST(ClientTest, MoreBatchesHeldThanLeaseBlocksAreEachValidAndReleasedOnce) {
+  constexpr uint32_t kHeld = 100;
+  auto script = std::make_shared<RingScript>();
+  script->ring_slots = kHeld;
+  script->opened.slot_count = kHeld;
+  script->opened.leases = kHeld;
+  script->opened.n = 1000;
+  auto pushed = std::make_shared<uint64_t>(0);
+  script->make_batch = [pushed](const RingGeometry& g, uint8_t* base) {
+    const uint64_t i = (*pushed)++;
+    const uint32_t slot = static_cast<uint32_t>(i % kHeld);
+    const uint64_t off = g.payload_offset + uint64_t{slot} * 64;
+    auto* v = reinterpret_cast<uint32_t*>(base + off);
+    for (uint32_t k = 0; k < 8; ++k) v[k] = static_cast<uint32_t>(i * 10 + k);
+    PublishSlot(base, g, slot, i + 1, i, off, 64);
+    return BatchMsg{0, i, slot, i + 1, off, 2, 64, {{0, 0, 32, 0, 0}}};
+  };
+  {
+    FakeDaemon fake([script](int fd) { (*script)(fd); });
+    auto c = Client::Connect(fake.path()).value();
+    auto loader = c->OpenLoader(SpecWithStore(fake.dir())).value();
+    for (uint64_t round = 0; round < 2; ++round) {
+      std::vector<client::Batch> held;
+      for (uint64_t k = 0; k < kHeld; ++k) {
+        auto b = loader->Next();
+        ASSERT_TRUE(b.ok()) << b.status().ToString();
+        held.push_back(std::move(*b));
+      }
+      EXPECT_EQ(loader->leases_held(), kHeld);
+      for (uint64_t k = 0; k < kHeld; ++k) {
+        const uint64_t i = round * kHeld + k;
+        ASSERT_EQ(held[k].step(), i);
+        const client::ArrayView v = held[k].Dense(0);
+        EXPECT_EQ(v.shape, (std::vector<uint64_t>{2, 4}));
+        const auto* x = static_cast<const uint32_t*>(v.data);
+        for (uint32_t e = 0; e < 8; ++e) ASSERT_EQ(x[e], i * 10 + e) << "batch " << i;
+      }
+    }
+    loader->Close();
+  }
+  std::map<std::pair<uint32_t, uint64_t>, int> released;
+  for (const ReleaseMsg& r : script->releases) ++released[{r.slot, r.seq}];
+  for (uint64_t i = 0; i < 2 * kHeld; ++i) {
+    EXPECT_EQ((released[{static_cast<uint32_t>(i % kHeld), i + 1}]), 1) << "batch " << i;
+  }
 }
 
 TEST(ClientTest, BatchOutsideTheRingOrNotMatchingItsSlotIsRefusedAndReleased) {

@@ -40,9 +40,12 @@
 
 #include <sys/types.h>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
@@ -189,6 +192,24 @@ class Lease {
   void Forget() { forgotten_ = true; }
 
  private:
+  friend class Connection;  // describes the batch when it files it
+  friend class Loader;      // checks the description before any view
+  friend class Batch;
+  const StreamLayout& layout(size_t j) const {
+    return more_layout_ ? more_layout_[j] : inline_layout_[j];
+  }
+  // What loaderxd's `batch` message announced for the slot (offsets of the
+  // layouts from base()). Held here, not in a message object, so that taking
+  // a batch allocates nothing: the Lease itself comes from its connection's
+  // pool of blocks.
+  static constexpr size_t kInlineStreams = 4;
+  uint64_t step_ = 0;
+  uint64_t offset_ = 0;  // from the ring start
+  uint64_t batch_size_ = 0;
+  uint64_t total_bytes_ = 0;
+  uint32_t num_streams_ = 0;
+  std::array<StreamLayout, kInlineStreams> inline_layout_{};
+  std::unique_ptr<StreamLayout[]> more_layout_;  // num_streams_ > kInlineStreams only
   bool forgotten_ = false;
   MappedRegion copy_;
   uint32_t ring_ = 0;
@@ -199,11 +220,45 @@ class Lease {
   const uint8_t* base_;
 };
 
+// The dims of an ArrayView, held inline so that a view allocates nothing.
+// Reads like a std::vector<uint64_t> (size, [], iteration, comparison) and
+// converts to one.
+class Dims {
+ public:
+  static constexpr size_t kMax = 64;  // NumPy's own limit: a batch dim and 63 item dims
+  Dims() = default;
+  Dims(std::initializer_list<uint64_t> dims) {
+    for (uint64_t d : dims) push_back(d);
+  }
+  size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  const uint64_t* data() const { return d_.data(); }
+  const uint64_t* begin() const { return d_.data(); }
+  const uint64_t* end() const { return d_.data() + n_; }
+  uint64_t operator[](size_t i) const { return d_[i]; }
+  // Dims past kMax are dropped (no stream has them: stores and the wire cap
+  // their rank below it).
+  void push_back(uint64_t d) {
+    if (n_ < kMax) d_[n_++] = d;
+  }
+  operator std::vector<uint64_t>() const { return {begin(), end()}; }
+  friend bool operator==(const Dims& a, const Dims& b) {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end());
+  }
+  friend bool operator==(const Dims& a, const std::vector<uint64_t>& b) {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end());
+  }
+
+ private:
+  uint32_t n_ = 0;
+  std::array<uint64_t, kMax> d_;  // [0, n_) set
+};
+
 struct ArrayView {
   const void* data = nullptr;
   std::string dtype;
   uint32_t itemsize = 0;
-  std::vector<uint64_t> shape;
+  Dims shape;
 };
 
 // Move-only views of one delivered batch.
@@ -221,7 +276,7 @@ class Batch {
   // so comparable with this process's clock; ring.h MonotonicNowNs). 0 from
   // a daemon whose ring layout predates the stamp (1.0).
   uint64_t publish_ns() const { return publish_ns_; }
-  size_t num_streams() const { return layout_.size(); }
+  size_t num_streams() const { return num_streams_; }
   // Dense stream j as one (B, *item_shape) array.
   ArrayView Dense(size_t j) const;
   // Record k of ragged stream j.
@@ -240,7 +295,7 @@ class Batch {
   uint64_t step_ = 0;
   uint64_t batch_size_ = 0;
   uint64_t publish_ns_ = 0;
-  std::vector<StreamLayout> layout_;  // offsets from lease_->base()
+  size_t num_streams_ = 0;  // the layouts are the lease's (offsets from its base())
   std::shared_ptr<const std::vector<StreamInfo>> streams_;
   std::shared_ptr<Lease> lease_;
 };
@@ -312,6 +367,10 @@ class Loader final : public BatchSource {
   Result<bool> SettleSeek(const WaitHook& hook,
                           std::optional<std::chrono::steady_clock::time_point> deadline,
                           Status* outcome = nullptr);
+  // Everything the lease's batch description claims, checked against the
+  // ring and the schema (a buggy or hostile daemon cannot make the client
+  // read outside the slot); *publish_ns is the slot's stamp.
+  Status CheckBatch(const Lease& lease, uint64_t* publish_ns) const;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -315,5 +315,13 @@ const char* MessageName(const Message& m);
 std::vector<uint8_t> EncodeMessage(const Message& m);
 // Parses one frame strictly (see the header comment). Protocol error otherwise.
 Result<Message> DecodeMessage(std::span<const uint8_t> frame);
+// Whether `frame` is a binary `batch` frame (its first two bytes; nothing
+// else is checked).
+bool IsBatchFrame(std::span<const uint8_t> frame);
+// Parses a binary `batch` frame into *m as DecodeMessage would, reusing
+// m->streams' storage (the client's push-queue path decodes every batch into
+// one BatchMsg, so taking a batch allocates nothing). *m is unspecified after
+// an error.
+Status DecodeBatchFrame(std::span<const uint8_t> frame, BatchMsg* m);
 
 }  // namespace loaderx
