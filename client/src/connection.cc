@@ -15,6 +15,20 @@
 #include "loaderx/memfd.h"
 #include "loaderx/unix_socket.h"
 
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define LX_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) || defined(LX_ASAN)
+#include <sanitizer/asan_interface.h>
+#define LX_ASAN_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define LX_ASAN_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define LX_ASAN_POISON(p, n) ((void)(p), (void)(n))
+#define LX_ASAN_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 namespace loaderx::client {
 
 namespace {
@@ -395,6 +409,14 @@ Status Connection::FilePushed(Pushed item) {
   return Status::OK();
 }
 
+LeasePool::LeasePool() {
+  // Under ASan a free block is poisoned, so a Lease used after its last
+  // owner let go is reported as it would be on the heap.
+  LX_ASAN_POISON(blocks_.data(), sizeof(blocks_));
+}
+
+LeasePool::~LeasePool() { LX_ASAN_UNPOISON(blocks_.data(), sizeof(blocks_)); }
+
 void* LeasePool::Allocate(size_t bytes) {
   if (bytes > kBlockBytes) return nullptr;
   for (size_t n = 0; n < kBlocks; ++n) {
@@ -404,6 +426,7 @@ void* LeasePool::Allocate(size_t bytes) {
     if (!used_[i].load(std::memory_order_acquire)) {
       used_[i].store(true, std::memory_order_relaxed);  // only this thread sets flags
       next_ = (i + 1) % kBlocks;
+      LX_ASAN_UNPOISON(blocks_[i].data(), kBlockBytes);
       return blocks_[i].data();
     }
   }
@@ -414,7 +437,9 @@ bool LeasePool::Deallocate(void* p) {
   const auto at = reinterpret_cast<uintptr_t>(p);
   const auto first = reinterpret_cast<uintptr_t>(blocks_.front().data());
   if (at < first || at - first >= sizeof(blocks_)) return false;
-  used_[(at - first) / kBlockBytes].store(false, std::memory_order_release);
+  const size_t i = (at - first) / kBlockBytes;
+  LX_ASAN_POISON(blocks_[i].data(), kBlockBytes);
+  used_[i].store(false, std::memory_order_release);
   return true;
 }
 

@@ -76,6 +76,10 @@ class LeasePool {
  public:
   static constexpr size_t kBlocks = 64;
   static constexpr size_t kBlockBytes = 512;
+  LeasePool();
+  ~LeasePool();
+  LeasePool(const LeasePool&) = delete;
+  LeasePool& operator=(const LeasePool&) = delete;
   // Receiving thread only (callers serialised, as Connection's receivers).
   void* Allocate(size_t bytes);
   // Any thread: false if `p` is not one of this pool's blocks.
