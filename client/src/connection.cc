@@ -253,30 +253,28 @@ Result<bool> Connection::DrainQueue() {
   while (true) {
     LX_ASSIGN_OR_RETURN(bool got, push_queue_.Peek(&queue_frame_));
     if (!got) break;
-    if (IsBatchFrame(queue_frame_)) {
-      // The common case, decoded into one reused message: nothing allocated.
-      LX_RETURN_IF_ERROR(DecodeBatchFrame(queue_frame_, &queue_batch_));
-      if (queue_batch_.gen > gen_ && seek_id_ != 0) break;  // as below
-      push_queue_.Pop();
-      LX_RETURN_IF_ERROR(FileBatch(queue_batch_));
-      filed = true;
-      continue;
-    }
-    LX_ASSIGN_OR_RETURN(Message m, DecodeMessage(queue_frame_));
+    // A batch (the common case) is decoded into one reused message, so
+    // filing it allocates nothing; anything else must be a step's error.
+    const bool batch = IsBatchFrame(queue_frame_);
+    std::optional<Message> error;
     uint64_t gen = 0;
-    if (const auto* b = std::get_if<BatchMsg>(&m)) {
-      gen = b->gen;
-    } else if (const auto* e = std::get_if<ErrorMsg>(&m); e != nullptr && e->gen && !e->id) {
-      gen = *e->gen;
+    if (batch) {
+      LX_RETURN_IF_ERROR(DecodeBatchFrame(queue_frame_, &queue_batch_));
+      gen = queue_batch_.gen;
     } else {
-      return Status::Protocol(std::string("the push queue holds a '") + MessageName(m) +
-                              "' frame (only pushed batches and step errors are queued)");
+      LX_ASSIGN_OR_RETURN(error, DecodeMessage(queue_frame_));
+      const auto* e = std::get_if<ErrorMsg>(&*error);
+      if (e == nullptr || !e->gen || e->id) {
+        return Status::Protocol(std::string("the push queue holds a '") + MessageName(*error) +
+                                "' frame (only pushed batches and step errors are queued)");
+      }
+      gen = *e->gen;
     }
     // Pushed after a seek the daemon accepted: its `ok`, in the socket, is
     // filed first (File refuses a generation the loader has not reached).
     if (gen > gen_ && seek_id_ != 0) break;
     push_queue_.Pop();
-    LX_RETURN_IF_ERROR(File(std::move(m), {}));
+    LX_RETURN_IF_ERROR(batch ? FileBatch(queue_batch_) : File(std::move(*error), {}));
     filed = true;
   }
   if (filed) last_heard_ = std::chrono::steady_clock::now();
