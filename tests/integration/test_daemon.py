@@ -106,6 +106,43 @@ def test_negative_timeout_is_refused_on_both_hosts(daemon, stores, timeout: floa
             source.close()
 
 
+def test_a_corrupt_records_step_fails_alone_and_alike_on_both_hosts(daemon, tmp_path: Path) -> None:
+    # A step whose gather fails reaches the client as a pushed step error
+    # (through the push queue from a 1.4 daemon): raised for that step only,
+    # with the embedded loader's class and message, and the loader goes on.
+    from loaderx.errors import CorruptStoreError
+    from loaderx.zrecord import Dense
+
+    path = tmp_path / "c"
+    x = np.repeat(np.arange(64, dtype=np.uint8)[:, None], 1024, axis=1)
+    with Dense.create(str(path), x.dtype, x.shape[1:], codec="zstd", data_shards=1) as s:
+        s.append(x)
+    data = path / "data-000"
+    b = bytearray(data.read_bytes())
+    b[len(b) // 2:] = b"\xff" * (len(b) - len(b) // 2)  # the frames of records 32.. and on
+    data.write_bytes(bytes(b))
+
+    def outcomes(**kw: object) -> list[object]:
+        out: list[object] = []
+        with Dense.open(str(path)) as s, DataLoader({"x": s}, batch_size=8, mode=Mode.Sequential, **kw) as dl:
+            for step in range(8):
+                try:
+                    got = next(dl)["x"]
+                    assert np.array_equal(got, x[step * 8:(step + 1) * 8])
+                    out.append(step)
+                except CorruptStoreError as e:
+                    assert dl.step == step + 1  # the failed step is consumed
+                    out.append(str(e))
+        return out
+
+    local = outcomes()
+    assert local[:4] == [0, 1, 2, 3]
+    for step in range(4, 8):
+        assert isinstance(local[step], str) and local[step].startswith(f"step {step}: "), local[step]
+        assert f"record {step * 8}" in local[step]
+    assert outcomes(daemon=daemon.socket) == local
+
+
 def test_seek_state_dict_and_start_step_resume_identically(daemon, stores) -> None:
     s = stores["streams"]
     with DataLoader(s, batch_size=4, seed=9, daemon=daemon.socket) as remote, \
