@@ -34,7 +34,8 @@ client's socket when the caller asks. Clocks are CLOCK_MONOTONIC
   ready batch; and warm at 1 KiB (0.5 ms busy-wait instead of the sleep),
   both hosts.
 * **Throughput**: one client through loaderxd against the embedded
-  DataLoader on 37 MiB batches (IID), ``--repeats`` rounds alternating, with
+  DataLoader on 37 MiB batches (IID), ``--repeats`` rounds of ``--batches``
+  each, the two hosts alternating and taking turns to go first, with
   the training process's own CPU seconds per batch (``time.process_time``:
   every thread of this process; through the daemon the gather runs in
   loaderxd).
@@ -397,8 +398,9 @@ def main() -> int:
     ap.add_argument("--loaderxd")
     ap.add_argument("--handoff-bench", help="the loaderx_handoff_bench binary")
     ap.add_argument("--samples", type=int, default=150)
-    ap.add_argument("--batches", type=int, default=60, help="37 MiB batches per throughput run")
-    ap.add_argument("--repeats", type=int, default=3, help="throughput rounds (embedded, daemon)")
+    ap.add_argument("--batches", type=int, default=150, help="37 MiB batches per throughput run")
+    ap.add_argument("--repeats", type=int, default=7,
+                    help="throughput rounds (embedded and daemon, which goes first alternating)")
     ap.add_argument("--pause", type=float, default=0.08,
                     help="seconds between timed draws, the same for every size")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
@@ -444,7 +446,11 @@ def main() -> int:
               f" (CPU {pct(warm.daemon_cpu, 50):.1f}), embedded {pct(warm.embedded, 50):.1f}"
               f" (CPU {pct(warm.embedded_cpu, 50):.1f})", flush=True)
         for r in range(args.repeats):
-            runs.append((throughput(None, args.batches), throughput(daemon.sock, args.batches)))
+            if r % 2 == 0:
+                runs.append((throughput(None, args.batches), throughput(daemon.sock, args.batches)))
+            else:
+                d_run = throughput(daemon.sock, args.batches)
+                runs.append((throughput(None, args.batches), d_run))
             (e, ec), (d, dc) = runs[-1]
             print(f"throughput {r + 1}: embedded {e:.1f} b/s ({ec * 1e3:.2f} ms CPU/batch), daemon"
                   f" {d:.1f} ({dc * 1e3:.2f}); ratio {d / e:.2f}", flush=True)
@@ -563,7 +569,7 @@ def main() -> int:
         "![loaderx hand-off latency](bench_daemon.png)",
         "",
         (f"**Throughput**, 256 photo crops per batch (37 MiB), IID, {args.batches} batches per run,"
-         " embedded and daemon alternating; CPU = the training process's own CPU time per batch"
+         " embedded and daemon alternating, each going first in turn; CPU = the training process's own CPU time per batch"
          " (through the daemon, in parentheses, as a share of the embedded loader's):"),
         "",
         markdown_table(["round", "embedded b/s", "daemon b/s", "embedded CPU ms", "daemon CPU ms"],
