@@ -400,7 +400,7 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=150)
     ap.add_argument("--batches", type=int, default=150, help="37 MiB batches per throughput run")
     ap.add_argument("--repeats", type=int, default=7,
-                    help="throughput rounds (embedded and daemon, which goes first alternating)")
+                    help="throughput rounds (embedded and daemon, each going first in turn)")
     ap.add_argument("--pause", type=float, default=0.08,
                     help="seconds between timed draws, the same for every size")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
@@ -446,11 +446,9 @@ def main() -> int:
               f" (CPU {pct(warm.daemon_cpu, 50):.1f}), embedded {pct(warm.embedded, 50):.1f}"
               f" (CPU {pct(warm.embedded_cpu, 50):.1f})", flush=True)
         for r in range(args.repeats):
-            if r % 2 == 0:
-                runs.append((throughput(None, args.batches), throughput(daemon.sock, args.batches)))
-            else:
-                d_run = throughput(daemon.sock, args.batches)
-                runs.append((throughput(None, args.batches), d_run))
+            hosts = [None, daemon.sock] if r % 2 == 0 else [daemon.sock, None]
+            got = {h: throughput(h, args.batches) for h in hosts}
+            runs.append((got[None], got[daemon.sock]))
             (e, ec), (d, dc) = runs[-1]
             print(f"throughput {r + 1}: embedded {e:.1f} b/s ({ec * 1e3:.2f} ms CPU/batch), daemon"
                   f" {d:.1f} ({dc * 1e3:.2f}); ratio {d / e:.2f}", flush=True)
@@ -569,8 +567,9 @@ def main() -> int:
         "![loaderx hand-off latency](bench_daemon.png)",
         "",
         (f"**Throughput**, 256 photo crops per batch (37 MiB), IID, {args.batches} batches per run,"
-         " embedded and daemon alternating, each going first in turn; CPU = the training process's own CPU time per batch"
-         " (through the daemon, in parentheses, as a share of the embedded loader's):"),
+         " embedded and daemon alternating, each going first in turn; CPU = the training process's"
+         " own CPU time per batch (through the daemon, in parentheses, as a share of the embedded"
+         " loader's):"),
         "",
         markdown_table(["round", "embedded b/s", "daemon b/s", "embedded CPU ms", "daemon CPU ms"],
                        tp_rows, "lrrrr"),
