@@ -255,8 +255,24 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Before the release that lets the daemon reuse the bytes. Any thread.
   void ReleasePrivatePages(uint32_t ring, uint64_t first, uint64_t end);
 
+  // Held batches beyond the lease cap. Every lease whose batch is a private
+  // view (a writable batch from NextUntil) is listed here, oldest first,
+  // until ~Lease. MoveOutOldestView turns the oldest listed view into this
+  // process's own memory and gives its slot back to the daemon: each page
+  // of the view is written in place with its own value (an atomic
+  // compare-and-swap, so a concurrent write by the user is neither lost nor
+  // torn), which makes the kernel copy it out of the ring into anonymous
+  // memory; only then is the release sent. The batch keeps its address and
+  // contents; memory grows only by what the user holds. Any thread.
+  void ListView(Lease* lease);
+  void UnlistView(Lease* lease);  // ~Lease; waits for a move of that lease
+  bool MoveOutOldestView();       // false: no view to move
+  // Batches moved out so far (stats). Relaxed: a counter.
+  std::atomic<uint64_t> views_moved_out{0};
+
   // Leases alive in this process (queued pushed batches, Batches and their
-  // zero-copy owners). Seq_cst: ordered against closed_ (see there).
+  // zero-copy owners) and not moved out. Seq_cst: ordered against closed_
+  // (see there).
   std::atomic<uint32_t> leases_held{0};
 
  private:
@@ -393,6 +409,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // A drop failed: pages may hold stale copies, so no new view uses the
   // private mappings any more (each batch gets a mapping of its own).
   bool private_broken_ = false;
+
+  // The list of movable views (ListView), oldest first.
+  void UnlinkView(Lease* lease);  // REQUIRES views_mu_, lease listed
+  std::mutex views_mu_;
+  Lease* views_head_ = nullptr;
+  Lease* views_tail_ = nullptr;
 };
 
 }  // namespace loaderx::client

@@ -192,8 +192,11 @@ class SamplerCore:
 class Source:
     """A native batch source: the embedded Pipeline or a DaemonLoader, with one behaviour."""
 
-    def next(self, timeout: float | None = None) -> tuple[int, list[_Value]] | None:
-        """``(step, values)`` of the next step, or None after ``timeout`` seconds."""
+    def next(
+        self, timeout: float | None = None, stash: list[Any] | None = None
+    ) -> tuple[int, list[_Value]] | None:
+        """``(step, values)`` of the next step (also put in ``stash[0]`` before anything
+        can raise), or None after ``timeout`` seconds."""
 
     def seek(self, step: SupportsIndex) -> None: ...
     @property
@@ -259,6 +262,9 @@ class DaemonLoader(Source):
     def lease_cap(self) -> int: ...
     @property
     def leases_held(self) -> int: ...
+    @property
+    def batches_moved_out(self) -> int:
+        """Held batches moved out of the ring to stay under the lease cap."""
     @property
     def ring_bytes(self) -> int: ...
     @property

@@ -24,9 +24,12 @@ ndarray, a ragged stream's a list of ndarrays, writable copy-on-write views
 of the ring slot (read-only with ``DaemonOptions(shared_view=True)``; see
 :mod:`loaderx.sources`, "Writeability"); all arrays of one batch share one
 ``base`` that owns the ring slot. The slot goes
-back to the daemon when the last of them is freed. Holding more than
-``leases`` batches (default :data:`DEFAULT_LEASES`) and asking for another
-raises :class:`~loaderx.errors.ResourceExhausted` instead of waiting forever.
+back to the daemon when the last of them is freed, or earlier: code may hold
+any number of batches, and past ``leases`` (default :data:`DEFAULT_LEASES`)
+the oldest held one moves out of the ring into this process's memory
+(docs/daemon.md, "Holding batches"). Read-only ``shared_view`` batches cannot
+move: holding ``leases`` of those and asking for another raises
+:class:`~loaderx.errors.ResourceExhausted` instead of waiting forever.
 
 Failure: if the daemon dies, a ``next()`` raises
 :class:`~loaderx.errors.DaemonError` within a second; arrays you hold stay

@@ -38,9 +38,15 @@ The source contract (:class:`BatchSource`)
 ------------------------------------------
 ``source.step -> int``
     The step the next successful ``next_raw`` returns.
-``source.next_raw(timeout: float) -> tuple[int, dict[str, Any]] | None``
+``source.next_raw(timeout: float, stash: list | None = None) -> tuple[int, dict[str, Any]] | None``
     The next ``(step, raw_batch)`` in step order, or ``None`` if it is not
-    ready within ``timeout`` seconds (``0`` polls). If producing that step
+    ready within ``timeout`` seconds (``0`` polls). ``stash`` is the
+    caller's one-element list: a batch taken from the producer is stored in
+    ``stash[0]`` before anything can raise (Ctrl-C lands between any two
+    Python calls), and while ``stash[0]`` holds one, ``next_raw`` returns it
+    instead of taking another. The caller empties ``stash[0]`` once it has
+    counted the batch (without a stash, a batch lost to an exception is
+    lost). If producing that step
     failed, raises the step's exception and advances past it. Raises
     :class:`~loaderx.errors.LoaderClosedError` once closed (also in a thread
     blocked here when another thread closes). Returns within ``timeout``
@@ -53,6 +59,7 @@ The source contract (:class:`BatchSource`)
 
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 from collections.abc import Mapping
@@ -61,6 +68,8 @@ from typing import Any, Protocol
 
 from . import _loaderx
 from .errors import DaemonError, InvalidArgumentError, StateError
+
+_log = logging.getLogger("loaderx")
 
 __all__ = [
     "DEFAULT_LEASES",
@@ -124,7 +133,9 @@ class BatchSource(Protocol):
     @property
     def step(self) -> int: ...
 
-    def next_raw(self, timeout: float) -> tuple[int, dict[str, Any]] | None: ...
+    def next_raw(
+        self, timeout: float, stash: list[Any] | None = None
+    ) -> tuple[int, dict[str, Any]] | None: ...
 
     def seek(self, step: int) -> None: ...
 
@@ -153,13 +164,20 @@ class _NativeSource:
         """The step the next successful ``next_raw`` returns."""
         return int(self._native.step)
 
-    def next_raw(self, timeout: float) -> tuple[int, dict[str, Any]] | None:
+    def next_raw(
+        self, timeout: float, stash: list[Any] | None = None
+    ) -> tuple[int, dict[str, Any]] | None:
         """The next ``(step, {name: value})`` or ``None`` after ``timeout`` seconds."""
-        got = self._native.next(timeout)
+        if stash is None:
+            stash = [None]
+        got = stash[0]
         if got is None:
-            return None
-        step, values = got
-        return int(step), dict(zip(self._names, values))
+            got = self._native.next(timeout, stash)  # also in stash[0], as (step, [value])
+            if got is None:
+                return None
+        if isinstance(got[1], list):  # the native form: named once, in place
+            stash[0] = got = (int(got[0]), dict(zip(self._names, got[1])))
+        return got
 
     def seek(self, step: int) -> None:
         """The next ``next_raw`` returns ``step``."""
@@ -370,6 +388,7 @@ class DaemonSource(_NativeSource):
             join = "start_step"
         self._names = tuple(spec.names)
         self._path = path
+        self._moved_noted = False
         stores, mix_counts, mix_parts = _wire_streams(streams, self._names)
         self._native = _loaderx.DaemonLoader(
             path,
@@ -405,8 +424,25 @@ class DaemonSource(_NativeSource):
 
     @property
     def leases_held(self) -> int:
-        """Batches of this loader alive in this process right now."""
+        """Batches of this loader alive in this process right now, in the ring."""
         return int(self._native.leases_held)
+
+    @property
+    def batches_moved_out(self) -> int:
+        """Held batches moved out of the ring so far to stay under the lease cap."""
+        return int(self._native.batches_moved_out)
+
+    def next_raw(
+        self, timeout: float, stash: list[Any] | None = None
+    ) -> tuple[int, dict[str, Any]] | None:
+        got = super().next_raw(timeout, stash)
+        if not self._moved_noted and self._native.batches_moved_out:
+            self._moved_noted = True
+            _log.info(
+                "loaderxd loader on %s: holding more than %d batches; the oldest held ones "
+                "move out of the shared ring into this process's memory (raise "
+                "DaemonOptions.leases to keep more in the ring)", self._path, self.lease_cap)
+        return got
 
 
 def _resolve(daemon: Any) -> str:

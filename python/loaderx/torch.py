@@ -145,7 +145,7 @@ class StatefulLoader:
         return self
 
     def __next__(self) -> Any:
-        return to_torch(next(self.loader))
+        return self.loader._deliver(to_torch)  # an interrupt consumes no step here either
 
     def state_dict(self) -> dict[str, Any]:
         """The position after the last batch yielded (plain ints and strings)."""

@@ -97,6 +97,7 @@ class DaemonLoader final : public PySource {
 
   uint32_t lease_cap() const { return loader_->lease_cap(); }
   uint32_t leases_held() const { return loader_->leases_held(); }
+  uint64_t batches_moved_out() const { return loader_->batches_moved_out(); }
   uint64_t ring_bytes() const { return loader_->ring_bytes(); }
   uint64_t size() const { return loader_->size(); }
   uint64_t last_publish_ns() const { return loader_->last_publish_ns(); }
@@ -151,6 +152,8 @@ or read-only views of the ring itself with shared_view=True.)doc")
            py::arg("mix_parts") = std::vector<std::vector<std::string>>())
       .def_property_readonly("lease_cap", &DaemonLoader::lease_cap)
       .def_property_readonly("leases_held", &DaemonLoader::leases_held)
+      .def_property_readonly("batches_moved_out", &DaemonLoader::batches_moved_out,
+                             "Held batches moved out of the ring to stay under the lease cap.")
       .def_property_readonly("ring_bytes", &DaemonLoader::ring_bytes)
       .def_property_readonly("size", &DaemonLoader::size)
       .def_property_readonly("last_publish_ns", &DaemonLoader::last_publish_ns,
