@@ -4,22 +4,22 @@
 ``make docs-check`` (part of ``make test``) runs it from the repository root.
 It reads
 
-* every tracked Markdown file (README.md, CHANGELOG.md, docs/*.md, ...): the
-  targets of Markdown links ``[text](target)`` and every path-like word;
+* every tracked Markdown file (README.md, docs/*.md, ...): the targets of
+  Markdown links ``[text](target)`` and every path-like word;
 * the comments of every tracked C++ file (``.h``, ``.cc``) and the comments
   and docstrings of every tracked Python file (``.py``, ``.pyi``): every
   path-like word.
 
 A path-like word is a relative path ending in a file extension of this tree
-(``common/src/foo.cc``, ``docs/daemon.md``, ``loaderx/ring.h``) or a bare
-Markdown name (``DESIGN.md``). It resolves if it names a file or directory
+(``common/src/fd.cc``, ``docs/daemon.md``, ``loaderx/ring.h``) or a bare
+Markdown name (``README.md``). It resolves if it names a file or directory
 relative to the repository root or to the citing file's directory, or if it
 is the trailing part of a tracked path (``loaderx/ring.h`` for
 ``common/internal/loaderx/ring.h``, as an ``#include`` spells it). A link
-target must resolve from the citing file's directory, as a viewer resolves it. URLs,
-absolute paths, system headers (``<linux/sched.h>``), patterns (``*``,
-``<name>``, ``{a,b}``) and paths git ignores (outputs such as
-``bench/results/x.json``) are not checked.
+target must resolve from the citing file's directory, as a viewer resolves
+it. URLs, absolute paths, system headers (``<linux/sched.h>``), patterns
+(``*``, ``<name>``, ``{a,b}``) and paths git ignores (outputs such as
+``bench/results/sampler.json``) are not checked.
 Anchors (``#section``) are stripped: the check is about files.
 
 Each missing target is printed as ``file:line: target: no such file`` and the
