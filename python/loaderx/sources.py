@@ -22,7 +22,8 @@ One module for both hosts. :func:`open_source` turns the loader's
   :mod:`loaderx.errors`.
 * **Liveness.** A daemon that dies is noticed within a second (hang-up);
   one that stops answering (SIGSTOP, deadlock) raises ``DaemonError`` after
-  ``DaemonOptions.liveness_timeout`` (default 10 s).
+  ``DaemonOptions.liveness_timeout`` (default 10 s; docs/daemon.md, "What is
+  different").
 * **Ctrl-C** in ``next_raw`` or ``seek`` raises ``KeyboardInterrupt`` within
   ~20 ms (plus up to 50 ms for a seek waiting on loaderxd) and consumes no
   step. **Interpreter exit** with sources alive, even with a daemon thread
