@@ -1,15 +1,19 @@
-// Connection: one socket to loaderxd speaking protocol 1.3, the ring mapping
-// of the loader opened on it, and fork safety.
+// Connection: one socket to loaderxd speaking protocol 1.4 (kProtocolMinor,
+// loaderx/wire.h), the ring mapping and push queue of the loader opened on
+// it, and fork safety.
 //
-// Protocol 1.2 (docs/protocol.md): requests carry an id their reply echoes;
+// The protocol (docs/protocol.md): requests carry an id their reply echoes;
 // batches are pushed by the daemon under the loader's credit, each tagged
-// with its generation (a seek the daemon accepts starts a new one). Every
-// frame is read by Pump(): a reply is matched to the request waiting for
-// it by id (a reply to an abandoned request is dropped), a pushed batch or
-// step error joins the ready queue in arrival order, unless it belongs to
-// an older generation, in which case its slot is released unread at once.
-// Nothing is ever "owed": a wait that ends early (deadline, WaitHook, Ctrl-C)
-// leaves the socket as it was, and the next wait reads on.
+// with its generation (a seek the daemon accepts starts a new one), into
+// the loader's shared-memory push queue (AttachQueue; on the socket when
+// the loader has none: a 1.3 daemon, or LoaderSpec::push_queue false).
+// Every frame is read by Pump(), the queue's before the socket's: a reply is
+// matched to the request waiting for it by id (a reply to an abandoned
+// request is dropped), a pushed batch or step error joins the ready queue in
+// arrival order, unless it belongs to an older generation, in which case its
+// slot is released unread at once. Nothing is ever "owed": a wait that ends
+// early (deadline, WaitHook, Ctrl-C) leaves the socket as it was, and the
+// next wait reads on.
 //
 // Waits are ONE blocking recvmsg per attempt, bounded by SO_RCVTIMEO =
 // kPollInterval (or less near a deadline), so a dead daemon (hang-up),

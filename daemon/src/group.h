@@ -1,5 +1,5 @@
 // Group: one Pipeline and one ring shared by the loaders ("members") that
-// joined it (DESIGN.md §7 "Groups", docs/daemon.md "Groups").
+// joined it (docs/daemon.md "Groups", docs/protocol.md "Groups (1.1)").
 //
 // Every open loader is a member of exactly one Group. A solo loader (no
 // group name) is the only member of a private broadcast group, so there is

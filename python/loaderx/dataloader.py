@@ -279,7 +279,7 @@ class DataLoader:
             their defaults or agree with it (else ``ValueError``). The sampler
             itself is not advanced.
         rank, world_size: this process's slice of the global batch of
-            ``batch_size * world_size`` records (DESIGN.md §5).
+            ``batch_size * world_size`` records (docs/guide.md, "Sharding").
         start_step: the step of the first batch (default 0).
         prefetch: another name of ``prefetch_size``.
         num_threads: gather threads (default: usable CPUs, at most 16).

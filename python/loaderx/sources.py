@@ -10,14 +10,10 @@ One module for both hosts. :func:`open_source` turns the loader's
   stream a list of ``B`` ndarrays; all arrays of a batch view its memory
   without a copy and share one ``base`` that owns it (a loaderxd ring slot
   goes back to the daemon when the last of them is freed).
-* **Writeability.** Batches are **writable** on both hosts, as in loaderx
-  2.5.4, so a transform may work in place. Through loaderxd each batch is a
-  private copy-on-write mapping of its ring slot: reading costs nothing
-  extra, the first write to a 4 KiB page copies that page for this process
-  only (the daemon and other clients never see it). ``DaemonOptions(
-  shared_view=True)`` opts out: read-only views of the shared ring itself
-  (no mapping per batch, no page faults on first touch; writing raises
-  ``ValueError: assignment destination is read-only``).
+* **Writeability.** Batches are **writable** on both hosts (through
+  loaderxd, private copy-on-write views of the ring slot), read-only only
+  with ``DaemonOptions(shared_view=True)``; the rule is stated once, in
+  docs/guide.md, "Batches: ownership and writeability".
 * **Timeouts.** ``next_raw(timeout)`` takes seconds ``>= 0``; a negative or
   NaN timeout is :class:`~loaderx.errors.InvalidArgumentError` on both.
 * **Errors.** Bad arguments are ``InvalidArgumentError`` (``ValueError``),
@@ -26,7 +22,8 @@ One module for both hosts. :func:`open_source` turns the loader's
   :mod:`loaderx.errors`.
 * **Liveness.** A daemon that dies is noticed within a second (hang-up);
   one that stops answering (SIGSTOP, deadlock) raises ``DaemonError`` after
-  ``DaemonOptions.liveness_timeout`` (default 10 s).
+  ``DaemonOptions.liveness_timeout`` (default 10 s; docs/daemon.md, "What is
+  different").
 * **Ctrl-C** in ``next_raw`` or ``seek`` raises ``KeyboardInterrupt`` within
   ~20 ms (plus up to 50 ms for a seek waiting on loaderxd) and consumes no
   step. **Interpreter exit** with sources alive, even with a daemon thread
@@ -254,7 +251,8 @@ class DaemonOptions:
     get twice the slots of payload to absorb fragmentation, so raise it if a step fails with ``ResourceExhausted`` naming ring_bytes).
     ``fallback``: load in process (with a warning) if no daemon answers.
     ``shared_view``: batches as read-only views of the shared ring instead
-    of writable copy-on-write mappings (module docstring, "Writeability").
+    of writable copy-on-write mappings (docs/guide.md, "Batches: ownership
+    and writeability").
     ``leases``: the batches this process may hold at once, which is also
     the daemon's credit: it pushes ready batches while this process holds
     fewer (batches pushed but not yet returned by ``next()`` count).
