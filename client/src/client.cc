@@ -402,6 +402,9 @@ Result<std::unique_ptr<client::Loader>> Client::OpenLoader(const client::LoaderS
     open.group_mode = spec.group_mode;
     open.join = spec.join;
     open.group_timeout_ms = static_cast<uint64_t>(std::max<int64_t>(spec.group_timeout.count(), 0));
+    open.ranks_first = spec.ranks_count != 0 ? spec.ranks_first : 0;
+    open.ranks_count = spec.ranks_count;
+    open.replicas = spec.replicas;
   }
   if (!spec.mix_counts.empty() || !spec.mix_parts.empty()) {
     if (spec.mix_counts.empty() || spec.mix_parts.size() != spec.stores.size()) {
@@ -479,6 +482,12 @@ Result<std::unique_ptr<client::Loader>> Client::OpenLoader(const client::LoaderS
   }
   conn->set_liveness_timeout(spec.liveness_timeout);
   open.push_queue = spec.push_queue && conn->hello().minor >= 4;
+  if ((open.ranks_count != 0 || open.replicas != 1) && conn->hello().minor < 5) {
+    return Status::Protocol(path_ + ": loaderxd speaks protocol 1." +
+                            std::to_string(conn->hello().minor) +
+                            "; a group over part of the ranks or with replicas needs 1.5 "
+                            "(upgrade loaderxd)");
+  }
   conn->set_defer_takes(spec.group.empty());
   LX_ASSIGN_OR_RETURN(client::Reply r, conn->Call(open, fds, nullptr));
   if (auto* err = std::get_if<ErrorMsg>(&r.msg)) return err->ToStatus();

@@ -9,10 +9,19 @@
 // Modes:
 //  * kBroadcast: the pipeline runs the members' sampler spec as is; every
 //    member receives the same full batches (one gather, N mappings).
-//  * kShard: the pipeline runs the world_size = 1 sampler with the global
-//    batch G = batch_size * world_size; the member of rank r receives rows
-//    [r * B, (r + 1) * B) of each global batch as its batch. sampler.h
-//    guarantees this equals what a rank-r sampler of world_size draws.
+//  * kShard: the group serves the data-parallel ranks [F, F + C) of
+//    world_size W (all of them, F = 0 and C = W, unless the members named a
+//    range: the local ranks of one node of a multi-node job), each to R
+//    members ("replicas": the model-parallel ranks of one data-parallel
+//    replica; R = 1 unless named). The pipeline draws only those ranks'
+//    rows: the sampler spec with batch C * B, world W / C and rank F / C,
+//    which sampler.h guarantees is rows [F * B, (F + C) * B) of the global
+//    batch (hence C must divide W and F). The member of rank r receives
+//    rows [(r - F) * B, (r - F + 1) * B) of it, the batch a rank-r sampler
+//    of W draws; its R replicas receive the same rows of the same slot.
+//    Positions are kept per expected member, a *position* p = (r - F) * R +
+//    k for replica k, so every rule below that speaks of "ranks" speaks of
+//    positions (C * R of them, joined or not).
 //
 // Positions (protocol 1.2 pushes; Aeron's status messages are the model):
 // every member has a push cursor (the next step pushed to its client) and a
@@ -172,6 +181,16 @@ class Group {
     std::vector<std::shared_ptr<const Store>> streams;
     SamplerSpec sampler;  // the member's own (rank, world_size) spec
     GroupMode mode = GroupMode::kBroadcast;
+    // kShard: the ranks served, [ranks_first, ranks_first + ranks_count)
+    // (ranks_count 0: all of world_size), and members per rank.
+    uint64_t ranks_first = 0;
+    uint64_t ranks_count = 0;
+    uint32_t replicas = 1;
+    // The ranks served (ranks_count, or world_size when it is 0).
+    uint64_t RankCount() const { return ranks_count != 0 ? ranks_count : sampler.world_size; }
+    // InvalidArgument naming what does not fit: a range that is not an
+    // aligned part of the world (C divides W and F), a rank outside it.
+    Status Validate() const;
   };
   struct Options {
     uint32_t prefetch = 4;
@@ -201,6 +220,7 @@ class Group {
     struct MemberRow {
       uint64_t session = 0;
       MemberInfo info;
+      uint64_t position = 0;  // shard: its position (rank_cursors' index)
       uint64_t cursor = 0;
       uint64_t served = 0;  // batches handed to this member
     };
@@ -209,9 +229,13 @@ class Group {
     uint64_t batch_size = 0;  // per member
     uint64_t world_size = 1;
     std::vector<MemberRow> members;  // by session id
-    // Shard: the cursor of every rank 0..W-1 (a rank without a member is
-    // frozen where it left, or at the start step if it never joined).
+    // Shard: the cursor of every position (rank ranks_first + p / replicas,
+    // replica p % replicas; a position without a member is frozen where it
+    // left, or at the start step if it never joined).
     std::vector<uint64_t> rank_cursors;
+    uint64_t ranks_first = 0;
+    uint64_t ranks_count = 0;  // shard: the ranks served (world_size if all)
+    uint32_t replicas = 1;
     bool holds = false;  // any batch held; then oldest/newest are valid
     uint64_t oldest_held = 0;
     uint64_t newest_held = 0;
@@ -260,16 +284,19 @@ class Group {
   Status CheckCompatible(const MemberSpec& spec) const;
 
   // Adds member `id` (rank from its spec) and returns its first step.
-  // InvalidArgument if its rank is taken by a live member (shard);
+  // InvalidArgument if every position of its rank is taken by a live
+  // member (shard: `replicas` per rank), or if a live replica of its rank
+  // that has not moved since it started started at another step (the
+  // model-parallel ranks of one replica must start together);
   // IndexError ("out of range") if join = start_step names a step the
   // group has already dropped (the message names the oldest it still holds).
   Result<uint64_t> Join(uint64_t id, const MemberInfo& info, GroupJoin join, uint64_t start_step);
   // Removes member `id`; true if no member is left (the caller then drops
   // the group). Its cursor is forgotten (broadcast) or frozen (shard).
   bool Leave(uint64_t id);
-  // Shard: waits at most `max` for `rank` to have no live member; true if
-  // it has none (or the group is not a shard group, or the rank is out of
-  // range: Join decides). A loader closed and reopened at once as the same
+  // Shard: waits at most `max` for `rank` to have a position with no live
+  // member; true if it has one (or the group is not a shard group, or the
+  // rank is out of range: Join decides). A loader closed and reopened at once as the same
   // rank sends its close (or hangs up) on one connection and its open on
   // another, so the open may be read first: it waits for the old member's
   // leave instead of being refused. Call without the registry lock (a leave
@@ -332,6 +359,8 @@ class Group {
   };
   struct Member {
     MemberInfo info;
+    uint64_t position = 0;  // shard: its index in rank_cursor_ and the others
+    uint64_t start = 0;     // the step it joined at or last sought to
     // Broadcast only; shard positions live in rank_cursor_ / rank_pushed_.
     uint64_t cursor = 0;  // consumed position
     uint64_t pushed = 0;  // push cursor
@@ -374,10 +403,16 @@ class Group {
                                  std::chrono::milliseconds poll, std::chrono::milliseconds* wait);
   void DropHeld(std::map<uint64_t, Held>::iterator it);
   Delivery Slice(const Held& h, uint64_t step, uint64_t rank) const;
+  // Shard: the positions of `rank` ([first, first + replicas_)).
+  uint64_t FirstPosition(uint64_t rank) const { return (rank - spec_.ranks_first) * replicas_; }
+  uint64_t RankOf(uint64_t position) const { return spec_.ranks_first + position / replicas_; }
+  // "rank 3", or "rank 3 replica 1" when ranks have replicas.
+  std::string PositionName(uint64_t position) const;
   Status Gone(uint64_t step) const;
-  // The ranks (shard) or sessions (broadcast) whose cursor is `step`.
+  // The positions (shard) or sessions (broadcast) whose cursor is `step`.
   std::vector<uint64_t> At(uint64_t step) const;
-  // "rank 1 (not joined) and rank 3 (left at step 9)", or the sessions.
+  // "rank 1 (not joined) and rank 3 (left at step 9)" (with "replica k"
+  // when there are replicas), or the sessions.
   std::string Describe(const std::vector<uint64_t>& who) const;
   // Logs a stall of the group once per state; Resumed() once it ends.
   void NoteStall(std::chrono::steady_clock::duration waited, std::chrono::milliseconds timeout);
@@ -399,10 +434,11 @@ class Group {
   bool closed_ = false;
   uint64_t gathered_ = 0;
   std::map<uint64_t, Member> members_;  // session id -> member
-  std::vector<uint64_t> rank_cursor_;   // shard: consumed position, one per rank
-  std::vector<uint64_t> rank_pushed_;   // shard: push cursor, one per rank
-  std::vector<uint64_t> rank_member_;   // shard: live session of each rank, 0 = none
-  std::vector<bool> rank_joined_;       // shard: a member has ever had this rank
+  const uint64_t replicas_;             // shard: positions per rank (1 otherwise)
+  std::vector<uint64_t> rank_cursor_;   // shard: consumed position, one per position
+  std::vector<uint64_t> rank_pushed_;   // shard: push cursor, one per position
+  std::vector<uint64_t> rank_member_;   // shard: live session of each position, 0 = none
+  std::vector<bool> rank_joined_;       // shard: a member has ever had this position
   uint64_t served_ = 0;
   // The stall last logged ("" = none): waits_for + step, and since when.
   std::string stall_logged_;

@@ -649,6 +649,11 @@ class SessionImpl final : public Session, public std::enable_shared_from_this<Se
     ss.world_size = m.world_size;
     Status valid = ss.Validate();
     if (!valid.ok()) return Error(valid, m.id);
+    spec.ranks_first = m.ranks_first;
+    spec.ranks_count = m.ranks_count;
+    spec.replicas = m.replicas;
+    valid = spec.Validate();
+    if (!valid.ok()) return Error(valid, m.id);
     // The pipeline of a shard group draws the global batch.
     const uint64_t drawn = Group::PipelineSpec(spec).batch_size;
     if (drawn > (uint64_t{1} << 32)) {

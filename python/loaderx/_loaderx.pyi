@@ -250,13 +250,17 @@ class DaemonLoader(Source):
         group_timeout: float = 0.0,
         mix_counts: Sequence[SupportsIndex] = ...,
         mix_parts: Sequence[Sequence[str]] = ...,
+        ranks_first: SupportsIndex = 0,
+        ranks_count: SupportsIndex = 0,
+        replicas: SupportsIndex = 1,
     ) -> None:
         """``group`` non-empty joins that loaderxd group (``group_mode`` 'shard' | 'broadcast',
         ``join`` '' (the mode's default) | 'start_step' | 'current'); ``group_timeout``
         seconds a ``next`` may wait for the other members (0: loaderxd's --group-timeout).
         A mixture: ``mix_counts`` (one per dataset) and one ``mix_parts`` entry per stream
         (its parts' store paths; none for the dataset-number stream, whose ``stores``
-        entry is '', or for a plain store)."""
+        entry is '', or for a plain store). A shard group over part of the ranks:
+        ``ranks_first``, ``ranks_count`` (0: all); ``replicas`` members per rank."""
 
     @property
     def lease_cap(self) -> int: ...

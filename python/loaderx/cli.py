@@ -341,12 +341,15 @@ def _status_text(s: dict[str, Any]) -> str:
         shape = f"batch {g['batch_size']}" + (f" x world {g['world_size']}" if g["mode"] == "shard" else "")
         lines.append(f"group {g['name']!r} ({g['mode']}, uid {g['uid']}, {shape}): {_held(g)}")
         if g["mode"] == "shard":
-            by_rank = {m["rank"]: m for m in g["members"]}
-            for rank, cursor in enumerate(g["rank_cursors"]):
-                m = by_rank.get(rank)
+            first, replicas = g.get("ranks_first", 0), g.get("replicas", 1)
+            by_position = {(m["rank"], m.get("replica", 0)): m for m in g["members"]}
+            for position, cursor in enumerate(g["rank_cursors"]):
+                rank, replica = first + position // replicas, position % replicas
+                m = by_position.get((rank, replica))
                 who = (f"pid {m['pid']} uid {m['uid']} session {m['session']}, served {m['batches_served']}"
                        if m else "no member")
-                lines.append(f"  rank {rank}: step {cursor}, {who}")
+                name = f"rank {rank}" + (f" replica {replica}" if replicas > 1 else "")
+                lines.append(f"  {name}: step {cursor}, {who}")
         else:
             for m in g["members"]:
                 lines.append(f"  session {m['session']}: step {m['cursor']}, pid {m['pid']} uid {m['uid']}, "

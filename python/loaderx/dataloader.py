@@ -62,7 +62,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, wait
 from typing import Any
 
-from . import sources
+from . import distributed, sources
 from .errors import ArgumentTypeError, InvalidArgumentError, LoaderClosedError
 from .sources import BatchSource, SourceSpec
 from .zsampler import Mode, Sampler, _to_mode
@@ -352,6 +352,7 @@ class DataLoader:
         if num_threads > 1024:
             raise InvalidArgumentError(f"num_threads must be <= 1024, got {num_threads}")
         transform_threads = _check_int(workers_name, transform_threads, 1)
+        distributed.check_loader_layout(rank, world_size)
 
         self._spec = SourceSpec(
             names=names,

@@ -284,6 +284,17 @@ class DaemonOptions:
     and the step; ``None`` takes loaderxd's ``--group-timeout`` (default 300 s).
     0.1..86400; only with a ``group``. Bad values raise ``ValueError`` naming
     the argument.
+
+    ``ranks`` (shard groups): a ``range`` of the data-parallel ranks this
+    group serves, when it serves only some of ``0..world_size-1``: the local
+    ranks of one node of a multi-node job, each node with a loaderxd of its
+    own (docs/guide.md, "Multi-node and model-parallel jobs";
+    :func:`loaderx.distributed.node_daemon_options` derives it from the
+    launcher). ``None``: all of them. ``replicas``: members per rank, which
+    all receive byte-identical batches from the same step (the
+    model-parallel ranks of one data-parallel replica); default 1. Members
+    must agree on both; loaderxd checks the values (a range that does not
+    divide the world evenly, a rank outside it) and names what is wrong.
     """
 
     path: str | None = None
@@ -296,9 +307,12 @@ class DaemonOptions:
     shared_view: bool = False
     liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT
     group_timeout: float | None = None
+    ranks: range | None = None
+    replicas: int = 1
 
     def __post_init__(self) -> None:
         _check_group(self.group, self.group_mode, self.join)
+        _check_ranks(self.group, self.group_mode, self.ranks, self.replicas)
         _check_group_timeout(self.group, self.group_timeout)
         t = self.liveness_timeout
         if isinstance(t, bool) or not isinstance(t, (int, float)):
@@ -307,6 +321,19 @@ class DaemonOptions:
             raise InvalidArgumentError(
                 f"liveness_timeout must be in {MIN_LIVENESS_TIMEOUT}..86400 seconds, got {t!r}"
             )
+
+
+def _check_ranks(group: str | None, group_mode: str, ranks: range | None, replicas: int) -> None:
+    """Types only; loaderxd checks the values against the loader's rank and world."""
+    if ranks is not None and not isinstance(ranks, range):
+        raise TypeError(f"ranks must be a range of data-parallel ranks or None, got {type(ranks).__name__}")
+    if isinstance(replicas, bool) or not isinstance(replicas, int):
+        raise TypeError(f"replicas must be an int, got {type(replicas).__name__}")
+    if ranks is not None and ranks.step != 1:
+        raise InvalidArgumentError(f"ranks must be a range of consecutive ranks, got {ranks!r}")
+    if (ranks is not None or replicas != 1) and (group is None or group_mode != "shard"):
+        raise InvalidArgumentError("ranks and replicas are for shard groups: pass group=... "
+                                   "with group_mode='shard'")
 
 
 def _check_group_timeout(group: str | None, timeout: float | None) -> None:
@@ -373,8 +400,11 @@ class DaemonSource(_NativeSource):
         shared_view: bool = False,
         liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT,
         group_timeout: float | None = None,
+        ranks: range | None = None,
+        replicas: int = 1,
     ) -> None:
         _check_group(group, group_mode, join)
+        _check_ranks(group, group_mode, ranks, replicas)
         _check_group_timeout(group, group_timeout)
         if group is not None and group_mode == "broadcast" and spec.start_step != 0:
             # An explicit start_step is honoured (a resumed trainer joining a
@@ -408,6 +438,9 @@ class DaemonSource(_NativeSource):
             0.0 if group_timeout is None else float(group_timeout),
             mix_counts,
             mix_parts,
+            ranks_first=0 if ranks is None else ranks.start,
+            ranks_count=0 if ranks is None else len(ranks),
+            replicas=replicas,
         )
 
     @property
@@ -483,6 +516,8 @@ def open_source(streams: Mapping[str, Any], spec: SourceSpec, daemon: Any = None
             shared_view=options.shared_view,
             liveness_timeout=options.liveness_timeout,
             group_timeout=options.group_timeout,
+            ranks=options.ranks,
+            replicas=options.replicas,
         )
     except DaemonError as exc:
         if not auto:

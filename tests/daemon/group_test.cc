@@ -294,8 +294,9 @@ TEST_F(GroupTest, Protocol12And11ClientsAreRefusedNamingBothVersions) {
     const ErrorMsg& err = std::get<ErrorMsg>(reply);
     EXPECT_EQ(err.code, static_cast<uint32_t>(Status::Code::kProtocol));
     const std::string want = "protocol version mismatch: client speaks 1." + std::to_string(minor) +
-                             ", loaderxd " LOADERX_DAEMON_VERSION
-                             " speaks 1.4 (protocol 1.3 sends batch, release and consumed as "
+                             ", loaderxd " LOADERX_DAEMON_VERSION " speaks 1." +
+                             std::to_string(kProtocolMinor) +
+                             " (protocol 1.3 sends batch, release and consumed as "
                              "binary frames; older clients are not served: upgrade the client)";
     EXPECT_EQ(err.message, want);
     EXPECT_FALSE(err.id.has_value());

@@ -90,7 +90,7 @@ def test_stats_lists_the_daemon_groups_members_loaders_and_uids(busy) -> None:
     # The counters are unchanged (ints at the top level): 4 loaders + this poll.
     assert (s["sessions"], s["loaders"], s["groups"], s["group_members"]) == (5, 4, 2, 3)
     d = s["daemon"]
-    assert d["pid"] == daemon.proc.pid and d["version"] == __version__ and d["protocol"] == "1.4"
+    assert d["pid"] == daemon.proc.pid and d["version"] == __version__ and d["protocol"] == "1.5"
     assert 0 < d["uptime_s"] < 600 and d["socket"] == daemon.socket
     assert d["viewer_uid"] == UID and d["sees_all_uids"] is True
     assert d["limits"] == {"memory_limit": 1 << 30, "memory_per_uid": 1 << 30, "sessions_per_uid": 20,
@@ -101,10 +101,12 @@ def test_stats_lists_the_daemon_groups_members_loaders_and_uids(busy) -> None:
     assert len(sessions) == 3
     [m0] = ddp["members"]
     assert {k: v for k, v in m0.items() if k != "session"} == {
-        "pid": PID, "uid": UID, "rank": 0, "cursor": 3, "batches_served": 3, "group_timeout_s": 30.0}
+        "pid": PID, "uid": UID, "rank": 0, "replica": 0, "cursor": 3, "batches_served": 3,
+        "group_timeout_s": 30.0}
     assert {k: v for k, v in ddp.items() if k not in ("members", "ring_bytes", "slots")} == {
         "name": "ddp", "uid": UID, "mode": "shard", "batch_size": 4, "world_size": 2,
         "rank_cursors": [3, 0],  # rank 1 never joined: its cursor is the start step
+        "ranks_first": 0, "ranks_count": 2, "replicas": 1,  # every rank, one member each
         "oldest_held": 0, "newest_held": 2, "next_gather": 3,  # held for rank 1
         "waiting": None, "live_slots": 4, "max_live": 0, "batches_gathered": 3, "batches_served": 3}
     assert ddp["ring_bytes"] == loaders["r0"]._source._native.ring_bytes

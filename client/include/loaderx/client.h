@@ -150,6 +150,15 @@ struct LoaderSpec {
   // with a Timeout status naming them (protocol 1.2); zero: loaderxd's
   // --group-timeout.
   std::chrono::milliseconds group_timeout{0};
+  // Protocol 1.5, kShard only: the group serves the data-parallel ranks
+  // [ranks_first, ranks_first + ranks_count) of world_size (the local ranks
+  // of one node; ranks_count 0: all of them), each rank to `replicas`
+  // members that receive byte-identical batches (the model-parallel ranks of
+  // one data-parallel replica). Members must agree on both. Daemon errors
+  // name what does not fit; a daemon older than 1.5 is refused here.
+  uint64_t ranks_first = 0;
+  uint64_t ranks_count = 0;
+  uint32_t replicas = 1;
   // How NextUntil's BatchView sees the slot. false (default): through a
   // private copy-on-write mapping of the slot made per batch, so the values
   // are writable like an embedded batch's (a write copies the page it
