@@ -252,9 +252,9 @@ def _dataset(args: argparse.Namespace) -> Any:
     """The DatasetDict SOURCE names: a local directory, else a Hub dataset (see _hub_source)."""
     from .converter import _from_hub, _need_datasets, huggingface
 
+    datasets = _need_datasets()  # ImportError naming the extra to install, before anything
     if args.hub:  # the Hub, even if a local path is spelled the same
-        return _from_hub(_need_datasets(), args.source, args.config, args.revision, None,
-                         args.endpoint)
+        return _from_hub(datasets, args.source, args.config, args.revision, None, args.endpoint)
     if not os.path.lexists(args.source) and not _hub_source(args.source):
         raise FileNotFoundError(f"{args.source}: no such directory (a Hub dataset is given as "
                                 "owner/name, or with --hub)")
