@@ -180,11 +180,11 @@ def _info_many(root: Path, stores: list[Path], as_json: bool) -> int:
     return EXIT_OK
 
 
-def _verify(path: str, quiet: bool) -> int:
+def _verify(path: str, quiet: bool, desc: str = "verify") -> int:
     """Checks every checksum of the store at `path`; returns its record count."""
     store = _open(path)
     n = len(store)
-    bar = _bar(n, "verify", quiet)
+    bar = _bar(n, desc, quiet)
 
     def progress(done: int, total: int) -> None:
         if bar is not None:
@@ -210,7 +210,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     total = failed = 0
     for p in stores:
         try:
-            n = _verify(str(p), args.quiet)
+            n = _verify(str(p), args.quiet, str(p.relative_to(root)))
         except Exception as e:
             if args.debug:
                 raise
@@ -280,6 +280,12 @@ def _cmd_train_dict(args: argparse.Namespace) -> int:
     from .utils import train_dict
     from .zrecord import Dense, Ragged
 
+    stores = _store_dirs(args.store)
+    if stores is not None:
+        from .errors import InvalidArgumentError
+
+        raise InvalidArgumentError(f"{args.store}: a directory of {len(stores)} stores (a converter "
+                                   f"output), not one store; pass one of them, e.g. {stores[0]}")
     native = _open(args.store)
     cls = Dense if native.kind == "dense" else Ragged
     with cls.open(args.store) as store:

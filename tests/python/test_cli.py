@@ -347,6 +347,12 @@ def test_bench_times_every_store_of_a_converter_output(conv: Path) -> None:
 def test_info_verify_and_bench_list_the_same_stores(conv: Path) -> None:
     info = json.loads(run("info", str(conv), "--json").stdout)
     assert [(s["path"], s["count"]) for s in info["stores"]] == CONV_STORES
+    # train-dict takes one store: it says what the folder is and what to pass.
+    r = run("train-dict", str(conv), str(conv.parent / "d.dict"))
+    assert r.returncode == 1
+    assert r.stderr == (f"loaderx train-dict: InvalidArgumentError: {conv}: a directory of 4 stores "
+                        f"(a converter output), not one store; pass one of them, e.g. "
+                        f"{conv}/test/label\n")
 
 
 def test_a_directory_without_stores_is_not_called_corrupt(tmp_path: Path) -> None:
