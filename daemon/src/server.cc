@@ -101,7 +101,9 @@ class Server::Impl {
     if (observer) {
       // The asking session is counted from its hello; an observer (no
       // loader open: `loaderx status`, a monitor) is not shown itself.
-      auto leave_out = [](uint64_t& sessions) { sessions -= sessions > 0 ? 1 : 0; };
+      auto leave_out = [](uint64_t& sessions) {
+        if (sessions > 0) --sessions;
+      };
       leave_out(acct.sessions);
       leave_out(acct.mine.sessions);
       if (auto it = acct.uids.find(uid); it != acct.uids.end()) leave_out(it->second.sessions);
