@@ -463,7 +463,7 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
                                   for lm in self.all if lm.session),
                 "releases": self.releases,
                 "stale_releases": 0,
-                "sessions": 1 + sum(1 for lm in self.all if lm.session),
+                "sessions": sum(1 for lm in self.all if lm.session),
                 "loaders": len(self.open_loaders()),
                 "group_members": sum(1 for lm in self.open_loaders() if lm.named),
                 "groups": len(live_named),
@@ -815,7 +815,7 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
                 self.drop(h)
             gc.collect()
             zero = {"slots_held": 0, "ring_bytes": 0, "loaders": 0, "groups": 0,
-                    "group_members": 0, "sessions": 1}
+                    "group_members": 0, "sessions": 0}
             for name, value in zero.items():
                 got = self.daemon.wait_stat(name, value)[name]
                 assert got == value, f"after everything was closed and freed: {name} = {got}"
