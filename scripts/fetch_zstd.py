@@ -53,7 +53,7 @@ def fetch(dest: Path) -> None:
         # The sdist, not a wheel: the wheels carry only the compiled module.
         cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:",
                "-d", str(dl), f"{PACKAGE}=={VERSION}"]
-        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        r = subprocess.run(cmd, check=False, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if r.returncode != 0:
             raise RuntimeError(f"`{' '.join(cmd)}` failed:\n{r.stdout.strip()}")
         archive = dl / f"{PACKAGE}-{VERSION}.tar.gz"

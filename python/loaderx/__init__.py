@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-__version__ = "0.1.0"
-
 from . import errors
+from ._version import __version__
 
 if TYPE_CHECKING:
     import os

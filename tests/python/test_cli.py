@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -112,9 +113,21 @@ def test_main_is_callable_in_process(dense: Path, capsys: pytest.CaptureFixture[
     assert "OK" in capsys.readouterr().out
 
 
-def test_version() -> None:
+def test_version_is_the_distribution_and_version_of_the_one_source() -> None:
+    """python/loaderx/_version.py is where the name and version are written:
+    the package, the CLI and pyproject.toml's metadata all read it (loaderxd:
+    tests/integration/test_daemon.py)."""
+    import tomllib
+    from loaderx import _version
+
+    assert loaderx.__version__ == _version.__version__
+    assert re.fullmatch(r"\d+\.\d+\.\d+", loaderx.__version__)
     r = run("--version")
-    assert r.returncode == 0 and r.stdout == f"loaderx {loaderx.__version__}\n"
+    assert r.returncode == 0 and r.stdout == f"loaderx-engine {loaderx.__version__}\n"
+    meta = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    assert meta["project"]["name"] == _version.DISTRIBUTION == "loaderx-engine"
+    assert "version" not in meta["project"] and meta["project"]["dynamic"] == ["version"]
+    assert meta["tool"]["scikit-build"]["metadata"]["version"]["input"] == "python/loaderx/_version.py"
 
 
 def test_errors_are_one_line_unless_debug(tmp_path: Path) -> None:
