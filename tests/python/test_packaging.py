@@ -122,10 +122,21 @@ def test_a_plain_clone_installs_with_pip(clone_wheel: tuple[Path, Path], tmp_pat
 
 
 README_CHECK = """
-import os, re, sys
+import os, re, sys, time
 import numpy as np
+from loaderx.client import connect
 from loaderx.dataloader import DataLoader
+from loaderx.errors import DaemonError
 from loaderx.zrecord import Dense
+deadline = time.monotonic() + 30
+while True:  # the socket exists from bind(); wait for listen()
+    try:
+        daemon = connect(os.environ["LOADERXD_SOCKET"])
+        break
+    except DaemonError:
+        if time.monotonic() > deadline:
+            raise
+        time.sleep(0.05)
 text = open(sys.argv[1], encoding="utf-8").read()
 embedded = re.findall(r"```python\\n(.*?)```", text, flags=re.DOTALL)[0]
 ns = {}
@@ -136,8 +147,7 @@ assert batch.shape == (256, 28, 28) and batch.dtype == np.uint8 and ns["state"][
 with Dense.open("demo/x") as ds, DataLoader({"x": ds}, batch_size=256, daemon=True) as loader:
     served = next(loader)["x"]
 assert np.array_equal(served, batch)
-from loaderx.client import connect
-print(connect(os.environ["LOADERXD_SOCKET"]).stats()["daemon"]["pid"])
+print(daemon.stats()["daemon"]["pid"])
 """
 
 
@@ -165,17 +175,11 @@ def test_the_manylinux_wheel_runs_the_readme_in_a_bare_venv(clone_wheel: tuple[P
         daemon = subprocess.Popen([bindir / "loaderxd", "--foreground", "--socket", sock, "--threads", "2"],
                                   env=_env(path), stderr=log)
     try:
-        from loaderx import _loaderx
-
         deadline = time.monotonic() + 30
-        while True:
+        while not sock.exists():
             assert daemon.poll() is None, (tmp_path / "loaderxd.log").read_text()
-            try:
-                _loaderx.daemon_stats(str(sock))
-                break
-            except Exception:  # noqa: BLE001 - not accepting yet
-                assert time.monotonic() < deadline, "loaderxd did not answer within 30 s"
-                time.sleep(0.05)
+            assert time.monotonic() < deadline, "loaderxd did not listen within 30 s"
+            time.sleep(0.05)
         work = tmp_path / "work"
         work.mkdir()
         cmd = [bindir / "python", "-c", README_CHECK, README]
