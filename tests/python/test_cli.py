@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -128,6 +129,15 @@ def test_version_is_the_distribution_and_version_of_the_one_source() -> None:
     assert meta["project"]["name"] == _version.DISTRIBUTION == "loaderx-engine"
     assert "version" not in meta["project"] and meta["project"]["dynamic"] == ["version"]
     assert meta["tool"]["scikit-build"]["metadata"]["version"]["input"] == "python/loaderx/_version.py"
+
+
+def test_a_new_store_names_its_writer_with_the_one_version(tmp_path: Path) -> None:
+    import msgpack
+
+    with Dense.create(tmp_path / "x", np.uint8, (), codec="raw") as w:
+        w.append(np.arange(3, dtype=np.uint8))
+    meta = next(iter(msgpack.Unpacker(io.BytesIO((tmp_path / "x" / "meta").read_bytes()), raw=False)))
+    assert meta["writer"] == f"loaderx-engine {loaderx.__version__}"
 
 
 def test_errors_are_one_line_unless_debug(tmp_path: Path) -> None:
