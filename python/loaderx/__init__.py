@@ -11,7 +11,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import errors
-from ._version import __version__
+from ._version import __version__, mixed_install
+
+if (_mixed := mixed_install(__path__[0])) is not None:
+    import warnings
+
+    warnings.warn(_mixed, RuntimeWarning, stacklevel=2)
 
 if TYPE_CHECKING:
     import os

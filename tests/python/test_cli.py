@@ -6,6 +6,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -129,6 +130,24 @@ def test_version_is_the_distribution_and_version_of_the_one_source() -> None:
     assert meta["project"]["name"] == _version.DISTRIBUTION == "loaderx-engine"
     assert "version" not in meta["project"] and meta["project"]["dynamic"] == ["version"]
     assert meta["tool"]["scikit-build"]["metadata"]["version"]["input"] == "python/loaderx/_version.py"
+
+
+def test_import_warns_when_upstream_loaderx_is_installed_beside_it(tmp_path: Path) -> None:
+    """Both distributions install loaderx/: the second one over the first
+    leaves a mix, which pip cannot prevent (docs/compat.md, "Installing")."""
+    site = tmp_path / "site"
+    shutil.copytree(Path(loaderx.__file__).parent, site / "loaderx",
+                    ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    (site / f"loaderx_engine-{loaderx.__version__}.dist-info").mkdir()
+    cmd = [sys.executable, "-W", "error::RuntimeWarning", "-c", "import loaderx"]
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    assert subprocess.run(cmd, env=env, capture_output=True, text=True, check=False).returncode == 0
+    (site / "loaderx-2.8.19.dist-info").mkdir()
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    assert r.returncode == 1
+    assert (f"RuntimeWarning: loaderx-engine and upstream's loaderx 2.8.19 are both installed in {site}: "
+            "both install the loaderx package") in r.stderr
+    assert "pip uninstall -y loaderx loaderx-engine && pip install loaderx-engine" in r.stderr
 
 
 def test_a_new_store_names_its_writer_with_the_one_version(tmp_path: Path) -> None:
