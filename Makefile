@@ -109,9 +109,9 @@ tidy: build
 	@echo "clang-tidy: no findings"
 
 # dist/: a manylinux wheel (pip wheel, then auditwheel repair: scripts/wheel.py)
-# and an sdist carrying .deps/zstd-1.5.7. `make test-install` builds and
-# installs both routes and the sdist (tests/python/test_packaging.py; the
-# default suite builds one wheel, from a plain clone).
+# and an sdist carrying .deps/zstd-1.5.7. tests/python/test_packaging.py builds
+# one wheel in the default suite (pip, from a plain clone); `make test-install`
+# also builds and installs the sdist (a second compile).
 wheel: setup
 	$(PY) scripts/wheel.py dist
 
