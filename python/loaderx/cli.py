@@ -523,12 +523,10 @@ def _positive(text: str) -> int:
 
 
 def _codecs() -> tuple[str, ...]:
-    """The codecs of the store API (loaderx.zrecord.Codec)."""
-    from typing import get_args
+    """The codecs of the store API (loaderx.zrecord.Codec), without importing NumPy."""
+    from ._codecs import CODECS
 
-    from .zrecord import Codec
-
-    return tuple(get_args(Codec))
+    return CODECS
 
 
 def _parser() -> argparse.ArgumentParser:
