@@ -218,6 +218,9 @@ Group::Group(std::string name, MemberSpec spec, const Options& options,
     rank_pushed_.assign(spec_.sampler.world_size, options.start_step);
     rank_member_.assign(spec_.sampler.world_size, 0);
     rank_joined_.assign(spec_.sampler.world_size, false);
+    rank_left_.assign(spec_.sampler.world_size, MemberInfo());
+    rank_left_how_.assign(spec_.sampler.world_size, std::string());
+    rank_leaves_.assign(spec_.sampler.world_size, 0);
   }
 }
 
@@ -376,6 +379,34 @@ std::optional<Status> Group::PeerWait(uint64_t id, Member& me, uint64_t pushed, 
   }
   const auto waited = now - me.waiting_since;
   NoteStall(waited, me.info.timeout);
+  if (!live_bound && spec_.mode == GroupMode::kShard) {
+    // A rank holding this one back whose last member's process is gone
+    // cannot come back by itself: say so now ("Dead peers").
+    for (uint64_t r = 0; r < rank_cursor_.size(); ++r) {
+      if (r == me.info.rank || rank_cursor_[r] + options_.max_skew >= pushed) continue;
+      if (rank_member_[r] != 0 || !rank_joined_[r] || rank_left_[r].pid <= 0) continue;
+      if (auto told = me.told_gone.find(r);
+          told != me.told_gone.end() && told->second == rank_leaves_[r]) {
+        continue;  // told already: wait for a new member of the rank
+      }
+      const std::string fate = PeerFate(rank_left_[r].pid, rank_left_[r].uid);
+      if (fate == kStillRunning) continue;
+      me.told_gone[r] = rank_leaves_[r];
+      me.waiting = false;
+      me.caller_waits = false;  // this refusal is pushed to it
+      UpdateGate();
+      const std::string how = rank_left_how_[r].empty() ? "" : " (" + rank_left_how_[r] + ")";
+      const std::string rr = "rank " + std::to_string(r);
+      return Status::Timeout(Quoted(name_) + ": rank " + std::to_string(me.info.rank) +
+                             " cannot take step " + std::to_string(pushed) + ", which needs " + rr +
+                             " to reach step " + std::to_string(pushed - options_.max_skew) +
+                             " first (max-skew " + std::to_string(options_.max_skew) + "), but " +
+                             rr + " left at step " + std::to_string(rank_cursor_[r]) + how +
+                             " and its process " + std::to_string(rank_left_[r].pid) + " " + fate +
+                             ": restart " + rr + " at step " + std::to_string(rank_cursor_[r]) +
+                             " or later (its checkpoint), or restart the job");
+    }
+  }
   if (me.info.timeout.count() > 0 && waited >= me.info.timeout) {
     me.waiting = false;
     me.caller_waits = false;  // this refusal is pushed to it
@@ -431,7 +462,8 @@ Result<uint64_t> Group::Join(uint64_t id, const MemberInfo& info, GroupJoin join
   const uint64_t oldest = OldestAvailable();
   uint64_t cursor = oldest;
   if (join == GroupJoin::kStartStep && !members_.empty()) {
-    if (start_step < oldest) return Gone(start_step);
+    // Shard: accepted "not started" (group.h, "Start and resume").
+    if (start_step < oldest && spec_.mode != GroupMode::kShard) return Gone(start_step);
     cursor = start_step;
   } else if (members_.empty()) {
     cursor = start_step;  // the creator (produced_ == its start_step)
@@ -441,6 +473,7 @@ Result<uint64_t> Group::Join(uint64_t id, const MemberInfo& info, GroupJoin join
   m.cursor = cursor;
   m.pushed = cursor;
   if (spec_.mode == GroupMode::kShard) {
+    m.rank_before = rank_cursor_[rank];
     rank_cursor_[rank] = cursor;
     rank_pushed_[rank] = cursor;
     rank_member_[rank] = id;
@@ -454,7 +487,7 @@ Result<uint64_t> Group::Join(uint64_t id, const MemberInfo& info, GroupJoin join
   return cursor;
 }
 
-bool Group::Leave(uint64_t id) {
+bool Group::Leave(uint64_t id, const std::string& how) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = members_.find(id);
   if (it != members_.end()) {
@@ -464,7 +497,15 @@ bool Group::Leave(uint64_t id) {
     if (spec_.mode == GroupMode::kShard) {
       const uint64_t r = it->second.info.rank;
       rank_member_[r] = 0;
+      // A member that never got its step ("Start and resume") took nothing:
+      // its rank needs what it needed before the join, and nothing older
+      // than the group still holds.
+      const uint64_t oldest = OldestAvailable();
+      if (rank_cursor_[r] < oldest) rank_cursor_[r] = std::max(it->second.rank_before, oldest);
       rank_pushed_[r] = rank_cursor_[r];
+      rank_left_[r] = it->second.info;
+      rank_left_how_[r] = how;
+      ++rank_leaves_[r];
     }
     members_.erase(it);
     Trim();
@@ -547,6 +588,17 @@ Result<Delivery> Group::Next(uint64_t id, const std::function<bool()>& closing,
       me.waiting = false;
       cv_.wait_for(lock, poll);
       continue;
+    }
+    if (held_.find(pushed) == held_.end() && pushed < OldestAvailable()) {
+      // A shard member that never got its step ("Start and resume"): it may
+      // still seek; once its caller waits in next(), that step is an error.
+      me.waiting = false;
+      if (!me.caller_waits) {
+        cv_.wait_for(lock, poll);
+        continue;
+      }
+      me.caller_waits = false;  // this refusal is pushed to it
+      return Gone(pushed);
     }
     const uint64_t others = SlowestOthers(id, me);
     if (others != std::numeric_limits<uint64_t>::max() &&

@@ -558,7 +558,7 @@ class SessionImpl final : public Session, public std::enable_shared_from_this<Se
                           ? " as rank " + std::to_string(rank_)
                           : std::string())
                   << " at step " << group_->cursor(id_) << ": " << how;
-    const bool last = ctx_.groups.Leave(cred_.uid, id_, group_);
+    const bool last = ctx_.groups.Leave(cred_.uid, id_, group_, how);
     if (last && named) {
       LX_LOG(kInfo) << "group '" << group_->name() << "' closed: its last member left ("
                     << group_->batches_gathered() << " batches gathered)";
