@@ -247,11 +247,22 @@ Status Group::CheckCompatible(const MemberSpec& spec) const {
   auto differs = [&](const std::string& field, const std::string& mine, const std::string& theirs) {
     return Status::InvalidArgument(Quoted(name_) + ": " + field + " " + mine +
                                    " differs from the group's " + theirs +
-                                   " (every member must pass the same stores, batch_size, "
-                                   "mode, seed, world_size and group_mode)");
+                                   " (every member must pass the same stores (and mixture), "
+                                   "batch_size, mode, seed, world_size and group_mode)");
   };
   if (spec.mode != spec_.mode) {
     return differs("group_mode", GroupModeName(spec.mode), GroupModeName(spec_.mode));
+  }
+  if (spec.mix_counts != spec_.mix_counts) {
+    auto list = [](const std::vector<uint64_t>& counts) {
+      if (counts.empty()) return std::string("none (no mixture)");
+      std::string out = "[";
+      for (size_t k = 0; k < counts.size(); ++k) {
+        out += (k ? ", " : "") + std::to_string(counts[k]);
+      }
+      return out + "]";
+    };
+    return differs("mixture counts", list(spec.mix_counts), list(spec_.mix_counts));
   }
   if (spec.streams.size() != spec_.streams.size()) {
     return differs("number of streams", std::to_string(spec.streams.size()),

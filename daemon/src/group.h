@@ -200,6 +200,10 @@ class Group {
     std::vector<std::shared_ptr<const Store>> streams;
     SamplerSpec sampler;  // the member's own (rank, world_size) spec
     GroupMode mode = GroupMode::kBroadcast;
+    // The mixture's counts (loaderx/mix.h) if the streams are mixed, else
+    // empty: compared on their own, so a mismatch names the weights, not
+    // the (equal) part files.
+    std::vector<uint64_t> mix_counts;
   };
   struct Options {
     uint32_t prefetch = 4;

@@ -607,6 +607,7 @@ class SessionImpl final : public Session, public std::enable_shared_from_this<Se
     if (k != 0) {
       Status valid = ValidateMixCounts(m.mix_counts);
       if (!valid.ok()) return Error(valid, m.id);
+      spec.mix_counts = m.mix_counts;
     }
     std::vector<std::shared_ptr<const Store>> parts;
     for (const StreamFilesMsg& s : m.streams) {

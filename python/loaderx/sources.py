@@ -249,8 +249,9 @@ class DaemonOptions:
     daemon resumes, the next ``next()`` returns it.
 
     ``group``: a name (1..256 UTF-8 bytes) to join, or create, that group
-    of loaders of this user; every member must pass the same stores,
-    ``batch_size``, ``mode``, ``seed``, ``world_size`` and ``group_mode``.
+    of loaders of this user; every member must pass the same stores (and
+    mixture weights), ``batch_size``, ``mode``, ``seed``, ``world_size`` and
+    ``group_mode``.
     ``group_mode``: ``"shard"`` (members are ranks ``0..world_size-1``; each
     gets its own ``batch_size`` rows of every global batch, exactly as the
     embedded loader with that ``rank``) or ``"broadcast"`` (every member gets
