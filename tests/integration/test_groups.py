@@ -419,12 +419,12 @@ def test_a_member_of_the_other_group_mode_is_refused_in_either_order(daemon, sto
 
     s = stores["streams"]
     first, second = order
+    needle = f"group 'gm': group_mode {second} differs from the group's {first}"
     with DataLoader(s, batch_size=4, rank=0, world_size=2,
-                    daemon=DaemonOptions(daemon.socket, group="gm", group_mode=first)):
-        with pytest.raises(InvalidArgumentError,
-                           match=f"group 'gm': group_mode {second} differs from the group's {first}"):
-            DataLoader(s, batch_size=4, rank=1, world_size=2,
-                       daemon=DaemonOptions(daemon.socket, group="gm", group_mode=second))
+                    daemon=DaemonOptions(daemon.socket, group="gm", group_mode=first)), \
+            pytest.raises(InvalidArgumentError, match=needle):
+        DataLoader(s, batch_size=4, rank=1, world_size=2,
+                   daemon=DaemonOptions(daemon.socket, group="gm", group_mode=second))
 
 
 @pytest.mark.parametrize("group_mode", ["shard", "broadcast"])
@@ -443,10 +443,10 @@ def test_a_member_over_other_files_is_refused_in_either_order(daemon, stores, tm
             mine, theirs = theirs, mine
         opts = DaemonOptions(daemon.socket, group="files", group_mode=group_mode)
         second_rank = 1 if group_mode == "shard" else 0
-        with DataLoader(mine, batch_size=4, rank=0, world_size=2, daemon=opts):
-            with pytest.raises(InvalidArgumentError, match="group 'files': stream 0 '.*' differs from "
-                                                           "the group's '.*' \\(another file\\)"):
-                DataLoader(theirs, batch_size=4, rank=second_rank, world_size=2, daemon=opts)
+        needle = "group 'files': stream 0 '.*' differs from the group's '.*' \\(another file\\)"
+        with DataLoader(mine, batch_size=4, rank=0, world_size=2, daemon=opts), \
+                pytest.raises(InvalidArgumentError, match=needle):
+            DataLoader(theirs, batch_size=4, rank=second_rank, world_size=2, daemon=opts)
     finally:
         other.close()
 
@@ -658,3 +658,55 @@ def test_a_rank_that_closed_cleanly_is_waited_for_as_before(daemon_factory, stor
         with pytest.raises(GroupTimeoutError, match="waited its group_timeout of 1.5 s .* rank 1 \\(left at step 1\\)"):
             next(r0)
         assert time.monotonic() - start >= 1.5
+
+
+# A DDP rank resuming as the guide shows (loaderx.torch.StatefulLoader, a
+# checkpoint from torch.save, load_state_dict before iterating): takes
+# argv[5] batches and pickles them as arrays.
+TORCH_RANK = textwrap.dedent(
+    """
+    import pickle, sys
+    import torch
+    from loaderx.zrecord import Dense
+    from loaderx.dataloader import DataLoader
+    from loaderx.client import DaemonOptions
+    from loaderx.torch import StatefulLoader
+    sock, images, rank, ckpt, steps, out = sys.argv[1:7]
+    opts = DaemonOptions(sock, group="resume-ddp", group_mode="shard")
+    loader = StatefulLoader(DataLoader({"image": Dense.open(images)}, batch_size=4, seed=2,
+                                       rank=int(rank), world_size=2, daemon=opts))
+    loader.load_state_dict(torch.load(ckpt, weights_only=True)["loader"])
+    got = []
+    for batch in loader:
+        got.append(batch["image"].numpy().copy())
+        if len(got) == int(steps):
+            break
+    assert loader.state_dict()["step"] == 5 + int(steps)
+    loader.close()
+    with open(out, "wb") as f:
+        pickle.dump(got, f)
+    """
+)
+
+
+def test_torch_ranks_resume_through_a_shard_group_as_the_guide_shows(daemon_factory, stores, tmp_path) -> None:
+    torch = pytest.importorskip("torch")
+    daemon = daemon_factory("--max-skew", str(SKEW))
+    s = {"image": stores["streams"]["image"]}
+    with DataLoader(s, batch_size=4, seed=2, rank=0, world_size=2) as src:
+        for _ in range(5):
+            next(src)
+        torch.save({"loader": src.state_dict()}, tmp_path / "ckpt.pt")
+    steps = 3 * SKEW
+    procs = [subprocess.Popen([sys.executable, "-c", TORCH_RANK, daemon.socket, str(stores["dir"] / "images"),
+                               str(r), str(tmp_path / "ckpt.pt"), str(steps), str(tmp_path / f"r{r}.pkl")],
+                              env=env())
+             for r in range(2)]
+    for p in procs:
+        assert p.wait(timeout=120) == 0
+    for r in range(2):
+        got = pickle.loads((tmp_path / f"r{r}.pkl").read_bytes())
+        with DataLoader(s, batch_size=4, seed=2, rank=r, world_size=2, start_step=5) as local:
+            assert len(got) == steps
+            for g in got:
+                np.testing.assert_array_equal(g, next(local)["image"])

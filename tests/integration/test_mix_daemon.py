@@ -172,8 +172,7 @@ def test_a_member_with_other_mixture_weights_is_refused_naming_both_counts(
     assert counts[0] != counts[1]
     opts = DaemonOptions(path=daemon.socket, group="mixed", group_mode=group_mode)
     second_rank = 1 if group_mode == "shard" else 0
-    with DataLoader(mixes[0], batch_size=4, seed=5, rank=0, world_size=2, daemon=opts):
-        with pytest.raises(InvalidArgumentError,
-                           match=re.escape(f"group 'mixed': mixture counts {counts[1]} differs from "
-                                           f"the group's {counts[0]}")):
-            DataLoader(mixes[1], batch_size=4, seed=5, rank=second_rank, world_size=2, daemon=opts)
+    needle = re.escape(f"group 'mixed': mixture counts {counts[1]} differs from the group's {counts[0]}")
+    with DataLoader(mixes[0], batch_size=4, seed=5, rank=0, world_size=2, daemon=opts), \
+            pytest.raises(InvalidArgumentError, match=needle):
+        DataLoader(mixes[1], batch_size=4, seed=5, rank=second_rank, world_size=2, daemon=opts)
