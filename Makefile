@@ -1,5 +1,5 @@
 # make demo : set up, build, write stores from real data, read them back.
-# make test : set up, build, the C++ gates (clang-format, clang-tidy), every C++ test
+# make test : set up, build, the C++ gates (clang-format, clang-tidy), the docs check, every C++ test
 #             (plain, ASan/UBSan, TSan), every Python test, the fuzz targets (bounded).
 SHELL := /bin/bash
 PY    := .venv/bin/python
@@ -10,7 +10,7 @@ CCACHE := $(shell command -v ccache 2>/dev/null)
 CMAKE_COMMON := -G Ninja -DCMAKE_MAKE_PROGRAM=$(CURDIR)/.venv/bin/ninja -DPython_EXECUTABLE=$(CURDIR)/$(PY) \
   $(if $(CCACHE),-DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE) -DCMAKE_C_COMPILER_LAUNCHER=$(CCACHE))
 
-.PHONY: setup build demo demo-daemon test test-cpp test-asan test-tsan test-py bench clean wheel lint fuzz fuzz-long fuzz-seeds soak tidy format format-check
+.PHONY: setup build demo demo-daemon test test-cpp test-asan test-tsan test-py bench clean wheel lint fuzz fuzz-long fuzz-seeds soak tidy format format-check docs-check
 
 setup:
 	@scripts/setup.sh
@@ -25,7 +25,7 @@ demo: build
 demo-daemon: build
 	PYTHONPATH=python $(PY) scripts/demo.py --daemon
 
-test: build format-check tidy test-cpp test-py test-asan test-tsan fuzz
+test: build format-check tidy docs-check test-cpp test-py test-asan test-tsan fuzz
 
 test-cpp: build
 	cd build && ctest --output-on-failure -j $(JOBS) --timeout 600
@@ -98,6 +98,11 @@ format-check:
 
 format:
 	clang-format -i $(CXX_FILES)
+
+# Docs gate: README, docs/*.md and the comments and docstrings of the C++ and
+# Python sources cite only files that exist (scripts/check_docs.py).
+docs-check:
+	@python3 scripts/check_docs.py
 
 tidy: build
 	@run-clang-tidy -quiet -j $(JOBS) -p build '/(common|daemon|client|python)/src/.*\.cc$$' > build/clang-tidy.log 2>&1 \

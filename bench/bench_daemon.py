@@ -8,11 +8,12 @@ Real data only: the 3x224x224 uint8 photo crops of ``bench/prepare_vision.py``
 * ~1 MiB  — 7 photo crops (1.0 MiB);
 * 37 MiB  — 256 photo crops (36.75 MiB).
 
-It measures what issue 11's speed goals name, one run, the machine's floor
-beside. Protocol 1.2 and later push the next ready batch one ahead of what the
-caller took (the push window of one) while the client holds fewer than its
-credit (the lease cap), so a batch the daemon has ready is already in the
-client's socket when the caller asks. Clocks are CLOCK_MONOTONIC
+It measures what the loaderxd speed goals name (docs/benchmarks.md,
+"Goals"), one run, the machine's floor beside. The daemon pushes the next
+ready batch one ahead of what the caller took (the push window of one)
+while the client holds fewer than its credit (the lease cap), into the
+loader's shared-memory push queue (protocol 1.4), so a batch the daemon has
+ready is already there when the caller asks. Clocks are CLOCK_MONOTONIC
 (system-wide, so the daemon's publish stamp in the slot and ours compare):
 
 * **Floor** (``loaderx_handoff_bench --calibrate``, no loaderx code): a cold
@@ -79,7 +80,7 @@ CASES = [("~1 KiB", "1 Fashion-MNIST image", FMNIST_STORE, 1),
 LEASES = 4  # the benchmark loaders' credit
 PREFETCH = 2
 SEED = 7
-# Issue 11's goals (µs, p50 unless named).
+# The loaderxd speed goals (µs, p50 unless named; docs/benchmarks.md, "Goals").
 GOAL_CPP_OVER_FLOOR = 10.0
 GOAL_CPP_WARM = 20.0
 GOAL_PY_OVER_EMBEDDED = 20.0
@@ -515,7 +516,7 @@ def main() -> int:
          " uint8 photo crops (raw Dense stores). Daemon batches were checked byte-identical to"
          " the embedded loader's before timing, by both clients."),
         "",
-        "Issue 11's speed goals, from this run:",
+        'The loaderxd speed goals (the "Goals" table at the top), from this run:',
         "",
         *goals,
         "",

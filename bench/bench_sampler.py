@@ -239,8 +239,7 @@ At batch 256, loaderx IID is {best['numpy']['IID/256'] / i256:.1f}x NumPy and
 permutation is faster still (it returns a view, about 0.6 µs at any batch), but
 it holds an O(n) array and needs the permutation rebuilt every cycle: counted,
 loaderx Cyclic is {best['numpy']['CyclicRegen/256'] / c256:.1f}x that loop at batch 256, in
-constant memory and with O(1) seek. The machine was shared with other
-engineers' compile jobs (load average 7-12 on 2 cores) during the run.
+constant memory and with O(1) seek.
 
 ![Sampler throughput](bench_sampler.png)
 """

@@ -61,7 +61,7 @@ BASELINE = "numpy-memmap"
 def fmnist_workload() -> DenseWorkload:
     path = DATA / "fmnist_images.npy"
     if not path.exists():
-        from loaderx.datasets import fashion_mnist
+        from loaderx.idx import fashion_mnist
         x, _ = fashion_mnist("all")
         tmp = path.with_name(".fmnist.tmp.npy")
         np.save(tmp, x)
@@ -73,7 +73,7 @@ def fmnist_workload() -> DenseWorkload:
 def labels_workload() -> DenseWorkload:
     path = DATA / "fmnist_labels.npy"
     if not path.exists():
-        from loaderx.datasets import fashion_mnist
+        from loaderx.idx import fashion_mnist
         _, y = fashion_mnist("all")
         tmp = path.with_name(".fmnist_labels.tmp.npy")
         np.save(tmp, y)

@@ -6,7 +6,7 @@
 Every trainer joins the broadcast group ``--group`` where it stands: loaderxd
 gathers and decodes each batch once and every trainer maps the same
 memory, so N trainings cost about one loader's CPU and memory
-(docs/benchmarks.md, "Groups"). Trainers differ only in their learning
+(docs/benchmarks.md, "loaderxd groups with processes"). Trainers differ only in their learning
 rate; each prints its final loss. ``--check`` compares every batch a trainer
 receives with an embedded loader's batch of the same step and fails on any
 difference. Runs on the CPU with NumPy only (softmax regression).

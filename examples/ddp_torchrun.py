@@ -11,7 +11,7 @@ sharding), so the global order is the same for any world size. With
 ``--daemon`` the ranks of this host join one loaderxd **shard group**: the
 global batch is gathered once and each rank maps its slice, zero-copy.
 ``--check`` compares every batch with an embedded loader of the same rank
-and fails on any difference. CPU only (gloo). docs/guide.md, "Multi-host".
+and fails on any difference. CPU only (gloo). docs/guide.md, "Multi-node and model-parallel jobs".
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Fashion-MNIST as Zrecord stores and the command line, shared by the training examples.
 
-Reads Debian's ``dataset-fashion-mnist`` idx files (``loaderx.datasets``) and
+Reads Debian's ``dataset-fashion-mnist`` idx files (``loaderx.idx``) and
 writes, once, under ``root``::
 
     root/train/image  Dense uint8 (28, 28)   60,000 records, zstd
@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 import numpy as np
-from loaderx.datasets import fashion_mnist
+from loaderx.idx import fashion_mnist
 from loaderx.zrecord import Dense
 
 

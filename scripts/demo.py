@@ -23,8 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from loaderx.datasets import fashion_mnist
 from loaderx.dataloader import DataLoader
+from loaderx.idx import fashion_mnist
 from loaderx.utils import train_dict
 from loaderx.zrecord import Dense, Ragged
 from loaderx.zsampler import Sampler

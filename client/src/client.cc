@@ -28,14 +28,17 @@ Lease::Lease(std::shared_ptr<Connection> conn, uint32_t slot, uint64_t seq, cons
 }
 
 Lease::~Lease() {
-  copy_.Reset();  // nothing may see the slot's next batch through it
+  conn_->UnlistView(this);  // waits for a move of this view under way
+  copy_.Reset();            // nothing may see the slot's next batch through it
   if (ring_pages_.second != 0)
     conn_->ReleasePrivatePages(ring_, ring_pages_.first, ring_pages_.second);
-  // The release goes out before the count drops: a Next on another thread
-  // that sees the lease gone must find the release ahead of its `next` on
-  // the socket, or the daemon (still counting it) would refuse at the cap.
-  if (!forgotten_) conn_->Release(slot_, seq_);
-  conn_->leases_held.fetch_sub(1, std::memory_order_seq_cst);
+  if (!moved_out_.load(std::memory_order_acquire)) {  // else released when moved out
+    // The release goes out before the count drops: a Next on another thread
+    // that sees the lease gone must find the release ahead of its `next` on
+    // the socket, or the daemon (still counting it) would refuse at the cap.
+    if (!forgotten_) conn_->Release(slot_, seq_);
+    conn_->leases_held.fetch_sub(1, std::memory_order_seq_cst);
+  }
   conn_->LeaseEnded();
 }
 
@@ -101,6 +104,9 @@ uint64_t Loader::last_publish_ns() const { return impl_->last_publish_ns; }
 const std::vector<StreamInfo>& Loader::streams() const { return *impl_->streams; }
 uint64_t Loader::size() const { return impl_->n; }
 uint32_t Loader::lease_cap() const { return impl_->lease_cap; }
+uint64_t Loader::batches_moved_out() const {
+  return impl_->conn->views_moved_out.load(std::memory_order_relaxed);
+}
 uint64_t Loader::ring_bytes() const { return impl_->ring_bytes; }
 
 Result<Batch> Loader::Next(const WaitHook& hook) {
@@ -131,10 +137,14 @@ Result<std::optional<Batch>> Loader::NextImpl(
     // than its credit, so at the cap nothing can come.
     const uint32_t held = leases_held();
     if (held >= impl_->lease_cap) {
+      // Writable batches: the oldest one held moves out of the ring and its
+      // slot goes back (Connection::MoveOutOldestView).
+      if (impl_->conn->MoveOutOldestView()) continue;
       return Status::ResourceExhausted(
           "holding " + std::to_string(held) + " daemon batches (lease cap " +
           std::to_string(impl_->lease_cap) +
-          "): drop references to earlier batches (and arrays viewing them) before drawing more");
+          ") that cannot move out of the ring (shared_view batches, or Batches of Next()): "
+          "drop references to earlier batches (and arrays viewing them) before drawing more");
     }
     // Before the caller waits, what the socket already holds is read: only
     // if that is nothing does it wait, and the daemon is told so (its group
@@ -260,6 +270,7 @@ Result<std::optional<BatchView>> Loader::NextUntil(Clock::time_point deadline) {
       uint8_t* base = copy.mutable_data() + (offset - r.first);
       lease->AdoptPrivateCopy(std::move(copy), base);
     }
+    impl_->conn->ListView(lease.get());
   }
   uint8_t* base = impl_->shared_view ? const_cast<uint8_t*>(lease->base()) : lease->mutable_base();
   for (size_t j = 0; j < b->num_streams(); ++j) {
@@ -391,6 +402,9 @@ Result<std::unique_ptr<client::Loader>> Client::OpenLoader(const client::LoaderS
     open.group_mode = spec.group_mode;
     open.join = spec.join;
     open.group_timeout_ms = static_cast<uint64_t>(std::max<int64_t>(spec.group_timeout.count(), 0));
+    open.ranks_first = spec.ranks_count != 0 ? spec.ranks_first : 0;
+    open.ranks_count = spec.ranks_count;
+    open.replicas = spec.replicas;
   }
   if (!spec.mix_counts.empty() || !spec.mix_parts.empty()) {
     if (spec.mix_counts.empty() || spec.mix_parts.size() != spec.stores.size()) {
@@ -468,6 +482,12 @@ Result<std::unique_ptr<client::Loader>> Client::OpenLoader(const client::LoaderS
   }
   conn->set_liveness_timeout(spec.liveness_timeout);
   open.push_queue = spec.push_queue && conn->hello().minor >= 4;
+  if ((open.ranks_count != 0 || open.replicas != 1) && conn->hello().minor < 5) {
+    return Status::Protocol(path_ + ": loaderxd speaks protocol 1." +
+                            std::to_string(conn->hello().minor) +
+                            "; a group over part of the ranks or with replicas needs 1.5 "
+                            "(upgrade loaderxd)");
+  }
   conn->set_defer_takes(spec.group.empty());
   LX_ASSIGN_OR_RETURN(client::Reply r, conn->Call(open, fds, nullptr));
   if (auto* err = std::get_if<ErrorMsg>(&r.msg)) return err->ToStatus();

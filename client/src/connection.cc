@@ -692,6 +692,66 @@ void Connection::CloseLoader() {
   (void)SendFrame(fd_.get(), EncodeMessage(CloseMsg{}), {}, /*nonblocking=*/true);
 }
 
+void Connection::ListView(Lease* lease) {
+  std::lock_guard<std::mutex> lock(views_mu_);
+  lease->view_prev_ = views_tail_;
+  lease->view_next_ = nullptr;
+  (views_tail_ != nullptr ? views_tail_->view_next_ : views_head_) = lease;
+  views_tail_ = lease;
+  lease->listed_ = true;
+}
+
+namespace {
+
+// Writes every page of [begin, end) with the value it holds (a CAS that
+// succeeds, so a concurrent writer's bytes stay theirs): each page of a
+// private file mapping becomes an anonymous copy, no longer the file's.
+void CopyPagesOut(uint8_t* begin, uint8_t* end) {
+  const uintptr_t page = static_cast<uintptr_t>(PageBytes());
+  for (uintptr_t p = reinterpret_cast<uintptr_t>(begin) & ~(page - 1);
+       p < reinterpret_cast<uintptr_t>(end); p += page) {
+    std::atomic_ref<uint64_t> word(*reinterpret_cast<uint64_t*>(p));
+    uint64_t v = word.load(std::memory_order_relaxed);
+    while (!word.compare_exchange_weak(v, v, std::memory_order_relaxed)) {
+    }
+  }
+}
+
+}  // namespace
+
+void Connection::UnlinkView(Lease* lease) {
+  (lease->view_prev_ != nullptr ? lease->view_prev_->view_next_ : views_head_) = lease->view_next_;
+  (lease->view_next_ != nullptr ? lease->view_next_->view_prev_ : views_tail_) = lease->view_prev_;
+  lease->view_prev_ = lease->view_next_ = nullptr;
+  lease->listed_ = false;
+}
+
+void Connection::UnlistView(Lease* lease) {
+  std::lock_guard<std::mutex> lock(views_mu_);
+  if (lease->listed_) UnlinkView(lease);
+}
+
+bool Connection::MoveOutOldestView() {
+  std::lock_guard<std::mutex> lock(views_mu_);
+  Lease* lease = views_head_;
+  if (lease == nullptr) return false;
+  UnlinkView(lease);
+  // The view's extent: its own mapping, or its pages of a private ring.
+  uint8_t* begin = lease->copy_.mutable_data();
+  uint8_t* end = begin + lease->copy_.size();
+  if (lease->copy_.size() == 0) {
+    begin = const_cast<uint8_t*>(lease->base_) - (lease->offset_ - lease->ring_pages_.first);
+    end = begin + (lease->ring_pages_.second - lease->ring_pages_.first);
+  }
+  CopyPagesOut(begin, end);
+  lease->moved_out_.store(true, std::memory_order_release);
+  // As ~Lease: the release goes out before the count drops.
+  Release(lease->slot_, lease->seq_);
+  leases_held.fetch_sub(1, std::memory_order_seq_cst);
+  views_moved_out.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
 void Connection::LeaseEnded() {
   if (closed() && leases_held.load(std::memory_order_seq_cst) == 0) Shutdown();
 }

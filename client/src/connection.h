@@ -1,15 +1,19 @@
-// Connection: one socket to loaderxd speaking protocol 1.3, the ring mapping
-// of the loader opened on it, and fork safety.
+// Connection: one socket to loaderxd speaking protocol 1.4 (kProtocolMinor,
+// loaderx/wire.h), the ring mapping and push queue of the loader opened on
+// it, and fork safety.
 //
-// Protocol 1.2 (docs/protocol.md): requests carry an id their reply echoes;
+// The protocol (docs/protocol.md): requests carry an id their reply echoes;
 // batches are pushed by the daemon under the loader's credit, each tagged
-// with its generation (a seek the daemon accepts starts a new one). Every
-// frame is read by Pump(): a reply is matched to the request waiting for
-// it by id (a reply to an abandoned request is dropped), a pushed batch or
-// step error joins the ready queue in arrival order, unless it belongs to
-// an older generation, in which case its slot is released unread at once.
-// Nothing is ever "owed": a wait that ends early (deadline, WaitHook, Ctrl-C)
-// leaves the socket as it was, and the next wait reads on.
+// with its generation (a seek the daemon accepts starts a new one), into
+// the loader's shared-memory push queue (AttachQueue; on the socket when
+// the loader has none: a 1.3 daemon, or LoaderSpec::push_queue false).
+// Every frame is read by Pump(), the queue's before the socket's: a reply is
+// matched to the request waiting for it by id (a reply to an abandoned
+// request is dropped), a pushed batch or step error joins the ready queue in
+// arrival order, unless it belongs to an older generation, in which case its
+// slot is released unread at once. Nothing is ever "owed": a wait that ends
+// early (deadline, WaitHook, Ctrl-C) leaves the socket as it was, and the
+// next wait reads on.
 //
 // Waits are ONE blocking recvmsg per attempt, bounded by SO_RCVTIMEO =
 // kPollInterval (or less near a deadline), so a dead daemon (hang-up),
@@ -255,8 +259,24 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Before the release that lets the daemon reuse the bytes. Any thread.
   void ReleasePrivatePages(uint32_t ring, uint64_t first, uint64_t end);
 
+  // Held batches beyond the lease cap. Every lease whose batch is a private
+  // view (a writable batch from NextUntil) is listed here, oldest first,
+  // until ~Lease. MoveOutOldestView turns the oldest listed view into this
+  // process's own memory and gives its slot back to the daemon: each page
+  // of the view is written in place with its own value (an atomic
+  // compare-and-swap, so a concurrent write by the user is neither lost nor
+  // torn), which makes the kernel copy it out of the ring into anonymous
+  // memory; only then is the release sent. The batch keeps its address and
+  // contents; memory grows only by what the user holds. Any thread.
+  void ListView(Lease* lease);
+  void UnlistView(Lease* lease);  // ~Lease; waits for a move of that lease
+  bool MoveOutOldestView();       // false: no view to move
+  // Batches moved out so far (stats). Relaxed: a counter.
+  std::atomic<uint64_t> views_moved_out{0};
+
   // Leases alive in this process (queued pushed batches, Batches and their
-  // zero-copy owners). Seq_cst: ordered against closed_ (see there).
+  // zero-copy owners) and not moved out. Seq_cst: ordered against closed_
+  // (see there).
   std::atomic<uint32_t> leases_held{0};
 
  private:
@@ -393,6 +413,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // A drop failed: pages may hold stale copies, so no new view uses the
   // private mappings any more (each batch gets a mapping of its own).
   bool private_broken_ = false;
+
+  // The list of movable views (ListView), oldest first.
+  void UnlinkView(Lease* lease);  // REQUIRES views_mu_, lease listed
+  std::mutex views_mu_;
+  Lease* views_head_ = nullptr;
+  Lease* views_tail_ = nullptr;
 };
 
 }  // namespace loaderx::client

@@ -69,9 +69,11 @@ struct Encoder {
     const bool join = grouped && m.join != GroupJoin::kDefault;
     const bool timeout = grouped && m.group_timeout_ms != 0;
     const bool mixed = !m.mix_counts.empty();
+    const bool ranks = grouped && m.ranks_count != 0;
+    const bool replicas = grouped && m.replicas != 1;
     Begin(p, "open",
           11 + (grouped ? 2 : 0) + (join ? 1 : 0) + (timeout ? 1 : 0) + (mixed ? 1 : 0) +
-              (m.push_queue ? 1 : 0));
+              (m.push_queue ? 1 : 0) + (ranks ? 2 : 0) + (replicas ? 1 : 0));
     KV(p, "id", m.id);
     Key(p, "streams");
     p.pack_array(static_cast<uint32_t>(m.streams.size()));
@@ -102,6 +104,11 @@ struct Encoder {
     if (join) KVStr(p, "join", GroupJoinName(m.join));
     if (timeout) KV(p, "group_timeout_ms", m.group_timeout_ms);
     if (m.push_queue) KV(p, "push_queue", true);
+    if (ranks) {
+      KV(p, "ranks_first", m.ranks_first);
+      KV(p, "ranks_count", m.ranks_count);
+    }
+    if (replicas) KV(p, "replicas", m.replicas);
   }
   void operator()(const OpenedMsg& m) {
     Begin(p, "opened", 6 + (m.step ? 1 : 0) + (m.queue_bytes != 0 ? 1 : 0));
@@ -379,8 +386,25 @@ Result<Message> DecodeTyped(std::string_view t, Fields& f) {
       }
       // Protocol 1.2 (optional): at most a day.
       if (f.Has("group_timeout_ms")) m.group_timeout_ms = f.U64("group_timeout_ms", 86'400'000);
-    } else if (f.Has("group_mode") || f.Has("join") || f.Has("group_timeout_ms")) {
-      f.Fail("'group_mode', 'join' and 'group_timeout_ms' need a 'group'");
+      // Protocol 1.5 (optional, shard groups): the shape here, the values
+      // against world_size and rank by the daemon (Group::CheckMemberSpec).
+      if (f.Has("ranks_first") || f.Has("ranks_count")) {
+        m.ranks_first = f.U64("ranks_first");
+        m.ranks_count = f.U64("ranks_count");
+        if (f.ok() && m.ranks_count == 0) f.Fail("'ranks_count' must be at least 1");
+      }
+      if (f.Has("replicas")) {
+        m.replicas = f.U32("replicas", kMaxReplicas);
+        if (f.ok() && m.replicas == 0) f.Fail("'replicas' must be at least 1");
+      }
+      if (f.ok() && m.group_mode != GroupMode::kShard && (m.ranks_count != 0 || m.replicas != 1)) {
+        f.Fail("'ranks_first', 'ranks_count' and 'replicas' are for shard groups");
+      }
+    } else if (f.Has("group_mode") || f.Has("join") || f.Has("group_timeout_ms") ||
+               f.Has("ranks_first") || f.Has("ranks_count") || f.Has("replicas")) {
+      f.Fail(
+          "'group_mode', 'join', 'group_timeout_ms', 'ranks_first', 'ranks_count' and "
+          "'replicas' need a 'group'");
     }
     // Protocol 1.2 (optional): a mixture. Its shape is checked here, the
     // counts' values and the parts' schemas by the daemon (loaderx/mix.h).

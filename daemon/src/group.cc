@@ -142,14 +142,45 @@ class LiveGate final : public BatchAllocator {
   std::multiset<uint64_t> gated_;  // steps whose producers wait at the gate
 };
 
+Status Group::MemberSpec::Validate() const {
+  if (mode != GroupMode::kShard) {
+    if (ranks_count != 0 || replicas != 1) {
+      return Status::InvalidArgument("ranks and replicas are for shard groups");
+    }
+    return Status::OK();
+  }
+  const uint64_t w = sampler.world_size;
+  const uint64_t f = ranks_first, c = RankCount();
+  const std::string range = "ranks " + std::to_string(f) + ".." + std::to_string(f + c - 1) +
+                            " (ranks_first " + std::to_string(f) + ", ranks_count " +
+                            std::to_string(c) + ")";
+  if (c == 0 || f >= w || c > w - f) {
+    return Status::InvalidArgument(range + " are not ranks of world_size " + std::to_string(w));
+  }
+  if (w % c != 0 || f % c != 0) {
+    return Status::InvalidArgument(
+        range + " are not an aligned part of world_size " + std::to_string(w) +
+        ": ranks_count must divide world_size and ranks_first (each node serves its own "
+        "equal, consecutive block of ranks)");
+  }
+  if (sampler.rank < f || sampler.rank >= f + c) {
+    return Status::InvalidArgument("rank " + std::to_string(sampler.rank) +
+                                   " is not one of this group's " + range);
+  }
+  if (replicas == 0) return Status::InvalidArgument("replicas must be at least 1");
+  return Status::OK();
+}
+
 SamplerSpec Group::PipelineSpec(const MemberSpec& spec) {
   SamplerSpec s = spec.sampler;
   if (spec.mode == GroupMode::kShard) {
-    // One global batch per step; each rank takes its rows (sampler.h:
-    // concatenating the ranks' batches gives exactly this batch).
-    s.batch_size = spec.sampler.global_batch();
-    s.rank = 0;
-    s.world_size = 1;
+    // The served ranks' rows of each global batch, drawn as one batch
+    // (sampler.h: a rank-(F / C) sampler of world W / C with batch C * B is
+    // the concatenation of ranks F..F + C - 1's batches).
+    const uint64_t count = spec.RankCount();
+    s.batch_size = spec.sampler.batch_size * count;
+    s.world_size = spec.sampler.world_size / count;
+    s.rank = spec.ranks_first / count;
   }
   return s;
 }
@@ -211,16 +242,18 @@ Group::Group(std::string name, MemberSpec spec, const Options& options,
       ring_(std::move(ring)),
       gate_(std::move(gate)),
       pipeline_(std::move(pipeline)),
-      produced_(options.start_step) {
+      produced_(options.start_step),
+      replicas_(spec_.mode == GroupMode::kShard ? spec_.replicas : 1) {
   if (spec_.mode == GroupMode::kShard) {
-    // Ranks that have not joined yet still need every batch from the start.
-    rank_cursor_.assign(spec_.sampler.world_size, options.start_step);
-    rank_pushed_.assign(spec_.sampler.world_size, options.start_step);
-    rank_member_.assign(spec_.sampler.world_size, 0);
-    rank_joined_.assign(spec_.sampler.world_size, false);
-    rank_left_.assign(spec_.sampler.world_size, MemberInfo());
-    rank_left_how_.assign(spec_.sampler.world_size, std::string());
-    rank_leaves_.assign(spec_.sampler.world_size, 0);
+    // Members that have not joined yet still need every batch from the start.
+    const uint64_t positions = spec_.RankCount() * replicas_;
+    rank_cursor_.assign(positions, options.start_step);
+    rank_pushed_.assign(positions, options.start_step);
+    rank_member_.assign(positions, 0);
+    rank_joined_.assign(positions, false);
+    rank_left_.assign(positions, MemberInfo());
+    rank_left_how_.assign(positions, std::string());
+    rank_leaves_.assign(positions, 0);
   }
 }
 
@@ -248,7 +281,8 @@ Status Group::CheckCompatible(const MemberSpec& spec) const {
     return Status::InvalidArgument(Quoted(name_) + ": " + field + " " + mine +
                                    " differs from the group's " + theirs +
                                    " (every member must pass the same stores (and mixture), "
-                                   "batch_size, mode, seed, world_size and group_mode)");
+                                   "batch_size, mode, seed, world_size, group_mode, ranks and "
+                                   "replicas)");
   };
   if (spec.mode != spec_.mode) {
     return differs("group_mode", GroupModeName(spec.mode), GroupModeName(spec_.mode));
@@ -288,6 +322,16 @@ Status Group::CheckCompatible(const MemberSpec& spec) const {
   if (a.world_size != b.world_size) {
     return differs("world_size", std::to_string(a.world_size), std::to_string(b.world_size));
   }
+  if (spec.ranks_first != spec_.ranks_first || spec.RankCount() != spec_.RankCount()) {
+    auto range = [](const MemberSpec& s) {
+      return std::to_string(s.ranks_first) + ".." +
+             std::to_string(s.ranks_first + s.RankCount() - 1);
+    };
+    return differs("ranks", range(spec), range(spec_));
+  }
+  if (spec.replicas != spec_.replicas) {
+    return differs("replicas", std::to_string(spec.replicas), std::to_string(spec_.replicas));
+  }
   // Broadcast members receive the same batches, so they must be one rank.
   if (spec_.mode == GroupMode::kBroadcast && a.rank != b.rank) {
     return differs("rank", std::to_string(a.rank), std::to_string(b.rank));
@@ -296,18 +340,18 @@ Status Group::CheckCompatible(const MemberSpec& spec) const {
 }
 
 uint64_t& Group::CursorOf(Member& m) {
-  return spec_.mode == GroupMode::kShard ? rank_cursor_[m.info.rank] : m.cursor;
+  return spec_.mode == GroupMode::kShard ? rank_cursor_[m.position] : m.cursor;
 }
 
 uint64_t& Group::PushedOf(Member& m) {
-  return spec_.mode == GroupMode::kShard ? rank_pushed_[m.info.rank] : m.pushed;
+  return spec_.mode == GroupMode::kShard ? rank_pushed_[m.position] : m.pushed;
 }
 
 uint64_t Group::SlowestOthers(uint64_t id, const Member& m) const {
   uint64_t slowest = std::numeric_limits<uint64_t>::max();
   if (spec_.mode == GroupMode::kShard) {
-    for (uint64_t r = 0; r < rank_cursor_.size(); ++r) {
-      if (r != m.info.rank) slowest = std::min(slowest, rank_cursor_[r]);
+    for (uint64_t p = 0; p < rank_cursor_.size(); ++p) {
+      if (p != m.position) slowest = std::min(slowest, rank_cursor_[p]);
     }
     return slowest;
   }
@@ -393,12 +437,12 @@ std::optional<Status> Group::PeerWait(uint64_t id, Member& me, uint64_t pushed, 
   if (!live_bound && spec_.mode == GroupMode::kShard) {
     // A rank holding this one back whose last member's process is gone
     // cannot come back by itself: say so now ("Dead peers").
-    for (uint64_t r = 0; r < rank_cursor_.size(); ++r) {
-      if (r == me.info.rank || rank_cursor_[r] + options_.max_skew >= pushed) continue;
+    for (uint64_t r = 0; r < rank_cursor_.size(); ++r) {  // positions
+      if (r == me.position || rank_cursor_[r] + options_.max_skew >= pushed) continue;
       if (rank_member_[r] != 0 || !rank_joined_[r] || rank_left_[r].pid <= 0) continue;
       if (auto told = me.told_gone.find(r);
           told != me.told_gone.end() && told->second == rank_leaves_[r]) {
-        continue;  // told already: wait for a new member of the rank
+        continue;  // told already: wait for a new member of the position
       }
       const std::string fate = PeerFate(rank_left_[r].pid, rank_left_[r].uid);
       if (fate == kStillRunning) continue;
@@ -407,8 +451,8 @@ std::optional<Status> Group::PeerWait(uint64_t id, Member& me, uint64_t pushed, 
       me.caller_waits = false;  // this refusal is pushed to it
       UpdateGate();
       const std::string how = rank_left_how_[r].empty() ? "" : " (" + rank_left_how_[r] + ")";
-      const std::string rr = "rank " + std::to_string(r);
-      return Status::Timeout(Quoted(name_) + ": rank " + std::to_string(me.info.rank) +
+      const std::string rr = PositionName(r);
+      return Status::Timeout(Quoted(name_) + ": " + PositionName(me.position) +
                              " cannot take step " + std::to_string(pushed) + ", which needs " + rr +
                              " to reach step " + std::to_string(pushed - options_.max_skew) +
                              " first (max-skew " + std::to_string(options_.max_skew) + "), but " +
@@ -424,7 +468,7 @@ std::optional<Status> Group::PeerWait(uint64_t id, Member& me, uint64_t pushed, 
     UpdateGate();
     const std::string who =
         Quoted(name_) + ": " +
-        (spec_.mode == GroupMode::kShard ? "rank " + std::to_string(me.info.rank)
+        (spec_.mode == GroupMode::kShard ? PositionName(me.position)
                                          : "member session " + std::to_string(id)) +
         " waited its group_timeout of " + Seconds(me.info.timeout) + " for step " +
         std::to_string(pushed) + ", which needs ";
@@ -438,8 +482,8 @@ std::optional<Status> Group::PeerWait(uint64_t id, Member& me, uint64_t pushed, 
     }
     std::vector<uint64_t> behind;  // the ranks (members) holding this one back
     if (spec_.mode == GroupMode::kShard) {
-      for (uint64_t r = 0; r < rank_cursor_.size(); ++r) {
-        if (r != me.info.rank && rank_cursor_[r] + options_.max_skew < pushed) behind.push_back(r);
+      for (uint64_t p = 0; p < rank_cursor_.size(); ++p) {
+        if (p != me.position && rank_cursor_[p] + options_.max_skew < pushed) behind.push_back(p);
       }
     } else {
       for (const auto& [sid, m] : members_) {
@@ -456,6 +500,31 @@ std::optional<Status> Group::PeerWait(uint64_t id, Member& me, uint64_t pushed, 
   return std::nullopt;
 }
 
+Status Group::SameStartAsReplicas(uint64_t id, uint64_t position, uint64_t step) const {
+  if (spec_.mode != GroupMode::kShard || replicas_ == 1) return Status::OK();
+  // The replicas of a rank (one data-parallel replica's model-parallel
+  // ranks) start at the same step: one that has not moved since it
+  // started elsewhere says they restored different checkpoints.
+  for (const auto& [sid, other] : members_) {
+    if (sid == id || RankOf(other.position) != RankOf(position) || other.start == step ||
+        rank_cursor_[other.position] != other.start) {
+      continue;
+    }
+    return Status::InvalidArgument(
+        Quoted(name_) + ": " + PositionName(position) + " would start at step " +
+        std::to_string(step) + ", but " + PositionName(other.position) + " (pid " +
+        std::to_string(other.info.pid) + ") started at step " + std::to_string(other.start) +
+        ": the replicas of a rank must start at the same step");
+  }
+  return Status::OK();
+}
+
+std::string Group::PositionName(uint64_t position) const {
+  std::string out = "rank " + std::to_string(RankOf(position));
+  if (replicas_ > 1) out += " replica " + std::to_string(position % replicas_);
+  return out;
+}
+
 Result<uint64_t> Group::Join(uint64_t id, const MemberInfo& info, GroupJoin join,
                              uint64_t start_step) {
   const uint64_t rank = info.rank;
@@ -464,11 +533,24 @@ Result<uint64_t> Group::Join(uint64_t id, const MemberInfo& info, GroupJoin join
   if (join == GroupJoin::kDefault) {
     join = spec_.mode == GroupMode::kShard ? GroupJoin::kStartStep : GroupJoin::kCurrent;
   }
-  if (spec_.mode == GroupMode::kShard && rank_member_[rank] != 0) {
-    return Status::InvalidArgument(
-        Quoted(name_) + ": rank " + std::to_string(rank) + " of " +
-        std::to_string(spec_.sampler.world_size) + " is already taken by session " +
-        std::to_string(rank_member_[rank]) + " (each rank may have one live member)");
+  uint64_t position = 0;
+  if (spec_.mode == GroupMode::kShard) {
+    // The first free position of its rank.
+    const uint64_t first = FirstPosition(rank);
+    position = first;
+    while (position < first + replicas_ && rank_member_[position] != 0) ++position;
+    if (position == first + replicas_) {
+      std::string sessions;
+      for (uint64_t p = first; p < first + replicas_; ++p) {
+        sessions += (p == first ? "" : ", ") + std::to_string(rank_member_[p]);
+      }
+      return Status::InvalidArgument(
+          Quoted(name_) + ": rank " + std::to_string(rank) + " of " +
+          std::to_string(spec_.sampler.world_size) + " is already taken by session" +
+          (replicas_ > 1 ? "s " : " ") + sessions + " (each rank may have " +
+          std::to_string(replicas_) + " live member" + (replicas_ > 1 ? "s: replicas " : "") +
+          (replicas_ > 1 ? std::to_string(replicas_) : "") + ")");
+    }
   }
   const uint64_t oldest = OldestAvailable();
   uint64_t cursor = oldest;
@@ -479,16 +561,22 @@ Result<uint64_t> Group::Join(uint64_t id, const MemberInfo& info, GroupJoin join
   } else if (members_.empty()) {
     cursor = start_step;  // the creator (produced_ == its start_step)
   }
+  // A member joining "not started" is held to its replicas when it seeks.
+  if (cursor >= oldest || members_.empty()) {
+    LX_RETURN_IF_ERROR(SameStartAsReplicas(id, position, cursor));
+  }
   Member m;
   m.info = info;
+  m.position = position;
+  m.start = cursor;
   m.cursor = cursor;
   m.pushed = cursor;
   if (spec_.mode == GroupMode::kShard) {
-    m.rank_before = rank_cursor_[rank];
-    rank_cursor_[rank] = cursor;
-    rank_pushed_[rank] = cursor;
-    rank_member_[rank] = id;
-    rank_joined_[rank] = true;
+    m.rank_before = rank_cursor_[position];
+    rank_cursor_[position] = cursor;
+    rank_pushed_[position] = cursor;
+    rank_member_[position] = id;
+    rank_joined_[position] = true;
   }
   members_[id] = m;
   Trim();
@@ -506,17 +594,17 @@ bool Group::Leave(uint64_t id, const std::string& how) {
     // the batches it still needs are kept for a member rejoining as that
     // rank; what was pushed but not consumed was never taken.
     if (spec_.mode == GroupMode::kShard) {
-      const uint64_t r = it->second.info.rank;
-      rank_member_[r] = 0;
+      const uint64_t p = it->second.position;
+      rank_member_[p] = 0;
       // A member that never got its step ("Start and resume") took nothing:
-      // its rank needs what it needed before the join, and nothing older
-      // than the group still holds.
+      // its position needs what it needed before the join, and nothing
+      // older than the group still holds.
       const uint64_t oldest = OldestAvailable();
-      if (rank_cursor_[r] < oldest) rank_cursor_[r] = std::max(it->second.rank_before, oldest);
-      rank_pushed_[r] = rank_cursor_[r];
-      rank_left_[r] = it->second.info;
-      rank_left_how_[r] = how;
-      ++rank_leaves_[r];
+      if (rank_cursor_[p] < oldest) rank_cursor_[p] = std::max(it->second.rank_before, oldest);
+      rank_pushed_[p] = rank_cursor_[p];
+      rank_left_[p] = it->second.info;
+      rank_left_how_[p] = how;
+      ++rank_leaves_[p];
     }
     members_.erase(it);
     Trim();
@@ -529,8 +617,18 @@ bool Group::Leave(uint64_t id, const std::string& how) {
 
 bool Group::AwaitRankFree(uint64_t rank, std::chrono::milliseconds max) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (spec_.mode != GroupMode::kShard || rank >= rank_member_.size()) return true;
-  return cv_.wait_for(lock, max, [&] { return closed_ || rank_member_[rank] == 0; });
+  if (spec_.mode != GroupMode::kShard || rank < spec_.ranks_first ||
+      rank - spec_.ranks_first >= spec_.RankCount()) {
+    return true;
+  }
+  const uint64_t first = FirstPosition(rank);
+  return cv_.wait_for(lock, max, [&] {
+    if (closed_) return true;
+    for (uint64_t p = first; p < first + replicas_; ++p) {
+      if (rank_member_[p] == 0) return true;
+    }
+    return false;
+  });
 }
 
 Delivery Group::Slice(const Held& h, uint64_t step, uint64_t rank) const {
@@ -547,9 +645,10 @@ Delivery Group::Slice(const Held& h, uint64_t step, uint64_t rank) const {
   d.streams = h.layout.streams;
   d.batch_size = h.layout.batch_size;
   if (spec_.mode != GroupMode::kShard) return d;
-  // Rows [rank * B, (rank + 1) * B) of the global batch, described in place.
+  // Rows [(rank - F) * B, (rank - F + 1) * B) of the served ranks' batch,
+  // described in place.
   const uint64_t b = spec_.sampler.batch_size;
-  const uint64_t first = rank * b;
+  const uint64_t first = (rank - spec_.ranks_first) * b;
   const uint8_t* base = memory->data();
   for (size_t j = 0; j < d.streams.size(); ++j) {
     StreamLayout& l = d.streams[j];
@@ -710,7 +809,13 @@ Status Group::Seek(uint64_t id, uint64_t step, const std::function<bool()>& clos
   auto mit = members_.find(id);
   if (mit == members_.end()) return Status::Internal("not a member of " + Quoted(name_));
   if (members_.size() > 1) {
-    if (step < OldestAvailable()) return Gone(step);
+    const uint64_t oldest = OldestAvailable();
+    if (step < oldest) return Gone(step);
+    if (spec_.mode == GroupMode::kShard && CursorOf(mit->second) < oldest) {
+      // Not started ("Start and resume"): it starts now, with its replicas.
+      LX_RETURN_IF_ERROR(SameStartAsReplicas(id, mit->second.position, step));
+    }
+    mit->second.start = step;
     CursorOf(mit->second) = step;
     PushedOf(mit->second) = step;
     ++mit->second.gen;
@@ -741,6 +846,7 @@ Status Group::Seek(uint64_t id, uint64_t step, const std::function<bool()>& clos
   // Ranks without a live member follow: the group restarts at `step`.
   for (uint64_t& c : rank_cursor_) c = step;
   for (uint64_t& c : rank_pushed_) c = step;
+  mit->second.start = step;
   mit->second.cursor = step;
   mit->second.pushed = step;
   ++mit->second.gen;
@@ -795,7 +901,7 @@ uint64_t Group::pushed(uint64_t id) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = members_.find(id);
   if (it == members_.end()) return 0;
-  return spec_.mode == GroupMode::kShard ? rank_pushed_[it->second.info.rank] : it->second.pushed;
+  return spec_.mode == GroupMode::kShard ? rank_pushed_[it->second.position] : it->second.pushed;
 }
 
 uint64_t Group::generation(uint64_t id) const {
@@ -813,7 +919,7 @@ uint64_t Group::cursor(uint64_t id) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = members_.find(id);
   if (it == members_.end()) return 0;
-  return spec_.mode == GroupMode::kShard ? rank_cursor_[it->second.info.rank] : it->second.cursor;
+  return spec_.mode == GroupMode::kShard ? rank_cursor_[it->second.position] : it->second.cursor;
 }
 
 std::vector<uint64_t> Group::At(uint64_t step) const {
@@ -836,7 +942,7 @@ std::string Group::Describe(const std::vector<uint64_t>& who) const {
     if (i != 0) out += i + 1 == who.size() ? " and " : ", ";
     if (spec_.mode == GroupMode::kShard) {
       const uint64_t r = who[i];
-      out += "rank " + std::to_string(r);
+      out += PositionName(r);
       if (rank_member_[r] != 0) {
         auto it = members_.find(rank_member_[r]);
         out += " (pid " + std::to_string(it == members_.end() ? 0 : it->second.info.pid) +
@@ -892,13 +998,19 @@ Group::Snapshot Group::snapshot() const {
   s.batch_size = spec_.sampler.batch_size;
   s.world_size = spec_.sampler.world_size;
   s.rank_cursors = rank_cursor_;
+  if (spec_.mode == GroupMode::kShard) {
+    s.ranks_first = spec_.ranks_first;
+    s.ranks_count = spec_.RankCount();
+    s.replicas = static_cast<uint32_t>(replicas_);
+  }
   const auto now = std::chrono::steady_clock::now();
   std::chrono::steady_clock::duration longest{0};
   for (const auto& [sid, m] : members_) {
     Snapshot::MemberRow row;
     row.session = sid;
     row.info = m.info;
-    row.cursor = spec_.mode == GroupMode::kShard ? rank_cursor_[m.info.rank] : m.cursor;
+    row.position = m.position;
+    row.cursor = spec_.mode == GroupMode::kShard ? rank_cursor_[m.position] : m.cursor;
     row.served = m.served;
     s.members.push_back(row);
     if (m.waiting) {

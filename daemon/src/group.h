@@ -1,5 +1,5 @@
 // Group: one Pipeline and one ring shared by the loaders ("members") that
-// joined it (DESIGN.md §7 "Groups", docs/daemon.md "Groups").
+// joined it (docs/daemon.md "Groups", docs/protocol.md "Groups (1.1)").
 //
 // Every open loader is a member of exactly one Group. A solo loader (no
 // group name) is the only member of a private broadcast group, so there is
@@ -9,10 +9,19 @@
 // Modes:
 //  * kBroadcast: the pipeline runs the members' sampler spec as is; every
 //    member receives the same full batches (one gather, N mappings).
-//  * kShard: the pipeline runs the world_size = 1 sampler with the global
-//    batch G = batch_size * world_size; the member of rank r receives rows
-//    [r * B, (r + 1) * B) of each global batch as its batch. sampler.h
-//    guarantees this equals what a rank-r sampler of world_size draws.
+//  * kShard: the group serves the data-parallel ranks [F, F + C) of
+//    world_size W (all of them, F = 0 and C = W, unless the members named a
+//    range: the local ranks of one node of a multi-node job), each to R
+//    members ("replicas": the model-parallel ranks of one data-parallel
+//    replica; R = 1 unless named). The pipeline draws only those ranks'
+//    rows: the sampler spec with batch C * B, world W / C and rank F / C,
+//    which sampler.h guarantees is rows [F * B, (F + C) * B) of the global
+//    batch (hence C must divide W and F). The member of rank r receives
+//    rows [(r - F) * B, (r - F + 1) * B) of it, the batch a rank-r sampler
+//    of W draws; its R replicas receive the same rows of the same slot.
+//    Positions are kept per expected member, a *position* p = (r - F) * R +
+//    k for replica k, so every rule below that speaks of "ranks" speaks of
+//    positions (C * R of them, joined or not).
 //
 // Positions (protocol 1.2 pushes; Aeron's status messages are the model):
 // every member has a push cursor (the next step pushed to its client) and a
@@ -204,6 +213,16 @@ class Group {
     // empty: compared on their own, so a mismatch names the weights, not
     // the (equal) part files.
     std::vector<uint64_t> mix_counts;
+    // kShard: the ranks served, [ranks_first, ranks_first + ranks_count)
+    // (ranks_count 0: all of world_size), and members per rank.
+    uint64_t ranks_first = 0;
+    uint64_t ranks_count = 0;
+    uint32_t replicas = 1;
+    // The ranks served (ranks_count, or world_size when it is 0).
+    uint64_t RankCount() const { return ranks_count != 0 ? ranks_count : sampler.world_size; }
+    // InvalidArgument naming what does not fit: a range that is not an
+    // aligned part of the world (C divides W and F), a rank outside it.
+    Status Validate() const;
   };
   struct Options {
     uint32_t prefetch = 4;
@@ -233,6 +252,7 @@ class Group {
     struct MemberRow {
       uint64_t session = 0;
       MemberInfo info;
+      uint64_t position = 0;  // shard: its position (rank_cursors' index)
       uint64_t cursor = 0;
       uint64_t served = 0;  // batches handed to this member
     };
@@ -241,9 +261,13 @@ class Group {
     uint64_t batch_size = 0;  // per member
     uint64_t world_size = 1;
     std::vector<MemberRow> members;  // by session id
-    // Shard: the cursor of every rank 0..W-1 (a rank without a member is
-    // frozen where it left, or at the start step if it never joined).
+    // Shard: the cursor of every position (rank ranks_first + p / replicas,
+    // replica p % replicas; a position without a member is frozen where it
+    // left, or at the start step if it never joined).
     std::vector<uint64_t> rank_cursors;
+    uint64_t ranks_first = 0;
+    uint64_t ranks_count = 0;  // shard: the ranks served (world_size if all)
+    uint32_t replicas = 1;
     bool holds = false;  // any batch held; then oldest/newest are valid
     uint64_t oldest_held = 0;
     uint64_t newest_held = 0;
@@ -292,7 +316,11 @@ class Group {
   Status CheckCompatible(const MemberSpec& spec) const;
 
   // Adds member `id` (rank from its spec) and returns its first step.
-  // InvalidArgument if its rank is taken by a live member (shard).
+  // InvalidArgument if every position of its rank is taken by a live
+  // member (shard: `replicas` per rank), or if a live replica of its rank
+  // that has not moved since it started started at another step (the
+  // model-parallel ranks of one replica must start together; a member that
+  // joins "not started" is held to it when it seeks).
   // join = start_step at a step the group has already dropped: broadcast
   // refuses it (IndexError, "out of range", naming the oldest step it still
   // holds); shard accepts it "not started" ("Start and resume" above): the
@@ -301,13 +329,13 @@ class Group {
   Result<uint64_t> Join(uint64_t id, const MemberInfo& info, GroupJoin join, uint64_t start_step);
   // Removes member `id`; true if no member is left (the caller then drops
   // the group). Its cursor is forgotten (broadcast) or frozen (shard; a
-  // member that never got its step gives its rank back the position it had
+  // member that never got its step gives its position back what it had
   // before the join). `how` says how it left, for the messages of the
-  // members that wait for its rank ("Dead peers" above).
+  // members that wait for its position ("Dead peers" above).
   bool Leave(uint64_t id, const std::string& how = "");
-  // Shard: waits at most `max` for `rank` to have no live member; true if
-  // it has none (or the group is not a shard group, or the rank is out of
-  // range: Join decides). A loader closed and reopened at once as the same
+  // Shard: waits at most `max` for `rank` to have a position with no live
+  // member; true if it has one (or the group is not a shard group, or the
+  // rank is out of range: Join decides). A loader closed and reopened at once as the same
   // rank sends its close (or hangs up) on one connection and its open on
   // another, so the open may be read first: it waits for the old member's
   // leave instead of being refused. Call without the registry lock (a leave
@@ -370,10 +398,12 @@ class Group {
   };
   struct Member {
     MemberInfo info;
-    // Shard: its rank's consumed position before it joined (Leave).
+    uint64_t position = 0;  // shard: its index in rank_cursor_ and the others
+    uint64_t start = 0;     // the step it joined at or last sought to
+    // Shard: its position's consumed position before it joined (Leave).
     uint64_t rank_before = 0;
-    // Shard: rank -> that rank's leave count this member was told of as
-    // gone ("Dead peers": once per leave).
+    // Shard: position -> that position's leave count this member was told
+    // of as gone ("Dead peers": once per leave).
     std::map<uint64_t, uint64_t> told_gone;
     // Broadcast only; shard positions live in rank_cursor_ / rank_pushed_.
     uint64_t cursor = 0;  // consumed position
@@ -418,10 +448,20 @@ class Group {
                                  std::chrono::milliseconds poll, std::chrono::milliseconds* wait);
   void DropHeld(std::map<uint64_t, Held>::iterator it);
   Delivery Slice(const Held& h, uint64_t step, uint64_t rank) const;
+  // Shard: the positions of `rank` ([first, first + replicas_)).
+  uint64_t FirstPosition(uint64_t rank) const { return (rank - spec_.ranks_first) * replicas_; }
+  uint64_t RankOf(uint64_t position) const { return spec_.ranks_first + position / replicas_; }
+  // "rank 3", or "rank 3 replica 1" when ranks have replicas.
+  std::string PositionName(uint64_t position) const;
+  // InvalidArgument if a live replica of `position`'s rank (other than
+  // member `id`) that has not moved since it started started at a step
+  // other than `step` (Join's rule).
+  Status SameStartAsReplicas(uint64_t id, uint64_t position, uint64_t step) const;
   Status Gone(uint64_t step) const;
-  // The ranks (shard) or sessions (broadcast) whose cursor is `step`.
+  // The positions (shard) or sessions (broadcast) whose cursor is `step`.
   std::vector<uint64_t> At(uint64_t step) const;
-  // "rank 1 (not joined) and rank 3 (left at step 9)", or the sessions.
+  // "rank 1 (not joined) and rank 3 (left at step 9)" (with "replica k"
+  // when there are replicas), or the sessions.
   std::string Describe(const std::vector<uint64_t>& who) const;
   // Logs a stall of the group once per state; Resumed() once it ends.
   void NoteStall(std::chrono::steady_clock::duration waited, std::chrono::milliseconds timeout);
@@ -443,14 +483,15 @@ class Group {
   bool closed_ = false;
   uint64_t gathered_ = 0;
   std::map<uint64_t, Member> members_;  // session id -> member
-  std::vector<uint64_t> rank_cursor_;   // shard: consumed position, one per rank
-  std::vector<uint64_t> rank_pushed_;   // shard: push cursor, one per rank
-  std::vector<uint64_t> rank_member_;   // shard: live session of each rank, 0 = none
-  std::vector<bool> rank_joined_;       // shard: a member has ever had this rank
-  // Shard: the last member of each rank that left (pid, uid) and how.
+  const uint64_t replicas_;             // shard: positions per rank (1 otherwise)
+  std::vector<uint64_t> rank_cursor_;   // shard: consumed position, one per position
+  std::vector<uint64_t> rank_pushed_;   // shard: push cursor, one per position
+  std::vector<uint64_t> rank_member_;   // shard: live session of each position, 0 = none
+  std::vector<bool> rank_joined_;       // shard: a member has ever had this position
+  // Shard: the last member of each position that left (pid, uid) and how.
   std::vector<MemberInfo> rank_left_;
   std::vector<std::string> rank_left_how_;
-  std::vector<uint64_t> rank_leaves_;  // members of each rank that left
+  std::vector<uint64_t> rank_leaves_;  // members of each position that left
   uint64_t served_ = 0;
   // The stall last logged ("" = none): waits_for + step, and since when.
   std::string stall_logged_;

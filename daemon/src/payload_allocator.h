@@ -1,13 +1,14 @@
 // PayloadAllocator: variable-size regions inside one ring's payload.
 //
-// Daemon-private bookkeeping (DESIGN.md §7: the daemon's own allocator of
-// variable-size batches). Its state lives in daemon heap memory, NOT in the
+// Daemon-private bookkeeping of where each batch sits in the payload area
+// (ring.h). Its state lives in daemon heap memory, NOT in the
 // shared ring, so nothing a client maps can corrupt it. First fit over an
 // ordered free list with coalescing; all offsets and sizes are multiples of
 // `alignment`. When every batch has the same size (dense streams) holes are
 // always whole batches, so a ring sized for K batches always fits K.
 //
-// Thread-safety: none; RingBatchAllocator serialises access.
+// Thread-safety: none; its owner, RingAllocator (ring_allocator.h), serialises
+// access under its mutex.
 #pragma once
 
 #include <cstdint>

@@ -51,7 +51,9 @@ class Server::Impl {
              counters_,
              violation_log_,
              [this](uint64_t id) { Finish(id); },
-             [this](uint32_t uid, bool detail) { return Stats(uid, detail); }} {
+             [this](uint32_t uid, bool detail, bool observer) {
+               return Stats(uid, detail, observer);
+             }} {
     boost::system::error_code ec;
     acceptor_.assign(SeqPacket(AF_UNIX, 0), listener.Release(), ec);
     if (ec) LX_LOG(kError) << "cannot adopt listening socket: " << ec.message();
@@ -93,9 +95,19 @@ class Server::Impl {
   void Tick();
   void Finish(uint64_t id);  // io thread: a session is fully torn down
 
-  StatsReplyMsg Stats(uint32_t uid, bool detail) {
+  StatsReplyMsg Stats(uint32_t uid, bool detail, bool observer) {
     StatsReplyMsg r;
-    const Accounts::Snapshot acct = accounts_.Read(uid, detail);
+    Accounts::Snapshot acct = accounts_.Read(uid, detail);
+    if (observer) {
+      // The asking session is counted from its hello; an observer (no
+      // loader open: `loaderx status`, a monitor) is not shown itself.
+      auto leave_out = [](uint64_t& sessions) {
+        if (sessions > 0) --sessions;
+      };
+      leave_out(acct.sessions);
+      leave_out(acct.mine.sessions);
+      if (auto it = acct.uids.find(uid); it != acct.uids.end()) leave_out(it->second.sessions);
+    }
     const GroupRegistry::Counts groups = groups_.counts();
     const Counters& c = counters_;
     r.counters = {
@@ -232,7 +244,9 @@ Server::~Server() = default;
 
 Status Server::Run(bool handle_signals) { return impl_->Run(handle_signals); }
 void Server::Stop() { impl_->Stop(); }
-StatsReplyMsg Server::Stats(uint32_t uid, bool detail) { return impl_->Stats(uid, detail); }
+StatsReplyMsg Server::Stats(uint32_t uid, bool detail, bool observer) {
+  return impl_->Stats(uid, detail, observer);
+}
 uint64_t Server::incarnation() const { return impl_->incarnation_; }
 
 }  // namespace loaderx::daemon

@@ -48,8 +48,10 @@ class Server {
   Status Run(bool handle_signals);
   void Stop();
   // The counters a "stats" request returns, for `uid`'s per-uid values, and
-  // with `detail` the status document `uid` may see (status.h).
-  StatsReplyMsg Stats(uint32_t uid, bool detail = false);
+  // with `detail` the status document `uid` may see (status.h). `observer`:
+  // the request comes from a session of `uid` with no loader open, which is
+  // left out of the session counts (`sessions`, `uid_sessions`, `uids`).
+  StatsReplyMsg Stats(uint32_t uid, bool detail = false, bool observer = false);
   uint64_t incarnation() const;
 
  private:

@@ -86,6 +86,10 @@ class SessionImpl final : public Session, public std::enable_shared_from_this<Se
   void Shutdown(const std::string& why) override {
     if (shut_) return;
     shut_ = true;
+    // The connection is over: it stops counting now, not once its worker
+    // has wound down, so a client that hangs up and connects again (a stats
+    // poll after connect()'s check) never meets its own previous connection.
+    Uncount();
     // A hang-up is the normal end of a session (a stats poll is a hello and
     // a hang-up): only a session with a loader logs it, when it leaves.
     if (!shut_quietly_ && why != kHungUp) {
@@ -125,8 +129,7 @@ class SessionImpl final : public Session, public std::enable_shared_from_this<Se
     if (worker_.joinable()) worker_.join();
     boost::system::error_code ec;
     socket_.close(ec);
-    if (counted_) ctx_.accounts.RemoveSession(cred_.uid);
-    counted_ = false;
+    Uncount();
   }
 
  private:
@@ -134,6 +137,12 @@ class SessionImpl final : public Session, public std::enable_shared_from_this<Se
     Message msg;
     std::vector<UniqueFd> fds;
   };
+
+  // io thread: gives the session's count back to its uid, once.
+  void Uncount() {
+    if (counted_) ctx_.accounts.RemoveSession(cred_.uid);
+    counted_ = false;
+  }
 
   void ArmRead() {
     socket_.async_wait(Socket::wait_read,
@@ -415,7 +424,7 @@ class SessionImpl final : public Session, public std::enable_shared_from_this<Se
           if constexpr (std::is_same_v<T, OpenMsg>) return DoOpen(m, std::move(req.fds));
           if constexpr (std::is_same_v<T, SeekMsg>) return DoSeek(m);
           if constexpr (std::is_same_v<T, StatsMsg>) {
-            StatsReplyMsg reply = ctx_.stats(cred_.uid, m.detail);
+            StatsReplyMsg reply = ctx_.stats(cred_.uid, m.detail, /*observer=*/!group_);
             reply.id = m.id;
             return Send(reply);
           }
@@ -649,6 +658,11 @@ class SessionImpl final : public Session, public std::enable_shared_from_this<Se
     ss.rank = m.rank;
     ss.world_size = m.world_size;
     Status valid = ss.Validate();
+    if (!valid.ok()) return Error(valid, m.id);
+    spec.ranks_first = m.ranks_first;
+    spec.ranks_count = m.ranks_count;
+    spec.replicas = m.replicas;
+    valid = spec.Validate();
     if (!valid.ok()) return Error(valid, m.id);
     // The pipeline of a shard group draws the global batch.
     const uint64_t drawn = Group::PipelineSpec(spec).batch_size;

@@ -16,8 +16,9 @@
 // group (group_registry.h); the last member's leaving closes the group.
 //
 // Accounting: a session counts against its uid's sessions from its hello
-// until Close(); the ring of a group it creates is charged to its uid
-// (accounts.h).
+// until it shuts down (hang-up, violation, daemon stop); the ring of a group
+// it creates is charged to its uid (accounts.h). A stats request of a session
+// with no loader open leaves that session out of the counts it returns.
 //
 // Thread-safety: Start, Heartbeat, Shutdown and Close are io-thread calls.
 // Ownership: the SessionContext (the server's) outlives every session.
@@ -67,8 +68,9 @@ struct SessionContext {
   // Posted to the io thread once session `id` is torn down: the server then
   // calls its Close() and forgets it.
   std::function<void(uint64_t id)> finish;
-  // The reply to a `stats` request of `uid` (any thread).
-  std::function<StatsReplyMsg(uint32_t uid, bool detail)> stats;
+  // The reply to a `stats` request of `uid` (any thread); `observer`: the
+  // asking session has no loader open, so it leaves itself out (server.h).
+  std::function<StatsReplyMsg(uint32_t uid, bool detail, bool observer)> stats;
 };
 
 class Session {

@@ -107,13 +107,15 @@ void Held(Json& j, const Group::Snapshot& g) {
   j.Key("batches_served").U(g.served);
 }
 
-void Member(Json& j, const Group::Snapshot::MemberRow& m, bool shard) {
+void Member(Json& j, const Group::Snapshot::MemberRow& m, bool shard, uint32_t replicas) {
   j.Open('{');
   j.Key("session").U(m.session);
   j.Key("pid").I(m.info.pid);
   j.Key("uid").U(m.info.uid);
   j.Key("rank");
   shard ? j.U(m.info.rank) : j.Null();
+  j.Key("replica");
+  shard ? j.U(m.position % replicas) : j.Null();
   j.Key("cursor").U(m.cursor);
   j.Key("batches_served").U(m.served);
   j.Key("group_timeout_s").D(std::chrono::duration<double>(m.info.timeout).count());
@@ -129,13 +131,16 @@ void NamedGroup(Json& j, uint32_t uid, const Group::Snapshot& g) {
   j.Key("batch_size").U(g.batch_size);
   j.Key("world_size").U(g.world_size);
   j.Key("members").Open('[');
-  for (const auto& m : g.members) Member(j, m, shard);
+  for (const auto& m : g.members) Member(j, m, shard, g.replicas);
   j.Close(']');
   j.Key("rank_cursors");
   if (shard) {
     j.Open('[');
     for (uint64_t c : g.rank_cursors) j.U(c);
     j.Close(']');
+    j.Key("ranks_first").U(g.ranks_first);
+    j.Key("ranks_count").U(g.ranks_count);
+    j.Key("replicas").U(g.replicas);
   } else {
     j.Null();
   }
@@ -144,7 +149,8 @@ void NamedGroup(Json& j, uint32_t uid, const Group::Snapshot& g) {
   if (g.waiting) {
     j.Open('{');
     j.Key(shard ? "ranks" : "sessions").Open('[');
-    for (uint64_t w : g.waits_for) j.U(w);
+    // Shard: positions, named by their rank (a rank once per replica).
+    for (uint64_t w : g.waits_for) j.U(shard ? g.ranks_first + w / g.replicas : w);
     j.Close(']');
     j.Key("step").U(g.waits_at_step);
     j.Key("since_s").D(static_cast<double>(g.waiting_ms) / 1000.0);

@@ -192,8 +192,11 @@ class SamplerCore:
 class Source:
     """A native batch source: the embedded Pipeline or a DaemonLoader, with one behaviour."""
 
-    def next(self, timeout: float | None = None) -> tuple[int, list[_Value]] | None:
-        """``(step, values)`` of the next step, or None after ``timeout`` seconds."""
+    def next(
+        self, timeout: float | None = None, stash: list[Any] | None = None
+    ) -> tuple[int, list[_Value]] | None:
+        """``(step, values)`` of the next step (also put in ``stash[0]`` before anything
+        can raise), or None after ``timeout`` seconds."""
 
     def seek(self, step: SupportsIndex) -> None: ...
     @property
@@ -247,18 +250,25 @@ class DaemonLoader(Source):
         group_timeout: float = 0.0,
         mix_counts: Sequence[SupportsIndex] = ...,
         mix_parts: Sequence[Sequence[str]] = ...,
+        ranks_first: SupportsIndex = 0,
+        ranks_count: SupportsIndex = 0,
+        replicas: SupportsIndex = 1,
     ) -> None:
         """``group`` non-empty joins that loaderxd group (``group_mode`` 'shard' | 'broadcast',
         ``join`` '' (the mode's default) | 'start_step' | 'current'); ``group_timeout``
         seconds a ``next`` may wait for the other members (0: loaderxd's --group-timeout).
         A mixture: ``mix_counts`` (one per dataset) and one ``mix_parts`` entry per stream
         (its parts' store paths; none for the dataset-number stream, whose ``stores``
-        entry is '', or for a plain store)."""
+        entry is '', or for a plain store). A shard group over part of the ranks:
+        ``ranks_first``, ``ranks_count`` (0: all); ``replicas`` members per rank."""
 
     @property
     def lease_cap(self) -> int: ...
     @property
     def leases_held(self) -> int: ...
+    @property
+    def batches_moved_out(self) -> int:
+        """Held batches moved out of the ring to stay under the lease cap."""
     @property
     def ring_bytes(self) -> int: ...
     @property

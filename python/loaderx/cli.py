@@ -1,18 +1,23 @@
 """The ``loaderx`` command line (also ``python -m loaderx``).
 
     loaderx info PATH [--json]          a store's schema, count, codec, sizes, ratio and
-                                        metadata; for a directory of stores (a converter
-                                        output), one line per store
+                                        metadata
     loaderx verify PATH [-q]            check every checksum; names the first bad record
-    loaderx convert SOURCE OUTPUT       Hugging Face dataset (Hub id, save_to_disk
-                                        directory, directory of data files) -> stores
+    loaderx convert SOURCE OUTPUT       Hugging Face dataset (save_to_disk directory,
+                                        directory of data files, Hub owner/name or
+                                        --hub NAME) -> stores
     loaderx train-dict STORE OUTPUT     train a zstd dictionary from a store's records
-    loaderx bench STORE                 quick random-gather benchmark beside NumPy
+    loaderx bench PATH                  quick random-gather benchmark beside NumPy
     loaderx status [--socket P] [--json] [--watch [SECONDS]]
                                         what loaderxd is doing: the daemon, its groups
                                         (members, ranks, cursors, what a group waits
                                         for), solo loaders, per-uid usage
     loaderx --version
+
+``info``, ``verify`` and ``bench`` take a store or a directory holding stores (a
+converter output: OUTPUT/<split>/<column>); for a directory they list, check or
+time every store below it, named by its path relative to the directory.
+``-q`` prints nothing on success (the exit status says it); errors still do.
 
 Exit status (documented in docs/guide.md, "Command line"):
     0    success
@@ -32,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -111,12 +117,28 @@ def _stores_under(root: Path) -> Iterator[Path]:
             yield Path(dirpath)
 
 
+def _store_dirs(path: str) -> list[Path] | None:
+    """The stores `path` names for info, verify and bench: None when it is one store (or
+    not a directory: opening it says why), else every store below it (a converter
+    output), sorted. A directory with neither raises StoreNotFoundError."""
+    from .errors import StoreNotFoundError
+
+    root = Path(path)
+    if not root.is_dir() or (root / "meta").exists():
+        return None
+    stores = list(_stores_under(root))
+    if stores:
+        return stores
+    if any(p.name == "index" or p.name.startswith("data-") for p in root.iterdir()):
+        return None  # a store's files without its metadata: opening it says it is damaged
+    raise StoreNotFoundError(f"{path}: no Zrecord store here or below (a store is a directory "
+                             "with a 'meta' file)")
+
+
 def _cmd_info(args: argparse.Namespace) -> int:
-    root = Path(args.path)
-    if root.is_dir() and not (root / "meta").exists():
-        stores = list(_stores_under(root))
-        if stores:
-            return _info_many(root, stores, args.json)
+    stores = _store_dirs(args.path)
+    if stores is not None:
+        return _info_many(Path(args.path), stores, args.json)
     info = _info(_open(args.path))
     if args.json:
         print(json.dumps(info))
@@ -158,10 +180,11 @@ def _info_many(root: Path, stores: list[Path], as_json: bool) -> int:
     return EXIT_OK
 
 
-def _cmd_verify(args: argparse.Namespace) -> int:
-    store = _open(args.path)
+def _verify(path: str, quiet: bool, desc: str = "verify") -> int:
+    """Checks every checksum of the store at `path`; returns its record count."""
+    store = _open(path)
     n = len(store)
-    bar = _bar(n, "verify", args.quiet)
+    bar = _bar(n, desc, quiet)
 
     def progress(done: int, total: int) -> None:
         if bar is not None:
@@ -172,20 +195,84 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     finally:
         if bar is not None:
             bar.close()
-    print(f"{args.path}: OK ({n} records, every checksum verified)")
+    return int(n)
+
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    stores = _store_dirs(args.path)
+    if stores is None:
+        n = _verify(args.path, args.quiet)
+        if not args.quiet:
+            print(f"{args.path}: OK ({n} records, every checksum verified)")
+        return EXIT_OK
+    # A converter output: every store is checked, a bad one does not stop the others.
+    root = Path(args.path)
+    total = failed = 0
+    for p in stores:
+        try:
+            n = _verify(str(p), args.quiet, str(p.relative_to(root)))
+        except Exception as e:
+            if args.debug:
+                raise
+            failed += 1
+            print(_error_line(args.command, e), file=sys.stderr, flush=True)
+            continue
+        total += n
+        if not args.quiet:
+            print(f"{p.relative_to(root)}: OK ({n} records, every checksum verified)", flush=True)
+    if failed:
+        print(f"loaderx {args.command}: {args.path}: {failed} of {len(stores)} stores failed "
+              "verification", file=sys.stderr)
+        return EXIT_FAILED
+    if not args.quiet:
+        print(f"{args.path}: OK ({len(stores)} stores, {total} records, every checksum verified)")
     return EXIT_OK
 
 
-def _cmd_convert(args: argparse.Namespace) -> int:
-    from .converter import convert, huggingface
+# A Hub dataset id given without --hub: owner/name, each part as the Hub spells names.
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
 
-    dataset = huggingface(args.source, config=args.config, revision=args.revision,
-                          endpoint=args.endpoint)
+
+def _hub_source(source: str) -> bool:
+    """Whether SOURCE, which is not a local path, names a Hub dataset: a well-formed
+    ``owner/name`` whose ``owner`` is not a local directory (then it is a mistyped
+    local path). A bare name (``mnist``) goes to the Hub only with --hub."""
+    if _HUB_ID.fullmatch(source) is None or Path(source.split("/")[0]).is_dir():
+        return False
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(source)
+    except HFValidationError:
+        return False
+    return True
+
+
+def _dataset(args: argparse.Namespace) -> Any:
+    """The DatasetDict SOURCE names: a local directory, else a Hub dataset (see _hub_source)."""
+    from .converter import _from_hub, _need_datasets, huggingface
+
+    datasets = _need_datasets()  # ImportError naming the extra to install, before anything
+    if args.hub:  # the Hub, even if a local path is spelled the same
+        return _from_hub(datasets, args.source, args.config, args.revision, None, args.endpoint)
+    if not os.path.lexists(args.source) and not _hub_source(args.source):
+        raise FileNotFoundError(f"{args.source}: no such directory (a Hub dataset is given as "
+                                "owner/name, or with --hub)")
+    return huggingface(args.source, config=args.config, revision=args.revision,
+                       endpoint=args.endpoint)
+
+
+def _cmd_convert(args: argparse.Namespace) -> int:
+    from .converter import convert
+
+    dict_bytes = args.dict.read_bytes() if args.dict is not None else None
+    dataset = _dataset(args)
     out = convert(dataset, args.output, codec=args.codec, image_layout=args.image_layout,
                   image_mode=args.image_mode, data_shards=args.data_shards,
-                  progress=False if args.quiet else None)
-    n = sum(len(ds) for ds in dataset.values())
-    print(f"{out}: {len(dataset)} split(s), {n} records")
+                  dict_bytes=dict_bytes, progress=False if args.quiet else None)
+    if not args.quiet:
+        n = sum(len(ds) for ds in dataset.values())
+        print(f"{out}: {len(dataset)} split(s), {n} records")
     return EXIT_OK
 
 
@@ -193,6 +280,12 @@ def _cmd_train_dict(args: argparse.Namespace) -> int:
     from .utils import train_dict
     from .zrecord import Dense, Ragged
 
+    stores = _store_dirs(args.store)
+    if stores is not None:
+        from .errors import InvalidArgumentError
+
+        raise InvalidArgumentError(f"{args.store}: a directory of {len(stores)} stores (a converter "
+                                   f"output), not one store; pass one of them, e.g. {stores[0]}")
     native = _open(args.store)
     cls = Dense if native.kind == "dense" else Ragged
     with cls.open(args.store) as store:
@@ -205,7 +298,8 @@ def _cmd_train_dict(args: argparse.Namespace) -> int:
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     tmp.write_bytes(d)
     os.replace(tmp, out)
-    print(f"{out}: {len(d)} bytes (use with codec='zstd_dict', dict_bytes=open(...).read())")
+    print(f"{out}: {len(d)} bytes (use with codec='zstd_dict', dict_bytes=open(...).read(), or "
+          f"`loaderx convert SOURCE OUTPUT --codec zstd_dict --dict {out}`)")
     return EXIT_OK
 
 
@@ -224,18 +318,19 @@ def _time_loop(fn: Callable[[Any], Any], plans: list[Any], min_seconds: float) -
             return wall, time.process_time() - cpu0, count
 
 
-def _cmd_bench(args: argparse.Namespace) -> int:
+def _bench(path: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Times random gathers of the store at `path`, loaderx beside NumPy (the --json object)."""
     import numpy as np
 
     from .errors import InvalidArgumentError
     from .zrecord import Dense, Ragged
 
-    native = _open(args.store)
+    native = _open(path)
     dense = native.kind == "dense"
     n = len(native)
     if n == 0:
-        raise InvalidArgumentError(f"{args.store}: the store is empty")
-    store = (Dense if dense else Ragged).open(args.store)
+        raise InvalidArgumentError(f"{path}: the store is empty")
+    store = (Dense if dense else Ragged).open(path)
     try:
         # The NumPy side holds a prefix of the store in memory (at most --numpy-mib);
         # both sides gather the same random batches from that prefix.
@@ -267,18 +362,44 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                          "cpu_per_batch_ms": cpu / count * 1e3})
     finally:
         store.close()
-    if args.json:
-        print(json.dumps({"store": args.store, "batch": args.batch, "records_in_numpy": m,
-                          "results": rows}))
-        return EXIT_OK
-    print(f"{args.store}: {native.kind} {native.dtype} codec={native.codec}, random batches of "
-          f"{args.batch} from the first {m} of {n} records (NumPy holds them in memory)")
-    for r in rows:
-        print(f"  {r['backend']:<8} {r['batches_per_s']:10.1f} batches/s "
-              f"{r['records_per_s'] / 1e3:10.1f} krec/s {r['mib_per_s']:9.1f} MiB/s "
-              f"{r['cpu_per_batch_ms']:8.3f} ms CPU/batch")
+    return {"store": path, "batch": args.batch, "records_in_numpy": m, "records": n,
+            "kind": native.kind, "dtype": native.dtype, "codec": native.codec, "results": rows}
+
+
+def _bench_text(r: dict[str, Any]) -> None:
+    print(f"{r['store']}: {r['kind']} {r['dtype']} codec={r['codec']}, random batches of "
+          f"{r['batch']} from the first {r['records_in_numpy']} of {r['records']} records "
+          "(NumPy holds them in memory)")
+    rows = r["results"]
+    for row in rows:
+        print(f"  {row['backend']:<8} {row['batches_per_s']:10.1f} batches/s "
+              f"{row['records_per_s'] / 1e3:10.1f} krec/s {row['mib_per_s']:9.1f} MiB/s "
+              f"{row['cpu_per_batch_ms']:8.3f} ms CPU/batch")
     print(f"  ratio    {rows[0]['batches_per_s'] / rows[1]['batches_per_s']:.2f}x "
           "(loaderx / numpy, one run: a quick look, not a published benchmark)")
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    stores = _store_dirs(args.store)
+    if stores is None:
+        r = _bench(args.store, args)
+        if args.json:
+            print(json.dumps(r))
+        else:
+            _bench_text(r)
+        return EXIT_OK
+    # A converter output: every store in turn, each named relative to the root.
+    root = Path(args.store)
+    results = []
+    for p in stores:
+        r = _bench(str(p), args)
+        r["store"] = str(p.relative_to(root))
+        results.append(r)
+        if not args.json:
+            _bench_text(r)
+            sys.stdout.flush()
+    if args.json:
+        print(json.dumps({"root": args.store, "stores": results}))
     return EXIT_OK
 
 
@@ -341,12 +462,15 @@ def _status_text(s: dict[str, Any]) -> str:
         shape = f"batch {g['batch_size']}" + (f" x world {g['world_size']}" if g["mode"] == "shard" else "")
         lines.append(f"group {g['name']!r} ({g['mode']}, uid {g['uid']}, {shape}): {_held(g)}")
         if g["mode"] == "shard":
-            by_rank = {m["rank"]: m for m in g["members"]}
-            for rank, cursor in enumerate(g["rank_cursors"]):
-                m = by_rank.get(rank)
+            first, replicas = g.get("ranks_first", 0), g.get("replicas", 1)
+            by_position = {(m["rank"], m.get("replica", 0)): m for m in g["members"]}
+            for position, cursor in enumerate(g["rank_cursors"]):
+                rank, replica = first + position // replicas, position % replicas
+                m = by_position.get((rank, replica))
                 who = (f"pid {m['pid']} uid {m['uid']} session {m['session']}, served {m['batches_served']}"
                        if m else "no member")
-                lines.append(f"  rank {rank}: step {cursor}, {who}")
+                name = f"rank {rank}" + (f" replica {replica}" if replicas > 1 else "")
+                lines.append(f"  {name}: step {cursor}, {who}")
         else:
             for m in g["members"]:
                 lines.append(f"  session {m['session']}: step {m['cursor']}, pid {m['pid']} uid {m['uid']}, "
@@ -398,6 +522,15 @@ def _positive(text: str) -> int:
     return v
 
 
+def _codecs() -> tuple[str, ...]:
+    """The codecs of the store API (loaderx.zrecord.Codec)."""
+    from typing import get_args
+
+    from .zrecord import Codec
+
+    return tuple(get_args(Codec))
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="loaderx",
                                 description="Inspect, check, build and time Zrecord stores.",
@@ -413,30 +546,41 @@ def _parser() -> argparse.ArgumentParser:
                         help="show the traceback of an error")
 
     pi = sub.add_parser("info", parents=[common], help="a store's schema, size, ratio and metadata")
-    pi.add_argument("path", help="a store, or a directory of stores")
+    pi.add_argument("path", help="a store, or a directory of stores (a converter output)")
     pi.add_argument("--json", action="store_true", help="one JSON object instead of text")
     pi.set_defaults(func=_cmd_info)
 
     pv = sub.add_parser("verify", parents=[common], help="check every checksum of a store")
-    pv.add_argument("path")
-    pv.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    pv.add_argument("path", help="a store, or a directory of stores (each one is checked)")
+    pv.add_argument("-q", "--quiet", action="store_true",
+                    help="no progress bar and nothing printed on success")
     pv.set_defaults(func=_cmd_verify)
 
     pc = sub.add_parser("convert", parents=[common], help="a Hugging Face dataset -> aligned stores",
-                        description="SOURCE is a Hub id, a save_to_disk directory or a directory "
-                                    "of data files; OUTPUT/<split>/<column> stores are published "
+                        description="SOURCE is a save_to_disk directory, a directory of data "
+                                    "files, or a Hub dataset: owner/name (when owner is not a "
+                                    "local directory), or any Hub name with --hub. A SOURCE "
+                                    "that is none of these is refused as a missing directory. "
+                                    "OUTPUT/<split>/<column> stores are published "
                                     "atomically. A Hub token comes from HF_TOKEN or "
                                     "`hf auth login` (never a command-line argument).")
     pc.add_argument("source")
     pc.add_argument("output")
-    pc.add_argument("--codec", choices=("raw", "zstd"), default="zstd")
+    pc.add_argument("--hub", action="store_true",
+                    help="SOURCE is a Hub dataset id, even a bare name or one spelled like a "
+                         "local path")
+    pc.add_argument("--codec", choices=_codecs(), default="zstd",
+                    help="zstd_dict needs --dict (default zstd)")
+    pc.add_argument("--dict", type=Path, metavar="FILE",
+                    help="the zstd dictionary for --codec zstd_dict (loaderx train-dict writes one)")
     pc.add_argument("--config", help="configuration (subset) name")
     pc.add_argument("--revision", default="main", help="Hub branch, tag or commit")
     pc.add_argument("--endpoint", help="Hub base URL (mirror or private Hub)")
     pc.add_argument("--image-layout", choices=("HWC", "CHW"), default="HWC")
     pc.add_argument("--image-mode", help="PIL mode every image is converted to, e.g. RGB")
     pc.add_argument("--data-shards", type=_positive, default=4)
-    pc.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    pc.add_argument("-q", "--quiet", action="store_true",
+                    help="no progress bars and nothing printed on success")
     pc.set_defaults(func=_cmd_convert)
 
     pt = sub.add_parser("train-dict", parents=[common], help="train a zstd dictionary from a store's records")
@@ -446,7 +590,7 @@ def _parser() -> argparse.ArgumentParser:
     pt.set_defaults(func=_cmd_train_dict)
 
     pb = sub.add_parser("bench", parents=[common], help="quick random-gather benchmark of a store beside NumPy")
-    pb.add_argument("store")
+    pb.add_argument("store", help="a store, or a directory of stores (each one is timed)")
     pb.add_argument("--batch", type=_positive, default=256)
     pb.add_argument("--plans", type=_positive, default=20, help="distinct random batches")
     pb.add_argument("--seconds", type=float, default=1.0, help="time per backend (default 1)")
@@ -496,14 +640,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:  # every failure becomes one line (or --debug)
         if args.debug:
             raise
-        from .errors import LoaderxError
-
-        name = type(e).__name__
-        if not isinstance(e, (LoaderxError, OSError, ValueError, TypeError, ImportError)):
-            name = f"unexpected {name} (run with --debug for the traceback)"
-        message = str(e).splitlines()[0] if str(e) else ""
-        print(f"loaderx {args.command}: {name}: {message}", file=sys.stderr)
+        print(_error_line(args.command, e), file=sys.stderr)
         return EXIT_FAILED
+
+
+def _error_line(command: str, e: Exception) -> str:
+    """``loaderx CMD: ErrorClass: message``, the one line an error prints."""
+    from .errors import LoaderxError
+
+    name = type(e).__name__
+    if not isinstance(e, (LoaderxError, OSError, ValueError, TypeError, ImportError)):
+        name = f"unexpected {name} (run with --debug for the traceback)"
+    message = str(e).splitlines()[0] if str(e) else ""
+    return f"loaderx {command}: {name}: {message}"
 
 
 if __name__ == "__main__":

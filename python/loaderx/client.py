@@ -20,13 +20,15 @@ re-exports them and adds :class:`Client` / :func:`connect`.
   receives the same batches, gathered once). See docs/daemon.md, "Groups".
 
 Zero-copy and leases: a dense stream's value is a ``(B, *item_shape)``
-ndarray, a ragged stream's a list of ndarrays, writable copy-on-write views
-of the ring slot (read-only with ``DaemonOptions(shared_view=True)``; see
-:mod:`loaderx.sources`, "Writeability"); all arrays of one batch share one
-``base`` that owns the ring slot. The slot goes
-back to the daemon when the last of them is freed. Holding more than
-``leases`` batches (default :data:`DEFAULT_LEASES`) and asking for another
-raises :class:`~loaderx.errors.ResourceExhausted` instead of waiting forever.
+ndarray, a ragged stream's a list of ndarrays, all views of one ring slot
+that goes back to the daemon when the last of them is freed, or earlier:
+code may hold any number of batches, and past ``leases`` (default
+:data:`DEFAULT_LEASES`) the oldest held one moves out of the ring into this
+process's memory (docs/daemon.md, "Holding batches"); who owns batches and
+when they are writable: docs/guide.md, "Batches: ownership and
+writeability". Read-only ``shared_view`` batches cannot move: holding
+``leases`` of those and asking for another raises
+:class:`~loaderx.errors.ResourceExhausted` instead of waiting forever.
 
 Failure: if the daemon dies, a ``next()`` raises
 :class:`~loaderx.errors.DaemonError` within a second; arrays you hold stay
@@ -46,12 +48,9 @@ from .dataloader import DataLoader
 from .sources import (
     DEFAULT_LEASES,
     MAX_GROUP_NAME,
-    BatchSource,
     DaemonOptions,
     DaemonSource,
-    SourceSpec,
     default_socket_path,
-    open_source,
 )
 
 __all__ = [
@@ -61,16 +60,8 @@ __all__ = [
     "DaemonOptions",
     "DaemonSource",
     "connect",
-    "daemon_source",
     "default_socket_path",
 ]
-
-
-def daemon_source(
-    streams: Mapping[str, Any], spec: SourceSpec, *, daemon: Any = True
-) -> BatchSource:
-    """The batch source for ``DataLoader(..., daemon=daemon)``: :func:`loaderx.sources.open_source`."""
-    return open_source(streams, spec, daemon)
 
 
 class Client:

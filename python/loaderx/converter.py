@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 
 from .errors import InvalidArgumentError, SchemaError, StoreExistsError
+from .zrecord import _check_codec
 
 __all__ = ["convert", "huggingface"]
 
@@ -64,7 +65,6 @@ _TARGET_BATCH_BYTES = 64 << 20
 # Records fetched from the dataset at a time (decoding images is per record).
 _DECODE_RECORDS = 256
 _LAYOUTS = ("HWC", "CHW")
-_CODECS = ("raw", "zstd", "zstd_dict")
 
 Encoder = Callable[[Any], np.ndarray]
 
@@ -105,6 +105,9 @@ def huggingface(repo_id: Any, *, config: str | None = None, revision: str = "mai
     Raises:
         InvalidArgumentError: Hub-only options given with local data, or a
             ``config`` for a ``save_to_disk`` directory or loaded dataset.
+        NotADirectoryError: ``repo_id`` is an existing file.
+        FileNotFoundError: ``repo_id`` is a path (starts with ``.``, ``/`` or
+            ``~``, or is a ``PathLike``) that does not exist.
         TypeError: ``repo_id`` is neither a string, a path nor a dataset.
     """
     datasets = _need_datasets()
@@ -124,6 +127,9 @@ def huggingface(repo_id: Any, *, config: str | None = None, revision: str = "mai
             return _as_dict(datasets, datasets.load_from_disk(str(path)))
         _local_only(config, revision, token, endpoint, config_ok=True)
         return _as_dict(datasets, datasets.load_dataset(str(path), name=config))
+    if path.exists():
+        raise NotADirectoryError(f"{repo_id}: not a directory (pass a save_to_disk directory or "
+                                 "the directory holding the data files)")
     if isinstance(repo_id, os.PathLike) or repo_id.startswith((".", "/", "~")):
         raise FileNotFoundError(f"{repo_id}: no such directory")
     return _from_hub(datasets, repo_id, config, revision, token, endpoint)
@@ -548,8 +554,7 @@ def convert(dataset: Any, output: str | os.PathLike[str], *, codec: str,
         InvalidArgumentError: a bad codec, layout, split or column name.
     """
     datasets = _need_datasets()
-    if codec not in _CODECS:
-        raise InvalidArgumentError(f"codec must be one of {', '.join(_CODECS)}, got {codec!r}")
+    dict_bytes = _check_codec(codec, dict_bytes)  # the stores' own check, before any reading
     if image_layout not in _LAYOUTS:
         raise InvalidArgumentError(f"image_layout must be 'HWC' or 'CHW', got {image_layout!r}")
     encoders = dict(encoders or {})

@@ -40,7 +40,13 @@ Errors, close, signals
   never waits for a transform call.
 * Ctrl-C during ``next()`` raises ``KeyboardInterrupt`` within ~20 ms, also
   while transform calls run (the wait is sliced; the calls go on); no step
-  is consumed, so calling ``next()`` again continues where it was.
+  is consumed, so calling ``next()`` again continues where it was. This
+  holds wherever the interrupt lands inside ``next()``: while it waits (the
+  native source keeps a batch that arrived meanwhile), and in the loader's
+  own Python frames after the batch was taken (the step is given back). In
+  ``for batch in loader`` nothing is lost; ``batch = next(loader)`` can, as
+  with any Python iterator, lose a batch to an interrupt that lands in the
+  caller's frame between ``next()`` returning and the assignment.
 """
 
 from __future__ import annotations
@@ -56,7 +62,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, wait
 from typing import Any
 
-from . import sources
+from . import distributed, sources
 from .errors import ArgumentTypeError, InvalidArgumentError, LoaderClosedError
 from .sources import BatchSource, SourceSpec
 from .zsampler import Mode, Sampler, _to_mode
@@ -95,6 +101,13 @@ def identity(batch: Any) -> Any:
 # prefetch_size=4, mode=2 (Cyclic).
 _DEFAULT_TRANSFORM_WORKERS = 4
 _DEFAULT_PREFETCH = 4
+
+
+def _raised_by(future: Future[Any] | None, exc: BaseException) -> bool:
+    """Whether ``exc`` is the outcome of the step itself (its gather or transform failed)."""
+    return (
+        future is not None and future.done() and not future.cancelled() and future.exception() is exc
+    )
 
 
 def _mode_value(mode: Any) -> int:
@@ -266,7 +279,7 @@ class DataLoader:
             their defaults or agree with it (else ``ValueError``). The sampler
             itself is not advanced.
         rank, world_size: this process's slice of the global batch of
-            ``batch_size * world_size`` records (DESIGN.md §5).
+            ``batch_size * world_size`` records (docs/guide.md, "Sharding").
         start_step: the step of the first batch (default 0).
         prefetch: another name of ``prefetch_size``.
         num_threads: gather threads (default: usable CPUs, at most 16).
@@ -339,6 +352,7 @@ class DataLoader:
         if num_threads > 1024:
             raise InvalidArgumentError(f"num_threads must be <= 1024, got {num_threads}")
         transform_threads = _check_int(workers_name, transform_threads, 1)
+        distributed.check_loader_layout(rank, world_size)
 
         self._spec = SourceSpec(
             names=names,
@@ -362,6 +376,9 @@ class DataLoader:
         # (step, future) in step order; the future holds the transformed batch
         # or the exception of that step.
         self._pending: deque[tuple[int, Future[Any]]] = deque()
+        # A batch taken from the source and not counted yet (see _deliver):
+        # filled by the source before anything can raise, emptied once counted.
+        self._stash: list[Any] = [None]
         # The source's first step: start_step, except for a loaderxd group
         # member joining with join="current", which starts where the group is.
         self._step = source.step
@@ -391,27 +408,59 @@ class DataLoader:
         return not self._closed
 
     def __next__(self) -> Any:
-        self._check_open()
-        with self._lock:
-            if self._transform is None:
-                return self._next_untransformed()
-            return self._next_transformed()
+        return self._deliver(None)
 
-    def _next_untransformed(self) -> Any:
+    def _deliver(self, convert: Callable[[Any], Any] | None) -> Any:
+        """The next batch (``convert``-ed, e.g. to tensors); an interrupt consumes nothing.
+
+        A batch taken from the source sits in ``self._stash`` until it is
+        counted here, so an exception raised before that (Ctrl-C while the
+        source waits, or in any frame on the way) leaves it for the next
+        call. One raised after it was counted and before it leaves this
+        frame gives it back (to the stash, or to the front of the transform
+        queue), unless it is the step's own error (its gather or transform).
+        """
+        self._check_open()
+        taken: tuple[int, Any, Future[Any] | None] | None = None
+        try:
+            with self._lock:
+                taken = self._next_untransformed() if self._pool is None else self._next_transformed()
+                self._stash[0] = None  # counted: the batch is in `taken`
+                self._step = taken[0] + 1
+            value, future = taken[1], taken[2]
+            if future is not None:
+                value = future.result()  # the transform's value, or its exception and traceback
+            return value if convert is None else convert(value)
+        except BaseException as exc:
+            if taken is not None and not _raised_by(taken[2], exc):
+                self._give_back(taken)
+            raise
+
+    def _give_back(self, taken: tuple[int, Any, Future[Any] | None]) -> None:
+        step, raw, future = taken
+        with self._lock:
+            if self._closed or self._step != step + 1:  # a seek or another thread came between
+                return
+            self._step = step
+            if future is None:
+                self._stash[0] = (step, raw)
+            else:
+                self._pending.appendleft((step, future))
+
+    def _next_untransformed(self) -> tuple[int, Any, None]:
         while True:
             self._check_open()
             try:
-                got = self._source.next_raw(_POLL_SECONDS)
+                got = self._source.next_raw(_POLL_SECONDS, self._stash)
             except LoaderClosedError:
                 raise
             except Exception:
                 self._step = self._source.step  # the source moved past the failed step
                 raise
             if got is not None:
-                self._step = got[0] + 1
-                return got[1]
+                return got[0], got[1], None
 
-    def _next_transformed(self) -> Any:
+    def _next_transformed(self) -> tuple[int, None, Future[Any]]:
         if not self._pending:
             self._fetch(block=True)
         step, future = self._pending[0]
@@ -423,8 +472,7 @@ class DataLoader:
         if future.cancelled():  # close() raced in after the check above
             raise LoaderClosedError("the DataLoader is closed")
         self._pending.popleft()
-        self._step = step + 1
-        return future.result()  # the transform's value, or its exception and traceback
+        return step, None, future
 
     def _top_up(self) -> None:
         """Submits every raw batch that is ready, up to the transform window."""
@@ -437,8 +485,11 @@ class DataLoader:
         while True:
             self._check_open()
             step = self._source.step
+            stash = self._stash
+            if stash[0] is not None and self._pending and stash[0][0] <= self._pending[-1][0]:
+                stash[0] = None  # queued already: the interrupt came after the append
             try:
-                got = self._source.next_raw(_POLL_SECONDS if block else 0.0)
+                got = self._source.next_raw(_POLL_SECONDS if block else 0.0, stash)
             except LoaderClosedError:
                 raise
             except Exception as exc:  # noqa: BLE001 - any error of the step, raised in order
@@ -460,6 +511,7 @@ class DataLoader:
                     except Exception as exc:  # noqa: BLE001 - raised by next() in order
                         future.set_exception(exc)
                 self._pending.append((got[0], future))
+                stash[0] = None
                 return True
             if not block:
                 return False
@@ -485,8 +537,15 @@ class DataLoader:
             for _, future in self._pending:
                 future.cancel()
             self._pending.clear()
-            self._source.seek(step)
+            self._stash[0] = None
+            # Counted first: a seek interrupted by Ctrl-C is settled by the
+            # next next(), which returns `step`.
             self._step = step
+            try:
+                self._source.seek(step)
+            except Exception:
+                self._step = self._source.step  # refused: nothing changed
+                raise
 
     def state_dict(self) -> dict[str, Any]:
         """The loader's position: a small dict of ints and strings (picklable, JSON-able).
@@ -542,6 +601,7 @@ class DataLoader:
             self._closed = True
             for _, future in list(self._pending):
                 future.cancel()
+            self._stash[0] = None  # its lease (loaderxd) goes back with the rest
             self._finalizer()  # runs once
 
     @property

@@ -33,11 +33,17 @@ loader's sampler draws positions exactly as it draws records, so
   within a cycle). ``Sequential`` walks dataset 0's positions, then 1's...:
   it does not interleave.
 
-``V`` is the smallest size at which every dataset owns at least its own length
-(``V >= n_k * W / w_k`` for each ``k``, ``W`` the weight total), and at least
-``min_positions`` (default 2**24, so ``counts[k] / V`` is within 2**-24 of the
-weight share ``w_k / W``). ``counts`` apportions ``V`` by the weights exactly
-(largest remainder on exact fractions).
+Each weight is read as the simplest fraction that rounds to it (``0.7`` is
+7/10, ``1 / 3`` is 1/3), so the shares ``w_k / W`` (``W`` the weight total) are
+the fractions the user wrote. ``V`` is the smallest size at which every dataset
+owns at least its own length (``V >= n_k * W / w_k`` for each ``k``) and at
+least ``min_positions`` (default 2**24) -- rounded up to a multiple of ``D``,
+the shares' common denominator, when ``D`` is at most that size. Then
+``counts[k] = V * w_k / W`` exactly and :meth:`Mixture.shares` gives the weight
+shares exactly (0.7 for a weight of 0.7 beside 0.3). Weights whose shares need
+a larger denominator (more than about seven significant digits at the default
+size) get ``counts`` apportioned by largest remainder, each share within
+``1 / V``.
 
 The streams the datasets share become the mixture's streams; each must have
 one kind, dtype and item shape (or rank) across datasets. ``source=`` (default
@@ -111,7 +117,11 @@ class Mixture(dict[str, Any]):
     source: str | None
 
     def shares(self) -> dict[str, float]:
-        """``{dataset: counts[k] / positions}``: each dataset's share of the samples."""
+        """``{dataset: counts[k] / positions}``: each dataset's share of the samples.
+
+        The weight shares ``w_k / W`` exactly when ``V`` is a multiple of their
+        denominator (see the module doc): ``{"web": 0.7, "books": 0.3}``.
+        """
         return {n: c / self.positions for n, c in zip(self.names, self.counts)}
 
     def close(self) -> None:
@@ -127,10 +137,13 @@ def mix_counts(lengths: list[int], weights: list[float], *,
         raise InvalidArgumentError("a mixture needs one length and one weight per dataset")
     if min_positions < 1:
         raise InvalidArgumentError(f"min_positions must be >= 1, got {min_positions}")
-    fractions = [Fraction(w) for w in weights]
+    fractions = [_simplest(float(w)) for w in weights]
     total = sum(fractions)
     shares = [f / total for f in fractions]
     v = max(min_positions, *(math.ceil(n / s) for n, s in zip(lengths, shares)))
+    d = math.lcm(*(s.denominator for s in shares))
+    if d <= v:  # V grows by less than D <= V: every share becomes exact
+        v = -(-v // d) * d
     quotas = [s * v for s in shares]
     counts = [math.floor(q) for q in quotas]
     # Largest remainder: the positions left go to the largest fractional parts
@@ -143,6 +156,27 @@ def mix_counts(lengths: list[int], weights: list[float], *,
         raise InvalidArgumentError(f"the mixture needs {v} positions, more than 2**63: a weight "
                                    "is too small for its dataset's length")
     return counts
+
+
+def _simplest(w: float) -> Fraction:
+    """The fraction with the smallest denominator that rounds to the float ``w`` > 0
+    (0.7 -> 7/10, 1 / 3 -> 1/3, 3.0 -> 3): for a short decimal, the one written."""
+    if w.is_integer():
+        return Fraction(int(w))
+    exact = Fraction(w)
+    lo = (Fraction(math.nextafter(w, 0.0)) + exact) / 2
+    hi = (exact + Fraction(math.nextafter(w, math.inf))) / 2
+    return _simplest_between(lo, hi)
+
+
+def _simplest_between(lo: Fraction, hi: Fraction | None) -> Fraction:
+    """The simplest fraction in the open interval (lo, hi), 0 <= lo < hi; hi None is
+    infinity (Stern-Brocot descent by continued fractions)."""
+    n = math.floor(lo)
+    if hi is None or n + 1 < hi:
+        return Fraction(n + 1)
+    # lo < hi <= n + 1: the answer is n + 1 / x with x simplest in (1 / (hi - n), 1 / (lo - n)).
+    return n + 1 / _simplest_between(1 / (hi - n), None if lo == n else 1 / (lo - n))
 
 
 def _check_weight(name: str, weight: Any) -> float:

@@ -10,14 +10,10 @@ One module for both hosts. :func:`open_source` turns the loader's
   stream a list of ``B`` ndarrays; all arrays of a batch view its memory
   without a copy and share one ``base`` that owns it (a loaderxd ring slot
   goes back to the daemon when the last of them is freed).
-* **Writeability.** Batches are **writable** on both hosts, as in loaderx
-  2.5.4, so a transform may work in place. Through loaderxd each batch is a
-  private copy-on-write mapping of its ring slot: reading costs nothing
-  extra, the first write to a 4 KiB page copies that page for this process
-  only (the daemon and other clients never see it). ``DaemonOptions(
-  shared_view=True)`` opts out: read-only views of the shared ring itself
-  (no mapping per batch, no page faults on first touch; writing raises
-  ``ValueError: assignment destination is read-only``).
+* **Writeability.** Batches are **writable** on both hosts (through
+  loaderxd, private copy-on-write views of the ring slot), read-only only
+  with ``DaemonOptions(shared_view=True)``; the rule is stated once, in
+  docs/guide.md, "Batches: ownership and writeability".
 * **Timeouts.** ``next_raw(timeout)`` takes seconds ``>= 0``; a negative or
   NaN timeout is :class:`~loaderx.errors.InvalidArgumentError` on both.
 * **Errors.** Bad arguments are ``InvalidArgumentError`` (``ValueError``),
@@ -26,7 +22,8 @@ One module for both hosts. :func:`open_source` turns the loader's
   :mod:`loaderx.errors`.
 * **Liveness.** A daemon that dies is noticed within a second (hang-up);
   one that stops answering (SIGSTOP, deadlock) raises ``DaemonError`` after
-  ``DaemonOptions.liveness_timeout`` (default 10 s).
+  ``DaemonOptions.liveness_timeout`` (default 10 s; docs/daemon.md, "What is
+  different").
 * **Ctrl-C** in ``next_raw`` or ``seek`` raises ``KeyboardInterrupt`` within
   ~20 ms (plus up to 50 ms for a seek waiting on loaderxd) and consumes no
   step. **Interpreter exit** with sources alive, even with a daemon thread
@@ -38,9 +35,15 @@ The source contract (:class:`BatchSource`)
 ------------------------------------------
 ``source.step -> int``
     The step the next successful ``next_raw`` returns.
-``source.next_raw(timeout: float) -> tuple[int, dict[str, Any]] | None``
+``source.next_raw(timeout: float, stash: list | None = None) -> tuple[int, dict[str, Any]] | None``
     The next ``(step, raw_batch)`` in step order, or ``None`` if it is not
-    ready within ``timeout`` seconds (``0`` polls). If producing that step
+    ready within ``timeout`` seconds (``0`` polls). ``stash`` is the
+    caller's one-element list: a batch taken from the producer is stored in
+    ``stash[0]`` before anything can raise (Ctrl-C lands between any two
+    Python calls), and while ``stash[0]`` holds one, ``next_raw`` returns it
+    instead of taking another. The caller empties ``stash[0]`` once it has
+    counted the batch (without a stash, a batch lost to an exception is
+    lost). If producing that step
     failed, raises the step's exception and advances past it. Raises
     :class:`~loaderx.errors.LoaderClosedError` once closed (also in a thread
     blocked here when another thread closes). Returns within ``timeout``
@@ -53,6 +56,7 @@ The source contract (:class:`BatchSource`)
 
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 from collections.abc import Mapping
@@ -61,6 +65,8 @@ from typing import Any, Protocol
 
 from . import _loaderx
 from .errors import DaemonError, InvalidArgumentError, StateError
+
+_log = logging.getLogger("loaderx")
 
 __all__ = [
     "DEFAULT_LEASES",
@@ -124,7 +130,9 @@ class BatchSource(Protocol):
     @property
     def step(self) -> int: ...
 
-    def next_raw(self, timeout: float) -> tuple[int, dict[str, Any]] | None: ...
+    def next_raw(
+        self, timeout: float, stash: list[Any] | None = None
+    ) -> tuple[int, dict[str, Any]] | None: ...
 
     def seek(self, step: int) -> None: ...
 
@@ -153,13 +161,20 @@ class _NativeSource:
         """The step the next successful ``next_raw`` returns."""
         return int(self._native.step)
 
-    def next_raw(self, timeout: float) -> tuple[int, dict[str, Any]] | None:
+    def next_raw(
+        self, timeout: float, stash: list[Any] | None = None
+    ) -> tuple[int, dict[str, Any]] | None:
         """The next ``(step, {name: value})`` or ``None`` after ``timeout`` seconds."""
-        got = self._native.next(timeout)
+        if stash is None:
+            stash = [None]
+        got = stash[0]
         if got is None:
-            return None
-        step, values = got
-        return int(step), dict(zip(self._names, values))
+            got = self._native.next(timeout, stash)  # also in stash[0], as (step, [value])
+            if got is None:
+                return None
+        if isinstance(got[1], list):  # the native form: named once, in place
+            stash[0] = got = (int(got[0]), dict(zip(self._names, got[1])))
+        return got
 
     def seek(self, step: int) -> None:
         """The next ``next_raw`` returns ``step``."""
@@ -236,7 +251,8 @@ class DaemonOptions:
     get twice the slots of payload to absorb fragmentation, so raise it if a step fails with ``ResourceExhausted`` naming ring_bytes).
     ``fallback``: load in process (with a warning) if no daemon answers.
     ``shared_view``: batches as read-only views of the shared ring instead
-    of writable copy-on-write mappings (module docstring, "Writeability").
+    of writable copy-on-write mappings (docs/guide.md, "Batches: ownership
+    and writeability").
     ``leases``: the batches this process may hold at once, which is also
     the daemon's credit: it pushes ready batches while this process holds
     fewer (batches pushed but not yet returned by ``next()`` count).
@@ -274,6 +290,17 @@ class DaemonOptions:
     ``None`` takes loaderxd's ``--group-timeout`` (default 300 s).
     0.1..86400; only with a ``group``. Bad values raise ``ValueError`` naming
     the argument.
+
+    ``ranks`` (shard groups): a ``range`` of the data-parallel ranks this
+    group serves, when it serves only some of ``0..world_size-1``: the local
+    ranks of one node of a multi-node job, each node with a loaderxd of its
+    own (docs/guide.md, "Multi-node and model-parallel jobs";
+    :func:`loaderx.distributed.node_daemon_options` derives it from the
+    launcher). ``None``: all of them. ``replicas``: members per rank, which
+    all receive byte-identical batches from the same step (the
+    model-parallel ranks of one data-parallel replica); default 1. Members
+    must agree on both; loaderxd checks the values (a range that does not
+    divide the world evenly, a rank outside it) and names what is wrong.
     """
 
     path: str | None = None
@@ -286,9 +313,12 @@ class DaemonOptions:
     shared_view: bool = False
     liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT
     group_timeout: float | None = None
+    ranks: range | None = None
+    replicas: int = 1
 
     def __post_init__(self) -> None:
         _check_group(self.group, self.group_mode, self.join)
+        _check_ranks(self.group, self.group_mode, self.ranks, self.replicas)
         _check_group_timeout(self.group, self.group_timeout)
         t = self.liveness_timeout
         if isinstance(t, bool) or not isinstance(t, (int, float)):
@@ -297,6 +327,19 @@ class DaemonOptions:
             raise InvalidArgumentError(
                 f"liveness_timeout must be in {MIN_LIVENESS_TIMEOUT}..86400 seconds, got {t!r}"
             )
+
+
+def _check_ranks(group: str | None, group_mode: str, ranks: range | None, replicas: int) -> None:
+    """Types only; loaderxd checks the values against the loader's rank and world."""
+    if ranks is not None and not isinstance(ranks, range):
+        raise TypeError(f"ranks must be a range of data-parallel ranks or None, got {type(ranks).__name__}")
+    if isinstance(replicas, bool) or not isinstance(replicas, int):
+        raise TypeError(f"replicas must be an int, got {type(replicas).__name__}")
+    if ranks is not None and ranks.step != 1:
+        raise InvalidArgumentError(f"ranks must be a range of consecutive ranks, got {ranks!r}")
+    if (ranks is not None or replicas != 1) and (group is None or group_mode != "shard"):
+        raise InvalidArgumentError("ranks and replicas are for shard groups: pass group=... "
+                                   "with group_mode='shard'")
 
 
 def _check_group_timeout(group: str | None, timeout: float | None) -> None:
@@ -363,8 +406,11 @@ class DaemonSource(_NativeSource):
         shared_view: bool = False,
         liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT,
         group_timeout: float | None = None,
+        ranks: range | None = None,
+        replicas: int = 1,
     ) -> None:
         _check_group(group, group_mode, join)
+        _check_ranks(group, group_mode, ranks, replicas)
         _check_group_timeout(group, group_timeout)
         if group is not None and group_mode == "broadcast" and spec.start_step != 0:
             # An explicit start_step is honoured (a resumed trainer joining a
@@ -376,6 +422,7 @@ class DaemonSource(_NativeSource):
             join = "start_step"
         self._names = tuple(spec.names)
         self._path = path
+        self._moved_noted = False
         stores, mix_counts, mix_parts = _wire_streams(streams, self._names)
         self._native = _loaderx.DaemonLoader(
             path,
@@ -397,6 +444,9 @@ class DaemonSource(_NativeSource):
             0.0 if group_timeout is None else float(group_timeout),
             mix_counts,
             mix_parts,
+            ranks_first=0 if ranks is None else ranks.start,
+            ranks_count=0 if ranks is None else len(ranks),
+            replicas=replicas,
         )
 
     @property
@@ -411,8 +461,25 @@ class DaemonSource(_NativeSource):
 
     @property
     def leases_held(self) -> int:
-        """Batches of this loader alive in this process right now."""
+        """Batches of this loader alive in this process right now, in the ring."""
         return int(self._native.leases_held)
+
+    @property
+    def batches_moved_out(self) -> int:
+        """Held batches moved out of the ring so far to stay under the lease cap."""
+        return int(self._native.batches_moved_out)
+
+    def next_raw(
+        self, timeout: float, stash: list[Any] | None = None
+    ) -> tuple[int, dict[str, Any]] | None:
+        got = super().next_raw(timeout, stash)
+        if not self._moved_noted and self._native.batches_moved_out:
+            self._moved_noted = True
+            _log.info(
+                "loaderxd loader on %s: holding more than %d batches; the oldest held ones "
+                "move out of the shared ring into this process's memory (raise "
+                "DaemonOptions.leases to keep more in the ring)", self._path, self.lease_cap)
+        return got
 
 
 def _resolve(daemon: Any) -> str:
@@ -455,6 +522,8 @@ def open_source(streams: Mapping[str, Any], spec: SourceSpec, daemon: Any = None
             shared_view=options.shared_view,
             liveness_timeout=options.liveness_timeout,
             group_timeout=options.group_timeout,
+            ranks=options.ranks,
+            replicas=options.replicas,
         )
     except DaemonError as exc:
         if not auto:

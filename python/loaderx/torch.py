@@ -24,9 +24,11 @@ a state of plain ints and strings that ``torch.save`` and
 ``torch`` is imported lazily: importing this module does not need it, calling
 a helper does (``ModuleNotFoundError`` otherwise).
 
-Arrays that loaderx marks read-only (batches served by loaderxd) become
-tensors over the same read-only memory: PyTorch cannot express that, so do not
-write into them in place (copy first, e.g. ``t.clone()``).
+Batches are writable on both hosts, so their tensors are too. Only the
+read-only views of ``DaemonOptions(shared_view=True)`` become tensors over
+read-only memory, which PyTorch cannot express: do not write into those in
+place (copy first, e.g. ``t.clone()``). The rule: docs/guide.md, "Batches:
+ownership and writeability".
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def _tensor(array: np.ndarray) -> torch.Tensor:
     if array.flags.writeable:
         return torch.from_numpy(array)
     with warnings.catch_warnings():
-        # "The given NumPy array is not writable": expected for daemon batches.
+        # "The given NumPy array is not writable": expected for shared_view batches.
         warnings.simplefilter("ignore", UserWarning)
         return torch.from_numpy(array)
 
@@ -121,9 +123,9 @@ class StatefulLoader:
 
     * ``state_dict()`` may be called at any time and describes the position
       after the last batch yielded: loading it makes the next batch the one
-      that would have come next. It holds only ints and strings (``step``,
-      ``seed``, ``mode``, ``n``, ``global_batch_size``, ``version``), so it
-      survives ``torch.save`` / ``torch.load(weights_only=True)`` and JSON.
+      that would have come next. It is the DataLoader's state (plain ints
+      and strings), so it survives ``torch.save`` /
+      ``torch.load(weights_only=True)`` and JSON.
     * ``load_state_dict(state)`` is called before iterating again; the next
       batch is step ``state["step"]``, exactly, whatever ``num_threads``,
       ``prefetch``, embedded or loaderxd, and also with another
@@ -145,7 +147,7 @@ class StatefulLoader:
         return self
 
     def __next__(self) -> Any:
-        return to_torch(next(self.loader))
+        return self.loader._deliver(to_torch)  # an interrupt consumes no step here either
 
     def state_dict(self) -> dict[str, Any]:
         """The position after the last batch yielded (plain ints and strings)."""

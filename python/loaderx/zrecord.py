@@ -30,7 +30,7 @@ import os
 import pathlib
 from collections.abc import Iterable, Iterator, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, get_args
 
 import numpy as np
 
@@ -54,7 +54,7 @@ from .errors import (
 __all__ = ["Codec", "Dense", "Ragged", "ZrecordError"]
 
 Codec = Literal["raw", "zstd", "zstd_dict"]
-_CODECS = ("raw", "zstd", "zstd_dict")
+_CODECS: tuple[str, ...] = get_args(Codec)
 # Input handed to the native writer per call: bounds the memory append uses
 # (a 20 GB memmap is streamed through in slices of this size).
 _APPEND_CHUNK_BYTES = 64 << 20
@@ -98,7 +98,8 @@ def _check_dtype(dtype: Any) -> np.dtype:
 
 def _check_codec(codec: Any, dict_bytes: Any) -> bytes | None:
     if not isinstance(codec, str) or codec not in _CODECS:
-        raise InvalidArgumentError(f"unknown codec {codec!r} (expected 'raw', 'zstd' or 'zstd_dict')")
+        raise InvalidArgumentError(f"unknown codec {codec!r} (expected one of "
+                                   f"{', '.join(map(repr, _CODECS))})")
     if dict_bytes is None:
         if codec == "zstd_dict":
             raise InvalidArgumentError(

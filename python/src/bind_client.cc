@@ -34,7 +34,8 @@ class DaemonLoader final : public PySource {
                uint64_t start_step, uint32_t prefetch, uint32_t leases, uint64_t ring_bytes,
                std::string group, const std::string& group_mode, const std::string& join,
                bool shared_view, double liveness_timeout, double group_timeout,
-               std::vector<uint64_t> mix_counts, std::vector<std::vector<std::string>> mix_parts) {
+               std::vector<uint64_t> mix_counts, std::vector<std::vector<std::string>> mix_parts,
+               uint64_t ranks_first, uint64_t ranks_count, uint32_t replicas) {
     if (mode > 2) ThrowStatus(Status::InvalidArgument("mode must be 0, 1 or 2"));
     if (group.size() > kMaxGroupName) {
       ThrowStatus(Status::InvalidArgument("group: at most " + std::to_string(kMaxGroupName) +
@@ -73,6 +74,9 @@ class DaemonLoader final : public PySource {
     spec.group_mode = gm;
     spec.join = gj;
     spec.shared_view = shared_view;
+    spec.ranks_first = ranks_first;
+    spec.ranks_count = ranks_count;
+    spec.replicas = replicas;
     if (!(liveness_timeout > 0) || liveness_timeout > 86400) {
       ThrowStatus(Status::InvalidArgument("liveness_timeout must be in (0, 86400] seconds, got " +
                                           std::to_string(liveness_timeout)));
@@ -97,6 +101,7 @@ class DaemonLoader final : public PySource {
 
   uint32_t lease_cap() const { return loader_->lease_cap(); }
   uint32_t leases_held() const { return loader_->leases_held(); }
+  uint64_t batches_moved_out() const { return loader_->batches_moved_out(); }
   uint64_t ring_bytes() const { return loader_->ring_bytes(); }
   uint64_t size() const { return loader_->size(); }
   uint64_t last_publish_ns() const { return loader_->last_publish_ns(); }
@@ -141,16 +146,20 @@ or read-only views of the ring itself with shared_view=True.)doc")
       .def(py::init<const std::string&, std::vector<std::string>, uint64_t, uint32_t, uint64_t,
                     uint64_t, uint64_t, uint64_t, uint32_t, uint32_t, uint64_t, std::string,
                     const std::string&, const std::string&, bool, double, double,
-                    std::vector<uint64_t>, std::vector<std::vector<std::string>>>(),
+                    std::vector<uint64_t>, std::vector<std::vector<std::string>>, uint64_t,
+                    uint64_t, uint32_t>(),
            py::arg("path"), py::arg("stores"), py::arg("batch_size"), py::arg("mode"),
            py::arg("seed"), py::arg("rank"), py::arg("world_size"), py::arg("start_step"),
            py::arg("prefetch"), py::arg("leases"), py::arg("ring_bytes"), py::arg("group") = "",
            py::arg("group_mode") = "shard", py::arg("join") = "", py::arg("shared_view") = false,
            py::arg("liveness_timeout") = 10.0, py::arg("group_timeout") = 0.0,
            py::arg("mix_counts") = std::vector<uint64_t>(),
-           py::arg("mix_parts") = std::vector<std::vector<std::string>>())
+           py::arg("mix_parts") = std::vector<std::vector<std::string>>(),
+           py::arg("ranks_first") = 0, py::arg("ranks_count") = 0, py::arg("replicas") = 1)
       .def_property_readonly("lease_cap", &DaemonLoader::lease_cap)
       .def_property_readonly("leases_held", &DaemonLoader::leases_held)
+      .def_property_readonly("batches_moved_out", &DaemonLoader::batches_moved_out,
+                             "Held batches moved out of the ring to stay under the lease cap.")
       .def_property_readonly("ring_bytes", &DaemonLoader::ring_bytes)
       .def_property_readonly("size", &DaemonLoader::size)
       .def_property_readonly("last_publish_ns", &DaemonLoader::last_publish_ns,

@@ -39,6 +39,14 @@ py::object View(const py::dtype& dtype, int nd, const Py_intptr_t* dims, void* d
   return owned;
 }
 
+// Locks `mu` with the GIL released (a thread holding `mu` may be waiting for
+// the GIL).
+std::unique_lock<std::mutex> LockWithoutGil(std::mutex& mu) {
+  std::unique_lock<std::mutex> lock(mu, std::defer_lock);
+  WithoutGil([&] { lock.lock(); });
+  return lock;
+}
+
 }  // namespace
 
 PySource::~PySource() {
@@ -53,19 +61,32 @@ void PySource::Init(std::unique_ptr<BatchSource> source) {
   for (const StreamInfo& s : source_->streams()) dtypes_.push_back(py::dtype(s.dtype));
 }
 
-py::object PySource::Next(std::optional<double> timeout) {
+py::object PySource::Next(std::optional<double> timeout, std::optional<py::list> stash) {
   const Clock::time_point deadline = DeadlineOf(timeout);
+  if (stash && stash->size() != 1) {
+    ThrowStatus(Status::InvalidArgument("stash must be a list of one item, got " +
+                                        std::to_string(stash->size())));
+  }
+  std::unique_lock<std::mutex> lock = LockWithoutGil(mu_);
   for (;;) {
     const Clock::time_point slice = std::min(deadline, Clock::now() + kPollSlice);
     Result<std::optional<BatchView>> r = WithoutGil([&] { return source_->NextUntil(slice); });
     if (!r.ok()) ThrowStatus(r.status());
-    if (r->has_value()) return ToPython(std::move(**r));
+    if (r->has_value()) {
+      py::object batch = ToPython(std::move(**r));
+      if (stash) (*stash)[0] = batch;
+      // A Ctrl-C that came during the wait is raised now, with the batch
+      // in the caller's stash.
+      if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+      return batch;
+    }
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();
     if (Clock::now() >= deadline) return py::none();
   }
 }
 
 void PySource::Seek(uint64_t step) {
+  std::unique_lock<std::mutex> lock = LockWithoutGil(mu_);
   for (;;) {
     Result<bool> r =
         WithoutGil([&] { return source_->SeekUntil(step, Clock::now() + kPollSlice); });
@@ -119,14 +140,18 @@ void BindSource(py::module_& m) {
 A native batch source (internal; use loaderx.dataloader.DataLoader): the
 embedded Pipeline or a DaemonLoader served by loaderxd, with one behaviour.
 
-next(timeout) returns (step, values) or None after `timeout` seconds
-(None: wait forever; negative: ValueError). values holds, per stream, a
+next(timeout, stash) returns (step, values) or None after `timeout` seconds
+(None: wait forever; negative: ValueError). `stash` (optional), a list of
+one item, receives the batch before anything can raise, so a caller that
+loses it to an exception still has it. values holds, per stream, a
 (batch_size, *item_shape) ndarray (dense) or a list of ndarrays (ragged),
 viewing the batch memory without a copy and sharing one base that owns it.
-Ctrl-C raises KeyboardInterrupt within ~20 ms and consumes no step.
+Ctrl-C raises KeyboardInterrupt within ~20 ms; a batch that arrived
+meanwhile is in the stash.
 )doc")
-      .def("next", &PySource::Next, py::arg("timeout") = py::none(),
-           "(step, values) of the next step, or None after `timeout` seconds.")
+      .def("next", &PySource::Next, py::arg("timeout") = py::none(), py::arg("step") = py::none(),
+           "(step, values) of the next step (or of `step`, handed out again), or None after "
+           "`timeout` seconds.")
       .def("seek", &PySource::Seek, py::arg("step"))
       .def_property_readonly("step", &PySource::step)
       .def("close", &PySource::Close);

@@ -15,12 +15,23 @@
 //
 // One argument rule: timeout None waits forever, a number >= 0 bounds the
 // wait, anything negative or NaN is InvalidArgumentError (ValueError).
+//
+// One delivery rule: an interrupt consumes no step. next() may be given a
+// one-element list, the caller's stash: a batch taken from the source is
+// stored in stash[0] before anything can raise, and a Ctrl-C that arrived
+// while next() waited is raised only after that. The caller (the
+// DataLoader) empties the stash once it has counted the batch, and takes
+// the batch from there when an exception came first.
+//
+// Thread-safety: next() and seek() from several threads are serialised by a
+// mutex taken with the GIL released; step and close() from any thread.
 #pragma once
 
 #include <pybind11/numpy.h>
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -39,8 +50,9 @@ class PySource {
   PySource(const PySource&) = delete;
   PySource& operator=(const PySource&) = delete;
 
-  // (step, [value per stream]) or None when `timeout` seconds pass first.
-  py::object Next(std::optional<double> timeout);
+  // (step, [value per stream]) or None when `timeout` seconds pass first;
+  // the batch is also stored in stash[0] (a list) first, when given.
+  py::object Next(std::optional<double> timeout, std::optional<py::list> stash);
   void Seek(uint64_t step);
   uint64_t step() const { return source_->step(); }
   void Close();
@@ -56,6 +68,9 @@ class PySource {
 
   std::unique_ptr<BatchSource> source_;
   std::vector<py::dtype> dtypes_;
+  // Serialises Next/Seek (the seam takes one caller at a time). Taken with
+  // the GIL released, never the other way round.
+  std::mutex mu_;
 };
 
 }  // namespace loaderx::py_bind

@@ -83,7 +83,7 @@ TEST(ClientTest, DaemonOfAnotherMajorIsProtocolError) {
   EXPECT_EQ(c.status().code(), Status::Code::kProtocol) << c.status().ToString();
 }
 
-// A 1.4 client refuses a 1.2 daemon (msgpack batch frames) and a 1.1 one.
+// This client refuses a 1.2 daemon (msgpack batch frames) and a 1.1 one.
 TEST(ClientTest, DaemonOfAnOlderMinorIsProtocolErrorNamingBothVersions) {
   for (uint32_t minor : {2u, 1u}) {
     FakeDaemon fake([minor](int fd) { HelloOk(fd, kProtocolMajor, minor); });
@@ -91,8 +91,8 @@ TEST(ClientTest, DaemonOfAnOlderMinorIsProtocolErrorNamingBothVersions) {
     ASSERT_FALSE(c.ok());
     EXPECT_EQ(c.status().code(), Status::Code::kProtocol) << c.status().ToString();
     EXPECT_NE(c.status().message().find("loaderxd speaks protocol 1." + std::to_string(minor) +
-                                        ", this client 1.4 (it needs at least 1.3: upgrade "
-                                        "loaderxd)"),
+                                        ", this client 1." + std::to_string(kProtocolMinor) +
+                                        " (it needs at least 1.3: upgrade loaderxd)"),
               std::string::npos)
         << c.status().ToString();
   }

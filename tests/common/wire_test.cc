@@ -503,6 +503,45 @@ TEST(WireTest, MalformedGroupFieldsAreRefusedNamingTheKey) {
   refused(OpenWith(j, std::string("current")), "need a 'group'");
 }
 
+// Protocol 1.5: a shard group over part of the ranks, with replicas. The
+// keys travel only with a shard group and only when not the default.
+TEST(WireTest, RankRangeAndReplicaKeysRoundTripAndAreRefusedOutsideAShardGroup) {
+  OpenMsg open;
+  open.streams = {{"x", false, false, 1}};
+  open.batch_size = 1;
+  open.world_size = 8;
+  open.rank = 5;
+  open.group = "job-node1";
+  open.ranks_first = 4;
+  open.ranks_count = 4;
+  open.replicas = 2;
+  ExpectRoundTrip(open);
+  open.ranks_count = 0;
+  open.replicas = 1;
+  const std::vector<uint8_t> plain = EncodeMessage(open);
+  msgpack::object_handle oh =
+      msgpack::unpack(reinterpret_cast<const char*>(plain.data()), plain.size());
+  EXPECT_EQ(oh.get().via.map.size, 14u);  // a 1.4 shard open: no 1.5 key
+  EXPECT_EQ(std::get<OpenMsg>(DecodeMessage(plain).value()).ranks_count, 0u);
+
+  const std::string g = "group", m = "group_mode", f = "ranks_first", c = "ranks_count",
+                    r = "replicas";
+  auto refused = [&](const std::vector<uint8_t>& frame, const std::string& needle) {
+    Status st = DecodeError(frame);
+    EXPECT_EQ(st.code(), Status::Code::kProtocol);
+    EXPECT_NE(st.message().find(needle), std::string::npos) << st.message();
+  };
+  const std::string shard = "shard", broadcast = "broadcast", a = "a";
+  ASSERT_TRUE(DecodeMessage(OpenWith(g, a, m, shard, f, 0, c, 1, r, 3)).ok());
+  refused(OpenWith(g, a, m, shard, f, 0, c, 0), "'ranks_count' must be at least 1");
+  refused(OpenWith(g, a, m, shard, f, 0), "missing key 'ranks_count'");
+  refused(OpenWith(g, a, m, shard, r, 0), "'replicas' must be at least 1");
+  refused(OpenWith(g, a, m, shard, r, kMaxReplicas + 1), "replicas");
+  refused(OpenWith(g, a, m, broadcast, r, 2), "are for shard groups");
+  refused(OpenWith(r, 2), "need a 'group'");
+  refused(OpenWith(c, 1, f, 0), "need a 'group'");
+}
+
 TEST(WireTest, NonMapRootTrailingBytesAndDuplicateKeysAreRefused) {
   msgpack::sbuffer b;
   msgpack::pack(b, std::vector<int>{1, 2});

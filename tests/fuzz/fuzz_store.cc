@@ -3,7 +3,7 @@
 // input must end in a Status (CorruptStoreError at the Python edge) at open,
 // at read or from Verify, never a crash, a hang, or a read outside a file.
 //
-// Input (tests/fuzz/pack_store.py writes seeds of real stores in it):
+// Input (tests/fuzz/make_seeds.py writes seeds of real stores in it):
 //   u8 flags: bits 0-1 data shards - 1, bit 2 shapes file, bit 3 dictionary
 //   then, for meta, index, [shapes], [dict], data 0..: u32 LE length + bytes
 // Each file becomes a memfd, so nothing touches the disk.

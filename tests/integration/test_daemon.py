@@ -184,9 +184,43 @@ def test_transform_runs_on_daemon_batches_and_its_errors_propagate(daemon, store
         assert loader.step == 1
 
 
-def test_holding_past_the_lease_cap_raises_instead_of_hanging(daemon_factory, stores) -> None:
+def test_holding_any_number_of_batches_works_and_each_keeps_its_bytes(daemon_factory, stores) -> None:
+    d = daemon_factory("--max-leases", "4")
+    s = stores["streams"]
+    with DataLoader(s, batch_size=8, mode=Mode.Sequential) as ref:
+        expected = [next(ref) for _ in range(200)]
+    with DataLoader(s, batch_size=8, mode=Mode.Sequential, daemon=d.socket) as loader:
+        held = []
+        for i in range(200):
+            held.append(next(loader))
+            if i == 1:  # written while still in the ring: the write moves out with it
+                held[1]["image"][0] = 7
+                held[1]["tokens"][0][:] = -1
+            assert loader._source.leases_held <= 4
+        moved = loader._source.batches_moved_out
+        assert 196 - 4 <= moved <= 200 - 1, moved  # the pushed-ahead window may hold a few
+        held[0]["label"][:] = -5  # written after it moved out: private, as before
+        assert loader.step == 200
+    expected[1]["image"][0] = 7
+    expected[1]["tokens"][0][:] = -1
+    expected[0]["label"][:] = -5
+    for i, (got, want) in enumerate(zip(held, expected)):
+        for name in ("image", "label"):
+            np.testing.assert_array_equal(got[name], want[name], err_msg=f"step {i} {name}")
+        assert [t.tolist() for t in got["tokens"]] == [t.tolist() for t in want["tokens"]], i
+    # The daemon's slots were never written through the moved batches.
+    with DataLoader(s, batch_size=8, mode=Mode.Sequential, daemon=d.socket) as again:
+        first = next(again)
+        np.testing.assert_array_equal(first["label"], np.arange(8) * 3)
+        np.testing.assert_array_equal(first["image"], stores["images"][0:8])
+
+
+def test_holding_past_the_lease_cap_of_shared_views_raises_instead_of_hanging(
+    daemon_factory, stores
+) -> None:
     d = daemon_factory("--max-leases", "3")
-    with DataLoader(stores["streams"], batch_size=4, daemon=d.socket) as loader:
+    opts = lxclient.DaemonOptions(path=d.socket, shared_view=True)
+    with DataLoader(stores["streams"], batch_size=4, daemon=opts) as loader:
         held = [next(loader) for _ in range(3)]
         start = time.monotonic()
         with pytest.raises(ResourceExhausted, match="lease cap 3"):
@@ -455,7 +489,7 @@ def test_ten_thousand_malformed_frames_leave_the_daemon_serving(daemon, stores) 
     assert drops > 8000  # every malformed frame cost its sender the connection...
     assert stats["protocol_errors"] >= drops
     assert stats["loaders"] == 0 and stats["slots_held"] == 0  # ...and nothing else
-    assert daemon.wait_stat("sessions", 1)["sessions"] == 1  # only this stats query
+    assert daemon.wait_stat("sessions", 0)["sessions"] == 0  # (this stats query is not counted)
 
 
 def test_per_uid_session_cap_refuses_clearly(daemon_factory, stores) -> None:
@@ -511,7 +545,8 @@ def test_daemon_true_and_auto_use_the_default_socket(daemon, stores, monkeypatch
                 # (the previous iteration's session may still be closing)
                 assert daemon.wait_stat("loaders", 1)["loaders"] == 1
     c = lxclient.connect()
-    assert c.stats()["sessions"] >= 1
+    assert c.path == daemon.socket
+    assert daemon.wait_stat("sessions", 0)["sessions"] == 0  # both loaders gone; polls not counted
     with c.loader(stores["streams"], batch_size=4) as loader:
         assert next(loader)["label"].shape == (4,)
 
@@ -576,7 +611,7 @@ def test_detached_start_returns_once_listening(tmp_path) -> None:
     r = subprocess.run([loaderxd_binary(), "--socket", sock], env=env, check=False, timeout=10)
     assert r.returncode == 0
     stats = _loaderx.daemon_stats(sock)  # answers at once: no race with startup
-    assert stats["sessions"] == 1
+    assert stats["sessions"] == 0  # the asking connection is not counted
     # The detached daemon is no child of ours: find it by its command line.
     pid = None
     for entry in os.listdir("/proc"):
@@ -669,8 +704,11 @@ def test_daemon_options_set_the_lease_cap_and_ring_size(daemon, stores) -> None:
             DataLoader(s, batch_size=64, seed=4) as local:
         held = [next(roomy), next(roomy)]
         assert_same_batch(held[0], next(local))
-        with pytest.raises(ResourceExhausted, match="lease cap 2"):
-            next(roomy)
+        assert roomy._source.lease_cap == 2
+        held.append(next(roomy))  # past the cap: the oldest held batch moves out of the ring
+        assert roomy._source.batches_moved_out == 1
+        for batch in held[1:]:
+            assert_same_batch(batch, next(local))
     with pytest.raises(TypeError, match="DaemonOptions"):
         DataLoader(s, batch_size=4, daemon=3.5)
 

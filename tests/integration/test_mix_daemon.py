@@ -103,6 +103,31 @@ def test_two_members_of_a_broadcast_group_share_one_mixture(daemon, parts) -> No
     assert daemon.stats()["batches_gathered"] <= 6 + 8  # + what it gathered ahead (prefetch)
 
 
+def test_a_mixture_through_a_node_group_with_replicas_gives_each_rank_its_embedded_batches(
+    daemon_factory, parts
+) -> None:
+    from loaderx.sources import DaemonOptions
+
+    d = daemon_factory("--max-skew", "3")
+    m = mixture(parts)
+    kw: dict[str, Any] = {"batch_size": 4, "mode": "Cyclic", "seed": 2, "world_size": 4}
+    # The node of ranks 2 and 3 of 4, each rank with two model-parallel replicas.
+    opts = DaemonOptions(path=d.socket, group="node1", group_mode="shard", ranks=range(2, 4), replicas=2)
+    members = [DataLoader(m, rank=2 + i // 2, daemon=opts, **kw) for i in range(4)]
+    try:
+        got = [[] for _ in members]
+        for _ in range(5):
+            for i, loader in enumerate(members):
+                got[i] += batches(loader, 1)
+    finally:
+        for loader in members:
+            loader.close()
+    for i in range(4):
+        with DataLoader(m, rank=2 + i // 2, **kw) as embedded:
+            for a, b in zip(got[i], batches(embedded, 5)):
+                assert_same_batch(a, b)
+
+
 def test_what_loaderxd_cannot_serve_is_refused_by_name(daemon, parts) -> None:
     m = mixture(parts, source=None)
     nested = mix({"all": (m, 1.0), "web": (parts["web"], 1.0)}, min_positions=1000, source=None)

@@ -7,7 +7,7 @@ reads through the daemon of host r // 2; the four slices of every step,
 concatenated in rank order, are the global batch of one world-1 loader.
 A job saved at step k on 4 ranks resumes on 2 ranks (twice the per-rank
 batch, the same global batch) with exactly the same global batches.
-docs/guide.md, "Multi-host".
+docs/guide.md, "Multi-node and model-parallel jobs".
 """
 
 from __future__ import annotations

@@ -31,8 +31,8 @@ KILLS = int(os.environ.get("LOADERX_CRASH_KILLS", "30"))
 SOAK_SECONDS = float(os.environ.get("LOADERX_SOAK_SECONDS", "60"))
 SOAK_CLIENTS = int(os.environ.get("LOADERX_SOAK_CLIENTS", "8"))
 
-# Idle but for the stats connection itself, which is the one session left.
-IDLE = {"sessions": 1, "loaders": 0, "ring_bytes": 0, "slots_held": 0, "groups": 0, "group_members": 0}
+# Idle: the stats connection itself is not counted.
+IDLE = {"sessions": 0, "loaders": 0, "ring_bytes": 0, "slots_held": 0, "groups": 0, "group_members": 0}
 
 
 # Close-then-free session ends in the stale-release test (each a few ms).

@@ -81,16 +81,16 @@ def test_stats_lists_the_daemon_groups_members_loaders_and_uids(busy) -> None:
         gathered = {g["name"]: g["batches_gathered"] for g in s["named_groups"]}
         lives = {g["name"]: g["live_slots"] for g in s["named_groups"]}
         solo_gathered = [x["batches_gathered"] for x in s["solo_loaders"]]
-        if (s["sessions"] == 5 and gathered == settled and lives == live and solo_gathered == [5]) or \
+        if (s["sessions"] == 4 and gathered == settled and lives == live and solo_gathered == [5]) or \
                 time.monotonic() > deadline:
             break
         time.sleep(0.02)
     time.sleep(0.06)  # a value only passing through would move on: read again
     s = c.stats()
-    # The counters are unchanged (ints at the top level): 4 loaders + this poll.
-    assert (s["sessions"], s["loaders"], s["groups"], s["group_members"]) == (5, 4, 2, 3)
+    # The counters are unchanged (ints at the top level): 4 loaders; this poll is not counted.
+    assert (s["sessions"], s["loaders"], s["groups"], s["group_members"]) == (4, 4, 2, 3)
     d = s["daemon"]
-    assert d["pid"] == daemon.proc.pid and d["version"] == __version__ and d["protocol"] == "1.4"
+    assert d["pid"] == daemon.proc.pid and d["version"] == __version__ and d["protocol"] == "1.5"
     assert 0 < d["uptime_s"] < 600 and d["socket"] == daemon.socket
     assert d["viewer_uid"] == UID and d["sees_all_uids"] is True
     assert d["limits"] == {"memory_limit": 1 << 30, "memory_per_uid": 1 << 30, "sessions_per_uid": 20,
@@ -101,10 +101,12 @@ def test_stats_lists_the_daemon_groups_members_loaders_and_uids(busy) -> None:
     assert len(sessions) == 3
     [m0] = ddp["members"]
     assert {k: v for k, v in m0.items() if k != "session"} == {
-        "pid": PID, "uid": UID, "rank": 0, "cursor": 3, "batches_served": 3, "group_timeout_s": 30.0}
+        "pid": PID, "uid": UID, "rank": 0, "replica": 0, "cursor": 3, "batches_served": 3,
+        "group_timeout_s": 30.0}
     assert {k: v for k, v in ddp.items() if k not in ("members", "ring_bytes", "slots")} == {
         "name": "ddp", "uid": UID, "mode": "shard", "batch_size": 4, "world_size": 2,
         "rank_cursors": [3, 0],  # rank 1 never joined: its cursor is the start step
+        "ranks_first": 0, "ranks_count": 2, "replicas": 1,  # every rank, one member each
         "oldest_held": 0, "newest_held": 2, "next_gather": 3,  # held for rank 1
         "waiting": None, "live_slots": 4, "max_live": 0, "batches_gathered": 3, "batches_served": 3}
     assert ddp["ring_bytes"] == loaders["r0"]._source._native.ring_bytes
@@ -120,7 +122,7 @@ def test_stats_lists_the_daemon_groups_members_loaders_and_uids(busy) -> None:
     assert (solo["batches_served"], solo["batches_gathered"], solo["next_gather"]) == (4, 5, 5)
     assert (solo["oldest_held"], solo["newest_held"]) == (4, 4)  # pushed to its member, not taken
     assert solo["ring_bytes"] == loaders["solo"]._source._native.ring_bytes
-    assert s["uids"] == [{"uid": UID, "sessions": 5, "ring_bytes": s["ring_bytes"]}]
+    assert s["uids"] == [{"uid": UID, "sessions": 4, "ring_bytes": s["ring_bytes"]}]
     assert s["ring_bytes"] == ddp["ring_bytes"] + sweep["ring_bytes"] + solo["ring_bytes"]
     assert s["truncated"] is False
 
@@ -240,3 +242,24 @@ def test_a_plain_user_sees_only_their_own_groups_loaders_and_usage() -> None:
             daemon.kill()
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_status_totals_leave_out_the_asking_connection(daemon_factory, stores) -> None:
+    daemon = daemon_factory()
+    for _ in range(5):  # every run: `connect()` checks the socket, then asks (two connections)
+        r = run_cli("status", "--socket", daemon.socket, "--json")
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(r.stdout)
+        assert (doc["sessions"], doc["uid_sessions"], doc["uids"]) == (0, 0, [])
+    text = run_cli("status", "--socket", daemon.socket).stdout.splitlines()
+    assert text[2].startswith("totals: 0 sessions, 0 loaders, 0 groups (0 members)")
+    # connect()'s check hangs up just before the poll connects: a hung-up connection
+    # stops counting at once, so no poll meets the previous one (1.5% did otherwise).
+    polls = [connect(daemon.socket).stats()["sessions"] for _ in range(1000)]
+    assert polls == [0] * 1000
+    with DataLoader(stores["streams"], batch_size=4, daemon=daemon.socket) as loader:
+        next(loader)
+        doc = json.loads(run_cli("status", "--socket", daemon.socket, "--json").stdout)
+        assert (doc["sessions"], doc["uid_sessions"], doc["loaders"]) == (1, 1, 1)
+        assert [(u["uid"], u["sessions"]) for u in doc["uids"]] == [(UID, 1)]
+        assert connect(daemon.socket).stats()["sessions"] == 1

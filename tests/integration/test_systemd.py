@@ -51,7 +51,7 @@ def test_socket_activation_and_notify_ready_watchdog_stopping(tmp_path: Path, st
         ready = notify.recv(4096).decode()
         assert "READY=1" in ready and "STATUS=serving" in ready
         assert notify.recv(4096).decode() == "WATCHDOG=1"  # every WATCHDOG_USEC / 2
-        assert _loaderx.daemon_stats(sock_path)["sessions"] == 1  # served on OUR socket
+        assert _loaderx.daemon_stats(sock_path)["sessions"] == 0  # served on OUR socket
         assert not os.path.exists(sock_path + "-unused")
         with DataLoader(stores["streams"], batch_size=4, daemon=sock_path) as loader:
             assert next(loader)["label"].shape == (4,)

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import loaderx
 import numpy as np
@@ -108,8 +109,10 @@ def test_missing_store_and_usage_errors(tmp_path: Path) -> None:
 def test_main_is_callable_in_process(dense: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from loaderx.cli import main
 
+    assert main(["verify", str(dense)]) == 0
+    assert capsys.readouterr().out == f"{dense}: OK (20 records, every checksum verified)\n"
     assert main(["verify", str(dense), "-q"]) == 0
-    assert "OK" in capsys.readouterr().out
+    assert capsys.readouterr().out == ""
 
 
 def test_version() -> None:
@@ -265,3 +268,204 @@ def test_info_shows_store_metadata(tmp_path: Path) -> None:
     assert json.loads(r.stdout)["metadata"] == meta
     r = run("info", str(tmp_path / "m"))
     assert f"metadata     {json.dumps(meta, sort_keys=True)}" in r.stdout.splitlines()
+
+
+# -- a converter output folder, the source argument, -q, codecs --------------------------------
+
+
+def hf_small(root: Path) -> Path:
+    """A save_to_disk DatasetDict: train (5 records) and test (3), columns x (ragged int16)
+    and label (ClassLabel -> dense int64)."""
+    datasets = pytest.importorskip("datasets")
+    feats = datasets.Features({"x": datasets.Sequence(datasets.Value("int16")),
+                               "label": datasets.ClassLabel(names=["a", "b"])})
+
+    def split(lo: int, hi: int) -> Any:
+        return datasets.Dataset.from_dict(
+            {"x": [np.arange(k, dtype=np.int16) for k in range(lo, hi)],
+             "label": [k % 2 for k in range(lo, hi)]}, features=feats)
+    datasets.DatasetDict({"train": split(0, 5), "test": split(5, 8)}).save_to_disk(str(root))
+    return root
+
+
+@pytest.fixture()
+def conv(tmp_path: Path) -> Path:
+    """`loaderx convert hf_small conv`: four stores, test/{label,x} and train/{label,x}."""
+    src = hf_small(tmp_path / "hf_small")
+    r = run("convert", str(src), str(tmp_path / "conv"), "--codec", "raw")
+    assert r.returncode == 0, r.stderr
+    return tmp_path / "conv"
+
+
+CONV_STORES = [("test/label", 3), ("test/x", 3), ("train/label", 5), ("train/x", 5)]
+
+
+def test_verify_checks_every_store_of_a_converter_output(conv: Path) -> None:
+    r = run("verify", str(conv))
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""
+    assert r.stdout.splitlines() == [
+        *(f"{name}: OK ({n} records, every checksum verified)" for name, n in CONV_STORES),
+        f"{conv}: OK (4 stores, 16 records, every checksum verified)"]
+
+
+def test_verify_of_a_converter_output_names_every_bad_store_and_goes_on(conv: Path) -> None:
+    for name in ("test/x", "train/label"):
+        data = conv / name / "data-000"
+        b = bytearray(data.read_bytes())
+        b[0] ^= 0xFF
+        data.write_bytes(bytes(b))
+    r = run("verify", str(conv))
+    assert r.returncode == 1
+    assert r.stdout.splitlines() == ["test/label: OK (3 records, every checksum verified)",
+                                     "train/x: OK (5 records, every checksum verified)"]
+    err = r.stderr.splitlines()
+    assert len(err) == 3, r.stderr
+    assert err[0].startswith(f"loaderx verify: CorruptStoreError: {conv}/test/x/data-000: "
+                             "checksum mismatch")
+    assert err[1].startswith(f"loaderx verify: CorruptStoreError: {conv}/train/label/data-000: "
+                             "checksum mismatch")
+    assert err[2] == f"loaderx verify: {conv}: 2 of 4 stores failed verification"
+
+
+def test_bench_times_every_store_of_a_converter_output(conv: Path) -> None:
+    r = run("bench", str(conv), "--batch", "2", "--plans", "2", "--seconds", "0.02", "--json")
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["root"] == str(conv)
+    assert [(s["store"], s["records_in_numpy"]) for s in got["stores"]] == CONV_STORES
+    for s in got["stores"]:
+        assert s["batch"] == 2
+        assert [row["backend"] for row in s["results"]] == ["loaderx", "numpy"]
+    r = run("bench", str(conv), "--batch", "2", "--plans", "2", "--seconds", "0.02")
+    assert r.returncode == 0, r.stderr
+    heads = [line for line in r.stdout.splitlines() if not line.startswith(" ")]
+    assert [h.split(":")[0] for h in heads] == [name for name, _ in CONV_STORES]
+    assert "test/x: ragged <i2 codec=raw" in heads[1]
+
+
+def test_info_verify_and_bench_list_the_same_stores(conv: Path) -> None:
+    info = json.loads(run("info", str(conv), "--json").stdout)
+    assert [(s["path"], s["count"]) for s in info["stores"]] == CONV_STORES
+    # train-dict takes one store: it says what the folder is and what to pass.
+    r = run("train-dict", str(conv), str(conv.parent / "d.dict"))
+    assert r.returncode == 1
+    assert r.stderr == (f"loaderx train-dict: InvalidArgumentError: {conv}: a directory of 4 stores "
+                        f"(a converter output), not one store; pass one of them, e.g. "
+                        f"{conv}/test/label\n")
+
+
+def test_a_directory_without_stores_is_not_called_corrupt(tmp_path: Path) -> None:
+    (tmp_path / "empty" / "sub").mkdir(parents=True)
+    for cmd in ("info", "verify", "bench"):
+        r = run(cmd, str(tmp_path / "empty"))
+        assert r.returncode == 1, cmd
+        assert r.stderr == (f"loaderx {cmd}: StoreNotFoundError: {tmp_path / 'empty'}: no Zrecord "
+                            "store here or below (a store is a directory with a 'meta' file)\n"), cmd
+
+
+def test_convert_refuses_a_missing_local_path_before_the_network(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    for source in ("nope", "./nope", "data/nope", "a/b/c", str(tmp_path / "nope"), "nope/"):
+        r = subprocess.run([sys.executable, "-m", "loaderx", "convert", source, "out"],
+                           capture_output=True, text=True, env=ENV, timeout=120, check=False,
+                           cwd=tmp_path)
+        assert r.returncode == 1, source
+        assert r.stderr.startswith(f"loaderx convert: FileNotFoundError: {source}: no such "
+                                   "directory"), (source, r.stderr)
+        assert r.stderr.count("\n") == 1
+        assert "ConnectError" not in r.stderr
+    (tmp_path / "data" / "train.csv").write_text("x\n1\n")  # a file is not a Hub id either
+    r = run("convert", str(tmp_path / "data" / "train.csv"), str(tmp_path / "out"))
+    assert r.returncode == 1
+    assert r.stderr.startswith(f"loaderx convert: NotADirectoryError: {tmp_path}/data/train.csv: "
+                               "not a directory")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data"]
+
+
+def test_convert_sends_owner_name_or_hub_to_the_hub(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("datasets")
+    import huggingface_hub
+    from loaderx.cli import main
+
+    snapshot = hf_small(tmp_path / "snapshot")
+    asked: list[str] = []
+
+    class FakeApi:
+        def __init__(self, endpoint: str | None = None, token: str | None = None) -> None:
+            pass
+
+        def dataset_info(self, repo_id: str, revision: str) -> Any:
+            asked.append(repo_id)
+            return type("Info", (), {"sha": "0" * 40})()
+
+    def fake_snapshot(repo_id: str, **kwargs: Any) -> str:
+        return str(tmp_path / "files")
+
+    files = tmp_path / "files"
+    files.mkdir()
+    import datasets
+
+    datasets.load_from_disk(str(snapshot))["train"].to_parquet(str(files / "train.parquet"))
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake_snapshot)
+    monkeypatch.chdir(tmp_path)
+    assert main(["convert", "someone/data", "o1", "-q"]) == 0
+    assert main(["convert", "mnist", "o2", "-q", "--hub"]) == 0
+    assert main(["convert", "mnist", "o3", "-q"]) == 1  # a bare word: a missing local path
+    (tmp_path / "someone").mkdir()  # `someone/data` now looks local: refused, unless --hub
+    assert main(["convert", "someone/data", "o4", "-q"]) == 1
+    assert main(["convert", "someone/data", "o5", "-q", "--hub"]) == 0
+    assert asked == ["someone/data", "mnist", "someone/data"]
+    with Dense.open(tmp_path / "o1" / "train" / "label") as ds:
+        assert ds[:].tolist() == [0, 1, 0, 1, 0]
+    assert not (tmp_path / "o3").exists() and not (tmp_path / "o4").exists()
+
+
+def test_quiet_prints_nothing_on_success(tmp_path: Path, dense: Path) -> None:
+    src = hf_small(tmp_path / "hf_small")
+    r = run("convert", str(src), str(tmp_path / "conv"), "-q")
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
+    for target in (dense, tmp_path / "conv"):
+        r = run("verify", str(target), "-q")
+        assert (r.returncode, r.stdout, r.stderr) == (0, "", ""), target
+    # Failures still say why, on stderr.
+    r = run("verify", str(tmp_path / "nope"), "-q")
+    assert r.returncode == 1 and r.stdout == "" and "StoreNotFoundError" in r.stderr
+
+
+def test_convert_accepts_every_codec_of_the_api(tmp_path: Path) -> None:
+    from typing import get_args
+
+    from loaderx.zrecord import Codec
+
+    src = hf_small(tmp_path / "hf_small")
+    for codec in get_args(Codec):
+        if codec == "zstd_dict":
+            continue
+        r = run("convert", str(src), str(tmp_path / codec), "--codec", codec, "-q")
+        assert r.returncode == 0, (codec, r.stderr)
+        with Ragged.open(tmp_path / codec / "train" / "x") as rs:
+            assert rs.codec == codec
+    rng = np.random.default_rng(3)
+    with Ragged.create(tmp_path / "sample", np.int16, 1, codec="raw") as rs:
+        rs.append([rng.integers(0, 9, 30 + k % 20).astype(np.int16) for k in range(2000)])
+    r = run("train-dict", str(tmp_path / "sample"), str(tmp_path / "d.dict"), "--size", "2048")
+    assert r.returncode == 0, r.stderr
+    r = run("convert", str(src), str(tmp_path / "zd"), "--codec", "zstd_dict",
+            "--dict", str(tmp_path / "d.dict"))
+    assert r.returncode == 0, r.stderr
+    with Ragged.open(tmp_path / "zd" / "train" / "x") as rs:
+        assert rs.codec == "zstd_dict"
+        assert [a.tolist() for a in rs[:]] == [list(range(k)) for k in range(5)]
+    assert run("verify", str(tmp_path / "zd"), "-q").returncode == 0
+    # The API's own checks, one line each: no dictionary, or one for another codec.
+    r = run("convert", str(src), str(tmp_path / "zd2"), "--codec", "zstd_dict")
+    assert r.returncode == 1
+    assert r.stderr == ("loaderx convert: InvalidArgumentError: codec 'zstd_dict' needs "
+                        "dict_bytes; train one with loaderx.utils.train_dict\n")
+    r = run("convert", str(src), str(tmp_path / "zd3"), "--codec", "zstd",
+            "--dict", str(tmp_path / "d.dict"))
+    assert r.returncode == 1 and "dict_bytes is only used with codec 'zstd_dict'" in r.stderr
+    assert not (tmp_path / "zd2").exists() and not (tmp_path / "zd3").exists()

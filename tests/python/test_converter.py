@@ -16,8 +16,8 @@ datasets = pytest.importorskip("datasets")
 from loaderx import converter
 from loaderx.converter import convert, huggingface
 from loaderx.dataloader import DataLoader
-from loaderx.datasets import FASHION_MNIST_ROOT, fashion_mnist
 from loaderx.errors import InvalidArgumentError, SchemaError, StoreExistsError
+from loaderx.idx import FASHION_MNIST_ROOT, fashion_mnist
 from loaderx.zrecord import Dense, Ragged
 
 

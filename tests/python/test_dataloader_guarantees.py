@@ -44,12 +44,15 @@ class FakeSource:
         self.interrupt = interrupt
         self.closed = threading.Event()
         self.close_calls = 0
+        self.interrupt_after: set[int] = set()
 
     @property
     def step(self) -> int:
         return self._step
 
-    def next_raw(self, timeout: float) -> tuple[int, dict[str, Any]] | None:
+    def next_raw(self, timeout: float, stash: list[Any]) -> tuple[int, dict[str, Any]] | None:
+        if stash[0] is not None:  # taken before, not counted by the caller yet
+            return stash[0]
         if self.closed.is_set():
             raise LoaderClosedError("fake source closed")
         if self.block:
@@ -63,7 +66,11 @@ class FakeSource:
         self._step += 1
         if step in self.fail:
             raise CorruptStoreError(f"fake: step {step} is corrupt")
-        return step, {"step": np.array([step])}
+        stash[0] = step, {"step": np.array([step])}
+        if step in self.interrupt_after:  # Ctrl-C just after the hand-over
+            self.interrupt_after.discard(step)
+            raise KeyboardInterrupt
+        return stash[0]
 
     def seek(self, step: int) -> None:
         self._step = step
@@ -380,16 +387,22 @@ print(json.dumps(delays))
     assert max(delays) < 1.0, delays
 
 
+@pytest.mark.parametrize("where", ["while_waiting", "after_the_hand_over"])
 @pytest.mark.parametrize("transform", [None, lambda b: b])
 def test_keyboard_interrupt_in_next_consumes_no_step(
-    stores: dict[str, Any], fake: dict[str, Any], transform: Any
+    stores: dict[str, Any], fake: dict[str, Any], transform: Any, where: str
 ) -> None:
     # The fake raises KeyboardInterrupt once, when step 1 is fetched: in the
     # next() for step 1, or already in the next() for step 0 if that one
     # tops up its transform window while step 0's call runs. Either way no
-    # step is consumed and the sequence goes on unchanged.
-    fake["interrupt"] = {1}
+    # step is consumed and the sequence goes on unchanged. "after_the_hand_over":
+    # the source has taken step 1 and put it in the loader's stash when the
+    # interrupt is raised (what a Ctrl-C during the native wait does).
+    if where == "while_waiting":
+        fake["interrupt"] = {1}
     with DataLoader(stores, batch_size=4, transform=transform) as loader:
+        if where == "after_the_hand_over":
+            fake["source"].interrupt_after = {1}
         got: list[int] = []
         interrupts = 0
         while len(got) < 4:
@@ -398,7 +411,24 @@ def test_keyboard_interrupt_in_next_consumes_no_step(
                 got.append(int(next(loader)["step"][0]))
             except KeyboardInterrupt:
                 interrupts += 1
-                assert loader.step == before  # nothing consumed
+                assert loader.step == before == loader.state_dict()["step"]  # nothing consumed
         assert got == [0, 1, 2, 3]
         assert interrupts == 1
         assert loader.step == 4
+
+
+def test_an_exception_raised_after_a_batch_was_counted_gives_the_step_back(
+    stores: dict[str, Any], fake: dict[str, Any]
+) -> None:
+    # An exception that lands in the loader's frames after the step was
+    # counted (a Ctrl-C between two Python calls there) gives it back.
+    with DataLoader(stores, batch_size=4) as loader:
+        assert int(next(loader)["step"][0]) == 0
+
+        def interrupted(batch: Any) -> Any:
+            raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            loader._deliver(interrupted)
+        assert loader.step == 1 == loader.state_dict()["step"]
+        assert [int(next(loader)["step"][0]) for _ in range(2)] == [1, 2]

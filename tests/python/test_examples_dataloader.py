@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from loaderx.datasets import FASHION_MNIST_ROOT
+from loaderx.idx import FASHION_MNIST_ROOT
 
 REPO = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(REPO / "python")}

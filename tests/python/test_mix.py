@@ -57,11 +57,11 @@ def expected(m: Mixture, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 def test_counts_apportion_the_positions_by_weight() -> None:
     counts = mix_counts([101, 37, 13], [0.6, 0.3, 0.1])
+    # The minimum exceeds every n_k * W / w_k here; V is its next multiple of 10, the
+    # shares' denominator, so every count is its share of V exactly.
     v = sum(counts)
-    assert v == DEFAULT_MIN_POSITIONS  # the minimum exceeds every n_k * W / w_k here
-    total = sum(Fraction(w) for w in (0.6, 0.3, 0.1))
-    for c, w in zip(counts, (0.6, 0.3, 0.1)):
-        assert abs(c - Fraction(w) / total * v) < 1
+    assert v == 16777220 == -(-DEFAULT_MIN_POSITIONS // 10) * 10
+    assert counts == [v * 6 // 10, v * 3 // 10, v // 10]
     # A scarce dataset sets V: every dataset owns at least its own length.
     counts = mix_counts([1000, 10], [1, 1000], min_positions=1)
     assert counts[0] >= 1000 and counts[1] >= 10
@@ -71,6 +71,24 @@ def test_counts_apportion_the_positions_by_weight() -> None:
         mix_counts([5, 5], [1.0], min_positions=1)
     with pytest.raises(InvalidArgumentError, match="2\\*\\*63"):
         mix_counts([10**12, 1], [1e-9, 1.0], min_positions=1)
+
+
+def test_shares_are_the_exact_fractions_of_the_weights(parts: dict[str, Any]) -> None:
+    m = mix({"web": (parts["web"], 0.7), "books": (parts["books"], 0.3)})
+    assert m.shares() == {"web": 0.7, "books": 0.3}
+    assert [Fraction(c, m.positions) for c in m.counts] == [Fraction(7, 10), Fraction(3, 10)]
+    assert m.positions == 16777220  # the first multiple of 10 from 2**24
+    m = mixture(parts)
+    assert m.shares() == {"web": 0.6, "books": 0.3, "code": 0.1}
+    # Weights need not add up to 1; thirds are thirds, integers are integers.
+    assert mix_counts([101, 37], [1 / 3, 2 / 3], min_positions=10) == [101, 202]
+    assert mix_counts([101, 37, 13], [2, 5, 1], min_positions=1) == [102, 255, 51]
+    assert mix_counts([3, 3], [0.25, 0.75], min_positions=1) == [3, 9]
+    # A share whose denominator exceeds V: apportioned within 1/V, V not enlarged.
+    w = [0.123456789, 1.0]
+    counts = mix_counts([5, 5], w, min_positions=1000)
+    assert sum(counts) == 1000
+    assert abs(Fraction(counts[0], 1000) - Fraction(13566680, 123456789)) < Fraction(1, 1000)
 
 
 def test_every_sample_is_the_record_its_position_names(parts: dict[str, Any]) -> None:
@@ -122,9 +140,11 @@ def test_realised_shares_are_within_sampling_error(parts: dict[str, Any]) -> Non
 
 
 def test_a_cyclic_cycle_holds_exact_shares_and_every_record(parts: dict[str, Any]) -> None:
-    m = mixture(parts, min_positions=1)  # V set by the scarcest for its weight: ceil(101 / 0.6)
-    assert m.positions == 169
-    batch = 13  # a cycle of 13 steps covers all 169 positions
+    # V set by the scarcest for its weight, ceil(101 / 0.6) = 169, rounded up to a multiple
+    # of 10 (the shares are 6/10, 3/10, 1/10).
+    m = mixture(parts, min_positions=1)
+    assert m.positions == 170 and m.counts == (102, 51, 17)
+    batch = 17  # a cycle of 10 steps covers all 170 positions
     cycle = m.positions // batch
     seen: list[list[int]] = [[], [], []]
     with DataLoader(m, batch_size=batch, mode="Cyclic", seed=2) as loader:

@@ -13,10 +13,15 @@
 // the socket: one receive, no round trip. A Batch is
 // a set of views into one ring slot plus a Lease; the slot goes back to the
 // daemon when the last holder of the Lease (the Batch, or any zero-copy
-// owner such as a NumPy array's base) lets go. Holding
-// `lease_cap()` batches and asking for more is ResourceExhausted, never a
-// hang. Batches stay readable after Close() and even after the daemon died:
-// the mapping belongs to this process.
+// owner such as a NumPy array's base) lets go. A writable batch of
+// NextUntil (the seam's private copy-on-write view) never blocks the cap:
+// when `lease_cap()` batches are held and another is asked for, the oldest
+// such batch moves out of the ring into this process's own pages (same
+// address, same bytes) and its slot goes back (`batches_moved_out()`
+// counts them). Batches that stay views of the shared ring (shared_view,
+// or the Batch of Next()) cannot move: asking for more than the cap of
+// those is ResourceExhausted, never a hang. Batches stay readable after Close() and even after the
+// daemon died: the mapping belongs to this process.
 //
 // The client opens the store files itself (Store::OpenFileSet) and passes the
 // fds, so the daemon reads nothing this process could not read.
@@ -42,6 +47,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -144,6 +150,15 @@ struct LoaderSpec {
   // with a Timeout status naming them (protocol 1.2); zero: loaderxd's
   // --group-timeout.
   std::chrono::milliseconds group_timeout{0};
+  // Protocol 1.5, kShard only: the group serves the data-parallel ranks
+  // [ranks_first, ranks_first + ranks_count) of world_size (the local ranks
+  // of one node; ranks_count 0: all of them), each rank to `replicas`
+  // members that receive byte-identical batches (the model-parallel ranks of
+  // one data-parallel replica). Members must agree on both. Daemon errors
+  // name what does not fit; a daemon older than 1.5 is refused here.
+  uint64_t ranks_first = 0;
+  uint64_t ranks_count = 0;
+  uint32_t replicas = 1;
   // How NextUntil's BatchView sees the slot. false (default): through a
   // private copy-on-write mapping of the slot made per batch, so the values
   // are writable like an embedded batch's (a write copies the page it
@@ -190,6 +205,10 @@ class Lease {
   // The daemon drops this lease itself (a pushed batch never taken when the
   // loader closed): ~Lease sends no release.
   void Forget() { forgotten_ = true; }
+  // True once the batch was moved out of the ring (Connection::
+  // MoveOutOldestView): its view is this process's own copy and the slot
+  // went back to the daemon, so the lease no longer counts against the cap.
+  bool moved_out() const { return moved_out_.load(std::memory_order_acquire); }
 
  private:
   friend class Connection;  // describes the batch when it files it
@@ -211,6 +230,14 @@ class Lease {
   std::array<StreamLayout, kInlineStreams> inline_layout_{};
   std::unique_ptr<StreamLayout[]> more_layout_;  // num_streams_ > kInlineStreams only
   bool forgotten_ = false;
+  // A private view in its connection's list of movable views (oldest
+  // first). Guarded by the connection's views_mu_.
+  bool listed_ = false;
+  // Set once, under views_mu_, after the view's pages were copied out and
+  // before the release; release/acquire for moved_out() on other threads.
+  std::atomic<bool> moved_out_{false};
+  Lease* view_prev_ = nullptr;
+  Lease* view_next_ = nullptr;
   MappedRegion copy_;
   uint32_t ring_ = 0;
   std::pair<uint64_t, uint64_t> ring_pages_{0, 0};  // end 0: none
@@ -348,6 +375,8 @@ class Loader final : public BatchSource {
   // The credit: batches this process may hold, including pushed ones it
   // has not taken yet.
   uint32_t lease_cap() const;
+  // Held batches moved out of the ring so far to stay under the cap.
+  uint64_t batches_moved_out() const;
   // Leases alive in this process: batches held by the caller (and their
   // zero-copy owners) plus pushed batches not yet returned by Next.
   uint32_t leases_held() const;

@@ -1,4 +1,4 @@
-// Sampler: the batch index generator behind every loader (DESIGN.md §5).
+// Sampler: the batch index generator behind every loader.
 //
 // Purpose. A Sampler turns a step number into the batch of record indices of
 // that step. The indices of step s are a pure function of

@@ -4,7 +4,7 @@
 // process dies, no container /dev/shm size limit), lives exactly as long as
 // the last fd or mapping, and is passed to clients with SCM_RIGHTS.
 //
-// Sealing protocol (DESIGN.md §7): the daemon creates the memfd with
+// Sealing protocol (docs/protocol.md, "The ring"): the daemon creates the memfd with
 // MFD_ALLOW_SEALING, sizes it, maps it read-write, then applies
 // kRingSeals = SHRINK | GROW | FUTURE_WRITE | SEAL. After that nobody can
 // change its size (so a client's mapping can never SIGBUS) and no new

@@ -5,7 +5,7 @@
 // READ-ONLY. Only the daemon ever writes into the ring, so every shared word
 // has exactly one writer; the client reports releases over the socket, never
 // through shared memory. There are no locks, condition variables or
-// pointers in here (DESIGN.md §7): a crash on either side can leave nothing
+// pointers in here: a crash on either side can leave nothing
 // locked, and every position is an offset from the start of the ring.
 //
 //   offset 0                +---------------------------------------------+

@@ -1,5 +1,5 @@
 // Unix SOCK_SEQPACKET sockets with SCM_RIGHTS fd passing: the loaderxd
-// transport (DESIGN.md §7, docs/protocol.md).
+// transport (docs/protocol.md, "Transport").
 //
 // SEQPACKET keeps message boundaries (one sendmsg = one frame = one msgpack
 // message), is connection-oriented (a peer's death is a hang-up, which is how

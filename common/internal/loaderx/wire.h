@@ -65,7 +65,11 @@ inline constexpr uint32_t kProtocolMajor = 1;
 // `push_queue` gets `queue_bytes` and a second fd in its `opened`, and the
 // daemon writes that loader's `batch` frames into the queue instead of
 // the socket. A 1.3 client (which never asks) is served as before.
-inline constexpr uint32_t kProtocolMinor = 4;
+// 1.5 adds shard groups over part of the data-parallel ranks (the local
+// ranks of one node of a multi-node job) and several members per rank
+// (model-parallel replicas): optional `open` keys `ranks_first`,
+// `ranks_count` and `replicas`, sent only to a daemon that announced 1.5.
+inline constexpr uint32_t kProtocolMinor = 5;
 // The oldest minor this build serves (and, as a client, accepts).
 inline constexpr uint32_t kMinProtocolMinor = 3;
 // How often the daemon's io loop sends `heartbeat` to a waiting client.
@@ -73,6 +77,8 @@ inline constexpr uint32_t kHeartbeatIntervalMs = 250;
 // Decoder caps (also bound what a hostile peer can make us allocate).
 inline constexpr uint32_t kMaxWireStreams = 64;
 inline constexpr uint32_t kMaxWireDims = 32;
+// Members per rank of a shard group (model-parallel replicas), at most.
+inline constexpr uint32_t kMaxReplicas = 1024;
 inline constexpr uint32_t kMaxWireString = 4096;
 inline constexpr uint32_t kMaxWireDataFiles = 255;
 // Groups (GroupMode, GroupJoin, kMaxGroupName): loaderx/group.h.
@@ -173,6 +179,13 @@ struct OpenMsg {
   // Protocol 1.4, optional (sent only when true): deliver this loader's
   // batches through a push queue (docs/protocol.md "Push queue").
   bool push_queue = false;
+  // Protocol 1.5, optional, only with a shard group: the group serves the
+  // data-parallel ranks [ranks_first, ranks_first + ranks_count) of
+  // world_size (ranks_count 0, not sent: all of them), each rank to
+  // `replicas` members that receive the same batches (1, not sent: one).
+  uint64_t ranks_first = 0;
+  uint64_t ranks_count = 0;
+  uint32_t replicas = 1;
   uint32_t TotalFds() const;
   bool operator==(const OpenMsg&) const = default;
 };

@@ -1,7 +1,12 @@
-"""Readers for real datasets shipped by Debian packages (no network needed).
+"""idx files (the MNIST family's format) and the datasets Debian ships in it.
 
-Only Fashion-MNIST for now: Debian's ``dataset-fashion-mnist`` installs the
-original idx files under ``/usr/share/datasets/fashion-mnist``.
+:func:`read_idx` reads one idx(.gz) file; :func:`fashion_mnist` reads Debian's
+``dataset-fashion-mnist`` package, which installs the original idx files under
+``/usr/share/datasets/fashion-mnist`` (no network needed).
+
+The module is named after the file format, not ``datasets``, so that inside
+the package it never stands for the Hugging Face ``datasets`` library that
+:mod:`loaderx.converter` imports.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""loaderx.datasets: the idx reader and the Debian Fashion-MNIST files."""
+"""loaderx.idx: the idx reader and the Debian Fashion-MNIST files."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import struct
 
 import numpy as np
 import pytest
-from loaderx.datasets import FASHION_MNIST_ROOT, fashion_mnist, read_idx
+from loaderx.idx import FASHION_MNIST_ROOT, fashion_mnist, read_idx
 
 
 def write_idx(path, arr: np.ndarray, code: int, *, gz: bool = True, extra: bytes = b"") -> None:
