@@ -3,6 +3,7 @@ embedded loader, in groups too, and clear errors for what the daemon cannot serv
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -176,3 +177,27 @@ def test_the_daemon_checks_counts_and_part_schemas(daemon, parts, tmp_path: Path
     step, batch = ok.next(10.0)
     assert step == 0 and batch[0].shape == (4,)
     ok.close()
+
+
+@pytest.mark.parametrize("group_mode", ["shard", "broadcast"])
+@pytest.mark.parametrize("order", ["heavier-web-first", "heavier-web-second"])
+def test_a_member_with_other_mixture_weights_is_refused_naming_both_counts(
+    daemon, parts, group_mode, order
+) -> None:
+    # The same part files with other weights are another sample order: refused
+    # at open, naming the mixture's counts of both, in either join order.
+    from loaderx.sources import DaemonOptions
+
+    weights = [dict(WEIGHTS), dict(WEIGHTS, web=0.6, books=0.2)]
+    if order == "heavier-web-first":
+        weights.reverse()
+    mixes = [mix({name: (parts[name], w[name]) for name in LENGTHS}, min_positions=1000, source=None)
+             for w in weights]
+    counts = [list(m["x"]._mix_counts) for m in mixes]
+    assert counts[0] != counts[1]
+    opts = DaemonOptions(path=daemon.socket, group="mixed", group_mode=group_mode)
+    second_rank = 1 if group_mode == "shard" else 0
+    needle = re.escape(f"group 'mixed': mixture counts {counts[1]} differs from the group's {counts[0]}")
+    with DataLoader(mixes[0], batch_size=4, seed=5, rank=0, world_size=2, daemon=opts), \
+            pytest.raises(InvalidArgumentError, match=needle):
+        DataLoader(mixes[1], batch_size=4, seed=5, rank=second_rank, world_size=2, daemon=opts)
