@@ -387,8 +387,13 @@ print(json.dumps(delays))
     assert max(delays) < 1.0, delays
 
 
+def _slow_identity(batch: Any) -> Any:
+    time.sleep(0.05)  # step 0's call still runs when next() tops up its window with step 1
+    return batch
+
+
 @pytest.mark.parametrize("where", ["while_waiting", "after_the_hand_over"])
-@pytest.mark.parametrize("transform", [None, lambda b: b])
+@pytest.mark.parametrize("transform", [None, lambda b: b, _slow_identity])
 def test_keyboard_interrupt_in_next_consumes_no_step(
     stores: dict[str, Any], fake: dict[str, Any], transform: Any, where: str
 ) -> None:
@@ -412,6 +417,7 @@ def test_keyboard_interrupt_in_next_consumes_no_step(
             except KeyboardInterrupt:
                 interrupts += 1
                 assert loader.step == before == loader.state_dict()["step"]  # nothing consumed
+                time.sleep(0.1)  # a pause after Ctrl-C: the transform calls under way finish
         assert got == [0, 1, 2, 3]
         assert interrupts == 1
         assert loader.step == 4
