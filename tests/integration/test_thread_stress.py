@@ -140,7 +140,7 @@ def test_concurrent_next_hands_out_each_step_once_in_order(stores, host, transfo
         assert mine == sorted(mine)
     assert total >= THREADS  # every thread got batches
     # The position only moves forward and never past what was handed out.
-    assert all(0 <= s <= total for s in states)
+    assert states == sorted(states) and all(0 <= s <= total for s in states)
 
 
 @pytest.mark.parametrize("transform", [False, True], ids=["raw", "transform"])
