@@ -131,3 +131,20 @@ bench: build
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz dist python/loaderx/_loaderx*.so
+
+# Other CPythons (docs/platforms.md): for each version in PYTHONS, a venv
+# build-py3X/.venv from pyenv (else python3.X on PATH), the extension built
+# into build-py3X with it, and the smoke subset of the Python suite
+# (tests/smoke_subset.txt) run on it against build/'s loaderxd. The full
+# suite runs on the project venv's CPython (3.11) in test-py. CI runs
+# `make test-interpreters PYTHONS=3.13` after `make test` (.ci/run).
+PYTHONS ?= 3.10 3.12 3.13
+.PHONY: test-interpreters clean-interpreters
+test-interpreters: build
+	@set -e; for v in $(PYTHONS); do \
+	  CMAKE=$(CMAKE) CMAKE_ARGS="$(CMAKE_COMMON)" JOBS=$(JOBS) LOADERXD=$(CURDIR)/build/daemon/loaderxd \
+	    scripts/test_interpreter.sh $$v; \
+	done
+
+clean-interpreters:
+	rm -rf build-py3*

@@ -230,13 +230,34 @@ class _TransformPool:
                 future.set_result(result)
             del batch, future
 
+    def cancel_queued(self) -> None:
+        """Cancels every call not started yet: its future ends cancelled, no worker runs it.
+
+        Drains the queue (thread-safe on any build) rather than walking the
+        loader's pending deque, which a consumer may be changing: iterating
+        a deque that another thread appends to raises RuntimeError on a
+        free-threaded build. Stop marks already queued are put back.
+        """
+        stops = 0
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is None:
+                stops += 1
+            else:
+                item[0].cancel()
+        for _ in range(stops):
+            self._queue.put(None)
+
     def shutdown(self, timeout: float) -> None:
+        self.cancel_queued()
         with self._lock:
             if not self._shut:
                 self._shut = True
                 for _ in self._threads:
                     self._queue.put(None)
-        # Calls not started yet are cancelled (their queue entries skipped).
         deadline = time.monotonic() + timeout
         me = threading.current_thread()
         for t in self._threads:
@@ -602,8 +623,8 @@ class DataLoader:
         """
         with self._close_lock:  # a second closer returns once the first is done
             self._closed = True
-            for _, future in list(self._pending):
-                future.cancel()
+            if self._pool is not None:
+                self._pool.cancel_queued()
             self._stash[0] = None  # its lease (loaderxd) goes back with the rest
             self._finalizer()  # runs once
 

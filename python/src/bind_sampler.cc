@@ -10,7 +10,9 @@
 //
 // Thread-safety: every call holds the GIL except the fill of a large batch
 // (>= kReleaseGilAt indices), which runs without the GIL under the sampler's
-// own mutex, taken after the GIL is released. Sharing one Sampler between
+// own mutex, taken after the GIL is released. The cursor (step) is read and
+// advanced under a mutex of its own, not under the GIL, so concurrent draws
+// get distinct steps on a free-threaded build too. Sharing one Sampler between
 // threads is memory-safe but the view is overwritten by whichever draw comes
 // last; use one Sampler per thread (or peek(step)).
 #include <Python.h>
@@ -33,7 +35,27 @@ constexpr uint64_t kReleaseGilAt = uint64_t{1} << 16;
 
 struct Core {
   explicit Core(Sampler s) : sampler(std::move(s)) {}
+
+  // The step of the next draw, advanced by one: each caller gets its own.
+  uint64_t TakeStep() {
+    std::lock_guard<std::mutex> lock(cursor_mu);
+    const uint64_t step = sampler.step();
+    sampler.Seek(step + 1);
+    return step;
+  }
+  void Seek(uint64_t step) {
+    std::lock_guard<std::mutex> lock(cursor_mu);
+    sampler.Seek(step);
+  }
+  uint64_t Step() {
+    std::lock_guard<std::mutex> lock(cursor_mu);
+    return sampler.step();
+  }
+
   Sampler sampler;
+  // Guards sampler's cursor. Held for a few instructions and never while
+  // taking or releasing the GIL, so it cannot deadlock with it.
+  std::mutex cursor_mu;
   std::mutex fill_mu;  // serialises GIL-free fills of sampler's buffer
 };
 
@@ -181,10 +203,9 @@ void FillBatch(Core* core, uint64_t step, uint64_t* out) {
 PyObject* SamplerNext(PyObject* o) {
   Core* core = CoreOrRaise(o);
   if (core == nullptr) return nullptr;
-  // The cursor moves under the GIL, before any GIL-free fill, so concurrent
-  // callers draw distinct steps.
-  const uint64_t step = core->sampler.step();
-  core->sampler.Seek(step + 1);
+  // The cursor moves before any GIL-free fill, so concurrent callers draw
+  // distinct steps.
+  const uint64_t step = core->TakeStep();
   FillBatch(core, step, core->sampler.buffer_data());
   PyObject* view = Self(o)->view;
   Py_INCREF(view);
@@ -197,7 +218,7 @@ PyObject* SamplerSeek(PyObject* o, PyObject* arg) {
   Core* core = CoreOrRaise(o);
   uint64_t step = 0;
   if (core == nullptr || !ToU64(arg, "step", &step)) return nullptr;
-  core->sampler.Seek(step);
+  core->Seek(step);
   Py_RETURN_NONE;
 }
 
@@ -217,14 +238,18 @@ PyObject* SamplerPeek(PyObject* o, PyObject* arg) {
   }
 }
 
-// Read-only integer attributes.
+// Read-only integer attributes (the spec's are immutable).
 template <uint64_t (*Get)(const Sampler&)>
 PyObject* GetU64(PyObject* o, void*) {
   Core* core = CoreOrRaise(o);
   if (core == nullptr) return nullptr;
   return PyLong_FromUnsignedLongLong(Get(core->sampler));
 }
-uint64_t GetStep(const Sampler& s) { return s.step(); }
+PyObject* GetStep(PyObject* o, void*) {
+  Core* core = CoreOrRaise(o);
+  if (core == nullptr) return nullptr;
+  return PyLong_FromUnsignedLongLong(core->Step());
+}
 uint64_t GetN(const Sampler& s) { return s.spec().n; }
 uint64_t GetBatch(const Sampler& s) { return s.spec().batch_size; }
 uint64_t GetModeValue(const Sampler& s) { return static_cast<uint64_t>(s.spec().mode); }
@@ -249,7 +274,7 @@ PyMethodDef kMethods[] = {
 };
 
 PyGetSetDef kGetSet[] = {
-    {"step", GetU64<GetStep>, nullptr, "Step of the next draw.", nullptr},
+    {"step", GetStep, nullptr, "Step of the next draw.", nullptr},
     {"n", GetU64<GetN>, nullptr, "Number of records indexed (indices are in 0..n-1).", nullptr},
     {"batch_size", GetU64<GetBatch>, nullptr, "Indices per draw for this rank.", nullptr},
     {"mode_value", GetU64<GetModeValue>, nullptr, "Mode as an int (0 Seq, 1 IID, 2 Cyclic).",

@@ -29,12 +29,20 @@ struct PyWriter {
 
 // NumPy dtype for a store dtype string, parsed once per string. REQUIRES: GIL.
 // The cache is leaked on purpose: Python objects must not be destroyed after
-// the interpreter has finalised.
+// the interpreter has finalised. Its own mutex, not the GIL, guards it (a
+// free-threaded build has none); the mutex is held only for the lookup and
+// the insertion, never while Python code (the dtype's parsing) may run.
 py::dtype NumpyDType(const DType& d) {
+  static auto* mu = new std::mutex();
   static auto* cache = new std::unordered_map<std::string, py::dtype>();
-  auto it = cache->find(d.str);
-  if (it == cache->end()) it = cache->emplace(d.str, py::dtype::from_args(py::str(d.str))).first;
-  return it->second;
+  {
+    std::lock_guard<std::mutex> lock(*mu);
+    auto it = cache->find(d.str);
+    if (it != cache->end()) return it->second;
+  }
+  py::dtype parsed = py::dtype::from_args(py::str(d.str));
+  std::lock_guard<std::mutex> lock(*mu);
+  return cache->try_emplace(d.str, std::move(parsed)).first->second;  // the first one stays
 }
 
 // Below this many bytes a read is cheaper than releasing and retaking the GIL.
