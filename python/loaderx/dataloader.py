@@ -421,10 +421,10 @@ class DataLoader:
             raise InvalidArgumentError(f"rank must be < world_size ({world_size}), got {rank}")
         start_step = _check_int("start_step", start_step, 0)
         skips = _Skips.parse(skip, "skip")
-        if start_step != 0:
-            # Opened there, so no skipped step is gathered. A skipped step 0
-            # is left to the first fetch: a broadcast member with no
-            # start_step joins where its group is (DaemonOptions, join).
+        if not sources.joins_where_the_group_is(daemon, start_step):
+            # Opened there: no skipped step is gathered, and every rank of a
+            # shard group joins at the same step. A member joining where its
+            # group is seeks past a range it lands in once it has joined.
             start_step = skips.first_from(start_step)
         if mode_value == int(Mode.Cyclic) and world_size == 1 and batch_size > n:
             batch_size = n  # whole cycles, as the 2.5.4 wheel's sampler
@@ -485,8 +485,6 @@ class DataLoader:
         # GIL, so nothing waits for them.
         self._finalizer = weakref.finalize(self, _shutdown, source, self._pool)
         self._finalizer.atexit = False
-        with self._lock:
-            self._sync_source(early=True)
 
     # -- iteration -----------------------------------------------------------
 
@@ -520,8 +518,6 @@ class DataLoader:
                 taken = self._next_untransformed() if self._pool is None else self._next_transformed()
                 self._stash[0] = None  # counted: the batch is in `taken`
                 self._step = self._skips.first_from(taken[0] + 1)
-                if not self._pending:
-                    self._sync_source(early=True)  # past a skipped range now (module docstring)
             value, future = taken[1], taken[2]
             if future is not None:
                 value = future.result()  # the transform's value, or its exception and traceback
@@ -543,33 +539,33 @@ class DataLoader:
             else:
                 self._pending.appendleft((step, future))
 
-    def _sync_source(self, early: bool = False) -> None:
-        """Moves the source past a skipped range it stands at (or to a position owed to it).
+    def _source_target(self) -> int | None:
+        """Where the source must be sought before its next step is fetched, or None.
 
-        One O(1) seek: the native pipeline discards what it prefetched inside
-        the range and gathers none of the rest. Called under the lock before
-        every fetch, and ``early`` right after a delivery (so a loaderxd
-        group member's position moves on at once, not at its next
-        ``next()``); an error there is left to the fetch, which raises it
-        from the ``next()`` it concerns. Nothing is sought while the stash
-        holds a batch: that step comes first.
+        Past the skipped range it stands at, or the position :meth:`skip`
+        owes it. None while the stash holds a batch: that step comes first.
         """
         if self._stash[0] is not None:
-            return
-        target = self._resync
+            return None
+        if self._resync is not None:
+            return self._resync
+        return self._skips.stop_of(self._source.step)
+
+    def _sync_source(self) -> None:
+        """Seeks the source to :meth:`_source_target`, if any, under the lock.
+
+        One O(1) seek: the native pipeline discards what it prefetched inside
+        the range and gathers none of the rest. Only a fetch for the step
+        ``next()`` is about to return seeks (never a transform window's
+        top-up), so a loaderxd group member moves its position when its
+        caller has taken every step before the range (docs/guide.md,
+        "Skipping steps", on groups).
+        """
+        target = self._source_target()
         if target is None:
-            target = self._skips.stop_of(self._source.step)
-            if target is None:
-                return
+            return
         self._resync = target  # until the source confirms it
-        try:
-            self._source.seek(target)
-        except LoaderClosedError:
-            raise
-        except Exception:
-            if early:
-                return
-            raise
+        self._source.seek(target)
         self._resync = None
 
     def _next_untransformed(self) -> tuple[int, Any, None]:
@@ -614,14 +610,9 @@ class DataLoader:
             stash = self._stash
             if stash[0] is not None and self._pending and stash[0][0] <= self._pending[-1][0]:
                 stash[0] = None  # queued already: the interrupt came after the append
-            try:
-                self._sync_source()
-            except LoaderClosedError:
-                raise
-            except Exception:
-                if not block:  # raised by the next() of the step it concerns
-                    return False
-                raise
+            if not block and self._source_target() is not None:
+                return False  # the seek waits for the next() of the step after the range
+            self._sync_source()
             step = self._source.step
             try:
                 got = self._source.next_raw(_POLL_SECONDS if block else 0.0, stash)
@@ -703,8 +694,8 @@ class DataLoader:
         already prefetched or being transformed are discarded. A range that
         starts before ``loader.step`` (steps delivered or passed already)
         raises ``ValueError`` naming it; nothing changes then. The source
-        is sought past the range here or at the next fetch; an error of
-        that seek (loaderxd gone) is raised by the next ``next()``.
+        is sought past the range at the next fetch (an error of that seek
+        is raised by the next ``next()``).
         """
         start, stop = _Skips.pair((start, stop), "skip")
         self._check_open()
@@ -723,11 +714,10 @@ class DataLoader:
             self._step = self._skips.first_from(self._step)
             # Where the source goes on: it stays put unless it handed out
             # steps from `start` on (dropped above) or is owed a position
-            # already. Sought now; a failure is raised by the next next().
+            # already; sought before the next fetch.
             owed = self._source.step if self._resync is None else self._resync
             if owed > start or self._resync is not None:
                 self._resync = self._skips.first_from(min(owed, start))
-                self._sync_source(early=True)
 
     def state_dict(self) -> dict[str, Any]:
         """The loader's position: a small dict of ints, strings and lists (picklable, JSON-able).
