@@ -202,9 +202,6 @@ class _Skips:
         stop = self.stop_of(step)
         return step if stop is None else stop
 
-    def __bool__(self) -> bool:
-        return bool(self._starts)
-
 
 def _as_streams(streams: Any) -> dict[str, Any]:
     """``streams`` (a mapping or an iterable of ``(name, store)`` pairs) as a dict."""
@@ -456,8 +453,9 @@ class DataLoader:
         source = sources.open_source(streams, self._spec, daemon)
         self._source = source
         self._skips = skips
-        # A source position the loader still owes the source (a seek for
-        # skip() that failed or was interrupted): sought before the next fetch.
+        # The position skip() owes the source (it had handed out steps of the
+        # new range, now dropped): sought before the next fetch, and kept
+        # until that seek succeeds.
         self._resync: int | None = None
         self._transform = transform
         self._window = transform_threads

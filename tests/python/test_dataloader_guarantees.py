@@ -396,6 +396,21 @@ print(json.dumps(delays))
     assert max(delays) < 1.0, delays
 
 
+def take_through_interrupts(loader: DataLoader, k: int) -> tuple[list[int], int]:
+    """The steps of `k` batches taken with next(), retrying after each KeyboardInterrupt,
+    which must consume nothing; and the number of interrupts."""
+    got: list[int] = []
+    interrupts = 0
+    while len(got) < k:
+        before = loader.step
+        try:
+            got.append(int(next(loader)["step"][0]))
+        except KeyboardInterrupt:
+            interrupts += 1
+            assert loader.step == before == loader.state_dict()["step"]  # nothing consumed
+    return got, interrupts
+
+
 @pytest.mark.parametrize("transform", [None, lambda b: b])
 def test_keyboard_interrupt_in_next_consumes_no_step(
     stores: dict[str, Any], fake: dict[str, Any], transform: Any
@@ -406,15 +421,7 @@ def test_keyboard_interrupt_in_next_consumes_no_step(
     # step is consumed and the sequence goes on unchanged.
     fake["interrupt"] = {1}
     with DataLoader(stores, batch_size=4, transform=transform) as loader:
-        got: list[int] = []
-        interrupts = 0
-        while len(got) < 4:
-            before = loader.step
-            try:
-                got.append(int(next(loader)["step"][0]))
-            except KeyboardInterrupt:
-                interrupts += 1
-                assert loader.step == before  # nothing consumed
+        got, interrupts = take_through_interrupts(loader, 4)
         assert got == [0, 1, 2, 3]
         assert interrupts == 1
         assert loader.step == 4
@@ -429,15 +436,7 @@ def test_keyboard_interrupt_after_the_source_handed_a_batch_over_consumes_no_ste
     # wait does): step 1 must still be the next batch, not lost.
     with DataLoader(stores, batch_size=4, transform=transform) as loader:
         fake["source"].interrupt_after = {1}
-        got: list[int] = []
-        interrupts = 0
-        while len(got) < 4:
-            before = loader.step
-            try:
-                got.append(int(next(loader)["step"][0]))
-            except KeyboardInterrupt:
-                interrupts += 1
-                assert loader.step == before == loader.state_dict()["step"]
+        got, interrupts = take_through_interrupts(loader, 4)
         assert got == [0, 1, 2, 3]
         assert interrupts == 1
         assert loader.step == 4
@@ -474,15 +473,7 @@ def test_keyboard_interrupt_in_the_seek_past_a_skipped_range_consumes_no_step(
         source.seek_interrupt = {5}
         source.seek_lands = seek_lands
         source.interrupt = {2, 3, 4}  # would raise if a skipped step were ever fetched
-        got: list[int] = []
-        interrupts = 0
-        while len(got) < 4:
-            before = loader.step
-            try:
-                got.append(int(next(loader)["step"][0]))
-            except KeyboardInterrupt:
-                interrupts += 1
-                assert loader.step == before == loader.state_dict()["step"]
+        got, interrupts = take_through_interrupts(loader, 4)
         assert got == [0, 1, 5, 6]
         assert interrupts == 1
         assert source.interrupt == {2, 3, 4}
