@@ -126,3 +126,28 @@ def test_group_members_skipping_the_same_ranges_get_their_embedded_batches(
     # members had moved past it: it gathered (about) the delivered steps only.
     stats = daemon.wait_stat("groups", 0)
     assert stats["batches_gathered"] <= len(STEPS) + 4, stats
+
+
+def test_members_driven_in_turn_from_one_thread_time_out_loudly_at_a_range(
+    daemon_factory, stores
+) -> None:
+    # The first member past a range longer than the skew waits for its peer,
+    # which this thread has not called yet: GroupTimeoutError naming the
+    # peer and step, never a hang. Nothing is consumed; once the peer has
+    # moved past the range too, the first goes on with the right batch.
+    from loaderx.errors import GroupTimeoutError
+
+    daemon = daemon_factory("--max-skew", "2")
+    s = stores["streams"]
+    opts = DaemonOptions(daemon.socket, group="g", group_mode="shard", group_timeout=1)
+    skip = [(3, 40)]
+    with DataLoader(s, batch_size=4, seed=2, rank=0, world_size=2, daemon=opts, skip=skip) as a, \
+            DataLoader(s, batch_size=4, seed=2, rank=1, world_size=2, daemon=opts, skip=skip) as b, \
+            DataLoader(s, batch_size=4, seed=2, rank=0, world_size=2, start_step=40) as local:
+        for _ in range(3):
+            next(a), next(b)
+        with pytest.raises(GroupTimeoutError, match=r"for step 40, which needs rank 1 .*at step 3"):
+            next(a)
+        assert a.step == 40
+        assert b.step == 40 and next(b)["label"].shape == (4,)
+        assert_same_batch(next(a), next(local))
