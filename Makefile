@@ -10,14 +10,18 @@ CCACHE := $(shell command -v ccache 2>/dev/null)
 CMAKE_COMMON := -G Ninja -DCMAKE_MAKE_PROGRAM=$(CURDIR)/.venv/bin/ninja -DPython_EXECUTABLE=$(CURDIR)/$(PY) \
   $(if $(CCACHE),-DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE) -DCMAKE_C_COMPILER_LAUNCHER=$(CCACHE))
 
-.PHONY: setup build demo demo-daemon test test-cpp test-asan test-tsan test-py bench clean wheel lint fuzz fuzz-long fuzz-seeds soak tidy format format-check docs-check
+.PHONY: setup build demo demo-daemon test test-cpp test-asan test-tsan test-py bench clean wheel sdist test-install lint fuzz fuzz-long fuzz-seeds soak tidy format format-check docs-check
 
 setup:
 	@scripts/setup.sh
 
+# The build also links this checkout into .venv (scripts/venv_link.py):
+# `.venv/bin/python -m loaderx`, `import loaderx`, and `loaderx` / `loaderxd`
+# on the venv's PATH, with no PYTHONPATH.
 build: setup
 	@$(CMAKE) -S . -B build $(CMAKE_COMMON) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 	@$(CMAKE) --build build -j $(JOBS)
+	@$(PY) scripts/venv_link.py build
 
 demo: build
 	PYTHONPATH=python $(PY) scripts/demo.py
@@ -109,8 +113,18 @@ tidy: build
 	  || { grep -E "(warning|error):" build/clang-tidy.log | sort -u; echo "clang-tidy: findings above (full log: build/clang-tidy.log)"; exit 1; }
 	@echo "clang-tidy: no findings"
 
+# dist/: a manylinux wheel (pip wheel, then auditwheel repair: scripts/wheel.py)
+# and an sdist carrying .deps/zstd-1.5.7. tests/python/test_packaging.py builds
+# one wheel in the default suite (pip, from a plain clone); `make test-install`
+# also builds and installs the sdist (a second compile).
 wheel: setup
-	$(PY) -m pip wheel --no-deps -w dist .
+	$(PY) scripts/wheel.py dist
+
+sdist: setup
+	$(PY) -c "from scikit_build_core.build import build_sdist; print('dist/' + build_sdist('dist'))"
+
+test-install: build
+	PYTHONPATH=python LOADERX_TEST_SDIST_BUILD=1 $(PY) -m pytest -q -p no:cacheprovider tests/python/test_packaging.py
 
 bench: build
 	PYTHONPATH=python $(PY) bench/run_all.py

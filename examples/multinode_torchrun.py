@@ -12,10 +12,10 @@ loader has ``rank = RANK // mp`` and ``world_size = WORLD_SIZE // mp``, and
 the processes of one node share a node group (one gather of the node's rows
 per step; the ``mp`` model-parallel ranks of a replica map the same slot).
 Checkpoints: global rank 0 writes the loader's state every ``--ckpt-every``
-steps to ``--out/ckpt.json``; a job started again (after a crash, or on
-another node count with the same global batch) resumes there. Each process
-writes what it received (``--out/rank{RANK}.npz``) so a test can compare it
-with the embedded loader. CPU only (gloo).
+steps to ``ckpt.json`` in the ``--out`` directory; a job started again (after
+a crash, or on another node count with the same global batch) resumes there.
+Each process writes what it received there too (``rank<RANK>.npz``) so a test
+can compare it with the embedded loader. CPU only (gloo).
 """
 
 from __future__ import annotations

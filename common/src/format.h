@@ -24,7 +24,6 @@ static_assert(std::endian::native == std::endian::little,
 inline constexpr std::string_view kMagic = "zrecord";
 inline constexpr uint32_t kFormatMajor = 1;
 inline constexpr uint32_t kFormatMinor = 1;  // 1.1: compact layouts, data block sums
-inline constexpr char kWriterVersion[] = "loaderx 0.1.0";
 
 inline constexpr char kMetaFile[] = "meta";
 inline constexpr char kIndexFile[] = "index";

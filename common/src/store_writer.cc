@@ -714,7 +714,7 @@ class StoreWriterImpl final : public StoreWriter {
     m.data_shards = opt_.data_shards;
     m.dict_id = dict_ ? dict_->id() : 0;
     m.nbytes = nbytes_;
-    m.writer = format::kWriterVersion;
+    m.writer = LOADERX_WRITER;  // "<distribution> <version>" (common/CMakeLists.txt)
     m.layout = layout_;
     m.run_records = std::max<uint64_t>(run_records_, 1);
     m.data_block = format::kDataBlockBytes;

@@ -251,6 +251,9 @@ Group::Group(std::string name, MemberSpec spec, const Options& options,
     rank_pushed_.assign(positions, options.start_step);
     rank_member_.assign(positions, 0);
     rank_joined_.assign(positions, false);
+    rank_left_.assign(positions, MemberInfo());
+    rank_left_how_.assign(positions, std::string());
+    rank_leaves_.assign(positions, 0);
   }
 }
 
@@ -277,11 +280,23 @@ Status Group::CheckCompatible(const MemberSpec& spec) const {
   auto differs = [&](const std::string& field, const std::string& mine, const std::string& theirs) {
     return Status::InvalidArgument(Quoted(name_) + ": " + field + " " + mine +
                                    " differs from the group's " + theirs +
-                                   " (every member must pass the same stores, batch_size, "
-                                   "mode, seed, world_size, group_mode, ranks and replicas)");
+                                   " (every member must pass the same stores (and mixture), "
+                                   "batch_size, mode, seed, world_size, group_mode, ranks and "
+                                   "replicas)");
   };
   if (spec.mode != spec_.mode) {
     return differs("group_mode", GroupModeName(spec.mode), GroupModeName(spec_.mode));
+  }
+  if (spec.mix_counts != spec_.mix_counts) {
+    auto list = [](const std::vector<uint64_t>& counts) {
+      if (counts.empty()) return std::string("none (no mixture)");
+      std::string out = "[";
+      for (size_t k = 0; k < counts.size(); ++k) {
+        out += (k ? ", " : "") + std::to_string(counts[k]);
+      }
+      return out + "]";
+    };
+    return differs("mixture counts", list(spec.mix_counts), list(spec_.mix_counts));
   }
   if (spec.streams.size() != spec_.streams.size()) {
     return differs("number of streams", std::to_string(spec.streams.size()),
@@ -419,6 +434,34 @@ std::optional<Status> Group::PeerWait(uint64_t id, Member& me, uint64_t pushed, 
   }
   const auto waited = now - me.waiting_since;
   NoteStall(waited, me.info.timeout);
+  if (!live_bound && spec_.mode == GroupMode::kShard) {
+    // A rank holding this one back whose last member's process is gone
+    // cannot come back by itself: say so now ("Dead peers").
+    for (uint64_t r = 0; r < rank_cursor_.size(); ++r) {  // positions
+      if (r == me.position || rank_cursor_[r] + options_.max_skew >= pushed) continue;
+      if (rank_member_[r] != 0 || !rank_joined_[r] || rank_left_[r].pid <= 0) continue;
+      if (auto told = me.told_gone.find(r);
+          told != me.told_gone.end() && told->second == rank_leaves_[r]) {
+        continue;  // told already: wait for a new member of the position
+      }
+      const std::string fate = PeerFate(rank_left_[r].pid, rank_left_[r].uid);
+      if (fate == kStillRunning) continue;
+      me.told_gone[r] = rank_leaves_[r];
+      me.waiting = false;
+      me.caller_waits = false;  // this refusal is pushed to it
+      UpdateGate();
+      const std::string how = rank_left_how_[r].empty() ? "" : " (" + rank_left_how_[r] + ")";
+      const std::string rr = PositionName(r);
+      return Status::Timeout(Quoted(name_) + ": " + PositionName(me.position) +
+                             " cannot take step " + std::to_string(pushed) + ", which needs " + rr +
+                             " to reach step " + std::to_string(pushed - options_.max_skew) +
+                             " first (max-skew " + std::to_string(options_.max_skew) + "), but " +
+                             rr + " left at step " + std::to_string(rank_cursor_[r]) + how +
+                             " and its process " + std::to_string(rank_left_[r].pid) + " " + fate +
+                             ": restart " + rr + " at step " + std::to_string(rank_cursor_[r]) +
+                             " or later (its checkpoint), or restart the job");
+    }
+  }
   if (me.info.timeout.count() > 0 && waited >= me.info.timeout) {
     me.waiting = false;
     me.caller_waits = false;  // this refusal is pushed to it
@@ -457,6 +500,25 @@ std::optional<Status> Group::PeerWait(uint64_t id, Member& me, uint64_t pushed, 
   return std::nullopt;
 }
 
+Status Group::SameStartAsReplicas(uint64_t id, uint64_t position, uint64_t step) const {
+  if (spec_.mode != GroupMode::kShard || replicas_ == 1) return Status::OK();
+  // The replicas of a rank (one data-parallel replica's model-parallel
+  // ranks) start at the same step: one that has not moved since it
+  // started elsewhere says they restored different checkpoints.
+  for (const auto& [sid, other] : members_) {
+    if (sid == id || RankOf(other.position) != RankOf(position) || other.start == step ||
+        rank_cursor_[other.position] != other.start) {
+      continue;
+    }
+    return Status::InvalidArgument(
+        Quoted(name_) + ": " + PositionName(position) + " would start at step " +
+        std::to_string(step) + ", but " + PositionName(other.position) + " (pid " +
+        std::to_string(other.info.pid) + ") started at step " + std::to_string(other.start) +
+        ": the replicas of a rank must start at the same step");
+  }
+  return Status::OK();
+}
+
 std::string Group::PositionName(uint64_t position) const {
   std::string out = "rank " + std::to_string(RankOf(position));
   if (replicas_ > 1) out += " replica " + std::to_string(position % replicas_);
@@ -493,26 +555,15 @@ Result<uint64_t> Group::Join(uint64_t id, const MemberInfo& info, GroupJoin join
   const uint64_t oldest = OldestAvailable();
   uint64_t cursor = oldest;
   if (join == GroupJoin::kStartStep && !members_.empty()) {
-    if (start_step < oldest) return Gone(start_step);
+    // Shard: accepted "not started" (group.h, "Start and resume").
+    if (start_step < oldest && spec_.mode != GroupMode::kShard) return Gone(start_step);
     cursor = start_step;
   } else if (members_.empty()) {
     cursor = start_step;  // the creator (produced_ == its start_step)
   }
-  if (spec_.mode == GroupMode::kShard && replicas_ > 1) {
-    // The replicas of a rank (one data-parallel replica's model-parallel
-    // ranks) start at the same step: one that has not moved since it
-    // started elsewhere says they restored different checkpoints.
-    for (const auto& [sid, other] : members_) {
-      if (RankOf(other.position) != rank || other.start == cursor ||
-          rank_cursor_[other.position] != other.start) {
-        continue;
-      }
-      return Status::InvalidArgument(
-          Quoted(name_) + ": " + PositionName(position) + " would start at step " +
-          std::to_string(cursor) + ", but " + PositionName(other.position) + " (pid " +
-          std::to_string(other.info.pid) + ") started at step " + std::to_string(other.start) +
-          ": the replicas of a rank must start at the same step");
-    }
+  // A member joining "not started" is held to its replicas when it seeks.
+  if (cursor >= oldest || members_.empty()) {
+    LX_RETURN_IF_ERROR(SameStartAsReplicas(id, position, cursor));
   }
   Member m;
   m.info = info;
@@ -521,6 +572,7 @@ Result<uint64_t> Group::Join(uint64_t id, const MemberInfo& info, GroupJoin join
   m.cursor = cursor;
   m.pushed = cursor;
   if (spec_.mode == GroupMode::kShard) {
+    m.rank_before = rank_cursor_[position];
     rank_cursor_[position] = cursor;
     rank_pushed_[position] = cursor;
     rank_member_[position] = id;
@@ -534,7 +586,7 @@ Result<uint64_t> Group::Join(uint64_t id, const MemberInfo& info, GroupJoin join
   return cursor;
 }
 
-bool Group::Leave(uint64_t id) {
+bool Group::Leave(uint64_t id, const std::string& how) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = members_.find(id);
   if (it != members_.end()) {
@@ -544,7 +596,15 @@ bool Group::Leave(uint64_t id) {
     if (spec_.mode == GroupMode::kShard) {
       const uint64_t p = it->second.position;
       rank_member_[p] = 0;
+      // A member that never got its step ("Start and resume") took nothing:
+      // its position needs what it needed before the join, and nothing
+      // older than the group still holds.
+      const uint64_t oldest = OldestAvailable();
+      if (rank_cursor_[p] < oldest) rank_cursor_[p] = std::max(it->second.rank_before, oldest);
       rank_pushed_[p] = rank_cursor_[p];
+      rank_left_[p] = it->second.info;
+      rank_left_how_[p] = how;
+      ++rank_leaves_[p];
     }
     members_.erase(it);
     Trim();
@@ -638,6 +698,17 @@ Result<Delivery> Group::Next(uint64_t id, const std::function<bool()>& closing,
       me.waiting = false;
       cv_.wait_for(lock, poll);
       continue;
+    }
+    if (held_.find(pushed) == held_.end() && pushed < OldestAvailable()) {
+      // A shard member that never got its step ("Start and resume"): it may
+      // still seek; once its caller waits in next(), that step is an error.
+      me.waiting = false;
+      if (!me.caller_waits) {
+        cv_.wait_for(lock, poll);
+        continue;
+      }
+      me.caller_waits = false;  // this refusal is pushed to it
+      return Gone(pushed);
     }
     const uint64_t others = SlowestOthers(id, me);
     if (others != std::numeric_limits<uint64_t>::max() &&
@@ -738,7 +809,12 @@ Status Group::Seek(uint64_t id, uint64_t step, const std::function<bool()>& clos
   auto mit = members_.find(id);
   if (mit == members_.end()) return Status::Internal("not a member of " + Quoted(name_));
   if (members_.size() > 1) {
-    if (step < OldestAvailable()) return Gone(step);
+    const uint64_t oldest = OldestAvailable();
+    if (step < oldest) return Gone(step);
+    if (spec_.mode == GroupMode::kShard && CursorOf(mit->second) < oldest) {
+      // Not started ("Start and resume"): it starts now, with its replicas.
+      LX_RETURN_IF_ERROR(SameStartAsReplicas(id, mit->second.position, step));
+    }
     mit->second.start = step;
     CursorOf(mit->second) = step;
     PushedOf(mit->second) = step;

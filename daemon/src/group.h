@@ -129,6 +129,34 @@
 // the group has waited kStallLogAfter (at most half the waiter's timeout)
 // for the same ranks at the same step, and once more when it goes on.
 //
+// Start and resume (shard). A member joining with join = start_step at a
+// step the group no longer holds (a rank opened with its constructor's
+// start_step, then sought to its checkpoint by load_state_dict, after a
+// peer that was alone moved the group there) is accepted "not started": its
+// rank's consumed position is that step, below every held step, so the
+// group trims nothing and its peers wait at the skew limit for it. It may
+// seek to any held (or future) step, as any member of a group of several.
+// Its position itself can never be pushed: the push waits until its caller
+// waits in next() (so a seek issued before the first next() always comes
+// first) and is then the IndexError naming its step and the oldest step the
+// group holds; a later next() gets it again. A member can therefore only
+// ever receive its own step, never a shifted one. If it leaves without
+// moving, its rank gets back the position it had before the join (raised
+// to the oldest held step). A sole member's seek moves the pipeline and
+// every rank without a live member (the group's start), as before.
+//
+// Dead peers (shard). A rank whose last member left keeps its position
+// (frozen). While the process of that member still runs (a loader closed,
+// maybe to reopen) the others wait for a new member of the rank up to their
+// group timeout. Once that process is gone (killed, crashed, exited:
+// PeerFate), a member that waits for peers (as for the timeout: its caller
+// blocked in next(), the push skew-blocked) by that rank fails at once with
+// the Timeout status naming the rank, the step it left at and how it left;
+// its positions do not move. It is told once per member that left: a later
+// next() waits for a new member of that rank (a restarted rank rejoining at
+// its position or a later held step) up to its group timeout, as for a rank
+// that never joined.
+//
 // Thread-safety: all methods are thread-safe (one mutex; the pipeline is
 // waited on without it by one member at a time, the "fetcher").
 // Ownership: the group owns its Pipeline and ring; delivered batches share
@@ -181,6 +209,10 @@ class Group {
     std::vector<std::shared_ptr<const Store>> streams;
     SamplerSpec sampler;  // the member's own (rank, world_size) spec
     GroupMode mode = GroupMode::kBroadcast;
+    // The mixture's counts (loaderx/mix.h) if the streams are mixed, else
+    // empty: compared on their own, so a mismatch names the weights, not
+    // the (equal) part files.
+    std::vector<uint64_t> mix_counts;
     // kShard: the ranks served, [ranks_first, ranks_first + ranks_count)
     // (ranks_count 0: all of world_size), and members per rank.
     uint64_t ranks_first = 0;
@@ -287,13 +319,20 @@ class Group {
   // InvalidArgument if every position of its rank is taken by a live
   // member (shard: `replicas` per rank), or if a live replica of its rank
   // that has not moved since it started started at another step (the
-  // model-parallel ranks of one replica must start together);
-  // IndexError ("out of range") if join = start_step names a step the
-  // group has already dropped (the message names the oldest it still holds).
+  // model-parallel ranks of one replica must start together; a member that
+  // joins "not started" is held to it when it seeks).
+  // join = start_step at a step the group has already dropped: broadcast
+  // refuses it (IndexError, "out of range", naming the oldest step it still
+  // holds); shard accepts it "not started" ("Start and resume" above): the
+  // member may still seek to a held step, and its first push is that
+  // IndexError if it does not.
   Result<uint64_t> Join(uint64_t id, const MemberInfo& info, GroupJoin join, uint64_t start_step);
   // Removes member `id`; true if no member is left (the caller then drops
-  // the group). Its cursor is forgotten (broadcast) or frozen (shard).
-  bool Leave(uint64_t id);
+  // the group). Its cursor is forgotten (broadcast) or frozen (shard; a
+  // member that never got its step gives its position back what it had
+  // before the join). `how` says how it left, for the messages of the
+  // members that wait for its position ("Dead peers" above).
+  bool Leave(uint64_t id, const std::string& how = "");
   // Shard: waits at most `max` for `rank` to have a position with no live
   // member; true if it has one (or the group is not a shard group, or the
   // rank is out of range: Join decides). A loader closed and reopened at once as the same
@@ -361,6 +400,11 @@ class Group {
     MemberInfo info;
     uint64_t position = 0;  // shard: its index in rank_cursor_ and the others
     uint64_t start = 0;     // the step it joined at or last sought to
+    // Shard: its position's consumed position before it joined (Leave).
+    uint64_t rank_before = 0;
+    // Shard: position -> that position's leave count this member was told
+    // of as gone ("Dead peers": once per leave).
+    std::map<uint64_t, uint64_t> told_gone;
     // Broadcast only; shard positions live in rank_cursor_ / rank_pushed_.
     uint64_t cursor = 0;  // consumed position
     uint64_t pushed = 0;  // push cursor
@@ -396,7 +440,8 @@ class Group {
   // bound: its step is not gathered, it is ahead of the slowest, and the
   // pipeline's producer for it waits at the gate.
   bool GateHolds(uint64_t pushed) const;
-  // A member's wait for peers (skew or live bound; "Group timeout"): runs
+  // A member's wait for peers (skew or live bound; "Group timeout" and
+  // "Dead peers"): runs
   // its clock, logs a stall, and returns the Timeout status once its
   // timeout is over; otherwise sets *wait to how long to wait at most.
   std::optional<Status> PeerWait(uint64_t id, Member& me, uint64_t pushed, bool live_bound,
@@ -408,6 +453,10 @@ class Group {
   uint64_t RankOf(uint64_t position) const { return spec_.ranks_first + position / replicas_; }
   // "rank 3", or "rank 3 replica 1" when ranks have replicas.
   std::string PositionName(uint64_t position) const;
+  // InvalidArgument if a live replica of `position`'s rank (other than
+  // member `id`) that has not moved since it started started at a step
+  // other than `step` (Join's rule).
+  Status SameStartAsReplicas(uint64_t id, uint64_t position, uint64_t step) const;
   Status Gone(uint64_t step) const;
   // The positions (shard) or sessions (broadcast) whose cursor is `step`.
   std::vector<uint64_t> At(uint64_t step) const;
@@ -439,6 +488,10 @@ class Group {
   std::vector<uint64_t> rank_pushed_;   // shard: push cursor, one per position
   std::vector<uint64_t> rank_member_;   // shard: live session of each position, 0 = none
   std::vector<bool> rank_joined_;       // shard: a member has ever had this position
+  // Shard: the last member of each position that left (pid, uid) and how.
+  std::vector<MemberInfo> rank_left_;
+  std::vector<std::string> rank_left_how_;
+  std::vector<uint64_t> rank_leaves_;  // members of each position that left
   uint64_t served_ = 0;
   // The stall last logged ("" = none): waits_for + step, and since when.
   std::string stall_logged_;

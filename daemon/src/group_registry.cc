@@ -50,12 +50,13 @@ Result<GroupRegistry::Joined> GroupRegistry::Join(const Joiner& who, const Group
   return out;
 }
 
-bool GroupRegistry::Leave(uint32_t uid, uint64_t session, const std::shared_ptr<Group>& group) {
+bool GroupRegistry::Leave(uint32_t uid, uint64_t session, const std::shared_ptr<Group>& group,
+                          const std::string& how) {
   const bool named = !group->name().empty();
   bool last;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    last = group->Leave(session);
+    last = group->Leave(session, how);
     if (named) {
       auto it = named_.find({uid, group->name()});
       if (last && it != named_.end() && it->second == group) named_.erase(it);

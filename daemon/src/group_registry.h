@@ -63,9 +63,11 @@ class GroupRegistry {
   // forgotten (and its ring's charge goes with the ring, accounts.h).
   // Errors are CheckCompatible's, `make`'s or Group::Join's.
   Result<Joined> Join(const Joiner& who, const Group::MemberSpec& spec, const Maker& make);
-  // Member `session` of `uid` leaves `group`. True if it was the last one:
-  // the group is then forgotten and closed (Group::Close).
-  bool Leave(uint32_t uid, uint64_t session, const std::shared_ptr<Group>& group);
+  // Member `session` of `uid` leaves `group` (`how`: Group::Leave's). True
+  // if it was the last one: the group is then forgotten and closed
+  // (Group::Close).
+  bool Leave(uint32_t uid, uint64_t session, const std::shared_ptr<Group>& group,
+             const std::string& how = "");
 
   // Every group with the uid that owns it: named groups, then solo loaders.
   std::vector<std::pair<uint32_t, std::shared_ptr<Group>>> All() const;

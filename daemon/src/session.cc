@@ -567,7 +567,7 @@ class SessionImpl final : public Session, public std::enable_shared_from_this<Se
                           ? " as rank " + std::to_string(rank_)
                           : std::string())
                   << " at step " << group_->cursor(id_) << ": " << how;
-    const bool last = ctx_.groups.Leave(cred_.uid, id_, group_);
+    const bool last = ctx_.groups.Leave(cred_.uid, id_, group_, how);
     if (last && named) {
       LX_LOG(kInfo) << "group '" << group_->name() << "' closed: its last member left ("
                     << group_->batches_gathered() << " batches gathered)";
@@ -616,6 +616,7 @@ class SessionImpl final : public Session, public std::enable_shared_from_this<Se
     if (k != 0) {
       Status valid = ValidateMixCounts(m.mix_counts);
       if (!valid.ok()) return Error(valid, m.id);
+      spec.mix_counts = m.mix_counts;
     }
     std::vector<std::shared_ptr<const Store>> parts;
     for (const StreamFilesMsg& s : m.streams) {

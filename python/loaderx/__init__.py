@@ -18,9 +18,13 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
-
 from . import errors
+from ._version import __version__, mixed_install
+
+if (_mixed := mixed_install(__path__[0])) is not None:
+    import warnings
+
+    warnings.warn(_mixed, RuntimeWarning, stacklevel=2)
 
 if TYPE_CHECKING:
     import os

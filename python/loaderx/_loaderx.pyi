@@ -187,6 +187,10 @@ class SamplerCore:
     @property
     def cycle_steps(self) -> int: ...
 
+# --- bind_client.cc (module attribute) ----------------------------------------
+
+PROTOCOL_VERSION: str  # the loaderxd wire protocol this build speaks, "major.minor"
+
 # --- bind_source.cc ----------------------------------------------------------
 
 class Source:

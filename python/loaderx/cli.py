@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from ._version import DISTRIBUTION, __version__
 
 __all__ = ["main"]
 
@@ -523,12 +523,10 @@ def _positive(text: str) -> int:
 
 
 def _codecs() -> tuple[str, ...]:
-    """The codecs of the store API (loaderx.zrecord.Codec)."""
-    from typing import get_args
+    """The codecs of the store API (loaderx.zrecord.Codec), without importing NumPy."""
+    from ._codecs import CODECS
 
-    from .zrecord import Codec
-
-    return tuple(get_args(Codec))
+    return CODECS
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -536,7 +534,7 @@ def _parser() -> argparse.ArgumentParser:
                                 description="Inspect, check, build and time Zrecord stores.",
                                 epilog="exit status: 0 ok, 1 failed, 2 usage, 130 interrupted, "
                                        "141 stdout closed")
-    p.add_argument("--version", action="version", version=f"loaderx {__version__}")
+    p.add_argument("--version", action="version", version=f"{DISTRIBUTION} {__version__}")
     p.add_argument("--debug", action="store_true", help="show the traceback of an error")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     # --debug is also accepted after the command (`loaderx info PATH --debug`);

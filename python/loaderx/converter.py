@@ -73,7 +73,7 @@ def _need_datasets() -> Any:
     try:
         import datasets
     except ImportError as e:
-        raise ImportError("the converter needs `pip install 'loaderx[converter]'` "
+        raise ImportError("the converter needs `pip install 'loaderx-engine[converter]'` "
                           "(Hugging Face datasets)") from e
     return datasets
 

@@ -513,8 +513,11 @@ class DataLoader:
         taken: tuple[int, Any, Future[Any] | None] | None = None
         try:
             with self._lock:
-                taken = self._next_untransformed() if self._pool is None else self._next_transformed()
-                self._stash[0] = None  # counted: the batch is in `taken`
+                if self._pool is None:
+                    taken = self._next_untransformed()
+                    self._stash[0] = None  # counted: the batch is in `taken`
+                else:  # the stash is _fetch's: it may hold a later step not queued yet
+                    taken = self._next_transformed()
                 self._step = self._skips.first_from(taken[0] + 1)
             value, future = taken[1], taken[2]
             if future is not None:

@@ -125,5 +125,12 @@ class GroupTimeoutError(LoaderxError, TimeoutError):
     rank (shard) or member (broadcast) it waits for, e.g. ``group 'ddp': rank 0
     waited 300 s for step 12: rank 1 has not joined (group_timeout 300 s)``.
     The member's step is unchanged: a later ``next()`` waits again.
+    Also raised at once, without waiting the timeout, when a shard rank the
+    member waits for left the group and that rank's process is gone (killed,
+    crashed, exited): the message names the rank, the step it left at and how
+    it left (``rank 0 cannot take step 9, which needs rank 1 to reach step 5
+    first (max-skew 4), but rank 1 left at step 4 (...) and its process 812
+    was killed by signal 9 (SIGKILL): restart rank 1 at step 4 or later ...``);
+    once per rank that left: a later ``next()`` waits for a restarted rank.
     See ``DaemonOptions.group_timeout`` and docs/daemon.md, "Group timeout".
     """

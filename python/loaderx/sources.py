@@ -276,13 +276,17 @@ class DaemonOptions:
     daemon resumes, the next ``next()`` returns it.
 
     ``group``: a name (1..256 UTF-8 bytes) to join, or create, that group
-    of loaders of this user; every member must pass the same stores,
-    ``batch_size``, ``mode``, ``seed``, ``world_size`` and ``group_mode``.
+    of loaders of this user; every member must pass the same stores (and
+    mixture weights), ``batch_size``, ``mode``, ``seed``, ``world_size`` and
+    ``group_mode``.
     ``group_mode``: ``"shard"`` (members are ranks ``0..world_size-1``; each
     gets its own ``batch_size`` rows of every global batch, exactly as the
     embedded loader with that ``rank``) or ``"broadcast"`` (every member gets
     the same full batches). ``join``: where a member starts, ``"start_step"``
-    (its own ``start_step``; the default for shard) or ``"current"`` (the
+    (its own ``start_step``; the default for shard, where a step the group
+    no longer holds is refused only if the member's first ``next()`` comes
+    before a ``seek``/``load_state_dict`` to a held step: resuming ranks
+    construct, load their checkpoint, then iterate) or ``"current"`` (the
     group's oldest held step; the default for broadcast, unless the loader
     has a ``start_step`` other than 0, which a broadcast member then honours:
     it starts there, or the open fails with ``IndexError`` naming the
@@ -292,7 +296,9 @@ class DaemonOptions:
     never joined, left or is stuck; a broadcast member that fell
     ``max-skew`` steps behind) before it raises
     :class:`~loaderx.errors.GroupTimeoutError` naming the ranks it waits for
-    and the step; ``None`` takes loaderxd's ``--group-timeout`` (default 300 s).
+    and the step (at once, not after the timeout, when a shard rank it waits
+    for left and that rank's process is gone: killed, crashed or exited);
+    ``None`` takes loaderxd's ``--group-timeout`` (default 300 s).
     0.1..86400; only with a ``group``. Bad values raise ``ValueError`` naming
     the argument.
 

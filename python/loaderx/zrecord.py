@@ -30,7 +30,7 @@ import os
 import pathlib
 from collections.abc import Iterable, Iterator, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, NoReturn, get_args
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
@@ -39,6 +39,7 @@ from . import _loaderx
 if TYPE_CHECKING:
     from typing_extensions import Self
 
+from ._codecs import CODECS, Codec
 from .errors import (
     ArgumentTypeError,
     InvalidArgumentError,
@@ -53,8 +54,7 @@ from .errors import (
 
 __all__ = ["Codec", "Dense", "Ragged", "ZrecordError"]
 
-Codec = Literal["raw", "zstd", "zstd_dict"]
-_CODECS: tuple[str, ...] = get_args(Codec)
+_CODECS: tuple[str, ...] = CODECS
 # Input handed to the native writer per call: bounds the memory append uses
 # (a 20 GB memmap is streamed through in slices of this size).
 _APPEND_CHUNK_BYTES = 64 << 20

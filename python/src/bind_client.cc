@@ -16,6 +16,7 @@
 
 #include "bindings.h"
 #include "loaderx/group.h"
+#include "loaderx/wire.h"
 #include "py_source.h"
 
 #ifdef LOADERX_HAVE_CLIENT
@@ -137,6 +138,9 @@ py::tuple DaemonStatus(const std::string& path) {
 #endif  // LOADERX_HAVE_CLIENT
 
 void BindClient(py::module_& m) {
+  // The wire protocol this build speaks, "major.minor" (docs/protocol.md).
+  m.attr("PROTOCOL_VERSION") =
+      std::to_string(kProtocolMajor) + "." + std::to_string(kProtocolMinor);
 #ifdef LOADERX_HAVE_CLIENT
   py::class_<DaemonLoader, PySource>(m, "DaemonLoader", R"doc(
 A loader served by loaderxd (see loaderx.client). Opens the store files in

@@ -5,8 +5,10 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <future>
 #include <thread>
+#include <tuple>
 
 #include "daemon_fixture.h"
 #include "loaderx/loader.h"
@@ -590,6 +592,93 @@ TEST_F(GroupTest, SlowestMemberAlwaysProgressesWhileOthersRunAheadHoldingLeases)
     slow_held.push_back(std::move(**s));
   }
 }
+
+}  // namespace
+}  // namespace loaderx::testing
+
+namespace loaderx::testing {
+namespace {
+
+// Group::CheckCompatible, the comparison behind every refused open: each
+// field of the spec, in both join orders (the group's value and the
+// joiner's swapped), in shard and broadcast groups, names the field and
+// both values.
+struct SpecCase {
+  const char* field;
+  std::function<void(daemon::Group::MemberSpec&)> other;  // the second spec's difference
+  const char* mine;                                       // the second spec's value
+  const char* theirs;                                     // the first spec's value
+};
+
+class CheckCompatibleTest : public ::testing::TestWithParam<std::tuple<size_t, bool, GroupMode>> {
+ protected:
+  static std::vector<SpecCase> Cases() {
+    using M = daemon::Group::MemberSpec;
+    return {
+        {"mode", [](M& s) { s.sampler.mode = SamplerMode::kIID; }, "IID", "Cyclic"},
+        {"mode", [](M& s) { s.sampler.mode = SamplerMode::kSequential; }, "Sequential", "Cyclic"},
+        {"seed", [](M& s) { s.sampler.seed = 12; }, "12", "11"},
+        {"batch_size", [](M& s) { s.sampler.batch_size = 8; }, "8", "4"},
+        {"world_size", [](M& s) { s.sampler.world_size = 3; }, "3", "2"},
+        {"group_mode", [](M& s) { s.mode = Flip(s.mode); }, nullptr, nullptr},
+        {"mixture counts",
+         [](M& s) {
+           s.mix_counts = {3, 1};
+         },
+         "[3, 1]", "none (no mixture)"},
+        {"number of streams", [](M& s) { s.streams.push_back(s.streams[0]); }, "2", "1"},
+    };
+  }
+  static GroupMode Flip(GroupMode m) {
+    return m == GroupMode::kShard ? GroupMode::kBroadcast : GroupMode::kShard;
+  }
+
+  TempDir dir_;
+};
+
+TEST_P(CheckCompatibleTest, NamesTheFieldAndBothValuesInEitherOrder) {
+  const auto [index, swapped, mode] = GetParam();
+  const SpecCase c = Cases()[index];
+  daemon::Group::MemberSpec a;
+  a.streams = {Store::Open(MakeDenseStore(dir_.Sub("dense"), 40)).value()};
+  a.sampler = SamplerSpec{40, 4, SamplerMode::kCyclic, 11, 0, 2};
+  a.mode = mode;
+  daemon::Group::MemberSpec b = a;
+  c.other(b);
+  std::string mine = c.mine ? c.mine : GroupModeName(b.mode);
+  std::string theirs = c.theirs ? c.theirs : GroupModeName(a.mode);
+  if (swapped) {
+    std::swap(a, b);
+    std::swap(mine, theirs);
+  }
+  daemon::Group::Options o;
+  o.prefetch = 1;
+  o.leases = 1;
+  auto group = daemon::Group::Create("g", a, o).value();
+  Status st = group->CheckCompatible(b);
+  EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << st.ToString();
+  EXPECT_EQ(st.message().rfind("group 'g': " + std::string(c.field) + " " + mine +
+                                   " differs from the group's " + theirs + " (",
+                               0),
+            0u)
+      << st.message();
+  EXPECT_TRUE(group->CheckCompatible(a).ok());
+  // Broadcast members are one rank; shard members any rank.
+  daemon::Group::MemberSpec other_rank = a;
+  other_rank.sampler.rank = 1;
+  Status rank = group->CheckCompatible(other_rank);
+  if (a.mode == GroupMode::kShard) {
+    EXPECT_TRUE(rank.ok()) << rank.ToString();
+  } else {
+    EXPECT_NE(rank.message().find("rank 1 differs from the group's 0"), std::string::npos)
+        << rank.ToString();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryField, CheckCompatibleTest,
+                         ::testing::Combine(::testing::Range<size_t>(0, 8), ::testing::Bool(),
+                                            ::testing::Values(GroupMode::kShard,
+                                                              GroupMode::kBroadcast)));
 
 }  // namespace
 }  // namespace loaderx::testing

@@ -28,6 +28,7 @@ import loaderx.client  # noqa: F401 - imported before the uid drop
 import msgpack
 import numpy as np
 import wire_frames
+from loaderx._loaderx import PROTOCOL_VERSION
 from loaderx.client import DaemonOptions
 from loaderx.dataloader import DataLoader
 from loaderx.zrecord import Dense
@@ -104,7 +105,7 @@ def raw_open(sock: str, fds: list[int], data_files: int,
     s.connect(sock)
     s.send(wire_frames.pack({"t": "hello", "major": 1, "minor": 3, "client_version": "attacker"}))
     hello, _ = recv_frame(s)
-    assert hello["t"] == "hello_ok" and hello["minor"] == 4, hello
+    assert hello["t"] == "hello_ok" and f"1.{hello['minor']}" == PROTOCOL_VERSION, hello
     msg = {"t": "open", "id": OPEN_ID,
            "streams": [{"label": "x", "has_shapes": False, "has_dict": False, "data_files": data_files}],
            "batch_size": BATCH, "mode": 0, "seed": 0, "rank": 0, "world_size": 1, "start_step": 0,

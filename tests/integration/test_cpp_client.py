@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import ROOT, loaderxd_binary
+from loaderx import _loaderx
 from loaderx.dataloader import DataLoader
 
 
@@ -123,11 +124,10 @@ def test_a_program_built_from_the_installed_prefix_alone_uses_the_public_api(
     assert r.returncode == 0, r.stderr
     lines, _, document = r.stdout.partition("status:\n")
     lines = lines.splitlines()
-    assert lines[:4] == ["records 200", "hello 1.4 heartbeat_ms 250", "step 0 0 3 6 9",
+    assert lines[:4] == ["records 200", f"hello {_loaderx.PROTOCOL_VERSION} heartbeat_ms 250", "step 0 0 3 6 9",
                          "step 1 12 15 18 21"]
     assert {x.removeprefix("counter ") for x in lines[4:]} == set(daemon.stats())
     assert all(x.startswith("counter ") for x in lines[4:])
-    from loaderx import _loaderx
 
     _, python_document = _loaderx.daemon_status(daemon.socket)
     assert set(json.loads(document)) == set(json.loads(python_document))

@@ -18,7 +18,7 @@ import msgpack
 import numpy as np
 import pytest
 import wire_frames
-from conftest import assert_same_batch
+from conftest import assert_same_batch, loaderxd_binary
 from loaderx import client as lxclient
 from loaderx.dataloader import DataLoader
 from loaderx.errors import DaemonError, LoaderClosedError, ResourceExhausted
@@ -390,6 +390,22 @@ def _raw_hello(path: str) -> socket.socket:
     reply = msgpack.unpackb(sock.recv(65536))
     assert reply["t"] == "hello_ok"
     return sock
+
+
+def test_loaderxd_reports_the_package_version(daemon) -> None:
+    """`loaderxd --version`, the hello reply and the status all carry
+    loaderx.__version__ (python/loaderx/_version.py, read by CMakeLists.txt)."""
+    from loaderx import __version__
+
+    r = subprocess.run([loaderxd_binary(), "--version"], capture_output=True, text=True, timeout=30, check=False)
+    assert (r.returncode, r.stdout) == (0, f"loaderxd {__version__}\n")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    sock.connect(daemon.socket)
+    sock.send(msgpack.packb({"t": "hello", "major": 1, "minor": 3, "client_version": "x"}))
+    reply = msgpack.unpackb(sock.recv(65536))
+    sock.close()
+    assert reply["t"] == "hello_ok" and reply["daemon_version"] == __version__
+    assert lxclient.connect(daemon.socket).stats()["daemon"]["version"] == __version__
 
 
 def test_protocol_major_mismatch_is_refused_naming_both_versions(daemon) -> None:

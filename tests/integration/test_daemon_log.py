@@ -58,7 +58,8 @@ def test_stats_polls_are_quiet_and_a_clean_close_says_so(logged, stores) -> None
     daemon, log = logged()
     before = lines(log)
     assert len(before) == 1 and re.fullmatch(
-        r"info: serving on .*d\.sock \(protocol 1\.4, pid \d+\)", before[0])
+        r"info: serving on .*d\.sock \(protocol " + re.escape(_loaderx.PROTOCOL_VERSION) + r", pid \d+\)",
+        before[0])
     for _ in range(20):
         _loaderx.daemon_stats(daemon.socket)
         _loaderx.daemon_status(daemon.socket)
@@ -186,7 +187,7 @@ def test_a_detached_daemon_leaves_the_terminal_and_keeps_a_pid_file(tmp_path: Pa
     pid = int(pid_file.read_text())
     try:
         assert b"loaderxd" in Path(f"/proc/{pid}/cmdline").read_bytes()
-        assert lines(log)[0] == f"info: serving on {sock} (protocol 1.4, pid {pid})"
+        assert lines(log)[0] == f"info: serving on {sock} (protocol {_loaderx.PROTOCOL_VERSION}, pid {pid})"
         second = subprocess.run(check=False, args=[*cmd[:2], str(tmp_path / "e.sock"), *cmd[3:]], capture_output=True,
                                 text=True, timeout=20, env=env)
         assert second.returncode == 1

@@ -180,6 +180,7 @@ class GroupModel:
     members: dict[int, int] = field(default_factory=dict)  # loader uid -> rank
     cursors: dict[int, int] = field(default_factory=dict)  # broadcast: loader uid -> cursor
     rank_cursor: list[int] = field(default_factory=list)  # shard
+    before: dict[int, int] = field(default_factory=dict)  # shard: loader uid -> its rank's cursor before it joined
     produced: int = 0
     held: set[int] = field(default_factory=set)
     epoch: int = 0
@@ -208,6 +209,11 @@ class GroupModel:
 
     def oldest(self) -> int:
         return min(self.held) if self.held else self.produced
+
+    def gone(self, lid: int) -> bool:
+        """A shard member that joined below the held steps and never moved: never pushed."""
+        c = self.cursor(lid)
+        return c not in self.held and c < self.oldest()
 
     def trim(self) -> None:
         low = self.slowest()
@@ -253,18 +259,26 @@ class GroupModel:
             join = "start_step" if self.mode == "shard" else "current"
         cursor = self.oldest()
         if join == "start_step" and self.members:
-            if start < cursor:
+            # Shard accepts a step it no longer holds: the member is "not
+            # started" until it seeks to a held step (its next() would fail).
+            if start < cursor and self.mode != "shard":
                 raise IndexError(cursor)
             cursor = start
         elif not self.members:
             cursor = start
         self.members[lid] = rank
+        if self.mode == "shard":
+            self.before[lid] = self.rank_cursor[rank]
         self.set_cursor(lid, cursor)
         self.trim()
         return cursor
 
     def leave(self, lid: int) -> bool:
         """True if it was the last member (the group closes)."""
+        if self.mode == "shard" and self.cursor(lid) < self.oldest():
+            # It never got its step: its rank needs what it needed before.
+            self.rank_cursor[self.members[lid]] = max(self.before[lid], self.oldest())
+        self.before.pop(lid, None)
         self.members.pop(lid)
         self.cursors.pop(lid, None)  # shard: the rank's cursor stays, frozen
         self.trim()
@@ -426,7 +440,8 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
                 changed = False
                 for lm in self.all:
                     if (lm.closed or lm.pending is not None or lm.deferred
-                            or self.client_held(lm) >= lm.cap or lm.group.blocked(lm.uid)):
+                            or self.client_held(lm) >= lm.cap or lm.group.blocked(lm.uid)
+                            or lm.group.gone(lm.uid)):
                         continue
                     lm.pending = lm.group.push(lm.uid)
                     changed = True

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import os
 import pickle
+import re
 import subprocess
 import sys
 import textwrap
@@ -368,3 +369,344 @@ def test_batches_held_past_close_are_not_rewritten_while_the_group_goes_on(daemo
     finally:
         stay.close()
     assert daemon.wait_stat("groups", 0)["groups"] == 0
+
+
+# Two members that differ in one field of the group's spec: (field, the
+# first member's kwargs, the second's, the message naming both values). The
+# second member is rank 1 in a shard group (rank 0 in broadcast, whose
+# members are one rank).
+SPEC_FIELDS = [
+    ("mode", {"mode": "IID"}, {"mode": "Cyclic"}, "mode Cyclic differs from the group's IID"),
+    ("mode", {"mode": "Cyclic"}, {"mode": "IID"}, "mode IID differs from the group's Cyclic"),
+    ("mode", {"mode": "Sequential"}, {"mode": "IID"}, "mode IID differs from the group's Sequential"),
+    ("mode", {"mode": "IID"}, {"mode": "Sequential"}, "mode Sequential differs from the group's IID"),
+    ("seed", {"seed": 3}, {"seed": 4}, "seed 4 differs from the group's 3"),
+    ("seed", {"seed": 4}, {"seed": 3}, "seed 3 differs from the group's 4"),
+    ("batch_size", {"batch_size": 4}, {"batch_size": 6}, "batch_size 6 differs from the group's 4"),
+    ("batch_size", {"batch_size": 6}, {"batch_size": 4}, "batch_size 4 differs from the group's 6"),
+    ("world_size", {"world_size": 2}, {"world_size": 3}, "world_size 3 differs from the group's 2"),
+    ("world_size", {"world_size": 3}, {"world_size": 2}, "world_size 2 differs from the group's 3"),
+]
+
+
+@pytest.mark.parametrize("group_mode", ["shard", "broadcast"])
+@pytest.mark.parametrize(("field", "first", "second", "needle"), SPEC_FIELDS,
+                         ids=[f"{f}-{a[f]}-then-{b[f]}" for f, a, b, _ in SPEC_FIELDS])
+def test_a_member_differing_in_one_spec_field_is_refused_naming_both_values(
+    daemon, stores, group_mode, field, first, second, needle
+) -> None:
+    from loaderx.errors import InvalidArgumentError
+
+    s = stores["streams"]
+    opts = DaemonOptions(daemon.socket, group="spec", group_mode=group_mode)
+    base = {"batch_size": 4, "mode": "Cyclic", "seed": 3, "world_size": 2}
+    second_rank = 1 if group_mode == "shard" else 0
+    with DataLoader(s, **{**base, **first}, rank=0, daemon=opts) as member:
+        with pytest.raises(InvalidArgumentError, match=f"group 'spec': {needle}"):
+            DataLoader(s, **{**base, **second}, rank=second_rank, daemon=opts)
+        # Refused at open, nothing served: the group still has its one member
+        # and serves it the embedded batches of its own spec.
+        assert daemon.stats()["group_members"] == 1
+        kw = {**base, **first}
+        with DataLoader(s, **kw, rank=0) as local:
+            for _ in range(3):
+                assert_same_batch(next(member), next(local))
+
+
+@pytest.mark.parametrize("order", [("shard", "broadcast"), ("broadcast", "shard")])
+def test_a_member_of_the_other_group_mode_is_refused_in_either_order(daemon, stores, order) -> None:
+    from loaderx.errors import InvalidArgumentError
+
+    s = stores["streams"]
+    first, second = order
+    needle = f"group 'gm': group_mode {second} differs from the group's {first}"
+    with DataLoader(s, batch_size=4, rank=0, world_size=2,
+                    daemon=DaemonOptions(daemon.socket, group="gm", group_mode=first)), \
+            pytest.raises(InvalidArgumentError, match=needle):
+        DataLoader(s, batch_size=4, rank=1, world_size=2,
+                   daemon=DaemonOptions(daemon.socket, group="gm", group_mode=second))
+
+
+@pytest.mark.parametrize("group_mode", ["shard", "broadcast"])
+@pytest.mark.parametrize("order", ["own-file-second", "own-file-first"])
+def test_a_member_over_other_files_is_refused_in_either_order(daemon, stores, tmp_path, group_mode, order) -> None:
+    from loaderx.errors import InvalidArgumentError
+    from loaderx.zrecord import Dense
+
+    with Dense.create(str(tmp_path / "other"), np.int64, (), codec="raw") as w:
+        w.append(np.arange(200, dtype=np.int64))
+    other = Dense.open(str(tmp_path / "other"))
+    try:
+        mine = {"label": stores["streams"]["label"]}
+        theirs = {"label": other}
+        if order == "own-file-first":
+            mine, theirs = theirs, mine
+        opts = DaemonOptions(daemon.socket, group="files", group_mode=group_mode)
+        second_rank = 1 if group_mode == "shard" else 0
+        needle = "group 'files': stream 0 '.*' differs from the group's '.*' \\(another file\\)"
+        with DataLoader(mine, batch_size=4, rank=0, world_size=2, daemon=opts), \
+                pytest.raises(InvalidArgumentError, match=needle):
+            DataLoader(theirs, batch_size=4, rank=second_rank, world_size=2, daemon=opts)
+    finally:
+        other.close()
+
+
+def checkpoint(stores, step: int) -> dict:
+    """The state_dict() of an embedded rank-0 loader of the resume tests at `step`."""
+    with DataLoader(stores["streams"], batch_size=4, seed=2, rank=0, world_size=2) as src:
+        for _ in range(step):
+            next(src)
+        return src.state_dict()
+
+
+@pytest.mark.parametrize("order", ["one-rank-at-a-time", "rank0-runs-first", "both-open-then-load",
+                                   "rank1-creates"])
+def test_ranks_resumed_by_load_state_dict_before_next_start_at_the_checkpoint(
+    daemon_factory, stores, order
+) -> None:
+    # The guide's checkpoint pattern through a shard group: construct, then
+    # load_state_dict(state) before the first next(). The second rank used to
+    # be refused ("no longer holds step 0") once the first had moved the group.
+    daemon = daemon_factory("--max-skew", str(SKEW))
+    s = stores["streams"]
+    k = 5
+    state = checkpoint(stores, k)
+    opts = DaemonOptions(daemon.socket, group="resume-ddp", group_mode="shard")
+
+    def rank(r: int) -> DataLoader:
+        return DataLoader(s, batch_size=4, seed=2, rank=r, world_size=2, daemon=opts)
+
+    locals_ = [DataLoader(s, batch_size=4, seed=2, rank=r, world_size=2, start_step=k) for r in range(2)]
+    ranks: list[DataLoader] = []
+    try:
+        if order == "one-rank-at-a-time":
+            for r in range(2):
+                ranks.append(rank(r))
+                ranks[r].load_state_dict(state)
+        elif order == "rank0-runs-first":
+            ranks.append(rank(0))
+            ranks[0].load_state_dict(state)
+            for _ in range(SKEW + 1):  # as far as rank 1 (not joined) lets it
+                assert_same_batch(next(ranks[0]), next(locals_[0]))
+            ranks.append(rank(1))
+            ranks[1].load_state_dict(state)
+        elif order == "both-open-then-load":
+            ranks = [rank(0), rank(1)]
+            for r in ranks:
+                r.load_state_dict(state)
+        else:  # rank 1 creates the group and moves it alone
+            one = rank(1)
+            one.load_state_dict(state)
+            ranks = [rank(0), one]
+            ranks[0].load_state_dict(state)
+        assert [r.step for r in ranks] == [locals_[0].step, k]
+        for _ in range(3 * SKEW):
+            for r in sorted(range(2), key=lambda r: ranks[r].step):  # one thread: the slower first
+                assert_same_batch(next(ranks[r]), next(locals_[r]))
+        assert locals_[1].step == k + 3 * SKEW
+    finally:
+        for r in ranks + locals_:
+            r.close()
+
+
+def test_a_rank_that_does_not_seek_to_the_groups_step_gets_an_error_naming_both_steps(
+    daemon_factory, stores
+) -> None:
+    daemon = daemon_factory("--max-skew", str(SKEW))
+    s = stores["streams"]
+    opts = DaemonOptions(daemon.socket, group="resume-ddp", group_mode="shard")
+    with DataLoader(s, batch_size=4, seed=2, rank=0, world_size=2, daemon=opts) as r0:
+        r0.load_state_dict(checkpoint(stores, 5))
+        next(r0)
+        # Rank 1 opens at step 0 (the constructor's) and never moves there: its
+        # first next() is refused naming its step and the group's oldest,
+        # never served another step.
+        with DataLoader(s, batch_size=4, seed=2, rank=1, world_size=2, daemon=opts) as r1:
+            assert r1.step == 0
+            start = time.monotonic()
+            with pytest.raises(IndexError, match="group 'resume-ddp' no longer holds step 0 \\(out of range\\): "
+                                                 "the oldest step it still holds is 5"):
+                next(r1)
+            assert time.monotonic() - start < 5
+            with pytest.raises(IndexError, match="no longer holds step 0"):
+                next(r1)  # again: nothing was consumed
+            assert r1.step == 0
+            # A seek below what the group holds is refused at once; one at it works.
+            with pytest.raises(IndexError, match="no longer holds step 3 .*oldest step it still holds is 5"):
+                r1.seek(3)
+            r1.seek(5)
+            with DataLoader(s, batch_size=4, seed=2, rank=1, world_size=2, start_step=5) as local1:
+                assert_same_batch(next(r1), next(local1))
+        # Rank 1 left: a new rank 1 that never moves leaves rank 1 where it was
+        # (step 6), and a third joins there.
+        with DataLoader(s, batch_size=4, seed=2, rank=1, world_size=2, daemon=opts):
+            pass
+        with DataLoader(s, batch_size=4, seed=2, rank=1, world_size=2, start_step=6, daemon=opts) as again, \
+                DataLoader(s, batch_size=4, seed=2, rank=1, world_size=2, start_step=6) as local1:
+            assert_same_batch(next(again), next(local1))
+
+
+# A shard rank 1 in its own process: opens, resumes at argv[3] with
+# load_state_dict, takes argv[4] batches (pickled to argv[5]), says "ready"
+# and stays a member until killed or argv[6] exists.
+RESUMING_RANK = textwrap.dedent(
+    """
+    import os, pickle, sys, time
+    from loaderx.zrecord import Dense
+    from loaderx.dataloader import DataLoader
+    from loaderx.client import DaemonOptions
+    sock, images, start, steps, out, go = sys.argv[1:7]
+    opts = DaemonOptions(sock, group="ddp", group_mode="shard")
+    loader = DataLoader({"image": Dense.open(images)}, batch_size=4, seed=7, rank=1, world_size=2,
+                        daemon=opts)
+    state = loader.state_dict()
+    state["step"] = int(start)
+    loader.load_state_dict(state)
+    got = [next(loader)["image"].copy() for _ in range(int(steps))]
+    with open(out, "wb") as f:
+        pickle.dump(got, f)
+    print("ready", flush=True)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(go) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    loader.close()
+    """
+)
+
+
+def test_a_sigkilled_rank_fails_its_peers_at_once_and_a_restarted_rank_rejoins(
+    daemon_factory, stores, tmp_path: Path
+) -> None:
+    from loaderx.errors import GroupTimeoutError
+
+    daemon = daemon_factory("--max-skew", str(SKEW))
+    s = {"image": stores["streams"]["image"]}
+    images = str(stores["dir"] / "images")
+    opts = DaemonOptions(daemon.socket, group="ddp", group_mode="shard")  # group_timeout: 300 s
+
+    def rank1(start: int, steps: int, name: str) -> subprocess.Popen:
+        return subprocess.Popen(
+            [sys.executable, "-c", RESUMING_RANK, daemon.socket, images, str(start), str(steps),
+             str(tmp_path / f"{name}.pkl"), str(tmp_path / f"{name}.go")],
+            stdout=subprocess.PIPE, env=env())
+
+    def ready(proc: subprocess.Popen) -> None:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+
+    def expected(rank: int, start: int, steps: int) -> list:
+        with DataLoader(s, batch_size=4, seed=7, rank=rank, world_size=2, start_step=start) as local:
+            return [next(local)["image"].copy() for _ in range(steps)]
+
+    with DataLoader(s, batch_size=4, seed=7, rank=0, world_size=2, daemon=opts) as r0:
+        want0 = expected(0, 0, 3 * SKEW + 6)
+        first = rank1(0, 3, "first")  # rank 1 at step 3
+        try:
+            ready(first)
+            for step in range(3 + SKEW + 1):  # as far as rank 1 at 3 lets rank 0 go
+                np.testing.assert_array_equal(next(r0)["image"], want0[step])
+            first.kill()
+            first.wait()
+            start = time.monotonic()
+            with pytest.raises(GroupTimeoutError) as err:
+                next(r0)
+            assert time.monotonic() - start < 10
+        finally:
+            first.kill()
+            first.wait()
+        assert isinstance(err.value, TimeoutError)
+        message = str(err.value)
+        # How it ended is read from /proc when its session ends: killed, or
+        # already reaped by this test's wait().
+        fate = f"process {first.pid} (was killed by signal 9 \\(SIGKILL\\)|has exited)"
+        assert re.fullmatch(
+            f"group 'ddp': rank 0 cannot take step {3 + SKEW + 1}, which needs rank 1 to reach step 4 "
+            f"first \\(max-skew {SKEW}\\), but rank 1 left at step 3 \\(hung up without closing its loader: "
+            f"{fate}\\) and its {fate}: restart rank 1 at step 3 or later \\(its checkpoint\\), "
+            "or restart the job", message), message
+        assert r0.step == 3 + SKEW + 1  # nothing consumed: a later next() goes on once rank 1 is back
+        # The restarted rank resumes at the step it died at, as the guide shows
+        # (construct, load_state_dict, next).
+        again = rank1(3, 3 * SKEW, "again")
+        try:
+            for step in range(3 + SKEW + 1, 3 * SKEW + 6):
+                np.testing.assert_array_equal(next(r0)["image"], want0[step])
+            ready(again)
+            (tmp_path / "again.go").touch()
+            assert again.wait(timeout=60) == 0
+        finally:
+            again.kill()
+            again.wait()
+        got1 = pickle.loads((tmp_path / "again.pkl").read_bytes())
+        for a, b in zip(got1, expected(1, 3, 3 * SKEW), strict=True):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_a_rank_that_closed_cleanly_is_waited_for_as_before(daemon_factory, stores) -> None:
+    from loaderx.errors import GroupTimeoutError
+
+    daemon = daemon_factory("--max-skew", str(SKEW))
+    s = {"image": stores["streams"]["image"]}
+    opts = DaemonOptions(daemon.socket, group="ddp", group_mode="shard", group_timeout=1.5)
+    with DataLoader(s, batch_size=4, rank=0, world_size=2, daemon=opts) as r0:
+        with DataLoader(s, batch_size=4, rank=1, world_size=2, daemon=opts) as r1:
+            next(r1)
+        for _ in range(SKEW + 2):
+            next(r0)
+        # Its process (this one) still runs: it may reopen as rank 1, so rank 0
+        # waits its whole group timeout, not less.
+        start = time.monotonic()
+        with pytest.raises(GroupTimeoutError, match="waited its group_timeout of 1.5 s .* rank 1 \\(left at step 1\\)"):
+            next(r0)
+        assert time.monotonic() - start >= 1.5
+
+
+# A DDP rank resuming as the guide shows (loaderx.torch.StatefulLoader, a
+# checkpoint from torch.save, load_state_dict before iterating): takes
+# argv[5] batches and pickles them as arrays.
+TORCH_RANK = textwrap.dedent(
+    """
+    import pickle, sys
+    import torch
+    from loaderx.zrecord import Dense
+    from loaderx.dataloader import DataLoader
+    from loaderx.client import DaemonOptions
+    from loaderx.torch import StatefulLoader
+    sock, images, rank, ckpt, steps, out = sys.argv[1:7]
+    opts = DaemonOptions(sock, group="resume-ddp", group_mode="shard")
+    loader = StatefulLoader(DataLoader({"image": Dense.open(images)}, batch_size=4, seed=2,
+                                       rank=int(rank), world_size=2, daemon=opts))
+    loader.load_state_dict(torch.load(ckpt, weights_only=True)["loader"])
+    got = []
+    for batch in loader:
+        got.append(batch["image"].numpy().copy())
+        if len(got) == int(steps):
+            break
+    assert loader.state_dict()["step"] == 5 + int(steps)
+    loader.close()
+    with open(out, "wb") as f:
+        pickle.dump(got, f)
+    """
+)
+
+
+def test_torch_ranks_resume_through_a_shard_group_as_the_guide_shows(daemon_factory, stores, tmp_path) -> None:
+    torch = pytest.importorskip("torch")
+    daemon = daemon_factory("--max-skew", str(SKEW))
+    s = {"image": stores["streams"]["image"]}
+    with DataLoader(s, batch_size=4, seed=2, rank=0, world_size=2) as src:
+        for _ in range(5):
+            next(src)
+        torch.save({"loader": src.state_dict()}, tmp_path / "ckpt.pt")
+    steps = 3 * SKEW
+    procs = [subprocess.Popen([sys.executable, "-c", TORCH_RANK, daemon.socket, str(stores["dir"] / "images"),
+                               str(r), str(tmp_path / "ckpt.pt"), str(steps), str(tmp_path / f"r{r}.pkl")],
+                              env=env())
+             for r in range(2)]
+    for p in procs:
+        assert p.wait(timeout=120) == 0
+    for r in range(2):
+        got = pickle.loads((tmp_path / f"r{r}.pkl").read_bytes())
+        with DataLoader(s, batch_size=4, seed=2, rank=r, world_size=2, start_step=5) as local:
+            assert len(got) == steps
+            for g in got:
+                np.testing.assert_array_equal(g, next(local)["image"])

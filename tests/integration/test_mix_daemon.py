@@ -3,6 +3,7 @@ embedded loader, in groups too, and clear errors for what the daemon cannot serv
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +103,31 @@ def test_two_members_of_a_broadcast_group_share_one_mixture(daemon, parts) -> No
     assert daemon.stats()["batches_gathered"] <= 6 + 8  # + what it gathered ahead (prefetch)
 
 
+def test_a_mixture_through_a_node_group_with_replicas_gives_each_rank_its_embedded_batches(
+    daemon_factory, parts
+) -> None:
+    from loaderx.sources import DaemonOptions
+
+    d = daemon_factory("--max-skew", "3")
+    m = mixture(parts)
+    kw: dict[str, Any] = {"batch_size": 4, "mode": "Cyclic", "seed": 2, "world_size": 4}
+    # The node of ranks 2 and 3 of 4, each rank with two model-parallel replicas.
+    opts = DaemonOptions(path=d.socket, group="node1", group_mode="shard", ranks=range(2, 4), replicas=2)
+    members = [DataLoader(m, rank=2 + i // 2, daemon=opts, **kw) for i in range(4)]
+    try:
+        got = [[] for _ in members]
+        for _ in range(5):
+            for i, loader in enumerate(members):
+                got[i] += batches(loader, 1)
+    finally:
+        for loader in members:
+            loader.close()
+    for i in range(4):
+        with DataLoader(m, rank=2 + i // 2, **kw) as embedded:
+            for a, b in zip(got[i], batches(embedded, 5)):
+                assert_same_batch(a, b)
+
+
 def test_what_loaderxd_cannot_serve_is_refused_by_name(daemon, parts) -> None:
     m = mixture(parts, source=None)
     nested = mix({"all": (m, 1.0), "web": (parts["web"], 1.0)}, min_positions=1000, source=None)
@@ -151,3 +177,27 @@ def test_the_daemon_checks_counts_and_part_schemas(daemon, parts, tmp_path: Path
     step, batch = ok.next(10.0)
     assert step == 0 and batch[0].shape == (4,)
     ok.close()
+
+
+@pytest.mark.parametrize("group_mode", ["shard", "broadcast"])
+@pytest.mark.parametrize("order", ["heavier-web-first", "heavier-web-second"])
+def test_a_member_with_other_mixture_weights_is_refused_naming_both_counts(
+    daemon, parts, group_mode, order
+) -> None:
+    # The same part files with other weights are another sample order: refused
+    # at open, naming the mixture's counts of both, in either join order.
+    from loaderx.sources import DaemonOptions
+
+    weights = [dict(WEIGHTS), dict(WEIGHTS, web=0.6, books=0.2)]
+    if order == "heavier-web-first":
+        weights.reverse()
+    mixes = [mix({name: (parts[name], w[name]) for name in LENGTHS}, min_positions=1000, source=None)
+             for w in weights]
+    counts = [list(m["x"]._mix_counts) for m in mixes]
+    assert counts[0] != counts[1]
+    opts = DaemonOptions(path=daemon.socket, group="mixed", group_mode=group_mode)
+    second_rank = 1 if group_mode == "shard" else 0
+    needle = re.escape(f"group 'mixed': mixture counts {counts[1]} differs from the group's {counts[0]}")
+    with DataLoader(mixes[0], batch_size=4, seed=5, rank=0, world_size=2, daemon=opts), \
+            pytest.raises(InvalidArgumentError, match=needle):
+        DataLoader(mixes[1], batch_size=4, seed=5, rank=second_rank, world_size=2, daemon=opts)

@@ -4,7 +4,8 @@ over its own copy of the stores, each node's processes sharing one node
 group (examples/multinode_torchrun.py). Every rank's batches are checked
 against the embedded loader of its data-parallel rank; a rank is killed
 mid-run (the job fails) and a new job starts from its checkpoint on the same
-two nodes; the job then resumes on one node with the same global batches. With model-parallel size 2 the two
+two nodes; the job then resumes on one node of two processes, and on two nodes of one
+process each, with the same global batches. With model-parallel size 2 the two
 model-parallel ranks of a replica get byte-identical batches.
 """
 
@@ -133,3 +134,11 @@ def test_two_nodes_with_node_groups_survive_a_killed_rank_and_resume_on_one_node
     got2 = results(out2, 2)
     assert all(res["steps"][0] == 8 for res in got2.values())  # the last checkpoint of run 1
     check_against_embedded(data, got2)
+    if mp == 1:  # ...and on two nodes of one process each
+        out3 = tmp_path / "run3"
+        out3.mkdir()
+        shutil.copy(out / "ckpt.json", out3 / "ckpt.json")
+        torchrun(2, 1, sockets, copies, out3, "--steps", "12", "--mp", "1")
+        got3 = results(out3, 2)
+        assert all(res["steps"][0] == 8 for res in got3.values())
+        check_against_embedded(data, got3)

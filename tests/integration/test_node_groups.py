@@ -35,12 +35,17 @@ def member(streams, sock: str, group: str, rank: int, world: int, *, ranks=None,
                       world_size=world, start_step=start, daemon=opts)
 
 
-def round_robin(loaders: list[DataLoader], steps: int) -> list[list[dict]]:
+def round_robin(loaders: list[DataLoader], steps: int, daemon=None) -> tuple[list[list[dict]], dict | None]:
+    """`steps` batches of every member, taken in turns; then the daemon's status; then all closed."""
     got: list[list[dict]] = [[] for _ in loaders]
-    for _ in range(steps):
-        for i, loader in enumerate(loaders):
-            got[i].append(next(loader))
-    return got
+    try:
+        for _ in range(steps):
+            for i, loader in enumerate(loaders):
+                got[i].append(next(loader))
+        return got, None if daemon is None else connect(daemon.socket).stats()
+    finally:
+        for loader in loaders:
+            loader.close()
 
 
 def test_two_node_groups_of_a_world_of_four_serve_each_rank_its_embedded_batches(
@@ -51,15 +56,11 @@ def test_two_node_groups_of_a_world_of_four_serve_each_rank_its_embedded_batches
     steps = 9
     loaders = [member(s, d.socket, f"job-node{r // 2}", r, 4, ranks=range(r // 2 * 2, r // 2 * 2 + 2))
                for r in range(4)]
-    try:
-        got = round_robin(loaders, steps)
-        status = connect(d.socket).stats()
-    finally:
-        for loader in loaders:
-            loader.close()
+    got, status = round_robin(loaders, steps, d)
+    assert status is not None
     for r in range(4):
-        for step, (a, b) in enumerate(zip(got[r], embedded(s, r, 4, steps))):
-            assert_same_batch(a, b), (r, step)
+        for a, b in zip(got[r], embedded(s, r, 4, steps)):
+            assert_same_batch(a, b)
     groups = {g["name"]: g for g in status["named_groups"]}
     assert [(groups[n]["ranks_first"], groups[n]["ranks_count"], groups[n]["replicas"])
             for n in ("job-node0", "job-node1")] == [(0, 2, 1), (2, 2, 1)]
@@ -80,11 +81,7 @@ def test_replicas_of_a_rank_receive_byte_identical_batches_from_the_same_step(
     steps = 7
     # world 2 (data-parallel), 2 replicas per rank (tensor-parallel size 2).
     loaders = [member(s, d.socket, "tp", r // 2, 2, replicas=2, start=4) for r in range(4)]
-    try:
-        got = round_robin(loaders, steps)
-    finally:
-        for loader in loaders:
-            loader.close()
+    got, _ = round_robin(loaders, steps)
     for r in range(4):
         want = embedded(s, r // 2, 2, steps, start=4)
         for a, b in zip(got[r], want):
@@ -173,3 +170,47 @@ def test_ranks_and_replicas_need_a_shard_group() -> None:
         DaemonOptions("/nonexistent", group="g", ranks=[0, 1])
     with pytest.raises(InvalidArgumentError, match="consecutive"):
         DaemonOptions("/nonexistent", group="g", ranks=range(0, 4, 2))
+
+
+def test_replicas_resumed_by_load_state_dict_before_next_start_together(daemon_factory, stores) -> None:
+    # Construct, then load_state_dict before the first next(), member by
+    # member: the first moves the group; the others join "not started" at
+    # their constructor's step 0 and move to the checkpoint themselves.
+    d = daemon_factory("--max-skew", "3")
+    s = stores["streams"]
+    with DataLoader(s, batch_size=B, mode=Mode.Cyclic, seed=SEED, rank=0, world_size=2) as src:
+        for _ in range(5):
+            next(src)
+        state = src.state_dict()
+    loaders = []
+    for r in range(4):
+        loaders.append(member(s, d.socket, "tp", r // 2, 2, replicas=2))
+        loaders[-1].load_state_dict(state)
+    steps = 6
+    got, _ = round_robin(loaders, steps)
+    for r in range(4):
+        for a, b in zip(got[r], embedded(s, r // 2, 2, steps, start=5), strict=True):
+            assert_same_batch(a, b)
+
+
+def test_a_not_started_replica_seeking_elsewhere_than_its_replica_is_refused(daemon_factory, stores) -> None:
+    d = daemon_factory()
+    s = stores["streams"]
+    a = member(s, d.socket, "tp", 1, 2, replicas=2)
+    a.seek(10)  # alone: moves the group
+    b = member(s, d.socket, "tp", 1, 2, replicas=2)  # at 0: not started
+    try:
+        assert b.step == 0
+        with pytest.raises(InvalidArgumentError,
+                           match=r"rank 1 replica 1 would start at step 12, but rank 1 replica 0 "
+                                 r"\(pid \d+\) started at step 10"):
+            b.seek(12)
+        b.seek(10)
+        with DataLoader(s, batch_size=B, mode=Mode.Cyclic, seed=SEED, rank=1, world_size=2,
+                        start_step=10) as local:
+            want = next(local)
+            assert_same_batch(next(a), want)
+            assert_same_batch(next(b), want)
+    finally:
+        a.close()
+        b.close()

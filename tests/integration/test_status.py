@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import ROOT, Daemon
-from loaderx import __version__, connect
+from loaderx import __version__, _loaderx, connect
 from loaderx.client import DaemonOptions
 from loaderx.dataloader import DataLoader
 from loaderx.zrecord import Dense
@@ -90,7 +90,7 @@ def test_stats_lists_the_daemon_groups_members_loaders_and_uids(busy) -> None:
     # The counters are unchanged (ints at the top level): 4 loaders; this poll is not counted.
     assert (s["sessions"], s["loaders"], s["groups"], s["group_members"]) == (4, 4, 2, 3)
     d = s["daemon"]
-    assert d["pid"] == daemon.proc.pid and d["version"] == __version__ and d["protocol"] == "1.5"
+    assert d["pid"] == daemon.proc.pid and d["version"] == __version__ and d["protocol"] == _loaderx.PROTOCOL_VERSION
     assert 0 < d["uptime_s"] < 600 and d["socket"] == daemon.socket
     assert d["viewer_uid"] == UID and d["sees_all_uids"] is True
     assert d["limits"] == {"memory_limit": 1 << 30, "memory_per_uid": 1 << 30, "sessions_per_uid": 20,

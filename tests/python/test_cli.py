@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -115,9 +118,48 @@ def test_main_is_callable_in_process(dense: Path, capsys: pytest.CaptureFixture[
     assert capsys.readouterr().out == ""
 
 
-def test_version() -> None:
+def test_version_is_the_distribution_and_version_of_the_one_source() -> None:
+    """python/loaderx/_version.py is where the name and version are written:
+    the package, the CLI and pyproject.toml's metadata all read it (loaderxd:
+    tests/integration/test_daemon.py)."""
+    import tomllib
+    from loaderx import _version
+
+    assert loaderx.__version__ == _version.__version__
+    assert re.fullmatch(r"\d+\.\d+\.\d+", loaderx.__version__)
     r = run("--version")
-    assert r.returncode == 0 and r.stdout == f"loaderx {loaderx.__version__}\n"
+    assert r.returncode == 0 and r.stdout == f"loaderx-engine {loaderx.__version__}\n"
+    meta = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    assert meta["project"]["name"] == _version.DISTRIBUTION == "loaderx-engine"
+    assert "version" not in meta["project"] and meta["project"]["dynamic"] == ["version"]
+    assert meta["tool"]["scikit-build"]["metadata"]["version"]["input"] == "python/loaderx/_version.py"
+
+
+def test_import_warns_when_upstream_loaderx_is_installed_beside_it(tmp_path: Path) -> None:
+    """Both distributions install loaderx/: the second one over the first
+    leaves a mix, which pip cannot prevent (docs/compat.md, "Installing")."""
+    site = tmp_path / "site"
+    shutil.copytree(Path(loaderx.__file__).parent, site / "loaderx",
+                    ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    (site / f"loaderx_engine-{loaderx.__version__}.dist-info").mkdir()
+    cmd = [sys.executable, "-W", "error::RuntimeWarning", "-c", "import loaderx"]
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    assert subprocess.run(cmd, env=env, capture_output=True, text=True, check=False).returncode == 0
+    (site / "loaderx-2.8.19.dist-info").mkdir()
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+    assert r.returncode == 1
+    assert (f"RuntimeWarning: loaderx-engine and upstream's loaderx 2.8.19 are both installed in {site}: "
+            "both install the loaderx package") in r.stderr
+    assert "pip uninstall -y loaderx loaderx-engine && pip install loaderx-engine" in r.stderr
+
+
+def test_a_new_store_names_its_writer_with_the_one_version(tmp_path: Path) -> None:
+    import msgpack
+
+    with Dense.create(tmp_path / "x", np.uint8, (), codec="raw") as w:
+        w.append(np.arange(3, dtype=np.uint8))
+    meta = next(iter(msgpack.Unpacker(io.BytesIO((tmp_path / "x" / "meta").read_bytes()), raw=False)))
+    assert meta["writer"] == f"loaderx-engine {loaderx.__version__}"
 
 
 def test_errors_are_one_line_unless_debug(tmp_path: Path) -> None:

@@ -396,47 +396,37 @@ print(json.dumps(delays))
     assert max(delays) < 1.0, delays
 
 
-def take_through_interrupts(loader: DataLoader, k: int) -> tuple[list[int], int]:
-    """The steps of `k` batches taken with next(), retrying after each KeyboardInterrupt,
-    which must consume nothing; and the number of interrupts."""
-    got: list[int] = []
-    interrupts = 0
-    while len(got) < k:
-        before = loader.step
-        try:
-            got.append(int(next(loader)["step"][0]))
-        except KeyboardInterrupt:
-            interrupts += 1
-            assert loader.step == before == loader.state_dict()["step"]  # nothing consumed
-    return got, interrupts
+def _slow_identity(batch: Any) -> Any:
+    time.sleep(0.05)  # step 0's call still runs when next() tops up its window with step 1
+    return batch
 
 
-@pytest.mark.parametrize("transform", [None, lambda b: b])
+@pytest.mark.parametrize("where", ["while_waiting", "after_the_hand_over"])
+@pytest.mark.parametrize("transform", [None, lambda b: b, _slow_identity])
 def test_keyboard_interrupt_in_next_consumes_no_step(
-    stores: dict[str, Any], fake: dict[str, Any], transform: Any
+    stores: dict[str, Any], fake: dict[str, Any], transform: Any, where: str
 ) -> None:
     # The fake raises KeyboardInterrupt once, when step 1 is fetched: in the
     # next() for step 1, or already in the next() for step 0 if that one
     # tops up its transform window while step 0's call runs. Either way no
-    # step is consumed and the sequence goes on unchanged.
-    fake["interrupt"] = {1}
+    # step is consumed and the sequence goes on unchanged. "after_the_hand_over":
+    # the source has taken step 1 and put it in the loader's stash when the
+    # interrupt is raised (what a Ctrl-C during the native wait does).
+    if where == "while_waiting":
+        fake["interrupt"] = {1}
     with DataLoader(stores, batch_size=4, transform=transform) as loader:
-        got, interrupts = take_through_interrupts(loader, 4)
-        assert got == [0, 1, 2, 3]
-        assert interrupts == 1
-        assert loader.step == 4
-
-
-@pytest.mark.parametrize("transform", [None, lambda b: b])
-def test_keyboard_interrupt_after_the_source_handed_a_batch_over_consumes_no_step(
-    stores: dict[str, Any], fake: dict[str, Any], transform: Any
-) -> None:
-    # The source has taken step 1 from its producer and put it in the
-    # loader's stash when the interrupt is raised (what a Ctrl-C during the
-    # wait does): step 1 must still be the next batch, not lost.
-    with DataLoader(stores, batch_size=4, transform=transform) as loader:
-        fake["source"].interrupt_after = {1}
-        got, interrupts = take_through_interrupts(loader, 4)
+        if where == "after_the_hand_over":
+            fake["source"].interrupt_after = {1}
+        got: list[int] = []
+        interrupts = 0
+        while len(got) < 4:
+            before = loader.step
+            try:
+                got.append(int(next(loader)["step"][0]))
+            except KeyboardInterrupt:
+                interrupts += 1
+                assert loader.step == before == loader.state_dict()["step"]  # nothing consumed
+                time.sleep(0.1)  # a pause after Ctrl-C: the transform calls under way finish
         assert got == [0, 1, 2, 3]
         assert interrupts == 1
         assert loader.step == 4
@@ -461,7 +451,7 @@ def test_an_exception_raised_after_a_batch_was_counted_gives_the_step_back(
 
 @pytest.mark.parametrize("seek_lands", [False, True])
 @pytest.mark.parametrize("transform", [None, lambda b: b])
-def test_keyboard_interrupt_in_the_seek_past_a_skipped_range_consumes_no_step(
+def test_keyboard_interrupt_in_next_at_the_seek_past_a_skipped_range_consumes_no_step(
     stores: dict[str, Any], fake: dict[str, Any], transform: Any, seek_lands: bool
 ) -> None:
     # Reaching the range [2, 5), the loader seeks the source to 5; Ctrl-C
@@ -473,7 +463,15 @@ def test_keyboard_interrupt_in_the_seek_past_a_skipped_range_consumes_no_step(
         source.seek_interrupt = {5}
         source.seek_lands = seek_lands
         source.interrupt = {2, 3, 4}  # would raise if a skipped step were ever fetched
-        got, interrupts = take_through_interrupts(loader, 4)
+        got: list[int] = []
+        interrupts = 0
+        while len(got) < 4:
+            before = loader.step
+            try:
+                got.append(int(next(loader)["step"][0]))
+            except KeyboardInterrupt:
+                interrupts += 1
+                assert loader.step == before == loader.state_dict()["step"]  # nothing consumed
         assert got == [0, 1, 5, 6]
         assert interrupts == 1
         assert source.interrupt == {2, 3, 4}
