@@ -396,6 +396,22 @@ print(json.dumps(delays))
     assert max(delays) < 1.0, delays
 
 
+def take_through_interrupts(loader: DataLoader, k: int) -> tuple[list[int], int]:
+    """The steps of `k` batches taken with next(), again after each KeyboardInterrupt
+    (which must consume nothing, and is followed by a pause); and the interrupts."""
+    got: list[int] = []
+    interrupts = 0
+    while len(got) < k:
+        before = loader.step
+        try:
+            got.append(int(next(loader)["step"][0]))
+        except KeyboardInterrupt:
+            interrupts += 1
+            assert loader.step == before == loader.state_dict()["step"]  # nothing consumed
+            time.sleep(0.1)  # a pause after Ctrl-C: the transform calls under way finish
+    return got, interrupts
+
+
 def _slow_identity(batch: Any) -> Any:
     time.sleep(0.05)  # step 0's call still runs when next() tops up its window with step 1
     return batch
@@ -417,16 +433,7 @@ def test_keyboard_interrupt_in_next_consumes_no_step(
     with DataLoader(stores, batch_size=4, transform=transform) as loader:
         if where == "after_the_hand_over":
             fake["source"].interrupt_after = {1}
-        got: list[int] = []
-        interrupts = 0
-        while len(got) < 4:
-            before = loader.step
-            try:
-                got.append(int(next(loader)["step"][0]))
-            except KeyboardInterrupt:
-                interrupts += 1
-                assert loader.step == before == loader.state_dict()["step"]  # nothing consumed
-                time.sleep(0.1)  # a pause after Ctrl-C: the transform calls under way finish
+        got, interrupts = take_through_interrupts(loader, 4)
         assert got == [0, 1, 2, 3]
         assert interrupts == 1
         assert loader.step == 4
@@ -463,15 +470,7 @@ def test_keyboard_interrupt_in_next_at_the_seek_past_a_skipped_range_consumes_no
         source.seek_interrupt = {5}
         source.seek_lands = seek_lands
         source.interrupt = {2, 3, 4}  # would raise if a skipped step were ever fetched
-        got: list[int] = []
-        interrupts = 0
-        while len(got) < 4:
-            before = loader.step
-            try:
-                got.append(int(next(loader)["step"][0]))
-            except KeyboardInterrupt:
-                interrupts += 1
-                assert loader.step == before == loader.state_dict()["step"]  # nothing consumed
+        got, interrupts = take_through_interrupts(loader, 4)
         assert got == [0, 1, 5, 6]
         assert interrupts == 1
         assert source.interrupt == {2, 3, 4}
