@@ -159,9 +159,9 @@ INTERRUPT_CONFIGS = {
     "transform_running": "dict(batch_size=8, transform=lambda b: (time.sleep(0.003), b)[1], "
     "transform_threads=2)",
     "torch_stateful_loader": "dict(batch_size=8, num_threads=2, prefetch=8)",
-    # Steps s % 5 in (3, 4) skipped: interrupts also land in the seeks past them.
+    # Steps s % 5 in (3, 4) below 5000 skipped: interrupts also land in the seeks past them.
     "skipped_ranges": "dict(batch_size=8, num_threads=2, prefetch=8, "
-    "skip=[(s, s + 2) for s in range(3, 10**6, 5)])",
+    "skip=[(s, s + 2) for s in range(3, 5000, 5)])",
 }
 
 
