@@ -12,7 +12,9 @@ names for ``s`` from every stream, and yields ``{name: value}``:
 The raw batch goes through ``transform`` (if any) and the transform's return
 value is yielded unchanged. The k-th item yielded is always step
 ``start_step + k``, byte-identical whatever ``num_threads``, ``prefetch`` or
-``transform_threads``.
+``transform_threads`` -- except that steps in a skipped range (``skip=``,
+:meth:`DataLoader.skip`) are never delivered: the step after it is the
+range's end.
 
 Batch sources
 -------------
@@ -51,6 +53,7 @@ Errors, close, signals
 
 from __future__ import annotations
 
+import bisect
 import operator
 import os
 import queue
@@ -73,7 +76,9 @@ __all__ = ["BatchSource", "DataLoader", "SourceSpec", "default_num_threads", "id
 # Python run signal handlers. Ctrl-C must surface within 100 ms.
 _POLL_SECONDS = 0.02
 
-_STATE_VERSION = 1
+# 2 added "skip"; a version 1 state (no "skip") loads as one without skips.
+_STATE_VERSION = 2
+_STATE_VERSIONS = (1, 2)
 
 
 def _cpu_count() -> int:
@@ -130,6 +135,72 @@ def _check_int(name: str, value: Any, minimum: int) -> int:
     if value >= 2**64:
         raise InvalidArgumentError(f"{name} must be < 2**64, got {value}")
     return value
+
+
+class _Skips:
+    """Sorted, disjoint, non-adjacent half-open ranges ``[start, stop)`` of data steps.
+
+    Built from any pairs through :meth:`parse`, which validates each pair and
+    merges overlapping and adjacent ones (the skipped steps are their union).
+    Immutable: :meth:`union` returns a new one.
+    """
+
+    __slots__ = ("_starts", "_stops")
+
+    def __init__(self, ranges: Iterable[tuple[int, int]] = ()) -> None:
+        merged: list[list[int]] = []
+        for start, stop in sorted(ranges):
+            if merged and start <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], stop)
+            else:
+                merged.append([start, stop])
+        self._starts = [a for a, _ in merged]
+        self._stops = [b for _, b in merged]
+
+    @staticmethod
+    def pair(value: Any, what: str) -> tuple[int, int]:
+        """One ``(start, stop)`` range of ints, ``0 <= start < stop``, else an error naming it."""
+        if isinstance(value, (str, bytes, Mapping)) or not hasattr(value, "__len__") or len(value) != 2:
+            raise ArgumentTypeError(
+                f"{what}: each range must be a (start, stop) pair of steps, got {value!r}")
+        start, stop = value
+        try:
+            start = _check_int("start", start, 0)
+            stop = _check_int("stop", stop, 0)
+        except (TypeError, ValueError) as e:
+            cls = ArgumentTypeError if isinstance(e, TypeError) else InvalidArgumentError
+            raise cls(f"{what}: range {tuple(value)!r}: {e}") from None
+        if start >= stop:
+            raise InvalidArgumentError(
+                f"{what}: range ({start}, {stop}) is empty: ranges are half-open [start, stop) "
+                "of data steps, with start < stop")
+        return start, stop
+
+    @classmethod
+    def parse(cls, ranges: Any, what: str) -> _Skips:
+        if ranges is None:
+            return cls()
+        if isinstance(ranges, (str, bytes, Mapping)) or not hasattr(ranges, "__iter__"):
+            raise ArgumentTypeError(
+                f"{what} must be a list of (start, stop) pairs of steps, got {type(ranges).__name__}")
+        return cls(cls.pair(r, what) for r in ranges)
+
+    def union(self, other: _Skips) -> _Skips:
+        return _Skips([*self.ranges, *other.ranges])
+
+    @property
+    def ranges(self) -> tuple[tuple[int, int], ...]:
+        return tuple(zip(self._starts, self._stops))
+
+    def stop_of(self, step: int) -> int | None:
+        """The end of the range holding ``step``, or None if ``step`` is delivered."""
+        i = bisect.bisect_right(self._starts, step) - 1
+        return self._stops[i] if i >= 0 and step < self._stops[i] else None
+
+    def first_from(self, step: int) -> int:
+        """The first delivered step at or after ``step`` (ranges never touch: one hop)."""
+        stop = self.stop_of(step)
+        return step if stop is None else stop
 
 
 def _as_streams(streams: Any) -> dict[str, Any]:
@@ -308,6 +379,12 @@ class DataLoader:
         daemon: ``None`` (default) gathers in this process; ``True``, a
             socket path, ``"auto"`` or a :class:`~loaderx.sources.DaemonOptions`
             gets batches from loaderxd (:func:`loaderx.sources.open_source`).
+        skip: data steps never delivered: ``(start, stop)`` pairs, each the
+            half-open range ``[start, stop)`` (e.g. ``[(1200, 1261)]``: after
+            step 1199 comes step 1261), in any order; overlapping and
+            adjacent ranges merge. Recorded in ``state_dict()``; more can
+            be added while running with :meth:`skip` (docs/guide.md,
+            "Skipping steps").
 
     Raises:
         TypeError: ``streams`` is not a dict of stores, or an argument has the
@@ -335,6 +412,7 @@ class DataLoader:
         num_threads: int | None = None,
         transform_threads: int | None = None,
         daemon: Any = None,
+        skip: Iterable[tuple[int, int]] | None = None,
     ) -> None:
         self._closed = True  # until fully built: a half-built loader refuses use
         streams = _as_streams(streams)
@@ -360,6 +438,12 @@ class DataLoader:
         if rank >= world_size:
             raise InvalidArgumentError(f"rank must be < world_size ({world_size}), got {rank}")
         start_step = _check_int("start_step", start_step, 0)
+        skips = _Skips.parse(skip, "skip")
+        if not sources.joins_where_the_group_is(daemon, start_step):
+            # Opened there: no skipped step is gathered, and every rank of a
+            # shard group joins at the same step. A member joining where its
+            # group is seeks past a range it lands in once it has joined.
+            start_step = skips.first_from(start_step)
         if mode_value == int(Mode.Cyclic) and world_size == 1 and batch_size > n:
             batch_size = n  # whole cycles, as the 2.5.4 wheel's sampler
         prefetch = _check_int(prefetch_name, prefetch, 1)
@@ -389,6 +473,11 @@ class DataLoader:
         )
         source = sources.open_source(streams, self._spec, daemon)
         self._source = source
+        self._skips = skips
+        # The position skip() owes the source (it had handed out steps of the
+        # new range, now dropped): sought before the next fetch, and kept
+        # until that seek succeeds.
+        self._resync: int | None = None
         self._transform = transform
         self._window = transform_threads
         self._pool: _TransformPool | None = None
@@ -402,8 +491,8 @@ class DataLoader:
         self._stash: list[Any] = [None]
         # The source's first step: start_step, except for a loaderxd group
         # member joining with join="current", which starts where the group is.
-        self._step = source.step
-        self._lock = threading.Lock()  # serialises next/seek/load_state_dict
+        self._step = skips.first_from(source.step)
+        self._lock = threading.Lock()  # serialises next/seek/skip/load_state_dict
         self._close_lock = threading.Lock()
         self._closed = False
         # Closes the source and joins the transform pool when the loader is
@@ -450,7 +539,7 @@ class DataLoader:
                     self._stash[0] = None  # counted: the batch is in `taken`
                 else:  # the stash is _fetch's: it may hold a later step not queued yet
                     taken = self._next_transformed()
-                self._step = taken[0] + 1
+                self._step = self._skips.first_from(taken[0] + 1)
             value, future = taken[1], taken[2]
             if future is not None:
                 value = future.result()  # the transform's value, or its exception and traceback
@@ -463,7 +552,8 @@ class DataLoader:
     def _give_back(self, taken: tuple[int, Any, Future[Any] | None]) -> None:
         step, raw, future = taken
         with self._lock:
-            if self._closed or self._step != step + 1:  # a seek or another thread came between
+            if self._closed or self._step != self._skips.first_from(step + 1):
+                # a seek or another thread came between
                 return
             self._step = step
             if future is None:
@@ -471,15 +561,46 @@ class DataLoader:
             else:
                 self._pending.appendleft((step, future))
 
+    def _source_target(self) -> int | None:
+        """Where the source must be sought before its next step is fetched, or None.
+
+        Past the skipped range it stands at, or the position :meth:`skip`
+        owes it. None while the stash holds a batch: that step comes first.
+        """
+        if self._stash[0] is not None:
+            return None
+        if self._resync is not None:
+            return self._resync
+        return self._skips.stop_of(self._source.step)
+
+    def _sync_source(self) -> None:
+        """Seeks the source to :meth:`_source_target`, if any, under the lock.
+
+        One O(1) seek: the native pipeline discards what it prefetched inside
+        the range and gathers none of the rest. Only a fetch for the step
+        ``next()`` is about to return seeks (never a transform window's
+        top-up), so a loaderxd group member moves its position when its
+        caller has taken every step before the range (docs/guide.md,
+        "Skipping steps", on groups).
+        """
+        target = self._source_target()
+        if target is None:
+            return
+        self._resync = target  # until the source confirms it
+        self._source.seek(target)
+        self._resync = None
+
     def _next_untransformed(self) -> tuple[int, Any, None]:
         while True:
             self._check_open()
+            self._sync_source()
             try:
                 got = self._source.next_raw(_POLL_SECONDS, self._stash)
             except LoaderClosedError:
                 raise
             except Exception:
-                self._step = self._source.step  # the source moved past the failed step
+                # The source moved past the failed step.
+                self._step = self._skips.first_from(self._source.step)
                 raise
             if got is not None:
                 return got[0], got[1], None
@@ -508,10 +629,13 @@ class DataLoader:
         """Takes the next raw batch from the source into the transform pool."""
         while True:
             self._check_open()
-            step = self._source.step
             stash = self._stash
             if stash[0] is not None and self._pending and stash[0][0] <= self._pending[-1][0]:
                 stash[0] = None  # queued already: the interrupt came after the append
+            if not block and self._source_target() is not None:
+                return False  # the seek waits for the next() of the step after the range
+            self._sync_source()
+            step = self._source.step
             try:
                 got = self._source.next_raw(_POLL_SECONDS if block else 0.0, stash)
             except LoaderClosedError:
@@ -544,7 +668,7 @@ class DataLoader:
 
     @property
     def step(self) -> int:
-        """The step of the batch the next ``next()`` returns."""
+        """The data step of the batch the next ``next()`` returns (never a skipped one)."""
         return self._step
 
     @property
@@ -552,30 +676,77 @@ class DataLoader:
         """Records per batch on this rank."""
         return self._spec.batch_size
 
+    @property
+    def skip_ranges(self) -> tuple[tuple[int, int], ...]:
+        """The skipped data steps: sorted, disjoint half-open ``(start, stop)`` ranges."""
+        return self._skips.ranges
+
     def seek(self, step: int) -> None:
-        """Makes ``step`` the next batch; discards prefetched and pending work. O(1)."""
+        """Makes ``step`` the next batch (or, if it is skipped, the end of its range).
+
+        Discards prefetched and pending work. O(1).
+        """
         step = _check_int("step", step, 0)
         self._check_open()
         with self._lock:
+            self._seek(self._skips.first_from(step))
+
+    def _seek(self, step: int) -> None:
+        self._check_open()
+        for _, future in self._pending:
+            future.cancel()
+        self._pending.clear()
+        self._stash[0] = None
+        self._resync = None
+        # Counted first: a seek interrupted by Ctrl-C is settled by the
+        # next next(), which returns `step`.
+        self._step = step
+        try:
+            self._source.seek(step)
+        except Exception:
+            self._step = self._skips.first_from(self._source.step)  # refused: nothing changed
+            raise
+
+    def skip(self, start: int, stop: int) -> None:
+        """Never delivers the data steps ``[start, stop)``; ``start >= loader.step``.
+
+        The range is added to those given as ``skip=`` (overlapping or
+        adjacent ones merge) and recorded in ``state_dict()``. If it starts
+        at ``loader.step``, the next batch is ``stop``. Batches of the range
+        already prefetched or being transformed are discarded. A range that
+        starts before ``loader.step`` (steps delivered or passed already)
+        raises ``ValueError`` naming it; nothing changes then. The source
+        is sought past the range at the next fetch (an error of that seek
+        is raised by the next ``next()``).
+        """
+        start, stop = _Skips.pair((start, stop), "skip")
+        self._check_open()
+        with self._lock:
             self._check_open()
-            for _, future in self._pending:
-                future.cancel()
-            self._pending.clear()
-            self._stash[0] = None
-            # Counted first: a seek interrupted by Ctrl-C is settled by the
-            # next next(), which returns `step`.
-            self._step = step
-            try:
-                self._source.seek(step)
-            except Exception:
-                self._step = self._source.step  # refused: nothing changed
-                raise
+            if start < self._step:
+                raise InvalidArgumentError(
+                    f"skip({start}, {stop}): step {start} is before loader.step ({self._step}), "
+                    "the next batch; steps delivered or passed already cannot be skipped "
+                    f"(skip from {self._step}, or seek back first)")
+            self._skips = self._skips.union(_Skips([(start, stop)]))
+            while self._pending and self._pending[-1][0] >= start:
+                self._pending.pop()[1].cancel()
+            if self._stash[0] is not None and self._stash[0][0] >= start:
+                self._stash[0] = None
+            self._step = self._skips.first_from(self._step)
+            # Where the source goes on: it stays put unless it handed out
+            # steps from `start` on (dropped above) or is owed a position
+            # already; sought before the next fetch.
+            owed = self._source.step if self._resync is None else self._resync
+            if owed > start or self._resync is not None:
+                self._resync = self._skips.first_from(min(owed, start))
 
     def state_dict(self) -> dict[str, Any]:
-        """The loader's position: a small dict of ints and strings (picklable, JSON-able).
+        """The loader's position: a small dict of ints, strings and lists (picklable, JSON-able).
 
-        ``step`` is the next batch's step; ``seed``, ``mode``, ``n`` and
-        ``global_batch_size`` identify the sample order it refers to.
+        ``step`` is the next batch's data step; ``seed``, ``mode``, ``n`` and
+        ``global_batch_size`` identify the sample order it refers to; ``skip``
+        lists the skipped ranges as ``[start, stop]`` pairs.
         """
         spec = self._spec
         return {
@@ -585,30 +756,43 @@ class DataLoader:
             "mode": _mode_name(spec.mode),
             "n": spec.n,
             "global_batch_size": spec.batch_size * spec.world_size,
+            "skip": [list(r) for r in self._skips.ranges],
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continues at ``state["step"]``.
+        """Continues at ``state["step"]``, skipping the state's ranges as well as this loader's.
 
         The state may come from a loader with another ``world_size`` (and
         ``rank``) as long as the global batch, seed, mode and stream length
         are the same; anything else raises ``ValueError`` naming the field,
-        since it would silently yield other samples.
+        since it would silently yield other samples. The skipped ranges
+        become the union of this loader's and the state's (a state without
+        ``skip``, e.g. of version 1, has none); a state step inside a
+        skipped range continues at the range's end.
         """
         if not isinstance(state, Mapping):
             raise TypeError(f"state must be a dict from state_dict(), got {type(state).__name__}")
         mine = self.state_dict()
-        missing = [k for k in mine if k not in state]
+        missing = [k for k in mine if k not in state and k != "skip"]
         if missing:
             raise InvalidArgumentError(f"state is missing {', '.join(missing)}")
-        if state["version"] != _STATE_VERSION:
+        if state["version"] not in _STATE_VERSIONS:
             raise InvalidArgumentError(f"state version {state['version']!r} is not supported")
         for key in ("seed", "mode", "n", "global_batch_size"):
             if state[key] != mine[key]:
                 raise InvalidArgumentError(
                     f"state {key} is {state[key]!r} but this loader's is {mine[key]!r}"
                 )
-        self.seek(state["step"])
+        step = _check_int("state step", state["step"], 0)
+        theirs = _Skips.parse(state.get("skip"), "state skip")
+        self._check_open()
+        with self._lock:
+            skips, self._skips = self._skips, self._skips.union(theirs)
+            try:
+                self._seek(self._skips.first_from(step))
+            except Exception:
+                self._skips = skips  # refused: nothing changed
+                raise
 
     # -- lifetime ------------------------------------------------------------
 

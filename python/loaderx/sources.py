@@ -240,6 +240,17 @@ def _check_group(group: object, group_mode: object, join: object) -> None:
         raise InvalidArgumentError("join only applies to a group member: pass group= as well")
 
 
+def joins_where_the_group_is(daemon: Any, start_step: int) -> bool:
+    """Whether ``DataLoader(..., start_step=start_step, daemon=daemon)`` starts at its
+    group's current step rather than at ``start_step``: ``join="current"``, or a
+    broadcast member with no ``join`` and no ``start_step`` (:class:`DaemonOptions`)."""
+    if not isinstance(daemon, DaemonOptions) or daemon.group is None:
+        return False
+    if daemon.join is not None:
+        return daemon.join == "current"
+    return daemon.group_mode == "broadcast" and start_step == 0
+
+
 @dataclass(frozen=True)
 class DaemonOptions:
     """Where and how a DataLoader talks to loaderxd (``DataLoader(..., daemon=DaemonOptions(...))``).

@@ -123,8 +123,8 @@ class StatefulLoader:
 
     * ``state_dict()`` may be called at any time and describes the position
       after the last batch yielded: loading it makes the next batch the one
-      that would have come next. It is the DataLoader's state (plain ints
-      and strings), so it survives ``torch.save`` /
+      that would have come next. It is the DataLoader's state (plain ints,
+      strings and its ``skip`` list of int pairs), so it survives ``torch.save`` /
       ``torch.load(weights_only=True)`` and JSON.
     * ``load_state_dict(state)`` is called before iterating again; the next
       batch is step ``state["step"]``, exactly, whatever ``num_threads``,
@@ -150,7 +150,7 @@ class StatefulLoader:
         return self.loader._deliver(to_torch)  # an interrupt consumes no step here either
 
     def state_dict(self) -> dict[str, Any]:
-        """The position after the last batch yielded (plain ints and strings)."""
+        """The position after the last batch yielded, with the skipped ranges (plain ints, strings, lists)."""
         return self.loader.state_dict()
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:

@@ -45,6 +45,9 @@ class FakeSource:
         self.closed = threading.Event()
         self.close_calls = 0
         self.interrupt_after: set[int] = set()
+        self.seek_interrupt: set[int] = set()
+        self.seek_lands = False
+        self.seeks: list[int] = []
 
     @property
     def step(self) -> int:
@@ -73,7 +76,13 @@ class FakeSource:
         return stash[0]
 
     def seek(self, step: int) -> None:
+        if step in self.seek_interrupt:  # Ctrl-C during the seek, before or after it took effect
+            self.seek_interrupt.discard(step)
+            if self.seek_lands:
+                self._step = step
+            raise KeyboardInterrupt
         self._step = step
+        self.seeks.append(step)
 
     def close(self) -> None:
         self.close_calls += 1
@@ -387,6 +396,22 @@ print(json.dumps(delays))
     assert max(delays) < 1.0, delays
 
 
+def take_through_interrupts(loader: DataLoader, k: int) -> tuple[list[int], int]:
+    """The steps of `k` batches taken with next(), again after each KeyboardInterrupt
+    (which must consume nothing, and is followed by a pause); and the interrupts."""
+    got: list[int] = []
+    interrupts = 0
+    while len(got) < k:
+        before = loader.step
+        try:
+            got.append(int(next(loader)["step"][0]))
+        except KeyboardInterrupt:
+            interrupts += 1
+            assert loader.step == before == loader.state_dict()["step"]  # nothing consumed
+            time.sleep(0.1)  # a pause after Ctrl-C: the transform calls under way finish
+    return got, interrupts
+
+
 def _slow_identity(batch: Any) -> Any:
     time.sleep(0.05)  # step 0's call still runs when next() tops up its window with step 1
     return batch
@@ -408,16 +433,7 @@ def test_keyboard_interrupt_in_next_consumes_no_step(
     with DataLoader(stores, batch_size=4, transform=transform) as loader:
         if where == "after_the_hand_over":
             fake["source"].interrupt_after = {1}
-        got: list[int] = []
-        interrupts = 0
-        while len(got) < 4:
-            before = loader.step
-            try:
-                got.append(int(next(loader)["step"][0]))
-            except KeyboardInterrupt:
-                interrupts += 1
-                assert loader.step == before == loader.state_dict()["step"]  # nothing consumed
-                time.sleep(0.1)  # a pause after Ctrl-C: the transform calls under way finish
+        got, interrupts = take_through_interrupts(loader, 4)
         assert got == [0, 1, 2, 3]
         assert interrupts == 1
         assert loader.step == 4
@@ -438,3 +454,25 @@ def test_an_exception_raised_after_a_batch_was_counted_gives_the_step_back(
             loader._deliver(interrupted)
         assert loader.step == 1 == loader.state_dict()["step"]
         assert [int(next(loader)["step"][0]) for _ in range(2)] == [1, 2]
+
+
+@pytest.mark.parametrize("seek_lands", [False, True])
+@pytest.mark.parametrize("transform", [None, lambda b: b])
+def test_keyboard_interrupt_in_next_at_the_seek_past_a_skipped_range_consumes_no_step(
+    stores: dict[str, Any], fake: dict[str, Any], transform: Any, seek_lands: bool
+) -> None:
+    # Reaching the range [2, 5), the loader seeks the source to 5; Ctrl-C
+    # lands in that seek (before or after the source moved). No step is
+    # consumed or skipped beyond the range, and the source never produces
+    # a step of the range.
+    with DataLoader(stores, batch_size=4, transform=transform, skip=[(2, 5)]) as loader:
+        source = fake["source"]
+        source.seek_interrupt = {5}
+        source.seek_lands = seek_lands
+        source.interrupt = {2, 3, 4}  # would raise if a skipped step were ever fetched
+        got, interrupts = take_through_interrupts(loader, 4)
+        assert got == [0, 1, 5, 6]
+        assert interrupts == 1
+        assert source.interrupt == {2, 3, 4}
+        assert source.seeks == [5]
+        assert loader.step == 7

@@ -122,3 +122,21 @@ def test_stateful_loader_owns_its_loader(stores: dict[str, Any]) -> None:
     assert got["img"].data_ptr() != 0 and tuple(got["img"].shape) == (4, 2, 3)
     wrapped.close()
     assert inner.closed and not wrapped
+
+
+def test_stateful_loader_checkpoints_skipped_ranges(stores: dict[str, Any], tmp_path: Any) -> None:
+    def label_of(step: int) -> Any:
+        with DataLoader(stores, batch_size=4, seed=5, start_step=step) as ref:
+            return torch.from_numpy(next(ref)["label"].copy())
+
+    with StatefulLoader(DataLoader(stores, batch_size=4, seed=5, skip=[(2, 4)])) as first:
+        assert [torch.equal(next(first)["label"], label_of(s)) for s in (0, 1, 4)] == [True] * 3
+        first.loader.skip(6, 9)
+        torch.save({"loader": first.state_dict()}, tmp_path / "ckpt.pt")
+    state = torch.load(tmp_path / "ckpt.pt", weights_only=True)["loader"]
+    assert state["step"] == 5 and state["skip"] == [[2, 4], [6, 9]]
+    with StatefulLoader(DataLoader(stores, batch_size=4, seed=5)) as resumed:
+        resumed.load_state_dict(state)
+        assert resumed.loader.skip_ranges == ((2, 4), (6, 9))
+        assert [torch.equal(next(resumed)["label"], label_of(s)) for s in (5, 9)] == [True, True]
+        assert resumed.step == 10
