@@ -450,16 +450,7 @@ std::optional<Status> Group::PeerWait(uint64_t id, Member& me, uint64_t pushed, 
       me.waiting = false;
       me.caller_waits = false;  // this refusal is pushed to it
       UpdateGate();
-      const std::string how = rank_left_how_[r].empty() ? "" : " (" + rank_left_how_[r] + ")";
-      const std::string rr = PositionName(r);
-      return Status::Timeout(Quoted(name_) + ": " + PositionName(me.position) +
-                             " cannot take step " + std::to_string(pushed) + ", which needs " + rr +
-                             " to reach step " + std::to_string(pushed - options_.max_skew) +
-                             " first (max-skew " + std::to_string(options_.max_skew) + "), but " +
-                             rr + " left at step " + std::to_string(rank_cursor_[r]) + how +
-                             " and its process " + std::to_string(rank_left_[r].pid) + " " + fate +
-                             ": restart " + rr + " at step " + std::to_string(rank_cursor_[r]) +
-                             " or later (its checkpoint), or restart the job");
+      return DeadPeer(me, pushed, r, fate);
     }
   }
   if (me.info.timeout.count() > 0 && waited >= me.info.timeout) {
@@ -517,6 +508,21 @@ Status Group::SameStartAsReplicas(uint64_t id, uint64_t position, uint64_t step)
         ": the replicas of a rank must start at the same step");
   }
   return Status::OK();
+}
+
+Status Group::DeadPeer(const Member& me, uint64_t pushed, uint64_t position,
+                       const std::string& fate) const {
+  const std::string how =
+      rank_left_how_[position].empty() ? "" : " (" + rank_left_how_[position] + ")";
+  const std::string rr = PositionName(position);
+  const std::string left = std::to_string(rank_cursor_[position]);
+  return Status::Timeout(Quoted(name_) + ": " + PositionName(me.position) + " cannot take step " +
+                         std::to_string(pushed) + ", which needs " + rr + " to reach step " +
+                         std::to_string(pushed - options_.max_skew) + " first (max-skew " +
+                         std::to_string(options_.max_skew) + "), but " + rr + " left at step " +
+                         left + how + " and its process " +
+                         std::to_string(rank_left_[position].pid) + " " + fate + ": restart " + rr +
+                         " at step " + left + " or later (its checkpoint), or restart the job");
 }
 
 std::string Group::PositionName(uint64_t position) const {

@@ -453,6 +453,10 @@ class Group {
   uint64_t RankOf(uint64_t position) const { return spec_.ranks_first + position / replicas_; }
   // "rank 3", or "rank 3 replica 1" when ranks have replicas.
   std::string PositionName(uint64_t position) const;
+  // The Timeout status of member `me`, whose push of `pushed` waits for
+  // `position`, whose last member's process is gone (`fate`; "Dead peers").
+  Status DeadPeer(const Member& me, uint64_t pushed, uint64_t position,
+                  const std::string& fate) const;
   // InvalidArgument if a live replica of `position`'s rank (other than
   // member `id`) that has not moved since it started started at a step
   // other than `step` (Join's rule).
