@@ -373,6 +373,9 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
             self.served = 0
             self.releases = 0
             self.gathered_closed = 0  # of groups no longer in self.groups
+            # Gathers the daemon may or may not have made for loaders closed
+            # with a deferred take (see close()): resolved by the next stats.
+            self.gather_slack = 0
             number = next(counter)
             self.prefix = f"m{number}-"
             # A daemon per example: a leak found by one example must not
@@ -484,14 +487,24 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
                 "groups": len(live_named),
             }
             got: dict[str, int] = {}
+
+            def agrees(got: dict[str, int]) -> bool:
+                extra = got["batches_gathered"] - want["batches_gathered"]
+                return (0 <= extra <= self.gather_slack
+                        and all(got[k] == v for k, v in want.items() if k != "batches_gathered"))
+
             for _ in range(250):  # pushes, consumed, releases are asynchronous: <= 5 s
                 s = self.daemon.stats()
                 got = {k: s[k] for k in want}
-                if got == want:
+                if agrees(got):
                     threading.Event().wait(0.02)  # settled, not passing through
                     s = self.daemon.stats()
                     got = {k: s[k] for k in want}
-                    if got == want:
+                    if agrees(got):
+                        # The closes are processed (loaders and sessions
+                        # agree): what they left gathered is final.
+                        self.gathered_closed += got["batches_gathered"] - want["batches_gathered"]
+                        self.gather_slack = 0
                         return
                 threading.Event().wait(0.02)
             extra = {k: s[k] for k in ("protocol_errors", "refused")}
@@ -780,6 +793,15 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
         @traced
         def close(self, data: st.DataObject) -> None:
             lm = self.pick(data, lambda lm: not lm.closed)
+            # A deferred take goes out just before `close`. The daemon may
+            # act on it before it reads `close`: with credit left, it then
+            # pushes (gathers) the loader's next step, which `close` drops
+            # unread. Whether it got that far is timing (measured: either
+            # happens), so the model allows that one gather (gather_slack)
+            # until the stats settle. Only a solo loader defers its takes.
+            if lm.deferred and self.client_held(lm) < lm.cap:
+                assert not lm.named
+                self.gather_slack += 1
             self.call(f"close() of {lm.label}", lm.dl.close)
             self.report(lm)  # sent before `close`
             lm.closed = True
@@ -925,3 +947,26 @@ def expected_batch(data: dict, spec: Spec, step: int) -> list[np.ndarray]:
     idx = np.array(Sampler(n, spec.batch_size, spec.mode, spec.seed, rank=spec.rank,
                            world_size=spec.world_size).peek(step), copy=True)
     return [data["images"][idx], data["labels"][idx], *[data["tokens"][int(i)] for i in idx]]
+
+
+@pytest.mark.daemon
+def test_close_after_a_deferred_take_gathers_at_most_one_step_more(daemon, stores) -> None:
+    # The race the model allows for (gather_slack): a solo loader holding a
+    # batch defers its next take, which goes out just before `close`. The
+    # daemon may push (gather) the following step before it reads `close`,
+    # or not; either way that batch is dropped unread, served counts both
+    # takes, and no slot stays leased once the batches are freed.
+    streams = stores["streams"]
+    spec = Spec(4, Sampler.Mode.Cyclic, 1)
+    for i in range(20):
+        before = daemon.stats()
+        dl = DataLoader(streams, batch_size=4, mode=spec.mode, seed=1,
+                        daemon=DaemonOptions(daemon.socket, leases=3))
+        a, b = next(dl), next(dl)  # b's take is deferred: a is still held
+        check_arrays(flatten(a), expected_batch(stores, spec, 0), f"round {i} step 0")
+        check_arrays(flatten(b), expected_batch(stores, spec, 1), f"round {i} step 1")
+        dl.close()
+        del a, b
+        after = daemon.settled(loaders=0, sessions=0, slots_held=0)
+        assert after["batches_served"] - before["batches_served"] == 2
+        assert after["batches_gathered"] - before["batches_gathered"] in (2, 3)
