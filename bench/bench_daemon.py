@@ -192,8 +192,9 @@ def pct(samples: list[float], q: float) -> float:
 def daemon_source(sock: str, store: Path, batch: int, shared_view: bool = False) -> Any:
     from loaderx import _loaderx
 
-    return _loaderx.DaemonLoader(sock, [str(store)], batch, 1, SEED, 0, 1, 0, PREFETCH, LEASES, 0,
-                                 shared_view=shared_view)
+    spec = _loaderx.LoaderSpec(stores=[str(store)], batch_size=batch, mode=1, seed=SEED,
+                               prefetch=PREFETCH, leases=LEASES, shared_view=shared_view)
+    return _loaderx.DaemonLoader(sock, spec)
 
 
 def ready_draws(src: Any, samples: int, wait: Any, out: PyLatency, wall: list[float],

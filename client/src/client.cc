@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <memory>
 #include <utility>
 
@@ -377,11 +379,87 @@ Result<client::DaemonReport> Client::Report(const client::WaitHook& hook) {
   return client::DaemonReport{std::move(s->counters), std::move(s->status)};
 }
 
-Result<std::unique_ptr<client::Loader>> Client::OpenLoader(const client::LoaderSpec& spec) {
-  if (spec.stores.empty()) return Status::InvalidArgument("loader needs at least one stream");
-  if (spec.stores.size() > kMaxWireStreams) {
+namespace client {
+namespace {
+
+// Seconds as Python prints a float the user passed ("0.05", "90000", "0").
+std::string Seconds(std::chrono::milliseconds ms) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", std::chrono::duration<double>(ms).count());
+  return buf;
+}
+
+}  // namespace
+
+Status LoaderSpec::ValidateOptions() const {
+  const bool grouped = !group.empty();
+  if (group.size() > kMaxGroupName) {
+    return Status::InvalidArgument("group must be 1.." + std::to_string(kMaxGroupName) +
+                                   " UTF-8 bytes, got " + std::to_string(group.size()));
+  }
+  if (!grouped && join != GroupJoin::kDefault) {
+    return Status::InvalidArgument("join only applies to a group member: pass group= as well");
+  }
+  if (liveness_timeout < kMinLivenessTimeout || liveness_timeout > kMaxTimeout) {
+    return Status::InvalidArgument("liveness_timeout must be in " + Seconds(kMinLivenessTimeout) +
+                                   ".." + Seconds(kMaxTimeout) + " seconds, got " +
+                                   Seconds(liveness_timeout));
+  }
+  if (group_timeout) {
+    if (*group_timeout < kMinGroupTimeout || *group_timeout > kMaxTimeout) {
+      return Status::InvalidArgument("group_timeout must be in " + Seconds(kMinGroupTimeout) +
+                                     ".." + Seconds(kMaxTimeout) + " seconds, got " +
+                                     Seconds(*group_timeout));
+    }
+    if (!grouped) {
+      return Status::InvalidArgument(
+          "group_timeout needs a group (a solo loader waits for nobody)");
+    }
+  }
+  if ((ranks_count != 0 || replicas != 1) && (!grouped || group_mode != GroupMode::kShard)) {
+    return Status::InvalidArgument(
+        "ranks and replicas are for shard groups: pass group=... with group_mode='shard'");
+  }
+  if (replicas == 0) return Status::InvalidArgument("replicas must be at least 1, got 0");
+  return Status::OK();
+}
+
+Status LoaderSpec::Validate() const {
+  LX_RETURN_IF_ERROR(ValidateOptions());
+  if (stores.empty()) return Status::InvalidArgument("loader needs at least one stream");
+  if (stores.size() > kMaxWireStreams) {
     return Status::InvalidArgument("at most " + std::to_string(kMaxWireStreams) + " streams");
   }
+  if (!group.empty() && group_mode == GroupMode::kBroadcast && start_step != 0 &&
+      join == GroupJoin::kCurrent) {
+    return Status::InvalidArgument(
+        "start_step=" + std::to_string(start_step) +
+        " and join='current' contradict each other: drop start_step to join where the group "
+        "is, or drop join to start at start_step");
+  }
+  if (!mix_counts.empty() || !mix_parts.empty()) {
+    if (mix_counts.empty() || mix_parts.size() != stores.size()) {
+      return Status::InvalidArgument(
+          "a mixture needs mix_counts and one mix_parts entry per stream (" +
+          std::to_string(stores.size()) + " streams, " + std::to_string(mix_parts.size()) +
+          " mix_parts entries)");
+    }
+    for (size_t j = 0; j < stores.size(); ++j) {
+      const size_t got = mix_parts[j].size();
+      if (got != 0 && got != mix_counts.size()) {
+        return Status::InvalidArgument("mixed stream " + std::to_string(j) + " has " +
+                                       std::to_string(got) + " parts; the mixture has " +
+                                       std::to_string(mix_counts.size()) + " datasets");
+      }
+    }
+  }
+  return Status::OK();
+}
+
+}  // namespace client
+
+Result<std::unique_ptr<client::Loader>> Client::OpenLoader(const client::LoaderSpec& spec) {
+  LX_RETURN_IF_ERROR(spec.Validate());
   OpenMsg open;
   open.batch_size = spec.batch_size;
   open.mode = static_cast<uint32_t>(spec.mode);
@@ -393,36 +471,22 @@ Result<std::unique_ptr<client::Loader>> Client::OpenLoader(const client::LoaderS
   open.leases = spec.leases;
   open.ring_bytes = spec.ring_bytes;
   if (!spec.group.empty()) {
-    if (spec.group.size() > kMaxGroupName) {
-      return Status::InvalidArgument("group name of " + std::to_string(spec.group.size()) +
-                                     " bytes is too long (at most " +
-                                     std::to_string(kMaxGroupName) + ")");
-    }
     open.group = spec.group;
     open.group_mode = spec.group_mode;
     open.join = spec.join;
-    open.group_timeout_ms = static_cast<uint64_t>(std::max<int64_t>(spec.group_timeout.count(), 0));
+    // An explicit start_step is honoured by a broadcast member (a resumed
+    // trainer joining a running sweep), never replaced by the group's step.
+    if (spec.group_mode == GroupMode::kBroadcast && spec.start_step != 0 &&
+        spec.join == GroupJoin::kDefault) {
+      open.join = GroupJoin::kStartStep;
+    }
+    open.group_timeout_ms =
+        spec.group_timeout ? static_cast<uint64_t>(spec.group_timeout->count()) : 0;
     open.ranks_first = spec.ranks_count != 0 ? spec.ranks_first : 0;
     open.ranks_count = spec.ranks_count;
     open.replicas = spec.replicas;
   }
-  if (!spec.mix_counts.empty() || !spec.mix_parts.empty()) {
-    if (spec.mix_counts.empty() || spec.mix_parts.size() != spec.stores.size()) {
-      return Status::InvalidArgument(
-          "a mixture needs mix_counts and one mix_parts entry per stream (" +
-          std::to_string(spec.stores.size()) + " streams, " +
-          std::to_string(spec.mix_parts.size()) + " mix_parts entries)");
-    }
-    for (size_t j = 0; j < spec.stores.size(); ++j) {
-      const size_t got = spec.mix_parts[j].size();
-      if (got != 0 && got != spec.mix_counts.size()) {
-        return Status::InvalidArgument("mixed stream " + std::to_string(j) + " has " +
-                                       std::to_string(got) + " parts; the mixture has " +
-                                       std::to_string(spec.mix_counts.size()) + " datasets");
-      }
-    }
-    open.mix_counts = spec.mix_counts;
-  }
+  if (!spec.mix_counts.empty()) open.mix_counts = spec.mix_counts;
   // The client opens every file with its own rights; the daemon gets fds.
   std::vector<StoreFiles> files;
   std::vector<int> fds;
@@ -467,12 +531,6 @@ Result<std::unique_ptr<client::Loader>> Client::OpenLoader(const client::LoaderS
     return Status::InvalidArgument("the streams have " + std::to_string(fds.size()) +
                                    " files together; one loader can pass at most " +
                                    std::to_string(kMaxFrameFds));
-  }
-  if (spec.liveness_timeout < client::kMinLivenessTimeout) {
-    return Status::InvalidArgument("liveness_timeout must be at least " +
-                                   std::to_string(client::kMinLivenessTimeout.count()) +
-                                   " ms (several daemon heartbeats), got " +
-                                   std::to_string(spec.liveness_timeout.count()) + " ms");
   }
   // The loader gets a connection of its own: the client's (which then
   // reconnects lazily if used again), so one loader costs one session.

@@ -230,42 +230,52 @@ class Pipeline(Source):
 # --- bind_client.cc (present when HAVE_DAEMON_CLIENT) ------------------------
 
 @final
-class DaemonLoader(Source):
-    """A loader served by loaderxd; batches are zero-copy views of its ring."""
+class LoaderSpec:
+    """Everything a loaderxd loader is opened with, built from keywords (client.h LoaderSpec)."""
 
     def __init__(
         self,
-        path: str,
-        stores: Sequence[str],
-        batch_size: SupportsIndex,
-        mode: SupportsIndex,
-        seed: SupportsIndex,
-        rank: SupportsIndex,
-        world_size: SupportsIndex,
-        start_step: SupportsIndex,
-        prefetch: SupportsIndex,
-        leases: SupportsIndex,
-        ring_bytes: SupportsIndex,
-        group: str = "",
+        *,
+        stores: Sequence[str] = ...,
+        batch_size: SupportsIndex = 0,
+        mode: SupportsIndex = 1,
+        seed: SupportsIndex = 42,
+        rank: SupportsIndex = 0,
+        world_size: SupportsIndex = 1,
+        start_step: SupportsIndex = 0,
+        prefetch: SupportsIndex = 4,
+        leases: SupportsIndex = 8,
+        ring_bytes: SupportsIndex = 0,
+        group: str | None = None,
         group_mode: str = "shard",
-        join: str = "",
+        join: str | None = None,
         shared_view: bool = False,
         liveness_timeout: float = 10.0,
-        group_timeout: float = 0.0,
+        group_timeout: float | None = None,
         mix_counts: Sequence[SupportsIndex] = ...,
         mix_parts: Sequence[Sequence[str]] = ...,
         ranks_first: SupportsIndex = 0,
         ranks_count: SupportsIndex = 0,
         replicas: SupportsIndex = 1,
     ) -> None:
-        """``group`` non-empty joins that loaderxd group (``group_mode`` 'shard' | 'broadcast',
-        ``join`` '' (the mode's default) | 'start_step' | 'current'); ``group_timeout``
-        seconds a ``next`` may wait for the other members (0: loaderxd's --group-timeout).
+        """``group`` joins that loaderxd group (``group_mode`` 'shard' | 'broadcast',
+        ``join`` None (the mode's default) | 'start_step' | 'current'); ``group_timeout``
+        seconds a ``next`` may wait for the other members (None: loaderxd's --group-timeout).
         A mixture: ``mix_counts`` (one per dataset) and one ``mix_parts`` entry per stream
         (its parts' store paths; none for the dataset-number stream, whose ``stores``
         entry is '', or for a plain store). A shard group over part of the ranks:
         ``ranks_first``, ``ranks_count`` (0: all); ``replicas`` members per rank."""
 
+    def validate_options(self) -> None:
+        """Raises ValueError naming the first DaemonOptions field that breaks a rule."""
+
+    def validate(self) -> None:
+        """Raises ValueError naming the first field that breaks a rule."""
+
+class DaemonLoader(Source):
+    """A loader served by loaderxd; batches are zero-copy views of its ring."""
+
+    def __init__(self, path: str, spec: LoaderSpec) -> None: ...
     @property
     def lease_cap(self) -> int: ...
     @property

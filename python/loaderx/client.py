@@ -38,6 +38,7 @@ readable. Reconnect by building a new loader with ``start_step=`` (or
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Mapping
@@ -88,27 +89,18 @@ class Client:
             out.update(json.loads(document))
         return out
 
-    def loader(
-        self,
-        streams: Mapping[str, Any],
-        batch_size: int = 256,
-        *,
-        leases: int = DEFAULT_LEASES,
-        ring_bytes: int = 0,
-        group: str | None = None,
-        group_mode: str = "shard",
-        join: str | None = None,
-        **kwargs: Any,
-    ) -> Any:
-        """``DataLoader(streams, batch_size=batch_size, daemon=DaemonOptions(self.path, ...), **kwargs)``.
+    def loader(self, streams: Mapping[str, Any], batch_size: int = 256, **kwargs: Any) -> Any:
+        """``DataLoader(streams, batch_size=batch_size, daemon=DaemonOptions(self.path, ...), ...)``.
 
-        ``leases``, ``ring_bytes``, ``group``, ``group_mode`` and ``join`` are
-        :class:`DaemonOptions` fields (``group=`` shares one pipeline with
-        the group's other members).
+        Every :class:`DaemonOptions` field but ``path`` (``leases``,
+        ``group``, ``group_mode``, ``join``, ``group_timeout``, ``ranks``,
+        ``replicas``, ...) goes to the options; every other keyword to the
+        :class:`~loaderx.dataloader.DataLoader`.
         """
-        options = DaemonOptions(self.path, leases=leases, ring_bytes=ring_bytes, group=group,
-                                group_mode=group_mode, join=join)
-        return DataLoader(streams, batch_size=batch_size, daemon=options, **kwargs)
+        fields = {f.name for f in dataclasses.fields(DaemonOptions)} - {"path"}
+        options = {k: kwargs.pop(k) for k in list(kwargs) if k in fields}
+        daemon = DaemonOptions(self.path, **options)
+        return DataLoader(streams, batch_size=batch_size, daemon=daemon, **kwargs)
 
 
 def connect(path: str | os.PathLike[str] | None = None) -> Client:

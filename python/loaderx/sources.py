@@ -98,8 +98,6 @@ MIN_GROUP_TIMEOUT = 0.1
 
 #: Longest group name in UTF-8 bytes (the protocol's limit, from wire.h).
 MAX_GROUP_NAME: int = _loaderx.MAX_GROUP_NAME
-_GROUP_MODES = ("shard", "broadcast")
-_JOINS = ("start_step", "current")
 
 
 @dataclass(frozen=True)
@@ -222,24 +220,6 @@ def default_socket_path() -> str:
     return os.path.join(runtime, "loaderx", "loaderxd.sock")
 
 
-def _check_group(group: object, group_mode: object, join: object) -> None:
-    """ValueError (TypeError for a non-str) naming the first bad group argument."""
-    if group is not None:
-        if not isinstance(group, str):
-            raise TypeError(f"group must be a str or None, got {type(group).__name__}")
-        size = len(group.encode("utf-8"))
-        if not 1 <= size <= MAX_GROUP_NAME:
-            raise InvalidArgumentError(f"group must be 1..{MAX_GROUP_NAME} UTF-8 bytes, got {size}")
-    if group_mode not in _GROUP_MODES:
-        raise InvalidArgumentError(
-            f"group_mode must be 'shard' or 'broadcast', got {group_mode!r}"
-        )
-    if join is not None and join not in _JOINS:
-        raise InvalidArgumentError(f"join must be 'start_step', 'current' or None, got {join!r}")
-    if group is None and join is not None:
-        raise InvalidArgumentError("join only applies to a group member: pass group= as well")
-
-
 def joins_where_the_group_is(daemon: Any, start_step: int) -> bool:
     """Whether ``DataLoader(..., start_step=start_step, daemon=daemon)`` starts at its
     group's current step rather than at ``start_step``: ``join="current"``, or a
@@ -328,41 +308,57 @@ class DaemonOptions:
     replicas: int = 1
 
     def __post_init__(self) -> None:
-        _check_group(self.group, self.group_mode, self.join)
-        _check_ranks(self.group, self.group_mode, self.ranks, self.replicas)
-        _check_group_timeout(self.group, self.group_timeout)
-        t = self.liveness_timeout
-        if isinstance(t, bool) or not isinstance(t, (int, float)):
-            raise TypeError(f"liveness_timeout must be a number of seconds, got {type(t).__name__}")
-        if not MIN_LIVENESS_TIMEOUT <= t <= 86400:
-            raise InvalidArgumentError(
-                f"liveness_timeout must be in {MIN_LIVENESS_TIMEOUT}..86400 seconds, got {t!r}"
-            )
+        _check_types(self)
+        # The rules themselves are the engine's (LoaderSpec, client.h), checked
+        # here so that a bad option fails where it is written.
+        self.native_spec().validate_options()
+
+    def native_spec(self, stores: list[str] | None = None, **loader: Any) -> Any:
+        """These options as a native ``_loaderx.LoaderSpec``, with the loader's
+        ``stores`` and sampler settings (``loader``) when given."""
+        ranks = self.ranks
+        return _loaderx.LoaderSpec(
+            stores=[] if stores is None else stores,
+            leases=self.leases,
+            ring_bytes=self.ring_bytes,
+            group=self.group,
+            group_mode=self.group_mode,
+            join=self.join,
+            shared_view=bool(self.shared_view),
+            liveness_timeout=float(self.liveness_timeout),
+            group_timeout=None if self.group_timeout is None else float(self.group_timeout),
+            ranks_first=0 if ranks is None else ranks.start,
+            ranks_count=0 if ranks is None else len(ranks),
+            replicas=self.replicas,
+            **loader,
+        )
 
 
-def _check_ranks(group: str | None, group_mode: str, ranks: range | None, replicas: int) -> None:
-    """Types only; loaderxd checks the values against the loader's rank and world."""
-    if ranks is not None and not isinstance(ranks, range):
-        raise TypeError(f"ranks must be a range of data-parallel ranks or None, got {type(ranks).__name__}")
-    if isinstance(replicas, bool) or not isinstance(replicas, int):
-        raise TypeError(f"replicas must be an int, got {type(replicas).__name__}")
-    if ranks is not None and ranks.step != 1:
-        raise InvalidArgumentError(f"ranks must be a range of consecutive ranks, got {ranks!r}")
-    if (ranks is not None or replicas != 1) and (group is None or group_mode != "shard"):
-        raise InvalidArgumentError("ranks and replicas are for shard groups: pass group=... "
-                                   "with group_mode='shard'")
+def _check_types(o: DaemonOptions) -> None:
+    """TypeError naming the first field of a type the engine cannot take.
 
-
-def _check_group_timeout(group: str | None, timeout: float | None) -> None:
-    if timeout is None:
-        return
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise TypeError(f"group_timeout must be a number of seconds or None, got {type(timeout).__name__}")
-    if not MIN_GROUP_TIMEOUT <= timeout <= 86400:
-        raise InvalidArgumentError(
-            f"group_timeout must be in {MIN_GROUP_TIMEOUT}..86400 seconds, got {timeout!r}")
-    if group is None:
-        raise InvalidArgumentError("group_timeout needs a group (a solo loader waits for nobody)")
+    The values are checked by the engine (``DaemonOptions.native_spec``).
+    """
+    if o.group is not None and not isinstance(o.group, str):
+        raise TypeError(f"group must be a str or None, got {type(o.group).__name__}")
+    for name in ("group_mode", "join"):
+        value = getattr(o, name)
+        if not isinstance(value, str) and not (name == "join" and value is None):
+            raise TypeError(f"{name} must be a str, got {type(value).__name__}")
+    t = o.liveness_timeout
+    if isinstance(t, bool) or not isinstance(t, (int, float)):
+        raise TypeError(f"liveness_timeout must be a number of seconds, got {type(t).__name__}")
+    g = o.group_timeout
+    if g is not None and (isinstance(g, bool) or not isinstance(g, (int, float))):
+        raise TypeError(f"group_timeout must be a number of seconds or None, got {type(g).__name__}")
+    if o.ranks is not None and not isinstance(o.ranks, range):
+        raise TypeError(f"ranks must be a range of data-parallel ranks or None, got {type(o.ranks).__name__}")
+    if o.ranks is not None and o.ranks.step != 1:
+        raise InvalidArgumentError(f"ranks must be a range of consecutive ranks, got {o.ranks!r}")
+    for name in ("leases", "ring_bytes", "replicas"):
+        value = getattr(o, name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
 
 
 def _wire_streams(streams: Mapping[str, Any], names: tuple[str, ...]
@@ -404,61 +400,25 @@ class DaemonSource(_NativeSource):
     """
 
     def __init__(
-        self,
-        path: str,
-        streams: Mapping[str, Any],
-        spec: SourceSpec,
-        *,
-        leases: int = DEFAULT_LEASES,
-        ring_bytes: int = 0,
-        group: str | None = None,
-        group_mode: str = "shard",
-        join: str | None = None,
-        shared_view: bool = False,
-        liveness_timeout: float = DEFAULT_LIVENESS_TIMEOUT,
-        group_timeout: float | None = None,
-        ranks: range | None = None,
-        replicas: int = 1,
+        self, path: str, streams: Mapping[str, Any], spec: SourceSpec, options: DaemonOptions
     ) -> None:
-        _check_group(group, group_mode, join)
-        _check_ranks(group, group_mode, ranks, replicas)
-        _check_group_timeout(group, group_timeout)
-        if group is not None and group_mode == "broadcast" and spec.start_step != 0:
-            # An explicit start_step is honoured (a resumed trainer joining a
-            # running sweep), never silently replaced by the group's step.
-            if join == "current":
-                raise InvalidArgumentError(
-                    f"start_step={spec.start_step} and join='current' contradict each other: "
-                    "drop start_step to join where the group is, or drop join to start at start_step")
-            join = "start_step"
         self._names = tuple(spec.names)
         self._path = path
         self._moved_noted = False
         stores, mix_counts, mix_parts = _wire_streams(streams, self._names)
-        self._native = _loaderx.DaemonLoader(
-            path,
+        native = options.native_spec(
             stores,
-            spec.batch_size,
-            spec.mode,
-            spec.seed,
-            spec.rank,
-            spec.world_size,
-            spec.start_step,
-            spec.prefetch,
-            leases,
-            ring_bytes,
-            group or "",
-            group_mode,
-            join or "",
-            bool(shared_view),
-            float(liveness_timeout),
-            0.0 if group_timeout is None else float(group_timeout),
-            mix_counts,
-            mix_parts,
-            ranks_first=0 if ranks is None else ranks.start,
-            ranks_count=0 if ranks is None else len(ranks),
-            replicas=replicas,
+            mix_counts=mix_counts,
+            mix_parts=mix_parts,
+            batch_size=spec.batch_size,
+            mode=spec.mode,
+            seed=spec.seed,
+            rank=spec.rank,
+            world_size=spec.world_size,
+            start_step=spec.start_step,
+            prefetch=spec.prefetch,
         )
+        self._native = _loaderx.DaemonLoader(path, native)
 
     @property
     def path(self) -> str:
@@ -521,21 +481,7 @@ def open_source(streams: Mapping[str, Any], spec: SourceSpec, daemon: Any = None
     auto = (isinstance(daemon, str) and daemon == "auto") or options.fallback
     try:
         path = _resolve(daemon)
-        return DaemonSource(
-            path,
-            streams,
-            spec,
-            leases=options.leases,
-            ring_bytes=options.ring_bytes,
-            group=options.group,
-            group_mode=options.group_mode,
-            join=options.join,
-            shared_view=options.shared_view,
-            liveness_timeout=options.liveness_timeout,
-            group_timeout=options.group_timeout,
-            ranks=options.ranks,
-            replicas=options.replicas,
-        )
+        return DaemonSource(path, streams, spec, options)
     except DaemonError as exc:
         if not auto:
             raise

@@ -11,8 +11,12 @@
 #include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "bindings.h"
 #include "loaderx/group.h"
@@ -28,69 +32,79 @@ namespace loaderx::py_bind {
 #ifdef LOADERX_HAVE_CLIENT
 namespace {
 
+// Seconds from Python as the spec's milliseconds; the range is the spec's
+// rule (LoaderSpec::ValidateOptions), only what cannot be a duration is
+// refused here. Saturates far above any allowed value.
+std::chrono::milliseconds Millis(const char* name, double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) {
+    ThrowStatus(Status::InvalidArgument(std::string(name) +
+                                        " must be a finite number of seconds >= 0, got " +
+                                        std::to_string(seconds)));
+  }
+  return std::chrono::milliseconds(std::llround(std::min(seconds, 1e12) * 1000));
+}
+
+// The keyword constructor of _loaderx.LoaderSpec: Python's words (None, the
+// mode's number, 'shard' / 'broadcast', seconds) mapped onto the C++ value.
+client::LoaderSpec MakeLoaderSpec(std::vector<std::string> stores, uint64_t batch_size,
+                                  uint32_t mode, uint64_t seed, uint64_t rank, uint64_t world_size,
+                                  uint64_t start_step, uint32_t prefetch, uint32_t leases,
+                                  uint64_t ring_bytes, const std::optional<std::string>& group,
+                                  const std::string& group_mode,
+                                  const std::optional<std::string>& join, bool shared_view,
+                                  double liveness_timeout, std::optional<double> group_timeout,
+                                  std::vector<uint64_t> mix_counts,
+                                  std::vector<std::vector<std::string>> mix_parts,
+                                  uint64_t ranks_first, uint64_t ranks_count, uint32_t replicas) {
+  if (mode > 2) ThrowStatus(Status::InvalidArgument("mode must be 0, 1 or 2"));
+  client::LoaderSpec spec;
+  if (group) {
+    if (group->empty()) {
+      ThrowStatus(Status::InvalidArgument("group must be 1.." + std::to_string(kMaxGroupName) +
+                                          " UTF-8 bytes, got 0"));
+    }
+    spec.group = *group;
+  }
+  if (group_mode == "broadcast") {
+    spec.group_mode = GroupMode::kBroadcast;
+  } else if (group_mode != "shard") {
+    ThrowStatus(Status::InvalidArgument("group_mode must be 'shard' or 'broadcast', got '" +
+                                        group_mode + "'"));
+  }
+  if (join) {
+    if (*join == "start_step") {
+      spec.join = GroupJoin::kStartStep;
+    } else if (*join == "current") {
+      spec.join = GroupJoin::kCurrent;
+    } else {
+      ThrowStatus(Status::InvalidArgument("join must be 'start_step', 'current' or None, got '" +
+                                          *join + "'"));
+    }
+  }
+  spec.stores = std::move(stores);
+  spec.mix_counts = std::move(mix_counts);
+  spec.mix_parts = std::move(mix_parts);
+  spec.batch_size = batch_size;
+  spec.mode = static_cast<SamplerMode>(mode);
+  spec.seed = seed;
+  spec.rank = rank;
+  spec.world_size = world_size;
+  spec.start_step = start_step;
+  spec.prefetch = prefetch;
+  spec.leases = leases;
+  spec.ring_bytes = ring_bytes;
+  spec.shared_view = shared_view;
+  spec.liveness_timeout = Millis("liveness_timeout", liveness_timeout);
+  if (group_timeout) spec.group_timeout = Millis("group_timeout", *group_timeout);
+  spec.ranks_first = ranks_first;
+  spec.ranks_count = ranks_count;
+  spec.replicas = replicas;
+  return spec;
+}
+
 class DaemonLoader final : public PySource {
  public:
-  DaemonLoader(const std::string& path, std::vector<std::string> stores, uint64_t batch_size,
-               uint32_t mode, uint64_t seed, uint64_t rank, uint64_t world_size,
-               uint64_t start_step, uint32_t prefetch, uint32_t leases, uint64_t ring_bytes,
-               std::string group, const std::string& group_mode, const std::string& join,
-               bool shared_view, double liveness_timeout, double group_timeout,
-               std::vector<uint64_t> mix_counts, std::vector<std::vector<std::string>> mix_parts,
-               uint64_t ranks_first, uint64_t ranks_count, uint32_t replicas) {
-    if (mode > 2) ThrowStatus(Status::InvalidArgument("mode must be 0, 1 or 2"));
-    if (group.size() > kMaxGroupName) {
-      ThrowStatus(Status::InvalidArgument("group: at most " + std::to_string(kMaxGroupName) +
-                                          " bytes, got " + std::to_string(group.size())));
-    }
-    GroupMode gm = GroupMode::kShard;
-    if (group_mode == "broadcast") {
-      gm = GroupMode::kBroadcast;
-    } else if (group_mode != "shard") {
-      ThrowStatus(Status::InvalidArgument("group_mode must be 'shard' or 'broadcast', got '" +
-                                          group_mode + "'"));
-    }
-    GroupJoin gj = GroupJoin::kDefault;
-    if (join == "start_step") {
-      gj = GroupJoin::kStartStep;
-    } else if (join == "current") {
-      gj = GroupJoin::kCurrent;
-    } else if (!join.empty()) {
-      ThrowStatus(Status::InvalidArgument("join must be 'start_step', 'current' or None, got '" +
-                                          join + "'"));
-    }
-    client::LoaderSpec spec;
-    spec.stores = std::move(stores);
-    spec.mix_counts = std::move(mix_counts);
-    spec.mix_parts = std::move(mix_parts);
-    spec.batch_size = batch_size;
-    spec.mode = static_cast<SamplerMode>(mode);
-    spec.seed = seed;
-    spec.rank = rank;
-    spec.world_size = world_size;
-    spec.start_step = start_step;
-    spec.prefetch = prefetch;
-    spec.leases = leases;
-    spec.ring_bytes = ring_bytes;
-    spec.group = std::move(group);
-    spec.group_mode = gm;
-    spec.join = gj;
-    spec.shared_view = shared_view;
-    spec.ranks_first = ranks_first;
-    spec.ranks_count = ranks_count;
-    spec.replicas = replicas;
-    if (!(liveness_timeout > 0) || liveness_timeout > 86400) {
-      ThrowStatus(Status::InvalidArgument("liveness_timeout must be in (0, 86400] seconds, got " +
-                                          std::to_string(liveness_timeout)));
-    }
-    spec.liveness_timeout =
-        std::chrono::milliseconds(static_cast<int64_t>(std::llround(liveness_timeout * 1000)));
-    // 0: the daemon's --group-timeout (sources.DaemonOptions checks the range).
-    if (!(group_timeout >= 0) || group_timeout > 86400) {
-      ThrowStatus(Status::InvalidArgument("group_timeout must be in [0, 86400] seconds, got " +
-                                          std::to_string(group_timeout)));
-    }
-    spec.group_timeout =
-        std::chrono::milliseconds(static_cast<int64_t>(std::llround(group_timeout * 1000)));
+  DaemonLoader(const std::string& path, const client::LoaderSpec& spec) {
     Result<std::unique_ptr<client::Loader>> loader = WithoutGil([&] {
       Result<std::unique_ptr<Client>> c = Client::Connect(path);
       return c.ok() ? (*c)->OpenLoader(spec) : Result<std::unique_ptr<client::Loader>>(c.status());
@@ -142,24 +156,38 @@ void BindClient(py::module_& m) {
   m.attr("PROTOCOL_VERSION") =
       std::to_string(kProtocolMajor) + "." + std::to_string(kProtocolMinor);
 #ifdef LOADERX_HAVE_CLIENT
-  py::class_<DaemonLoader, PySource>(m, "DaemonLoader", R"doc(
-A loader served by loaderxd (see loaderx.client). Opens the store files in
-this process and passes their fds; batches are zero-copy views of the
-daemon's shared-memory ring: writable copy-on-write mappings of their slot,
-or read-only views of the ring itself with shared_view=True.)doc")
-      .def(py::init<const std::string&, std::vector<std::string>, uint64_t, uint32_t, uint64_t,
-                    uint64_t, uint64_t, uint64_t, uint32_t, uint32_t, uint64_t, std::string,
-                    const std::string&, const std::string&, bool, double, double,
-                    std::vector<uint64_t>, std::vector<std::vector<std::string>>, uint64_t,
-                    uint64_t, uint32_t>(),
-           py::arg("path"), py::arg("stores"), py::arg("batch_size"), py::arg("mode"),
-           py::arg("seed"), py::arg("rank"), py::arg("world_size"), py::arg("start_step"),
-           py::arg("prefetch"), py::arg("leases"), py::arg("ring_bytes"), py::arg("group") = "",
-           py::arg("group_mode") = "shard", py::arg("join") = "", py::arg("shared_view") = false,
-           py::arg("liveness_timeout") = 10.0, py::arg("group_timeout") = 0.0,
-           py::arg("mix_counts") = std::vector<uint64_t>(),
+  py::class_<client::LoaderSpec>(m, "LoaderSpec", R"doc(
+Everything a loaderxd loader is opened with (client/include/loaderx/client.h
+LoaderSpec), built from keywords: the loader's sampler settings, its stores
+(paths; a mixture's parts in mix_parts), and the DaemonOptions fields.
+validate_options() checks the DaemonOptions fields alone, validate() all of
+it; both raise ValueError naming the field, and DaemonLoader validates
+before it connects.)doc")
+      .def(py::init(&MakeLoaderSpec), py::kw_only(), py::arg("stores") = std::vector<std::string>(),
+           py::arg("batch_size") = 0, py::arg("mode") = 1, py::arg("seed") = 42,
+           py::arg("rank") = 0, py::arg("world_size") = 1, py::arg("start_step") = 0,
+           py::arg("prefetch") = 4, py::arg("leases") = 8, py::arg("ring_bytes") = 0,
+           py::arg("group") = py::none(), py::arg("group_mode") = "shard",
+           py::arg("join") = py::none(), py::arg("shared_view") = false,
+           py::arg("liveness_timeout") =
+               std::chrono::duration<double>(client::kDefaultLivenessTimeout).count(),
+           py::arg("group_timeout") = py::none(), py::arg("mix_counts") = std::vector<uint64_t>(),
            py::arg("mix_parts") = std::vector<std::vector<std::string>>(),
            py::arg("ranks_first") = 0, py::arg("ranks_count") = 0, py::arg("replicas") = 1)
+      .def(
+          "validate_options", [](const client::LoaderSpec& s) { Check(s.ValidateOptions()); },
+          "Raises ValueError naming the first DaemonOptions field that breaks a rule.")
+      .def(
+          "validate", [](const client::LoaderSpec& s) { Check(s.Validate()); },
+          "Raises ValueError naming the first field that breaks a rule.");
+  py::class_<DaemonLoader, PySource>(m, "DaemonLoader", R"doc(
+A loader served by loaderxd (see loaderx.client), opened with a LoaderSpec.
+Opens the store files in this process and passes their fds; batches are
+zero-copy views of the daemon's shared-memory ring: writable copy-on-write
+mappings of their slot, or read-only views of the ring itself with
+shared_view=True.)doc")
+      .def(py::init<const std::string&, const client::LoaderSpec&>(), py::arg("path"),
+           py::arg("spec"))
       .def_property_readonly("lease_cap", &DaemonLoader::lease_cap)
       .def_property_readonly("leases_held", &DaemonLoader::leases_held)
       .def_property_readonly("batches_moved_out", &DaemonLoader::batches_moved_out,

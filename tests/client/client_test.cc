@@ -68,6 +68,58 @@ void HelloOk(int fd, uint32_t major = kProtocolMajor, uint32_t minor = kProtocol
   Reply(fd, HelloOkMsg{major, minor, "fake", 1, 1});
 }
 
+// LoaderSpec's rules, the one place every host checks them (Python's
+// DaemonOptions calls ValidateOptions): each bad field is InvalidArgument
+// naming the field as the Python keyword, its value and the allowed range.
+TEST(LoaderSpecTest, EachRuleNamesTheFieldAndTheValue) {
+  using std::chrono::milliseconds;
+  auto fails = [](const client::LoaderSpec& s, const std::string& want) {
+    const Status st = s.Validate();
+    EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << want;
+    EXPECT_NE(st.message().find(want), std::string::npos) << st.message();
+  };
+  client::LoaderSpec ok;
+  ok.stores = {"a"};
+  EXPECT_TRUE(ok.Validate().ok());
+  EXPECT_TRUE(client::LoaderSpec().ValidateOptions().ok());  // no streams needed
+  fails(client::LoaderSpec(), "at least one stream");
+
+  client::LoaderSpec s = ok;
+  s.group = std::string(kMaxGroupName + 1, 'g');
+  fails(s, "group must be 1..256 UTF-8 bytes, got 257");
+  s = ok;
+  s.join = GroupJoin::kCurrent;
+  fails(s, "join only applies to a group member");
+  s = ok;
+  s.liveness_timeout = milliseconds(999);
+  fails(s, "liveness_timeout must be in 1..86400 seconds, got 0.999");
+  s.liveness_timeout = milliseconds(86'400'001);
+  fails(s, "got 86400");
+  s = ok;
+  s.group_timeout = milliseconds(5000);
+  fails(s, "group_timeout needs a group");
+  s.group = "g";
+  EXPECT_TRUE(s.Validate().ok());
+  s.group_timeout = milliseconds(50);
+  fails(s, "group_timeout must be in 0.1..86400 seconds, got 0.05");
+  s = ok;
+  s.group = "g";
+  s.group_mode = GroupMode::kBroadcast;
+  s.replicas = 2;
+  fails(s, "ranks and replicas are for shard groups");
+  s.replicas = 1;
+  s.start_step = 7;
+  s.join = GroupJoin::kCurrent;
+  fails(s, "start_step=7 and join='current' contradict each other");
+  s.join = GroupJoin::kDefault;  // a broadcast member with a start_step starts there
+  EXPECT_TRUE(s.Validate().ok());
+  s = ok;
+  s.mix_counts = {3, 4};
+  fails(s, "one mix_parts entry per stream (1 streams, 0 mix_parts entries)");
+  s.mix_parts = {{"x", "y", "z"}};
+  fails(s, "mixed stream 0 has 3 parts; the mixture has 2 datasets");
+}
+
 TEST(ClientTest, NoSocketIsDaemonErrorNamingThePath) {
   TempDir dir;
   auto c = Client::Connect(dir.Sub("none.sock"));

@@ -320,6 +320,9 @@ def test_daemon_options_validation_names_the_argument(kwargs, error, needle) -> 
         DaemonOptions("/nonexistent.sock", **kwargs)
 
 
+SEED_NODE = 5
+
+
 def test_client_loader_takes_group_arguments(daemon, stores) -> None:
     c = lxclient.connect(daemon.socket)
     with pytest.raises(ValueError, match="group_mode"):
@@ -339,6 +342,21 @@ def test_client_loader_takes_group_arguments(daemon, stores) -> None:
         a.close()
         b.close()
     gc.collect()
+
+
+def test_client_loader_passes_every_daemon_option(daemon, stores) -> None:
+    # Every DaemonOptions field but path goes to the options; the rest to
+    # the DataLoader (a node group of ranks 2..3 of 4, two replicas each).
+    c = lxclient.connect(daemon.socket)
+    with c.loader(stores["streams"], 4, group="node1", group_mode="shard", ranks=range(2, 4),
+                  replicas=2, group_timeout=30.0, leases=3, rank=3, world_size=4,
+                  seed=SEED_NODE) as a:
+        assert a.step == 0
+        g = {g["name"]: g for g in c.stats()["named_groups"]}["node1"]
+        assert (g["ranks_first"], g["ranks_count"], g["replicas"]) == (2, 2, 2)
+        assert [(m["rank"], m["group_timeout_s"]) for m in g["members"]] == [(3, 30.0)]
+    with pytest.raises(TypeError, match="ranks must be a range"):
+        c.loader(stores["streams"], 4, group="node1", ranks=[2, 3])
 
 
 def test_batches_held_past_close_are_not_rewritten_while_the_group_goes_on(daemon, stores) -> None:

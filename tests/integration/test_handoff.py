@@ -13,8 +13,9 @@ from loaderx.dataloader import DataLoader
 
 def test_last_publish_ns_stamps_each_batch_on_the_monotonic_clock(daemon, stores) -> None:
     opened = time.monotonic_ns()
-    src = _loaderx.DaemonLoader(daemon.socket, [str(stores["dir"] / "labels")], 4, 0, 1, 0, 1,
-                                0, 2, 4, 0)
+    spec = _loaderx.LoaderSpec(stores=[str(stores["dir"] / "labels")], batch_size=4, mode=0,
+                               seed=1, prefetch=2, leases=4)
+    src = _loaderx.DaemonLoader(daemon.socket, spec)
     try:
         assert src.last_publish_ns == 0  # nothing returned yet
         last = opened

@@ -160,8 +160,9 @@ def test_the_daemon_checks_counts_and_part_schemas(daemon, parts, tmp_path: Path
     web, books = str(parts["web"]["x"]._path), str(parts["books"]["x"]._path)
 
     def open_native(parts_paths: list[str], counts: list[int]) -> Any:
-        return _loaderx.DaemonLoader(daemon.socket, ["mixed"], 4, 1, 0, 0, 1, 0, 2, 4, 0,
-                                     mix_counts=counts, mix_parts=[parts_paths])
+        spec = _loaderx.LoaderSpec(stores=["mixed"], batch_size=4, mode=1, seed=0, prefetch=2,
+                                   leases=4, mix_counts=counts, mix_parts=[parts_paths])
+        return _loaderx.DaemonLoader(daemon.socket, spec)
 
     with pytest.raises(InvalidArgumentError, match="dataset 1 has 0 positions"):
         open_native([web, books], [10, 0])

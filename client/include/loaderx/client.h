@@ -86,6 +86,9 @@ inline constexpr std::chrono::milliseconds kDefaultLivenessTimeout{10000};
 // static_asserts the relation against the protocol's constant).
 inline constexpr std::chrono::milliseconds kMinLivenessTimeout{1000};
 static_assert(kMinLivenessTimeout <= kDefaultLivenessTimeout);
+// The shortest LoaderSpec::group_timeout, and the longest of either timeout.
+inline constexpr std::chrono::milliseconds kMinGroupTimeout{100};
+inline constexpr std::chrono::milliseconds kMaxTimeout{86400 * 1000};
 static_assert(kPollInterval * 4 <= kMinLivenessTimeout,
               "the wait must look at the clock several times within the timeout");
 
@@ -147,9 +150,9 @@ struct LoaderSpec {
   GroupMode group_mode = GroupMode::kShard;
   GroupJoin join = GroupJoin::kDefault;
   // How long a `next` may wait for the group's other members before it fails
-  // with a Timeout status naming them (protocol 1.2); zero: loaderxd's
-  // --group-timeout.
-  std::chrono::milliseconds group_timeout{0};
+  // with a Timeout status naming them (protocol 1.2), kMinGroupTimeout ..
+  // kMaxTimeout, only with a group; nullopt: loaderxd's --group-timeout.
+  std::optional<std::chrono::milliseconds> group_timeout;
   // Protocol 1.5, kShard only: the group serves the data-parallel ranks
   // [ranks_first, ranks_first + ranks_count) of world_size (the local ranks
   // of one node; ranks_count 0: all of them), each rank to `replicas`
@@ -174,6 +177,16 @@ struct LoaderSpec {
   // `recvmsg` (docs/protocol.md "Push queue"). false: on the socket, as a
   // 1.3 daemon sends them (the same batches; a benchmark and debugging knob).
   bool push_queue = true;
+
+  // The rules a spec must meet, in one place for every host: OpenLoader
+  // checks them before it connects, and Python's DaemonOptions checks its
+  // part when it is built. InvalidArgument names the field as the Python
+  // keyword, its value and what is allowed.
+  // ValidateOptions: the loaderxd options alone (group, join, timeouts,
+  // ranks, replicas). Validate: those, and how they fit the loader's
+  // streams, mixture and start_step.
+  Status ValidateOptions() const;
+  Status Validate() const;
 };
 
 // A slot lease: returns the slot to the daemon when destroyed (from the
