@@ -36,7 +36,9 @@ class DaemonLoader final : public PySource {
                std::string group, const std::string& group_mode, const std::string& join,
                bool shared_view, double liveness_timeout, double group_timeout,
                std::vector<uint64_t> mix_counts, std::vector<std::vector<std::string>> mix_parts,
-               uint64_t ranks_first, uint64_t ranks_count, uint32_t replicas) {
+               uint64_t ranks_first, uint64_t ranks_count, uint32_t replicas,
+               const py::object& ragged) {
+    const RaggedForm form = ParseRaggedForm(ragged);
     if (mode > 2) ThrowStatus(Status::InvalidArgument("mode must be 0, 1 or 2"));
     if (group.size() > kMaxGroupName) {
       ThrowStatus(Status::InvalidArgument("group: at most " + std::to_string(kMaxGroupName) +
@@ -97,7 +99,7 @@ class DaemonLoader final : public PySource {
     });
     std::unique_ptr<client::Loader> l = Unwrap(std::move(loader));
     loader_ = l.get();
-    Init(std::move(l));
+    Init(std::move(l), form);
   }
 
   uint32_t lease_cap() const { return loader_->lease_cap(); }
@@ -146,12 +148,13 @@ void BindClient(py::module_& m) {
 A loader served by loaderxd (see loaderx.client). Opens the store files in
 this process and passes their fds; batches are zero-copy views of the
 daemon's shared-memory ring: writable copy-on-write mappings of their slot,
-or read-only views of the ring itself with shared_view=True.)doc")
+or read-only views of the ring itself with shared_view=True. ragged: "list"
+or "packed", as for Pipeline (see Source).)doc")
       .def(py::init<const std::string&, std::vector<std::string>, uint64_t, uint32_t, uint64_t,
                     uint64_t, uint64_t, uint64_t, uint32_t, uint32_t, uint64_t, std::string,
                     const std::string&, const std::string&, bool, double, double,
                     std::vector<uint64_t>, std::vector<std::vector<std::string>>, uint64_t,
-                    uint64_t, uint32_t>(),
+                    uint64_t, uint32_t, const py::object&>(),
            py::arg("path"), py::arg("stores"), py::arg("batch_size"), py::arg("mode"),
            py::arg("seed"), py::arg("rank"), py::arg("world_size"), py::arg("start_step"),
            py::arg("prefetch"), py::arg("leases"), py::arg("ring_bytes"), py::arg("group") = "",
@@ -159,7 +162,8 @@ or read-only views of the ring itself with shared_view=True.)doc")
            py::arg("liveness_timeout") = 10.0, py::arg("group_timeout") = 0.0,
            py::arg("mix_counts") = std::vector<uint64_t>(),
            py::arg("mix_parts") = std::vector<std::vector<std::string>>(),
-           py::arg("ranks_first") = 0, py::arg("ranks_count") = 0, py::arg("replicas") = 1)
+           py::arg("ranks_first") = 0, py::arg("ranks_count") = 0, py::arg("replicas") = 1,
+           py::arg("ragged") = "list")
       .def_property_readonly("lease_cap", &DaemonLoader::lease_cap)
       .def_property_readonly("leases_held", &DaemonLoader::leases_held)
       .def_property_readonly("batches_moved_out", &DaemonLoader::batches_moved_out,
