@@ -69,7 +69,7 @@ def store(recs: list[np.ndarray], tag: str) -> Path:
     from loaderx.zrecord import Ragged
 
     path = DATA / "ragged_batch" / tag
-    if not (path / "shapes.npy").exists() and not path.exists():
+    if not path.exists():  # a store is published whole by close()
         path.parent.mkdir(parents=True, exist_ok=True)
         with Ragged.create(str(path), np.int32, ndim=1, codec="raw") as rs:
             rs.append(recs)

@@ -69,6 +69,16 @@ std::unique_lock<std::mutex> LockWithoutGil(std::mutex& mu) {
   return lock;
 }
 
+// The error of a packed stream whose rows overflow int32 cu_seqlens (built
+// here, not inside the loop that finds it).
+[[noreturn]] void ThrowTooManyRows(uint64_t step, const std::string& label) {
+  ThrowStatus(Status::ResourceExhausted("ragged='packed': the batch of step " +
+                                        std::to_string(step) + " has more than 2**31-1 rows in " +
+                                        label +
+                                        ", more than int32 cu_seqlens can count; use "
+                                        "ragged='list'"));
+}
+
 // loaderx.RaggedBatch: one ragged stream of one batch, packed. Its records
 // are contiguous in the batch memory (loader.h, "Batch memory layout"), so
 // `values` is one flat view of them all, without a copy. cu_seqlens,
@@ -92,7 +102,8 @@ class RaggedBatch {
     const auto itemsize = static_cast<uint64_t>(dtype.itemsize());
     std::vector<int32_t> cu(b + 1);
     std::vector<int64_t> offsets(b + 1);
-    uint64_t rows = 0;
+    constexpr auto kMaxRows = static_cast<uint64_t>(std::numeric_limits<int32_t>::max());
+    uint64_t rows = 0;  // <= kMaxRows
     for (uint64_t k = 0; k <= b; ++k) {
       bytes_[k] = v.offsets[k] - v.offsets[0];
       offsets[k] = static_cast<int64_t>(bytes_[k] / itemsize);
@@ -100,12 +111,8 @@ class RaggedBatch {
       if (k == b) break;
       const uint64_t len = shapes_[k * ndim];
       max_seqlen_ = std::max(max_seqlen_, len);
+      if (len > kMaxRows - rows) ThrowTooManyRows(step, label);
       rows += len;
-      if (rows > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) {
-        ThrowStatus(Status::ResourceExhausted(
-            "ragged='packed': stream '" + label + "' has more than 2**31-1 rows in step " +
-            std::to_string(step) + ", more than int32 cu_seqlens can count; use ragged='list'"));
-      }
     }
     const Py_intptr_t n = static_cast<Py_intptr_t>(bytes_[b] / itemsize);
     values_ = View(dtype, 1, &n, data_, writable, base_);

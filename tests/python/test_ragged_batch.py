@@ -207,6 +207,26 @@ def test_record_index_errors(stores: dict[str, Any]) -> None:
     assert repr(rb) == f"RaggedBatch(5 records, dtype=int32, ndim=1, rows={int(rb.cu_seqlens[-1])})"
 
 
+def test_more_rows_than_int32_counts_fail_that_step_only(tmp_path: Path) -> None:
+    # Records of shape (2**30, 0) hold no bytes, so two of them make a batch of
+    # 2**31 rows without any memory.
+    huge, small = np.zeros((2**30, 0), np.uint8), [np.zeros((5, 0), np.uint8), np.zeros((3, 0), np.uint8)]
+    with Ragged.create(str(tmp_path / "z"), np.uint8, ndim=2, codec="raw") as w:
+        w.append([huge, huge, *small])
+    with Ragged.open(str(tmp_path / "z")) as z, \
+            DataLoader({"z": z}, batch_size=2, mode="Sequential", ragged="packed") as loader:
+        with pytest.raises(loaderx.errors.ResourceExhausted,
+                           match=r"the batch of step 0 has more than 2\*\*31-1 rows in .*z.*use ragged='list'"):
+            next(loader)
+        assert loader.step == 1
+        rb = next(loader)["z"]
+        assert rb.cu_seqlens.tolist() == [0, 5, 8] and rb.shapes.tolist() == [[5, 0], [3, 0]]
+        assert rb.values.shape == (0,) and [r.shape for r in rb] == [(5, 0), (3, 0)]
+    with Ragged.open(str(tmp_path / "z")) as z, \
+            DataLoader({"z": z}, batch_size=2, mode="Sequential") as listed:
+        assert [r.shape for r in next(listed)["z"]] == [(2**30, 0)] * 2  # the list form has no limit
+
+
 def test_dense_only_streams_are_unchanged(stores: dict[str, Any]) -> None:
     with DataLoader({"label": stores["label"]}, batch_size=4, mode="Sequential",
                     ragged="packed") as loader:
