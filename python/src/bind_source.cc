@@ -103,16 +103,15 @@ class RaggedBatch {
     std::vector<int32_t> cu(b + 1);
     std::vector<int64_t> offsets(b + 1);
     constexpr auto kMaxRows = static_cast<uint64_t>(std::numeric_limits<int32_t>::max());
-    uint64_t rows = 0;  // <= kMaxRows
     for (uint64_t k = 0; k <= b; ++k) {
       bytes_[k] = v.offsets[k] - v.offsets[0];
       offsets[k] = static_cast<int64_t>(bytes_[k] / itemsize);
-      cu[k] = static_cast<int32_t>(rows);
+      cu[k] = static_cast<int32_t>(rows_);  // rows_ <= kMaxRows
       if (k == b) break;
       const uint64_t len = shapes_[k * ndim];
       max_seqlen_ = std::max(max_seqlen_, len);
-      if (len > kMaxRows - rows) ThrowTooManyRows(step, label);
-      rows += len;
+      if (len > kMaxRows - rows_) ThrowTooManyRows(step, label);
+      rows_ += len;
     }
     const Py_intptr_t n = static_cast<Py_intptr_t>(bytes_[b] / itemsize);
     values_ = View(dtype, 1, &n, data_, writable, base_);
@@ -152,16 +151,10 @@ class RaggedBatch {
   std::string Repr() const {
     return "RaggedBatch(" + std::to_string(size()) +
            " records, dtype=" + py::str(dtype_).cast<std::string>() +
-           ", ndim=" + std::to_string(ndim_) + ", rows=" + std::to_string(rows()) + ")";
+           ", ndim=" + std::to_string(ndim_) + ", rows=" + std::to_string(rows_) + ")";
   }
 
  private:
-  uint64_t rows() const {
-    uint64_t r = 0;
-    for (uint64_t k = 0; k < size(); ++k) r += shapes_[k * ndim_];
-    return r;
-  }
-
   py::object At(uint64_t k, std::vector<Py_intptr_t>& dims) const {
     return RecordView(dtype_, ndim_, shapes_.data() + k * ndim_, data_ + bytes_[k], writable_,
                       base_, dims);
@@ -175,6 +168,7 @@ class RaggedBatch {
   std::vector<uint64_t> shapes_;  // b * ndim, the batch's shape table
   std::vector<uint64_t> bytes_;   // b + 1 byte offsets from record 0
   uint64_t max_seqlen_ = 0;
+  uint64_t rows_ = 0;  // the sum of the records' first dims
   py::object values_, cu_seqlens_, offsets_, shapes_array_;
 };
 
