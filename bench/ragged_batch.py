@@ -59,9 +59,11 @@ def records() -> tuple[list[np.ndarray], str]:
         rng = np.random.default_rng(0)
         lengths = rng.integers(16, 513, size=SYNTHETIC_N)
         recs = [rng.integers(0, 50257, size=int(n), dtype=np.int32) for n in lengths]
-        return recs, (f"synthetic stand-in ({SYNTHETIC_N} int32 records of 16..512 tokens, seed 0): "
-                      "bench/data/tokens_ragged is not prepared (bench/prepare_tokens.py)")
-    return [np.asarray(r) for r in w.records()], f"the token corpus bench/data/tokens_ragged ({w.n} records)"
+        return recs, (f"synthetic stand-in ({SYNTHETIC_N} int32 records of 16..512 tokens, "
+                      "seed 0): bench/data/tokens_ragged is not prepared "
+                      "(bench/prepare_tokens.py)")
+    origin = f"the token corpus bench/data/tokens_ragged ({w.n} records)"
+    return [np.asarray(r) for r in w.records()], origin
 
 
 def store(recs: list[np.ndarray], tag: str) -> Path:
@@ -122,7 +124,8 @@ def check(path: Path, daemon: str | None) -> None:
         for _ in range(CHECK):
             listed, packed = next(a)["tokens"], next(b)["tokens"]
             flat, cu = varlen_list(listed)
-            if flat.tobytes() != packed.values.tobytes() or cu.tolist() != packed.cu_seqlens.tolist():
+            same = flat.tobytes() == packed.values.tobytes()
+            if not same or cu.tolist() != packed.cu_seqlens.tolist():
                 raise SystemExit("the packed batch differs from the list form")
 
 

@@ -62,7 +62,7 @@ def _tensor(array: np.ndarray) -> torch.Tensor:
 
 
 class RaggedTensors:
-    """A packed ragged stream as tensors: what :func:`to_torch` makes of a :class:`~loaderx.RaggedBatch`.
+    """A packed ragged stream as tensors: :func:`to_torch` of a :class:`~loaderx.RaggedBatch`.
 
     ``values`` (1-D, every element of the records, sharing the batch memory),
     ``cu_seqlens`` (int32 ``(B + 1,)``, cumulative first-dimension lengths:

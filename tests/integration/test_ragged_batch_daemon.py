@@ -89,9 +89,12 @@ def test_the_list_and_packed_forms_of_one_daemon_batch_agree(daemon, streams) ->
         for _ in range(5):
             a, b = next(listed), next(packed)
             for name in ("tokens", "rows"):
-                assert [(r.shape, r.tobytes()) for r in a[name]] == [(r.shape, r.tobytes()) for r in b[name]]
-                assert b[name].values.tobytes() == b"".join(r.tobytes() for r in a[name])
-                assert b[name].cu_seqlens.tolist() == np.cumsum([0] + [len(r) for r in a[name]]).tolist()
+                listed_records, rb = a[name], b[name]
+                assert [(r.shape, r.tobytes()) for r in listed_records] == \
+                    [(r.shape, r.tobytes()) for r in rb]
+                assert rb.values.tobytes() == b"".join(r.tobytes() for r in listed_records)
+                lengths = [len(r) for r in listed_records]
+                assert rb.cu_seqlens.tolist() == np.cumsum([0, *lengths]).tolist()
 
 
 def test_shared_view_packed_values_are_read_only(daemon, streams) -> None:

@@ -98,7 +98,8 @@ def assert_packed(rb: Any, want: list[np.ndarray], dtype: Any, ndim: int) -> Non
     assert rb.values.tobytes() == b"".join(r.tobytes() for r in want)
     assert rb.cu_seqlens.dtype == np.int32 and rb.cu_seqlens.shape == (b + 1,)
     assert rb.cu_seqlens.tolist() == [sum(lengths[:k]) for k in range(b + 1)]
-    assert rb.offsets.dtype == np.int64 and rb.offsets.tolist() == [sum(sizes[:k]) for k in range(b + 1)]
+    assert rb.offsets.dtype == np.int64
+    assert rb.offsets.tolist() == [sum(sizes[:k]) for k in range(b + 1)]
     assert rb.shapes.dtype == np.int64 and rb.shapes.shape == (b, ndim)
     assert [tuple(s) for s in rb.shapes.tolist()] == [r.shape for r in want]
     assert rb.max_seqlen == max(lengths)
@@ -210,13 +211,14 @@ def test_record_index_errors(stores: dict[str, Any]) -> None:
 def test_more_rows_than_int32_counts_fail_that_step_only(tmp_path: Path) -> None:
     # Records of shape (2**30, 0) hold no bytes, so two of them make a batch of
     # 2**31 rows without any memory.
-    huge, small = np.zeros((2**30, 0), np.uint8), [np.zeros((5, 0), np.uint8), np.zeros((3, 0), np.uint8)]
+    huge = np.zeros((2**30, 0), np.uint8)
+    small = [np.zeros((5, 0), np.uint8), np.zeros((3, 0), np.uint8)]
     with Ragged.create(str(tmp_path / "z"), np.uint8, ndim=2, codec="raw") as w:
         w.append([huge, huge, *small])
     with Ragged.open(str(tmp_path / "z")) as z, \
             DataLoader({"z": z}, batch_size=2, mode="Sequential", ragged="packed") as loader:
-        with pytest.raises(loaderx.errors.ResourceExhausted,
-                           match=r"the batch of step 0 has more than 2\*\*31-1 rows in .*z.*use ragged='list'"):
+        too_many = r"the batch of step 0 has more than 2\*\*31-1 rows in .*z.*use ragged='list'"
+        with pytest.raises(loaderx.errors.ResourceExhausted, match=too_many):
             next(loader)
         assert loader.step == 1
         rb = next(loader)["z"]
@@ -224,7 +226,8 @@ def test_more_rows_than_int32_counts_fail_that_step_only(tmp_path: Path) -> None
         assert rb.values.shape == (0,) and [r.shape for r in rb] == [(5, 0), (3, 0)]
     with Ragged.open(str(tmp_path / "z")) as z, \
             DataLoader({"z": z}, batch_size=2, mode="Sequential") as listed:
-        assert [r.shape for r in next(listed)["z"]] == [(2**30, 0)] * 2  # the list form has no limit
+        # The list form has no such limit.
+        assert [r.shape for r in next(listed)["z"]] == [(2**30, 0)] * 2
 
 
 def test_dense_only_streams_are_unchanged(stores: dict[str, Any]) -> None:
@@ -291,13 +294,15 @@ def test_a_mixture_packs_its_ragged_streams(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("bad", ["pack", "", "LIST", "packed "])
 def test_a_bad_ragged_value_is_a_value_error_naming_it(stores: dict[str, Any], bad: str) -> None:
-    with pytest.raises(InvalidArgumentError, match=f"ragged must be 'list' or 'packed', got '{bad}'"):
+    message = f"ragged must be 'list' or 'packed', got '{bad}'"
+    with pytest.raises(InvalidArgumentError, match=message):
         DataLoader(stores, batch_size=4, ragged=bad)
 
 
 @pytest.mark.parametrize("bad", [None, 1, b"packed"])
 def test_a_ragged_value_of_another_type_is_a_type_error(stores: dict[str, Any], bad: Any) -> None:
-    with pytest.raises(ArgumentTypeError, match=f"ragged must be 'list' or 'packed', got {type(bad).__name__}"):
+    message = f"ragged must be 'list' or 'packed', got {type(bad).__name__}"
+    with pytest.raises(ArgumentTypeError, match=message):
         DataLoader(stores, batch_size=4, ragged=bad)
 
 
@@ -361,9 +366,11 @@ def test_device_transform_and_stateful_loader_with_packed_batches(stores: dict[s
         for step in range(3):
             t = next(loader)["rows"]
             assert isinstance(t, RaggedTensors)
-            assert [r.numpy().tobytes() for r in t] == [w.tobytes() for w in by_hand(step, 8, seed=6)[1]["rows"]]
+            want = by_hand(step, 8, seed=6)[1]["rows"]
+            assert [r.numpy().tobytes() for r in t] == [w.tobytes() for w in want]
         state = loader.state_dict()
     with StatefulLoader(DataLoader(stores, batch_size=8, seed=6, ragged="packed")) as again:
         again.load_state_dict(state)
         t = next(again)["tok"]
-        assert [r.numpy().tobytes() for r in t] == [w.tobytes() for w in by_hand(3, 8, seed=6)[1]["tok"]]
+        want = by_hand(3, 8, seed=6)[1]["tok"]
+        assert [r.numpy().tobytes() for r in t] == [w.tobytes() for w in want]
