@@ -2,7 +2,7 @@
 
 The names most code needs are here::
 
-    from loaderx import DataLoader, Dense, Ragged
+    from loaderx import DataLoader, Dense, Ragged, RaggedBatch
 
 They are the classes of :mod:`loaderx.dataloader` and :mod:`loaderx.zrecord`
 (the 2.5.4 import paths, which keep working), imported on first use so that
@@ -30,13 +30,18 @@ if TYPE_CHECKING:
     import os
 
     from .client import Client
-    from .dataloader import DataLoader
+    from .dataloader import DataLoader, RaggedBatch
     from .zrecord import Dense, Ragged
 
-__all__ = ["DataLoader", "Dense", "Ragged", "__version__", "connect", "errors"]
+__all__ = ["DataLoader", "Dense", "Ragged", "RaggedBatch", "__version__", "connect", "errors"]
 
 # Top-level name -> the submodule that defines it (imported on first access).
-_LAZY = {"DataLoader": "dataloader", "Dense": "zrecord", "Ragged": "zrecord"}
+_LAZY = {
+    "DataLoader": "dataloader",
+    "Dense": "zrecord",
+    "Ragged": "zrecord",
+    "RaggedBatch": "dataloader",
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -8,7 +8,7 @@ Status (python/src/module.cc). Kept honest by ``mypy.stubtest``
 (tests/python/test_typing.py).
 """
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Literal, SupportsIndex, TypeAlias, final
 
 import numpy as np
@@ -16,8 +16,9 @@ import numpy.typing as npt
 from typing_extensions import Buffer, Self, disjoint_base
 
 # A stream's batch value: a (B, *item_shape) ndarray for a dense store, a list
-# of B ndarrays (one per record, each of its own shape) for a ragged one.
-_Value: TypeAlias = npt.NDArray[Any] | list[npt.NDArray[Any]]
+# of B ndarrays (one per record, each of its own shape) for a ragged one, or
+# a RaggedBatch for a ragged one with ragged="packed".
+_Value: TypeAlias = npt.NDArray[Any] | list[npt.NDArray[Any]] | RaggedBatch
 
 # True when the extension was built with the loaderxd client (DaemonLoader,
 # daemon_stats); those two names are absent otherwise.
@@ -207,6 +208,35 @@ class Source:
     def step(self) -> int: ...
     def close(self) -> None: ...
 
+@final
+class RaggedBatch:
+    """One ragged stream of one batch, packed (``DataLoader(..., ragged="packed")``).
+
+    Made only by a source's ``next``: no constructor.
+    """
+
+    @property
+    def values(self) -> npt.NDArray[Any]:
+        """Every element of the batch's records, flat, without a copy."""
+    @property
+    def cu_seqlens(self) -> npt.NDArray[np.int32]:
+        """int32 (B + 1,): cumulative first-dimension lengths."""
+    @property
+    def offsets(self) -> npt.NDArray[np.int64]:
+        """int64 (B + 1,): element offsets of the records in values."""
+    @property
+    def shapes(self) -> npt.NDArray[np.int64]:
+        """int64 (B, ndim): record shapes."""
+    @property
+    def max_seqlen(self) -> int:
+        """The largest first dimension of a record."""
+    def __len__(self) -> int: ...
+    def __getitem__(self, index: SupportsIndex) -> npt.NDArray[Any]:
+        """Record ``index`` as an ndarray view of the batch memory."""
+    def __iter__(self) -> Iterator[npt.NDArray[Any]]: ...
+    def tolist(self) -> list[npt.NDArray[Any]]:
+        """The records as a list of ndarray views: the ragged='list' form."""
+
 # --- bind_loader.cc ----------------------------------------------------------
 
 @final
@@ -225,6 +255,7 @@ class Pipeline(Source):
         start_step: SupportsIndex,
         prefetch: SupportsIndex,
         num_threads: SupportsIndex,
+        ragged: str = "list",
     ) -> None: ...
 
 # --- bind_client.cc (present when HAVE_DAEMON_CLIENT) ------------------------
@@ -257,6 +288,7 @@ class LoaderSpec:
         ranks_first: SupportsIndex = 0,
         ranks_count: SupportsIndex = 0,
         replicas: SupportsIndex = 1,
+        ragged: str = "list",
     ) -> None:
         """``group`` joins that loaderxd group (``group_mode`` 'shard' | 'broadcast',
         ``join`` None (the mode's default) | 'start_step' | 'current'); ``group_timeout``
@@ -275,7 +307,7 @@ class LoaderSpec:
 class DaemonLoader(Source):
     """A loader served by loaderxd; batches are zero-copy views of its ring."""
 
-    def __init__(self, path: str, spec: LoaderSpec) -> None: ...
+    def __init__(self, path: str, spec: LoaderSpec, ragged: str = "list") -> None: ...
     @property
     def lease_cap(self) -> int: ...
     @property

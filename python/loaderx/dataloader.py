@@ -7,7 +7,10 @@ names for ``s`` from every stream, and yields ``{name: value}``:
   ndarray of the store's dtype, viewing the batch memory without a copy
   (``value.base`` owns it);
 * a :class:`~loaderx.zrecord.Ragged` stream gives a ``list`` of ``B`` ndarrays,
-  each with its record's exact shape (views as well).
+  each with its record's exact shape (views as well), or with
+  ``ragged="packed"`` one :class:`RaggedBatch`: a flat ``values`` view of all
+  the records (contiguous in the batch memory) with ``cu_seqlens``,
+  ``offsets`` and ``shapes``.
 
 The raw batch goes through ``transform`` (if any) and the transform's return
 value is yielded unchanged. The k-th item yielded is always step
@@ -66,11 +69,19 @@ from concurrent.futures import Future, wait
 from typing import Any
 
 from . import distributed, sources
+from ._loaderx import RaggedBatch
 from .errors import ArgumentTypeError, InvalidArgumentError, LoaderClosedError
 from .sources import BatchSource, SourceSpec
 from .zsampler import Mode, Sampler, _to_mode
 
-__all__ = ["BatchSource", "DataLoader", "SourceSpec", "default_num_threads", "identity"]
+__all__ = [
+    "BatchSource",
+    "DataLoader",
+    "RaggedBatch",
+    "SourceSpec",
+    "default_num_threads",
+    "identity",
+]
 
 # How long one wait may block before the loader looks at close() and lets
 # Python run signal handlers. Ctrl-C must surface within 100 ms.
@@ -385,6 +396,10 @@ class DataLoader:
             adjacent ranges merge. Recorded in ``state_dict()``; more can
             be added while running with :meth:`skip` (docs/guide.md,
             "Skipping steps").
+        ragged: how a Ragged stream is delivered: ``"list"`` (default, as
+            the 2.5.4 wheel: a list of ``B`` ndarrays) or ``"packed"`` (one
+            :class:`RaggedBatch`; docs/guide.md, "Ragged batches"). Any
+            other value raises ``ValueError`` naming it.
 
     Raises:
         TypeError: ``streams`` is not a dict of stores, or an argument has the
@@ -413,6 +428,7 @@ class DataLoader:
         transform_threads: int | None = None,
         daemon: Any = None,
         skip: Iterable[tuple[int, int]] | None = None,
+        ragged: str = "list",
     ) -> None:
         self._closed = True  # until fully built: a half-built loader refuses use
         streams = _as_streams(streams)
@@ -470,6 +486,7 @@ class DataLoader:
             start_step=start_step,
             prefetch=prefetch,
             num_threads=num_threads,
+            ragged=ragged,
         )
         source = sources.open_source(streams, self._spec, daemon)
         self._source = source

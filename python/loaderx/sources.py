@@ -7,9 +7,11 @@ One module for both hosts. :func:`open_source` turns the loader's
 (``_loaderx.Source``), so they behave alike in everything the user sees:
 
 * **Values.** A dense stream is one ``(B, *item_shape)`` ndarray, a ragged
-  stream a list of ``B`` ndarrays; all arrays of a batch view its memory
-  without a copy and share one ``base`` that owns it (a loaderxd ring slot
-  goes back to the daemon when the last of them is freed).
+  stream a list of ``B`` ndarrays (``ragged="list"``) or one
+  :class:`~loaderx.RaggedBatch` (``ragged="packed"``); all arrays of a batch
+  view its memory without a copy and share one ``base`` that owns it (a
+  loaderxd ring slot goes back to the daemon when the last of them is
+  freed).
 * **Writeability.** Batches are **writable** on both hosts (through
   loaderxd, private copy-on-write views of the ring slot), read-only only
   with ``DaemonOptions(shared_view=True)``; the rule is stated once, in
@@ -107,7 +109,8 @@ class SourceSpec:
     ``names`` are the stream names in the order of ``streams``; ``n`` the
     common stream length; ``batch_size`` is per rank (the global batch is
     ``batch_size * world_size``); ``mode`` is ``0`` Sequential, ``1`` IID,
-    ``2`` Cyclic.
+    ``2`` Cyclic. ``ragged`` is how ragged streams are delivered,
+    ``"list"`` or ``"packed"`` (checked by the native source).
     """
 
     names: tuple[str, ...]
@@ -120,6 +123,7 @@ class SourceSpec:
     start_step: int
     prefetch: int
     num_threads: int
+    ragged: str = "list"
 
 
 class BatchSource(Protocol):
@@ -199,6 +203,7 @@ class EmbeddedSource(_NativeSource):
             spec.start_step,
             spec.prefetch,
             spec.num_threads,
+            ragged=spec.ragged,
         )
 
 
@@ -418,7 +423,7 @@ class DaemonSource(_NativeSource):
             start_step=spec.start_step,
             prefetch=spec.prefetch,
         )
-        self._native = _loaderx.DaemonLoader(path, native)
+        self._native = _loaderx.DaemonLoader(path, native, spec.ragged)
 
     @property
     def path(self) -> str:

@@ -33,18 +33,21 @@ ownership and writeability".
 
 from __future__ import annotations
 
+import operator
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._loaderx import RaggedBatch
+
 if TYPE_CHECKING:
     import torch
 
     from .dataloader import DataLoader
 
-__all__ = ["StatefulLoader", "device_transform", "iter_torch", "to_torch"]
+__all__ = ["RaggedTensors", "StatefulLoader", "device_transform", "iter_torch", "to_torch"]
 
 
 def _tensor(array: np.ndarray) -> torch.Tensor:
@@ -58,17 +61,81 @@ def _tensor(array: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(array)
 
 
+class RaggedTensors:
+    """A packed ragged stream as tensors: :func:`to_torch` of a :class:`~loaderx.RaggedBatch`.
+
+    ``values`` (1-D, every element of the records, sharing the batch memory),
+    ``cu_seqlens`` (int32 ``(B + 1,)``, cumulative first-dimension lengths:
+    what variable-length attention kernels take), ``offsets`` (int64 ``(B +
+    1,)``, element offsets into ``values``), ``shapes`` (int64 ``(B,
+    ndim)``) and ``max_seqlen`` (an int), as in the RaggedBatch.
+    :func:`device_transform` moves ``values`` and ``cu_seqlens`` to its
+    device and keeps ``offsets`` and ``shapes`` on the CPU. ``len()``,
+    ``[k]``, iteration and ``tolist()`` give each record as a view of
+    ``values`` with its shape, on ``values``' device.
+    """
+
+    __slots__ = ("_offsets", "_shapes", "cu_seqlens", "max_seqlen", "offsets", "shapes", "values")
+
+    def __init__(
+        self,
+        values: torch.Tensor,
+        cu_seqlens: torch.Tensor,
+        offsets: torch.Tensor,
+        shapes: torch.Tensor,
+        max_seqlen: int,
+    ) -> None:
+        self.values = values
+        self.cu_seqlens = cu_seqlens
+        self.offsets = offsets
+        self.shapes = shapes
+        self.max_seqlen = max_seqlen
+        self._offsets: list[int] = offsets.tolist()
+        self._shapes: list[list[int]] = shapes.tolist()
+
+    def __len__(self) -> int:
+        return len(self._shapes)
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        k = operator.index(index)
+        n = len(self._shapes)
+        if not -n <= k < n:
+            raise IndexError(f"record {index} out of range for a batch of {n}")
+        k %= n
+        return self.values[self._offsets[k] : self._offsets[k + 1]].view(self._shapes[k])
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        return (self[k] for k in range(len(self._shapes)))
+
+    def tolist(self) -> list[torch.Tensor]:
+        """The records as a list of tensor views (what ``to_torch`` makes of the list form)."""
+        return list(self)
+
+    def __repr__(self) -> str:
+        return (f"RaggedTensors({len(self)} records, dtype={self.values.dtype}, "
+                f"ndim={self.shapes.shape[1]}, rows={int(self.cu_seqlens[-1])})")
+
+
+def _ragged_tensors(batch: RaggedBatch) -> RaggedTensors:
+    return RaggedTensors(_tensor(batch.values), _tensor(batch.cu_seqlens),
+                         _tensor(batch.offsets), _tensor(batch.shapes), batch.max_seqlen)
+
+
 def to_torch(batch: Any) -> Any:
     """Converts a loader batch to tensors sharing its memory.
 
     ``{name: ndarray (B, *shape)}`` -> ``{name: Tensor (B, *shape)}`` of the
     matching dtype; a ragged value (``list`` of ndarrays) -> ``list`` of
-    tensors; tuples and lists of batches are converted element-wise; anything
-    else is returned unchanged. ``uint16``/``uint32``/``uint64`` arrays need a
-    PyTorch with those dtypes (2.3+).
+    tensors, a packed one (:class:`~loaderx.RaggedBatch`) ->
+    :class:`RaggedTensors`; tuples and lists of batches are converted
+    element-wise; anything else is returned unchanged.
+    ``uint16``/``uint32``/``uint64`` arrays need a PyTorch with those dtypes
+    (2.3+).
     """
     if isinstance(batch, np.ndarray):
         return _tensor(batch)
+    if isinstance(batch, RaggedBatch):
+        return _ragged_tensors(batch)
     if isinstance(batch, dict):
         return {k: to_torch(v) for k, v in batch.items()}
     if isinstance(batch, list):
@@ -91,20 +158,29 @@ def device_transform(
 
     Each array becomes a tensor (no copy), is copied into pinned (page-locked)
     host memory when ``pin_memory`` and the device is not the CPU, then copied
-    to ``device`` with ``non_blocking``. Runs in the loader's transform
-    threads, so the copies of several batches overlap with training.
+    to ``device`` with ``non_blocking``. A :class:`~loaderx.RaggedBatch`
+    becomes :class:`RaggedTensors` with ``values`` and ``cu_seqlens`` on
+    ``device`` (``offsets`` and ``shapes`` stay on the CPU). Runs in the
+    loader's transform threads, so the copies of several batches overlap
+    with training.
     """
     import torch
 
     target = torch.device(device)
     pin = pin_memory and target.type != "cpu"
 
+    def to_device(t: torch.Tensor) -> torch.Tensor:
+        if pin:
+            t = t.pin_memory()
+        return t.to(target, non_blocking=non_blocking)
+
     def move(value: Any) -> Any:
         if isinstance(value, np.ndarray):
-            t = _tensor(value)
-            if pin:
-                t = t.pin_memory()
-            return t.to(target, non_blocking=non_blocking)
+            return to_device(_tensor(value))
+        if isinstance(value, RaggedBatch):
+            t = _ragged_tensors(value)
+            return RaggedTensors(to_device(t.values), to_device(t.cu_seqlens), t.offsets,
+                                 t.shapes, t.max_seqlen)
         if isinstance(value, dict):
             return {k: move(v) for k, v in value.items()}
         if isinstance(value, list):

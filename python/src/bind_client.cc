@@ -104,14 +104,15 @@ client::LoaderSpec MakeLoaderSpec(std::vector<std::string> stores, uint64_t batc
 
 class DaemonLoader final : public PySource {
  public:
-  DaemonLoader(const std::string& path, const client::LoaderSpec& spec) {
+  DaemonLoader(const std::string& path, const client::LoaderSpec& spec, const py::object& ragged) {
+    const RaggedForm form = ParseRaggedForm(ragged);
     Result<std::unique_ptr<client::Loader>> loader = WithoutGil([&] {
       Result<std::unique_ptr<Client>> c = Client::Connect(path);
       return c.ok() ? (*c)->OpenLoader(spec) : Result<std::unique_ptr<client::Loader>>(c.status());
     });
     std::unique_ptr<client::Loader> l = Unwrap(std::move(loader));
     loader_ = l.get();
-    Init(std::move(l));
+    Init(std::move(l), form);
   }
 
   uint32_t lease_cap() const { return loader_->lease_cap(); }
@@ -185,9 +186,9 @@ A loader served by loaderxd (see loaderx.client), opened with a LoaderSpec.
 Opens the store files in this process and passes their fds; batches are
 zero-copy views of the daemon's shared-memory ring: writable copy-on-write
 mappings of their slot, or read-only views of the ring itself with
-shared_view=True.)doc")
-      .def(py::init<const std::string&, const client::LoaderSpec&>(), py::arg("path"),
-           py::arg("spec"))
+shared_view=True. ragged: "list" or "packed", as for Pipeline (see Source).)doc")
+      .def(py::init<const std::string&, const client::LoaderSpec&, const py::object&>(),
+           py::arg("path"), py::arg("spec"), py::arg("ragged") = "list")
       .def_property_readonly("lease_cap", &DaemonLoader::lease_cap)
       .def_property_readonly("leases_held", &DaemonLoader::leases_held)
       .def_property_readonly("batches_moved_out", &DaemonLoader::batches_moved_out,

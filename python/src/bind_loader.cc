@@ -18,13 +18,13 @@ namespace {
 class PyPipeline final : public PySource {
  public:
   PyPipeline(std::vector<std::shared_ptr<const Store>> stores, const SamplerSpec& spec,
-             const PipelineOptions& options) {
+             const PipelineOptions& options, RaggedForm ragged) {
     for (const auto& s : stores) {
       if (s == nullptr) ThrowStatus(Status::InvalidArgument("stores: a store is None"));
     }
     Result<std::unique_ptr<Pipeline>> p =
         WithoutGil([&] { return Pipeline::Create(std::move(stores), spec, options); });
-    Init(Unwrap(std::move(p)));
+    Init(Unwrap(std::move(p)), ragged);
   }
 };
 
@@ -35,14 +35,17 @@ void BindLoader(py::module_& m) {
 Native prefetching batch pipeline (internal; use loaderx.dataloader.DataLoader).
 
 Pipeline(stores, n, batch_size, mode, seed, rank, world_size, start_step,
-         prefetch, num_threads)
+         prefetch, num_threads, ragged="list")
 
 stores are native store handles of equal length n; mode is 0 Sequential,
-1 IID, 2 Cyclic. next/seek/step/close: see Source; the arrays are writable.
+1 IID, 2 Cyclic; ragged is "list" or "packed" (see Source). next/seek/step/
+close: see Source; the arrays are writable.
 )doc")
       .def(py::init([](std::vector<std::shared_ptr<Store>> stores, uint64_t n, uint64_t batch_size,
                        int mode, uint64_t seed, uint64_t rank, uint64_t world_size,
-                       uint64_t start_step, uint32_t prefetch, uint32_t num_threads) {
+                       uint64_t start_step, uint32_t prefetch, uint32_t num_threads,
+                       const py::object& ragged) {
+             const RaggedForm form = ParseRaggedForm(ragged);
              if (mode < 0 || mode > 2) {
                ThrowStatus(Status::InvalidArgument("mode must be 0, 1 or 2"));
              }
@@ -59,11 +62,11 @@ stores are native store handles of equal length n; mode is 0 Sequential,
              options.num_threads = num_threads;
              return std::make_unique<PyPipeline>(
                  std::vector<std::shared_ptr<const Store>>(stores.begin(), stores.end()), spec,
-                 options);
+                 options, form);
            }),
            py::arg("stores"), py::arg("n"), py::arg("batch_size"), py::arg("mode"), py::arg("seed"),
            py::arg("rank"), py::arg("world_size"), py::arg("start_step"), py::arg("prefetch"),
-           py::arg("num_threads"));
+           py::arg("num_threads"), py::arg("ragged") = "list");
 }
 
 }  // namespace loaderx::py_bind

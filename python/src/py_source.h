@@ -8,10 +8,13 @@
 // blocked here at interpreter exit is ended without std::terminate.
 //
 // One array builder: a dense stream becomes one (B, *item_shape) ndarray, a
-// ragged stream a list of B ndarrays, all viewing the batch memory without a
-// copy, all with one base (a capsule owning BatchView::owner), writable
-// exactly when BatchView::writable (embedded: always; daemon: unless the
-// loader asked for the shared read-only view).
+// ragged stream a list of B ndarrays (RaggedForm::kList, the default) or one
+// RaggedBatch (kPacked: one flat values array, since a stream's records are
+// contiguous in every batch, plus cu_seqlens, offsets and shapes), all
+// viewing the batch memory without a copy, all with one base (a capsule
+// owning BatchView::owner), writable exactly when BatchView::writable
+// (embedded: always; daemon: unless the loader asked for the shared
+// read-only view).
 //
 // One argument rule: timeout None waits forever, a number >= 0 bounds the
 // wait, anything negative or NaN is InvalidArgumentError (ValueError).
@@ -40,6 +43,14 @@
 
 namespace loaderx::py_bind {
 
+// How a ragged stream is delivered (the loader's `ragged=` keyword).
+enum class RaggedForm { kList, kPacked };
+
+// `ragged` ("list" | "packed") as a RaggedForm: the one check of the
+// keyword. ArgumentTypeError for a non-str, InvalidArgumentError naming any
+// other value.
+RaggedForm ParseRaggedForm(const py::object& ragged);
+
 // Longest wait without looking at signals. Ctrl-C must land within 100 ms.
 inline constexpr std::chrono::milliseconds kPollSlice{20};
 static_assert(kPollSlice < std::chrono::milliseconds{100});
@@ -60,7 +71,7 @@ class PySource {
  protected:
   PySource() = default;
   // Takes the source; caches the streams' dtypes. GIL held.
-  void Init(std::unique_ptr<BatchSource> source);
+  void Init(std::unique_ptr<BatchSource> source, RaggedForm ragged);
   BatchSource& source() { return *source_; }
 
  private:
@@ -68,6 +79,7 @@ class PySource {
 
   std::unique_ptr<BatchSource> source_;
   std::vector<py::dtype> dtypes_;
+  RaggedForm ragged_ = RaggedForm::kList;
   // Serialises Next/Seek (the seam takes one caller at a time). Taken with
   // the GIL released, never the other way round.
   std::mutex mu_;

@@ -19,7 +19,8 @@ import sys
 from conftest import ROOT
 
 SUITE = ["tests/python/test_dataloader.py", "tests/python/test_dataloader_guarantees.py",
-         "tests/python/test_dataloader_skip.py", "tests/python/test_mix.py"]
+         "tests/python/test_dataloader_skip.py", "tests/python/test_mix.py",
+         "tests/python/test_ragged_batch.py"]
 FAKE_SOURCE_TESTS = ("not (source_error_is_raised or close_wakes_a_thread_blocked or keyboard_interrupt_in_next"
                      " or exception_raised_after_a_batch_was_counted)")
 

@@ -19,13 +19,14 @@ PKG_ROOT = Path(loaderx.__file__).resolve().parent.parent  # the directory holdi
 
 
 def test_top_level_names_are_the_submodules_classes() -> None:
-    from loaderx import DataLoader, Dense, Ragged
+    from loaderx import DataLoader, Dense, Ragged, RaggedBatch
 
     assert DataLoader is loaderx.dataloader.DataLoader
     assert Dense is loaderx.zrecord.Dense
     assert Ragged is loaderx.zrecord.Ragged
-    assert {"DataLoader", "Dense", "Ragged"} <= set(loaderx.__all__)
-    assert {"DataLoader", "Dense", "Ragged"} <= set(dir(loaderx))
+    assert RaggedBatch is loaderx.dataloader.RaggedBatch
+    assert {"DataLoader", "Dense", "Ragged", "RaggedBatch"} <= set(loaderx.__all__)
+    assert {"DataLoader", "Dense", "Ragged", "RaggedBatch"} <= set(dir(loaderx))
 
 
 def test_top_level_names_load_a_batch(tmp_path: Path) -> None:

@@ -58,7 +58,8 @@ struct StreamInfo {
 // One stream of a delivered batch. Dense: `values` is the (B, *item_shape)
 // C-order array. Ragged: record k is `values + offsets[k] - offsets[0]`
 // (offsets[0] is 0 for a whole batch, not for a shard group member's slice)
-// with dims shapes[k * ndim .. (k + 1) * ndim).
+// with dims shapes[k * ndim .. (k + 1) * ndim); records are contiguous, so
+// the stream's values are the offsets[B] - offsets[0] bytes at `values`.
 struct StreamView {
   uint8_t* values = nullptr;
   const uint64_t* offsets = nullptr;  // B + 1 entries; ragged only

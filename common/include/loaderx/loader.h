@@ -19,6 +19,12 @@
 //   +---------------------------+  offsets[B] = values_bytes
 //   (total_bytes: end of the last section rounded up to 64)
 //
+// A ragged stream's records lie back to back in its values section (record
+// k + 1 starts where record k ends, no padding between them), so the
+// section is one contiguous array of the batch's records: the Python
+// RaggedBatch (python/src/bind_source.cc) views it whole, on both hosts. A
+// shard group member's slice of it is contiguous too.
+//
 // Pipeline semantics:
 //  * Steps start_step, start_step+1, ... are produced ahead by
 //    min(prefetch, num_threads) producer threads, at most `prefetch` batches
