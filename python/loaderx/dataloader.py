@@ -67,6 +67,7 @@ from typing import Any
 
 from . import distributed, sources
 from .errors import ArgumentTypeError, InvalidArgumentError, LoaderClosedError
+from .packing import Packing
 from .sources import BatchSource, SourceSpec
 from .zsampler import Mode, Sampler, _to_mode
 
@@ -106,6 +107,19 @@ def identity(batch: Any) -> Any:
 # prefetch_size=4, mode=2 (Cyclic).
 _DEFAULT_TRANSFORM_WORKERS = 4
 _DEFAULT_PREFETCH = 4
+
+
+class _PackThen:
+    """``transform(pack(batch))``: the transform of a packing loader."""
+
+    __slots__ = ("_pack", "_transform")
+
+    def __init__(self, pack: Packing, transform: Callable[[Any], Any]) -> None:
+        self._pack = pack
+        self._transform = transform
+
+    def __call__(self, batch: Any) -> Any:
+        return self._transform(self._pack(batch))
 
 
 def _raised_by(future: Future[Any] | None, exc: BaseException) -> bool:
@@ -385,6 +399,12 @@ class DataLoader:
             adjacent ranges merge. Recorded in ``state_dict()``; more can
             be added while running with :meth:`skip` (docs/guide.md,
             "Skipping steps").
+        pack: a :class:`~loaderx.packing.Packing`: each batch is packed
+            into dense ``(rows, seq_len)`` rows by the native packer on the
+            transform threads, before ``transform`` (docs/guide.md,
+            "Sequence packing"). The same on both hosts (packing runs in
+            this process, after delivery); ``step``, ``seek`` and
+            ``state_dict`` count data steps as without it.
 
     Raises:
         TypeError: ``streams`` is not a dict of stores, or an argument has the
@@ -413,6 +433,7 @@ class DataLoader:
         transform_threads: int | None = None,
         daemon: Any = None,
         skip: Iterable[tuple[int, int]] | None = None,
+        pack: Packing | None = None,
     ) -> None:
         self._closed = True  # until fully built: a half-built loader refuses use
         streams = _as_streams(streams)
@@ -458,6 +479,14 @@ class DataLoader:
             raise InvalidArgumentError(f"num_threads must be <= 1024, got {num_threads}")
         transform_threads = _check_int(workers_name, transform_threads, 1)
         distributed.check_loader_layout(rank, world_size)
+        if pack is not None:
+            if not isinstance(pack, Packing):
+                raise ArgumentTypeError(
+                    f"pack must be a loaderx.packing.Packing, got {type(pack).__name__}")
+            pack.check(streams, batch_size)
+            # Packed on the transform threads, before the transform: one
+            # native call per batch, with the GIL released.
+            transform = pack if transform is None else _PackThen(pack, transform)
 
         self._spec = SourceSpec(
             names=names,
