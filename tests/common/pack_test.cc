@@ -44,10 +44,14 @@ std::vector<T> Values(const PackedBatch& b, size_t stream) {
   return v;
 }
 
-const std::vector<std::vector<int32_t>> kDocs = {{1, 2, 3}, {10, 11, 12, 13, 14, 15}, {}, {20, 21}};
+// Three documents and an empty one.
+std::vector<std::vector<int32_t>> Docs() {
+  return {{1, 2, 3}, {10, 11, 12, 13, 14, 15}, {}, {20, 21}};
+}
 
 TEST(Pack, ConcatCrossesRowsAndPadsTheTail) {
-  auto r = Pack(Spec(4, 3, PackPolicy::kConcat), {Stream("tokens", "<i4", kDocs)});
+  const auto docs = Docs();
+  auto r = Pack(Spec(4, 3, PackPolicy::kConcat), {Stream("tokens", "<i4", docs)});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->rows, 3u);
   EXPECT_EQ(Values<int32_t>(*r, 0),
@@ -63,7 +67,8 @@ TEST(Pack, ConcatCrossesRowsAndPadsTheTail) {
 }
 
 TEST(Pack, ConcatDropsTheTail) {
-  auto r = Pack(Spec(4, 2, PackPolicy::kConcat), {Stream("tokens", "<i4", kDocs)});
+  const auto docs = Docs();
+  auto r = Pack(Spec(4, 2, PackPolicy::kConcat), {Stream("tokens", "<i4", docs)});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(Values<int32_t>(*r, 0), (std::vector<int32_t>{1, 2, 3, 10, 11, 12, 13, 14}));
   EXPECT_EQ(r->segment_ids, (std::vector<int32_t>{1, 1, 1, 2, 1, 1, 1, 1}));
