@@ -115,6 +115,21 @@ class Packing:
         )
         object.__setattr__(self, "_native", native)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickles as its settings (the native packer is made again on load)."""
+        return (
+            Packing,
+            (
+                self.seq_len,
+                self.rows,
+                self.docs,
+                self.policy,
+                self.streams,
+                self.pad_id,
+                self.cu_seqlens,
+            ),
+        )
+
     def check(self, streams: Mapping[str, Any], batch_size: int) -> None:
         """Raises unless a loader over ``streams`` with ``batch_size`` per rank can be packed.
 

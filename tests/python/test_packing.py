@@ -4,6 +4,7 @@ world-size invariance, seek/resume, and the refusals."""
 
 from __future__ import annotations
 
+import pickle
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from loaderx.dataloader import DataLoader
 from loaderx.errors import ArgumentTypeError, InvalidArgumentError, SchemaError
+from loaderx.mix import mix
 from loaderx.packing import Packing
 from loaderx.zrecord import Dense, Ragged
 
@@ -387,3 +389,67 @@ def test_loader_refusals(corpus: dict[str, Any]) -> None:
             batch_size=8,
             pack=Packing(8, 1),
         )
+
+
+def test_packing_pickles_as_its_settings() -> None:
+    p = Packing(
+        seq_len=4,
+        rows=3,
+        docs=2,
+        policy="best_fit",
+        streams=("a", "b"),
+        pad_id={"a": 7},
+        cu_seqlens=True,
+    )
+    q = pickle.loads(pickle.dumps(p))
+    assert q == p and q.streams == ("a", "b") and q.pad_id == {"a": 7}
+    batch = {"a": DOCS[:2], "b": DOCS[:2]}
+    for key in ("a", "b", "segment_ids", "positions", "cu_seqlens"):
+        np.testing.assert_array_equal(q(batch)[key], p(batch)[key])
+
+
+def test_a_batch_that_cannot_be_packed_raises_from_its_step(
+    tmp_path: Path, corpus: dict[str, Any]
+) -> None:
+    with Ragged.create(tmp_path / "short", np.int32, 1, codec="raw") as w:
+        w.append([doc(i)[: len(doc(i)) - (i == 3)] for i in range(N)])  # document 3 one short
+    short = Ragged.open(tmp_path / "short")
+    try:
+        streams = {"tokens": corpus["tokens"], "short": short}
+        pack = Packing(seq_len=8, rows=3, streams=("tokens", "short"))
+        with DataLoader(streams, batch_size=8, mode="Sequential", pack=pack) as loader:
+            with pytest.raises(
+                InvalidArgumentError,
+                match=r"^packing: document 3 has "
+                rf"{len(doc(3)) - 1} elements in stream 'short' but ",
+            ):
+                next(loader)
+            assert loader.step == 1  # consumed, as a failing transform
+            assert next(loader)["tokens"].shape == (3, 8)
+    finally:
+        short.close()
+
+
+def test_a_mixture_packs_and_keeps_the_dataset_of_every_document(corpus: dict[str, Any]) -> None:
+    m = mix(
+        {"a": ({"tokens": corpus["tokens"]}, 0.5), "b": ({"tokens": corpus["tokens"]}, 0.5)},
+        min_positions=128,
+    )
+    with DataLoader(m, batch_size=8, mode="Sequential", pack=Packing(8, 3, docs=4)) as loader:
+        batch = next(loader)
+    assert batch["tokens"].shape == (6, 8) and batch["dataset"].tolist() == [0] * 8
+    unit = [doc(i) for i in range(4)]
+    np.testing.assert_array_equal(batch["tokens"][:3], numpy_pack(unit, 8, 3, "concat")["tokens"])
+
+
+def test_to_torch_converts_a_packed_batch(corpus: dict[str, Any]) -> None:
+    torch = pytest.importorskip("torch")
+    from loaderx.torch import to_torch
+
+    with DataLoader(packed_streams(corpus), batch_size=8, mode="Sequential", pack=PACK) as loader:
+        batch = next(loader)
+        t = to_torch(batch)
+    assert t["tokens"].dtype == torch.int32 and tuple(t["tokens"].shape) == (12, 8)
+    assert t["segment_ids"].dtype == torch.int32 and t["cu_seqlens"].dtype == torch.int32
+    assert t["pack_counts"] == batch["pack_counts"]
+    assert t["positions"].numpy().tolist() == batch["positions"].tolist()
