@@ -1,6 +1,6 @@
 """Sequence packing through a real loaderxd: packed batches byte-identical to the
 embedded loader's (packing runs client-side after delivery), also after a seek
-and a resume on another world size."""
+and a resume on another world size, and in a shard group."""
 
 from __future__ import annotations
 
@@ -72,3 +72,21 @@ def test_packed_batches_through_loaderxd_equal_embedded(daemon, stores, policy: 
             np.testing.assert_array_equal(
                 np.concatenate([halves[0][k][key], halves[1][k][key]]), want_next[k][key]
             )
+
+
+def test_a_shard_group_packs_the_global_batch_of_world_size_one(daemon, stores) -> None:
+    pack = Packing(seq_len=5, rows=2, docs=2, policy="concat", cu_seqlens=True)
+    kw: dict[str, Any] = {"mode": "IID", "seed": 4, "pack": pack}
+    with DataLoader(stores["streams"], batch_size=8, **kw) as whole:
+        want = take(whole, 6)
+    opts = DaemonOptions(path=str(daemon.socket), group="ddp", group_mode="shard")
+    with (
+        DataLoader(stores["streams"], batch_size=4, rank=0, world_size=2, daemon=opts, **kw) as r0,
+        DataLoader(stores["streams"], batch_size=4, rank=1, world_size=2, daemon=opts, **kw) as r1,
+    ):
+        got = [(take(r0, 1)[0], take(r1, 1)[0]) for _ in range(6)]
+    for (a, b), w in zip(got, want):
+        for key in ("tokens", "segment_ids", "positions", "label", "image"):
+            np.testing.assert_array_equal(np.concatenate([a[key], b[key]]), w[key], err_msg=key)
+        cu = [0, *a["cu_seqlens"][1:].tolist(), *(b["cu_seqlens"][1:] + 2 * 2 * 5).tolist()]
+        assert cu == w["cu_seqlens"].tolist()
