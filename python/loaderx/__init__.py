@@ -9,7 +9,7 @@ They are the classes of :mod:`loaderx.dataloader` and :mod:`loaderx.zrecord`
 ``import loaderx`` stays cheap. Other submodules: :mod:`loaderx.zsampler`
 (Sampler), :mod:`loaderx.utils` (train_dict), :mod:`loaderx.errors`,
 :mod:`loaderx.client` (loaderxd; ``loaderx.connect(path)``),
-:mod:`loaderx.torch`, :mod:`loaderx.mix`, :mod:`loaderx.converter`,
+:mod:`loaderx.torch`, :mod:`loaderx.mix`, :mod:`loaderx.packing`, :mod:`loaderx.converter`,
 :mod:`loaderx.idx` (idx files, Fashion-MNIST).
 """
 

@@ -139,6 +139,42 @@ def train_dictionary(
 ) -> bytes:
     """Trains a zstd dictionary of at most ``capacity`` bytes from C-contiguous sample buffers."""
 
+# --- bind_pack.cc ------------------------------------------------------------
+
+class Packer:
+    """Native sequence packer (internal; use loaderx.packing.Packing)."""
+
+    def __init__(
+        self,
+        seq_len: object,
+        rows: object,
+        docs: object,
+        policy: object,
+        pad: list[object],
+        cu_seqlens: object,
+        names: list[object],
+    ) -> None: ...
+    def check(self, batch_size: object, dtypes: list[str]) -> int:
+        """Units per batch of batch_size documents with these dtypes; raises if they cannot be packed."""
+    def pack(
+        self, streams: Sequence[object]
+    ) -> tuple[
+        list[npt.NDArray[Any]],
+        npt.NDArray[np.int32],
+        npt.NDArray[np.int32],
+        npt.NDArray[np.int32] | None,
+        dict[str, int],
+    ]:
+        """Packs one batch: (arrays, segment_ids, positions, cu_seqlens or None, counts)."""
+    @property
+    def seq_len(self) -> int: ...
+    @property
+    def rows(self) -> int: ...
+    @property
+    def docs(self) -> int: ...
+    @property
+    def policy(self) -> str: ...
+
 # --- bind_sampler.cc ---------------------------------------------------------
 
 @disjoint_base  # a C type with its own instance layout (PyType_FromSpec)

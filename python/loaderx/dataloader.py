@@ -71,6 +71,7 @@ from typing import Any
 from . import distributed, sources
 from ._loaderx import RaggedBatch
 from .errors import ArgumentTypeError, InvalidArgumentError, LoaderClosedError
+from .packing import Packing
 from .sources import BatchSource, SourceSpec
 from .zsampler import Mode, Sampler, _to_mode
 
@@ -117,6 +118,19 @@ def identity(batch: Any) -> Any:
 # prefetch_size=4, mode=2 (Cyclic).
 _DEFAULT_TRANSFORM_WORKERS = 4
 _DEFAULT_PREFETCH = 4
+
+
+class _PackThen:
+    """``transform(pack(batch))``: the transform of a packing loader."""
+
+    __slots__ = ("_pack", "_transform")
+
+    def __init__(self, pack: Packing, transform: Callable[[Any], Any]) -> None:
+        self._pack = pack
+        self._transform = transform
+
+    def __call__(self, batch: Any) -> Any:
+        return self._transform(self._pack(batch))
 
 
 def _raised_by(future: Future[Any] | None, exc: BaseException) -> bool:
@@ -400,6 +414,12 @@ class DataLoader:
             the 2.5.4 wheel: a list of ``B`` ndarrays) or ``"packed"`` (one
             :class:`RaggedBatch`; docs/guide.md, "Ragged batches"). Any
             other value raises ``ValueError`` naming it.
+        pack: a :class:`~loaderx.packing.Packing`: each batch is packed
+            into dense ``(rows, seq_len)`` rows by the native packer on the
+            transform threads, before ``transform`` (docs/guide.md,
+            "Sequence packing"). The same on both hosts (packing runs in
+            this process, after delivery); ``step``, ``seek`` and
+            ``state_dict`` count data steps as without it.
 
     Raises:
         TypeError: ``streams`` is not a dict of stores, or an argument has the
@@ -429,6 +449,7 @@ class DataLoader:
         daemon: Any = None,
         skip: Iterable[tuple[int, int]] | None = None,
         ragged: str = "list",
+        pack: Packing | None = None,
     ) -> None:
         self._closed = True  # until fully built: a half-built loader refuses use
         streams = _as_streams(streams)
@@ -474,6 +495,14 @@ class DataLoader:
             raise InvalidArgumentError(f"num_threads must be <= 1024, got {num_threads}")
         transform_threads = _check_int(workers_name, transform_threads, 1)
         distributed.check_loader_layout(rank, world_size)
+        if pack is not None:
+            if not isinstance(pack, Packing):
+                raise ArgumentTypeError(
+                    f"pack must be a loaderx.packing.Packing, got {type(pack).__name__}")
+            pack.check(streams, batch_size)
+            # Packed on the transform threads, before the transform: one
+            # native call per batch, with the GIL released.
+            transform = pack if transform is None else _PackThen(pack, transform)
 
         self._spec = SourceSpec(
             names=names,

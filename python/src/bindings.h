@@ -76,5 +76,6 @@ void BindSource(py::module_& m);  // the Source base class; before Loader/Client
 void BindLoader(py::module_& m);
 void BindClient(py::module_& m);
 void BindMix(py::module_& m);
+void BindPack(py::module_& m);
 
 }  // namespace loaderx::py_bind

@@ -58,4 +58,5 @@ PYBIND11_MODULE(_loaderx, m) {
   BindLoader(m);
   BindClient(m);
   BindMix(m);
+  BindPack(m);
 }

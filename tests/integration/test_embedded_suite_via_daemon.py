@@ -1,5 +1,5 @@
-"""The embedded DataLoader's own test suite (and the mixing suite), run unchanged through
-loaderxd.
+"""The embedded DataLoader's own test suite (and the mixing and packing suites), run
+unchanged through loaderxd.
 
 Every DataLoader those tests build gets ``daemon=<socket>`` (plugin
 daemon_everywhere.py), so their determinism, resume, sharding, transform and
@@ -20,7 +20,8 @@ from conftest import ROOT
 
 SUITE = ["tests/python/test_dataloader.py", "tests/python/test_dataloader_guarantees.py",
          "tests/python/test_dataloader_skip.py", "tests/python/test_mix.py",
-         "tests/python/test_ragged_batch.py"]
+         "tests/python/test_ragged_batch.py",
+         "tests/python/test_packing.py"]
 FAKE_SOURCE_TESTS = ("not (source_error_is_raised or close_wakes_a_thread_blocked or keyboard_interrupt_in_next"
                      " or exception_raised_after_a_batch_was_counted)")
 
