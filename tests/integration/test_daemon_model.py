@@ -376,7 +376,7 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
             # What the daemon may or may not have done besides the model's
             # prediction, after a deferred take went out just before a seek
             # or close (deferred_take_races): resolved by the next stats.
-            self.slack: dict[str, int] = {}
+            self.slack: list[dict[str, int]] = []
             number = next(counter)
             self.prefix = f"m{number}-"
             # A daemon per example: a leak found by one example must not
@@ -490,9 +490,8 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
             got: dict[str, int] = {}
 
             def agrees(got: dict[str, int]) -> bool:
-                return got == want or (
-                    bool(self.slack)
-                    and got == {k: v + self.slack.get(k, 0) for k, v in want.items()})
+                return got == want or any(
+                    got == {k: v + extra.get(k, 0) for k, v in want.items()} for extra in self.slack)
 
             for _ in range(250):  # pushes, consumed, releases are asynchronous: <= 5 s
                 s = self.daemon.stats()
@@ -505,9 +504,9 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
                         # The seek or close is processed (loaders, sessions
                         # agree): the race's outcome is final.
                         if got != want:
-                            self.gathered_closed += self.slack.get("batches_gathered", 0)
-                            self.releases += self.slack.get("releases", 0)
-                        self.slack = {}
+                            self.gathered_closed += got["batches_gathered"] - want["batches_gathered"]
+                            self.releases += got["releases"] - want["releases"]
+                        self.slack = []
                         return
                 threading.Event().wait(0.02)
             extra = {k: s[k] for k in ("protocol_errors", "refused")}
@@ -726,7 +725,7 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
         def waits(self, lm: LoaderModel) -> bool:
             """next() would wait: nothing pushed, the push waits for the group's slowest."""
             return not (lm.closed or lm.pending is not None or not lm.group.blocked(lm.uid)
-                        or self.client_held(lm) >= lm.cap)
+                        or self.client_held(lm) >= lm.cap or lm.group.gone(lm.uid))
 
         @precondition(lambda self: any(self.waits(lm) for lm in self.all))
         @rule(data=st.data())
@@ -735,6 +734,23 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
             lm = self.pick(data, self.waits)
             got = self.call(f"next_raw(0.1) of {lm.label}", lm.dl._source.next_raw, 0.1)
             assert got is None, f"{lm.label} got step {got[0]} past the skew limit"
+            assert lm.dl.step == lm.step
+
+        def not_started(self, lm: LoaderModel) -> bool:
+            """A shard member that joined below the steps its group holds and never sought."""
+            return not lm.closed and lm.pending is None and lm.group.gone(lm.uid)
+
+        @precondition(lambda self: any(self.not_started(lm) for lm in self.all))
+        @rule(data=st.data())
+        @traced
+        def next_of_a_member_not_started_is_refused(self, data: st.DataObject) -> None:
+            """Its next() fails at once naming the oldest held step; nothing moves."""
+            lm = self.pick(data, self.not_started)
+            g = lm.group
+            with pytest.raises(IndexError, match=(
+                    f"no longer holds step {g.cursor(lm.uid)} .*the oldest step it still holds "
+                    f"is {g.oldest()}")):
+                self.call(f"next_raw(0.1) of {lm.label}", lm.dl._source.next_raw, 0.1)
             assert lm.dl.step == lm.step
 
         @precondition(lambda self: self.held)
@@ -772,8 +788,11 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
                 action: Callable[[], None] = lambda: lm.dl.load_state_dict(state)
             else:
                 action = lambda: lm.dl.seek(step)
-            # The seek releases that push unread (an older generation).
-            self.deferred_take_races(lm, batches_gathered=1, releases=1)
+            # The seek releases that push unread (an older generation), or
+            # is answered first while the push waits for its gather, which
+            # then goes unpushed.
+            self.deferred_take_races(lm, {"batches_gathered": 1, "releases": 1},
+                                     {"batches_gathered": 1})
             self.report(lm)  # the seek is a request: the deferred take goes first
             if refused:
                 with pytest.raises(IndexError, match=f"oldest step it still holds is {g.oldest()}"):
@@ -791,19 +810,19 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
             assert lm.dl.step == step
             self.settle()
 
-        def deferred_take_races(self, lm: LoaderModel, **extra: int) -> None:
+        def deferred_take_races(self, lm: LoaderModel, *outcomes: dict[str, int]) -> None:
             """A deferred take goes out just before a seek or `close`.
 
             The daemon may act on it before it reads the request: with
             credit left, it pushes (gathers) the loader's next step, which
-            the request then discards (``extra``: what that adds to the
-            stats). Whether it got that far is timing (measured: either
-            happens), so until the stats settle the model accepts both.
+            the request then discards (``outcomes``: what that may add to
+            the stats). How far it got is timing (measured: each happens),
+            so until the stats settle the model accepts each.
             Only a solo loader defers its takes.
             """
             if lm.deferred and self.client_held(lm) < lm.cap:
                 assert not lm.named
-                self.slack = extra
+                self.slack = list(outcomes)
 
         # -- closing ---------------------------------------------------------
 
@@ -813,7 +832,7 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
         def close(self, data: st.DataObject) -> None:
             lm = self.pick(data, lambda lm: not lm.closed)
             # `close` drops that push unread: no release.
-            self.deferred_take_races(lm, batches_gathered=1)
+            self.deferred_take_races(lm, {"batches_gathered": 1})
             self.call(f"close() of {lm.label}", lm.dl.close)
             self.report(lm)  # sent before `close`
             lm.closed = True
@@ -1000,7 +1019,9 @@ def test_seek_after_a_deferred_take_discards_at_most_one_push(daemon, stores) ->
             after = daemon.settled(slots_held=3)  # a, b and step 10 pushed
             gathered = after["batches_gathered"] - before["batches_gathered"]
             released = after["releases"] - before["releases"]
-            assert (gathered, released) in ((3, 0), (4, 1)), f"round {i}"
+            # (4, 0): the seek was answered while that push waited for its
+            # gather, which then went unpushed.
+            assert (gathered, released) in ((3, 0), (4, 1), (4, 0)), f"round {i}"
             assert after["batches_served"] - before["batches_served"] == 2
             check_arrays(flatten(next(dl)), expected_batch(stores, spec, 10), f"round {i} step 10")
             del a, b

@@ -277,6 +277,23 @@ def test_loader_packs_each_batch_exactly(corpus: dict[str, Any]) -> None:
             assert 96 == tokens - counts["tokens_dropped"] + counts["tokens_padded"]
 
 
+def test_packing_takes_the_packed_ragged_form_too(corpus: dict[str, Any]) -> None:
+    # ragged="packed" delivers RaggedBatch objects; packing them gives the
+    # same rows as packing the list form.
+    def run(ragged: str) -> list[dict[str, Any]]:
+        with DataLoader(packed_streams(corpus), batch_size=8, mode="IID", seed=3, pack=PACK,
+                        ragged=ragged) as loader:
+            return [snapshot(next(loader)) for _ in range(3)]
+
+    for a, b in zip(run("list"), run("packed")):
+        assert list(a) == list(b)
+        for k in a:
+            if isinstance(a[k], dict):
+                assert a[k] == b[k]
+            else:
+                np.testing.assert_array_equal(a[k], b[k])
+
+
 def test_transform_sees_the_packed_batch(corpus: dict[str, Any]) -> None:
     with DataLoader(
         packed_streams(corpus),
