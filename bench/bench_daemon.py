@@ -271,7 +271,9 @@ def embedded_pass(store: Path, batch: int, threads: int, samples: int,
     from loaderx.zrecord import Dense
 
     with Dense.open(str(store)) as s:
-        pipe = _loaderx.Pipeline([_native_store("x", s)], len(s), batch, 1, SEED, 0, 1, 0, PREFETCH, threads)
+        pipe = _loaderx.Pipeline([_native_store("x", s)], n=len(s), batch_size=batch, mode=1, seed=SEED,
+                                 rank=0, world_size=1, start_step=0, prefetch=PREFETCH,
+                                 num_threads=threads)
         try:
             for _ in range(3):
                 pipe.next(None)

@@ -186,7 +186,16 @@ Status SamplerSpec::Validate() const {
   return Status::OK();
 }
 
-Result<Sampler> Sampler::Make(const SamplerSpec& spec, uint64_t start_step) {
+SamplerSpec SamplerSpec::Effective() const {
+  SamplerSpec s = *this;
+  if (s.mode == SamplerMode::kCyclic && s.world_size == 1 && s.n >= 1 && s.batch_size > s.n) {
+    s.batch_size = s.n;
+  }
+  return s;
+}
+
+Result<Sampler> Sampler::Make(const SamplerSpec& requested, uint64_t start_step) {
+  const SamplerSpec spec = requested.Effective();
   LX_RETURN_IF_ERROR(spec.Validate());
   try {
     return Sampler(spec, start_step);

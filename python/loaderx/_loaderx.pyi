@@ -128,6 +128,11 @@ class Store:
     def verify(self, progress: Callable[[int, int], object] | None = None) -> None:
         """Checks every checksum; ``progress(done, total)`` is called between rounds."""
 
+def effective_batch_size(
+    n: SupportsIndex, batch_size: SupportsIndex, mode: SupportsIndex, world_size: SupportsIndex
+) -> int:
+    """The per-rank batch a sampler of this spec draws (one Cyclic rank: at most n)."""
+
 def mixed_store(parts: list[Store], counts: list[int]) -> Store:
     """One stream of a mixture: position start_k + j is record j mod len(parts[k])."""
 
@@ -282,6 +287,7 @@ class Pipeline(Source):
     def __init__(
         self,
         stores: Sequence[Store],
+        *,
         n: SupportsIndex,
         batch_size: SupportsIndex,
         mode: SupportsIndex,

@@ -68,7 +68,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, wait
 from typing import Any
 
-from . import distributed, sources
+from . import _loaderx, distributed, sources
 from ._loaderx import RaggedBatch
 from .errors import ArgumentTypeError, InvalidArgumentError, LoaderClosedError
 from .packing import Packing
@@ -481,8 +481,8 @@ class DataLoader:
             # shard group joins at the same step. A member joining where its
             # group is seeks past a range it lands in once it has joined.
             start_step = skips.first_from(start_step)
-        if mode_value == int(Mode.Cyclic) and world_size == 1 and batch_size > n:
-            batch_size = n  # whole cycles, as the 2.5.4 wheel's sampler
+        # One Cyclic rank with batch_size > n draws whole cycles (the engine's rule).
+        batch_size = _loaderx.effective_batch_size(n, batch_size, mode_value, world_size)
         prefetch = _check_int(prefetch_name, prefetch, 1)
         if prefetch > 1024:
             raise InvalidArgumentError(f"{prefetch_name} must be <= 1024, got {prefetch}")

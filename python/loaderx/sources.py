@@ -194,15 +194,15 @@ class EmbeddedSource(_NativeSource):
         self._names = spec.names
         self._native = _loaderx.Pipeline(
             [native_store(name, streams[name]) for name in spec.names],
-            spec.n,
-            spec.batch_size,
-            spec.mode,
-            spec.seed,
-            spec.rank,
-            spec.world_size,
-            spec.start_step,
-            spec.prefetch,
-            spec.num_threads,
+            n=spec.n,
+            batch_size=spec.batch_size,
+            mode=spec.mode,
+            seed=spec.seed,
+            rank=spec.rank,
+            world_size=spec.world_size,
+            start_step=spec.start_step,
+            prefetch=spec.prefetch,
+            num_threads=spec.num_threads,
             ragged=spec.ragged,
         )
 

@@ -47,10 +47,6 @@ class Mode(enum.IntEnum):
     CYCLIC = 2
 
 
-def _plain_int(x: object) -> bool:
-    return hasattr(x, "__index__") and not isinstance(x, bool)
-
-
 # The module-level name for annotations inside Sampler, whose class attribute
 # ``Mode`` (the public spelling ``Sampler.Mode``) shadows it there.
 _ModeT = Mode
@@ -121,9 +117,8 @@ class Sampler(_loaderx.SamplerCore):
         start_step: int = 0,
     ) -> None:
         mode = _to_mode(mode)
-        if (mode is Mode.Cyclic and world_size == 1 and _plain_int(length)
-                and _plain_int(batch_size) and batch_size > length >= 1):
-            batch_size = length  # whole cycles
+        # One rank in Cyclic mode with batch_size > length gets whole cycles:
+        # the engine's rule (SamplerSpec::Effective), read back as batch_size.
         super().__init__(
             length,
             batch_size,

@@ -31,10 +31,23 @@ class PyPipeline final : public PySource {
 }  // namespace
 
 void BindLoader(py::module_& m) {
+  m.def(
+      "effective_batch_size",
+      [](uint64_t n, uint64_t batch_size, uint32_t mode, uint64_t world_size) {
+        SamplerSpec spec;
+        spec.n = n;
+        spec.batch_size = batch_size;
+        spec.mode = static_cast<SamplerMode>(mode);
+        spec.world_size = world_size;
+        return spec.Effective().batch_size;
+      },
+      py::arg("n"), py::arg("batch_size"), py::arg("mode"), py::arg("world_size"),
+      "The per-rank batch a sampler of this spec draws (SamplerSpec::Effective: one Cyclic "
+      "rank with batch_size > n draws whole cycles of n).");
   py::class_<PyPipeline, PySource>(m, "Pipeline", R"doc(
 Native prefetching batch pipeline (internal; use loaderx.dataloader.DataLoader).
 
-Pipeline(stores, n, batch_size, mode, seed, rank, world_size, start_step,
+Pipeline(stores, *, n, batch_size, mode, seed, rank, world_size, start_step,
          prefetch, num_threads, ragged="list")
 
 stores are native store handles of equal length n; mode is 0 Sequential,
@@ -64,9 +77,9 @@ close: see Source; the arrays are writable.
                  std::vector<std::shared_ptr<const Store>>(stores.begin(), stores.end()), spec,
                  options, form);
            }),
-           py::arg("stores"), py::arg("n"), py::arg("batch_size"), py::arg("mode"), py::arg("seed"),
-           py::arg("rank"), py::arg("world_size"), py::arg("start_step"), py::arg("prefetch"),
-           py::arg("num_threads"), py::arg("ragged") = "list");
+           py::arg("stores"), py::kw_only(), py::arg("n"), py::arg("batch_size"), py::arg("mode"),
+           py::arg("seed"), py::arg("rank"), py::arg("world_size"), py::arg("start_step"),
+           py::arg("prefetch"), py::arg("num_threads"), py::arg("ragged") = "list");
 }
 
 }  // namespace loaderx::py_bind

@@ -170,7 +170,7 @@ int SamplerInit(PyObject* o, PyObject* args, PyObject* kwds) {
     auto core = std::make_shared<Core>(std::move(made).value());
     auto* owner = new std::shared_ptr<Core>(core);
     py::capsule base(owner, [](void* p) { delete static_cast<std::shared_ptr<Core>*>(p); });
-    py::array_t<uint64_t> view({static_cast<py::ssize_t>(spec.batch_size)},
+    py::array_t<uint64_t> view({static_cast<py::ssize_t>(core->sampler.spec().batch_size)},
                                {static_cast<py::ssize_t>(sizeof(uint64_t))},
                                core->sampler.buffer_data(), base);
     py::detail::array_proxy(view.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;

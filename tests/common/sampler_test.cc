@@ -121,9 +121,27 @@ TEST(SamplerSpecTest, GlobalBatchOverflowIsRejected) {
 }
 
 TEST(SamplerSpecTest, CyclicGlobalBatchLargerThanNIsRejected) {
-  ExpectInvalid(Spec(5, 6, SamplerMode::kCyclic), "must be <= n");
+  // As given; Make() runs Effective() first, which makes one rank's batch n.
+  EXPECT_NE(Spec(5, 6, SamplerMode::kCyclic).Validate().message().find("must be <= n"),
+            std::string::npos);
   // Per-rank batch fits, global batch does not.
   ExpectInvalid(Spec(5, 3, SamplerMode::kCyclic, 42, 0, 2), "must be <= n");
+}
+
+// Validate() judges the spec as given; Make() runs Effective() first: one
+// rank in Cyclic mode gets whole cycles, several ranks are still refused.
+TEST(SamplerSpecTest, CyclicBatchLargerThanNIsOneWholeCycleForOneRankOnly) {
+  EXPECT_EQ(Spec(5, 6, SamplerMode::kCyclic).Effective().batch_size, 5u);
+  EXPECT_EQ(Spec(5, 6, SamplerMode::kIID).Effective().batch_size, 6u);
+  EXPECT_EQ(Spec(5, 3, SamplerMode::kCyclic, 42, 0, 2).Effective().batch_size, 3u);
+  EXPECT_EQ(MakeOrDie(Spec(5, 6, SamplerMode::kCyclic, 7)).spec().batch_size, 5u);
+  Sampler whole = MakeOrDie(Spec(5, 5, SamplerMode::kCyclic, 7));
+  Sampler clamped = MakeOrDie(Spec(5, 6, SamplerMode::kCyclic, 7));
+  for (int step = 0; step < 4; ++step) {
+    const std::vector<uint64_t> a = whole.Next();
+    EXPECT_EQ(clamped.Next(), a) << "step " << step;
+  }
+  EXPECT_FALSE(Sampler::Make(Spec(5, 3, SamplerMode::kCyclic, 42, 0, 2)).ok());
 }
 
 TEST(SamplerSpecTest, BatchLargerThanNIsFineWithReplacementModes) {

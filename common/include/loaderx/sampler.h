@@ -62,6 +62,13 @@ struct SamplerSpec {
 
   // batch_size * world_size. REQUIRES: Validate().ok().
   uint64_t global_batch() const { return batch_size * world_size; }
+
+  // The spec a sampler runs with, the one place of the rule: in Cyclic mode
+  // with one rank, a batch larger than n becomes n (each batch one whole
+  // cycle, as the 2.5.4 wheel's sampler); any other spec is itself.
+  // Sampler::Make (and so every pipeline) applies it; callers that must
+  // know the batch size they will get (the DataLoader) ask for it here.
+  SamplerSpec Effective() const;
 };
 
 class Sampler {
