@@ -1,5 +1,5 @@
-// Connection: one socket to loaderxd speaking protocol 1.4 (kProtocolMinor,
-// loaderx/wire.h), the ring mapping and push queue of the loader opened on
+// Connection: one socket to loaderxd speaking this build's protocol (kProtocolMajor.
+// kProtocolMinor, loaderx/wire.h), the ring mapping and push queue of the loader opened on
 // it, and fork safety.
 //
 // The protocol (docs/protocol.md): requests carry an id their reply echoes;
