@@ -1,5 +1,6 @@
 #include "loaderx/wire.h"
 
+#include <array>
 #include <bit>
 #include <cassert>
 #include <cstdio>
@@ -307,240 +308,291 @@ Result<Message> Done(Fields& f, T msg) {
   return Message(std::move(msg));
 }
 
-Result<Message> DecodeTyped(std::string_view t, Fields& f) {
-  std::string what(t);
-  if (t == "hello") {
-    HelloMsg m;
-    m.major = f.U32("major");
-    m.minor = f.U32("minor");
-    m.client_version = f.Str("client_version");
-    return Done(f, std::move(m));
-  }
-  if (t == "hello_ok") {
-    HelloOkMsg m;
-    m.major = f.U32("major");
-    m.minor = f.U32("minor");
-    m.daemon_version = f.Str("daemon_version");
-    m.incarnation = f.U64("incarnation");
-    m.session = f.U64("session");
-    if (f.Has("heartbeat_ms")) m.heartbeat_ms = f.U32("heartbeat_ms", 60'000);
-    return Done(f, std::move(m));
-  }
-  if (t == "open") {
-    OpenMsg m;
-    m.id = f.U64("id");
-    if (const msgpack::object_array* a = f.Array("streams", kMaxWireStreams)) {
-      if (a->size == 0) f.Fail("'streams' must not be empty");
-      for (uint32_t i = 0; i < a->size && f.ok(); ++i) {
-        Fields s(a->ptr[i], "open.streams[" + std::to_string(i) + "]");
-        StreamFilesMsg sf;
-        sf.label = s.Str("label");
-        sf.has_shapes = s.Bool("has_shapes");
-        sf.has_dict = s.Bool("has_dict");
-        sf.data_files = s.U32("data_files", kMaxWireDataFiles);
-        if (s.Has("mix")) sf.role = static_cast<StreamRole>(s.U32("mix", 2));
-        if (sf.role == StreamRole::kMixSource) {
-          if (s.ok() && (sf.has_shapes || sf.has_dict || sf.data_files != 0)) {
-            s.Fail("a mix source stream (\"mix\": 2) has no files");
-          }
-        } else if (s.ok() && sf.data_files == 0) {
-          s.Fail("'data_files' must be >= 1");
+Result<Message> DecodeHello(Fields& f) {
+  HelloMsg m;
+  m.major = f.U32("major");
+  m.minor = f.U32("minor");
+  m.client_version = f.Str("client_version");
+  return Done(f, std::move(m));
+}
+
+Result<Message> DecodeHelloOk(Fields& f) {
+  HelloOkMsg m;
+  m.major = f.U32("major");
+  m.minor = f.U32("minor");
+  m.daemon_version = f.Str("daemon_version");
+  m.incarnation = f.U64("incarnation");
+  m.session = f.U64("session");
+  if (f.Has("heartbeat_ms")) m.heartbeat_ms = f.U32("heartbeat_ms", 60'000);
+  return Done(f, std::move(m));
+}
+
+// open's streams: their files and roles.
+Status DecodeOpenStreams(Fields& f, OpenMsg& m) {
+  if (const msgpack::object_array* a = f.Array("streams", kMaxWireStreams)) {
+    if (a->size == 0) f.Fail("'streams' must not be empty");
+    for (uint32_t i = 0; i < a->size && f.ok(); ++i) {
+      Fields s(a->ptr[i], "open.streams[" + std::to_string(i) + "]");
+      StreamFilesMsg sf;
+      sf.label = s.Str("label");
+      sf.has_shapes = s.Bool("has_shapes");
+      sf.has_dict = s.Bool("has_dict");
+      sf.data_files = s.U32("data_files", kMaxWireDataFiles);
+      if (s.Has("mix")) sf.role = static_cast<StreamRole>(s.U32("mix", 2));
+      if (sf.role == StreamRole::kMixSource) {
+        if (s.ok() && (sf.has_shapes || sf.has_dict || sf.data_files != 0)) {
+          s.Fail("a mix source stream (\"mix\": 2) has no files");
         }
-        Status st = s.Finish();
-        if (!st.ok()) return st;
-        m.streams.push_back(std::move(sf));
+      } else if (s.ok() && sf.data_files == 0) {
+        s.Fail("'data_files' must be >= 1");
       }
+      Status st = s.Finish();
+      if (!st.ok()) return st;
+      m.streams.push_back(std::move(sf));
     }
-    m.batch_size = f.U64("batch_size");
-    m.mode = f.U32("mode", 2);
-    m.seed = f.U64("seed");
-    m.rank = f.U64("rank");
-    m.world_size = f.U64("world_size");
-    m.start_step = f.U64("start_step");
-    m.prefetch = f.U32("prefetch", 1024);
-    m.leases = f.U32("leases", 1024);
-    m.ring_bytes = f.U64("ring_bytes", uint64_t{1} << 46);
-    // Protocol 1.1 (optional): group, group_mode, join.
-    if (f.Has("group")) {
-      m.group = f.Str("group");
-      if (f.ok() && (m.group.empty() || m.group.size() > kMaxGroupName)) {
-        f.Fail("'group' must be 1.." + std::to_string(kMaxGroupName) + " bytes");
-      }
-      const std::string mode = f.Str("group_mode");
-      if (mode == GroupModeName(GroupMode::kShard)) {
-        m.group_mode = GroupMode::kShard;
-      } else if (mode == GroupModeName(GroupMode::kBroadcast)) {
-        m.group_mode = GroupMode::kBroadcast;
+  }
+  return Status::OK();
+}
+
+// open's group fields (protocol 1.1, 1.2 and 1.5; all optional).
+void DecodeOpenGroup(Fields& f, OpenMsg& m) {
+  if (f.Has("group")) {
+    m.group = f.Str("group");
+    if (f.ok() && (m.group.empty() || m.group.size() > kMaxGroupName)) {
+      f.Fail("'group' must be 1.." + std::to_string(kMaxGroupName) + " bytes");
+    }
+    const std::string mode = f.Str("group_mode");
+    if (mode == GroupModeName(GroupMode::kShard)) {
+      m.group_mode = GroupMode::kShard;
+    } else if (mode == GroupModeName(GroupMode::kBroadcast)) {
+      m.group_mode = GroupMode::kBroadcast;
+    } else {
+      f.Fail("'group_mode' must be \"shard\" or \"broadcast\"");
+    }
+    if (f.Has("join")) {
+      const std::string join = f.Str("join");
+      if (join == GroupJoinName(GroupJoin::kStartStep)) {
+        m.join = GroupJoin::kStartStep;
+      } else if (join == GroupJoinName(GroupJoin::kCurrent)) {
+        m.join = GroupJoin::kCurrent;
       } else {
-        f.Fail("'group_mode' must be \"shard\" or \"broadcast\"");
-      }
-      if (f.Has("join")) {
-        const std::string join = f.Str("join");
-        if (join == GroupJoinName(GroupJoin::kStartStep)) {
-          m.join = GroupJoin::kStartStep;
-        } else if (join == GroupJoinName(GroupJoin::kCurrent)) {
-          m.join = GroupJoin::kCurrent;
-        } else {
-          f.Fail("'join' must be \"start_step\" or \"current\"");
-        }
-      }
-      // Protocol 1.2 (optional): at most a day.
-      if (f.Has("group_timeout_ms")) m.group_timeout_ms = f.U64("group_timeout_ms", 86'400'000);
-      // Protocol 1.5 (optional, shard groups): the shape here, the values
-      // against world_size and rank by the daemon (Group::CheckMemberSpec).
-      if (f.Has("ranks_first") || f.Has("ranks_count")) {
-        m.ranks_first = f.U64("ranks_first");
-        m.ranks_count = f.U64("ranks_count");
-        if (f.ok() && m.ranks_count == 0) f.Fail("'ranks_count' must be at least 1");
-      }
-      if (f.Has("replicas")) {
-        m.replicas = f.U32("replicas", kMaxReplicas);
-        if (f.ok() && m.replicas == 0) f.Fail("'replicas' must be at least 1");
-      }
-      if (f.ok() && m.group_mode != GroupMode::kShard && (m.ranks_count != 0 || m.replicas != 1)) {
-        f.Fail("'ranks_first', 'ranks_count' and 'replicas' are for shard groups");
-      }
-    } else if (f.Has("group_mode") || f.Has("join") || f.Has("group_timeout_ms") ||
-               f.Has("ranks_first") || f.Has("ranks_count") || f.Has("replicas")) {
-      f.Fail(
-          "'group_mode', 'join', 'group_timeout_ms', 'ranks_first', 'ranks_count' and "
-          "'replicas' need a 'group'");
-    }
-    // Protocol 1.2 (optional): a mixture. Its shape is checked here, the
-    // counts' values and the parts' schemas by the daemon (loaderx/mix.h).
-    if (f.Has("mix_counts")) {
-      if (const msgpack::object_array* a = f.Array("mix_counts", kMaxWireStreams)) {
-        if (a->size == 0) f.Fail("'mix_counts' must not be empty");
-        for (uint32_t i = 0; i < a->size && f.ok(); ++i) {
-          m.mix_counts.push_back(f.AsU64(a->ptr[i], "mix_counts", UINT64_MAX));
-        }
+        f.Fail("'join' must be \"start_step\" or \"current\"");
       }
     }
-    // Protocol 1.4 (optional): only ever sent as true.
-    if (f.Has("push_queue")) {
-      m.push_queue = f.Bool("push_queue");
-      if (f.ok() && !m.push_queue) f.Fail("'push_queue' is sent only as true");
+    // Protocol 1.2 (optional): at most a day.
+    if (f.Has("group_timeout_ms")) m.group_timeout_ms = f.U64("group_timeout_ms", 86'400'000);
+    // Protocol 1.5 (optional, shard groups): the shape here, the values
+    // against world_size and rank by the daemon (Group::CheckMemberSpec).
+    if (f.Has("ranks_first") || f.Has("ranks_count")) {
+      m.ranks_first = f.U64("ranks_first");
+      m.ranks_count = f.U64("ranks_count");
+      if (f.ok() && m.ranks_count == 0) f.Fail("'ranks_count' must be at least 1");
     }
-    if (f.ok()) {
-      // Mixed streams are runs of K parts (a run of 2K is two streams).
-      const uint64_t k = m.mix_counts.size();
-      uint64_t run = 0, parts = 0, sources = 0;
-      bool whole = true;
-      for (const StreamFilesMsg& s : m.streams) {
-        if (s.role == StreamRole::kMixPart) {
-          ++run;
-          ++parts;
-          continue;
-        }
-        whole &= k == 0 || run % k == 0;
-        run = 0;
-        sources += s.role == StreamRole::kMixSource;
-      }
-      whole &= k == 0 || run % k == 0;
-      if (k == 0 && parts + sources != 0) {
-        f.Fail("mix streams need 'mix_counts'");
-      } else if (k != 0 && parts + sources == 0) {
-        f.Fail("'mix_counts' without mix streams");
-      } else if (!whole) {
-        f.Fail("every mixed stream needs exactly " + std::to_string(k) +
-               " consecutive parts (one per count in 'mix_counts')");
-      } else if (sources > 1) {
-        f.Fail("at most one mix source stream");
-      }
+    if (f.Has("replicas")) {
+      m.replicas = f.U32("replicas", kMaxReplicas);
+      if (f.ok() && m.replicas == 0) f.Fail("'replicas' must be at least 1");
     }
-    return Done(f, std::move(m));
+    if (f.ok() && m.group_mode != GroupMode::kShard && (m.ranks_count != 0 || m.replicas != 1)) {
+      f.Fail("'ranks_first', 'ranks_count' and 'replicas' are for shard groups");
+    }
+  } else if (f.Has("group_mode") || f.Has("join") || f.Has("group_timeout_ms") ||
+             f.Has("ranks_first") || f.Has("ranks_count") || f.Has("replicas")) {
+    f.Fail(
+        "'group_mode', 'join', 'group_timeout_ms', 'ranks_first', 'ranks_count' and "
+        "'replicas' need a 'group'");
   }
-  if (t == "opened") {
-    OpenedMsg m;
-    m.id = f.U64("id");
-    m.n = f.U64("n");
-    m.slot_count = f.U32("slot_count");
-    m.ring_bytes = f.U64("ring_bytes");
-    m.leases = f.U32("leases");
-    if (const msgpack::object_array* a = f.Array("streams", kMaxWireStreams)) {
+}
+
+// open's mixture counts (protocol 1.2, optional): their shape is checked
+// here (and by CheckOpenMixRuns), the counts' values and the parts'
+// schemas by the daemon (loaderx/mix.h).
+void DecodeOpenMix(Fields& f, OpenMsg& m) {
+  if (f.Has("mix_counts")) {
+    if (const msgpack::object_array* a = f.Array("mix_counts", kMaxWireStreams)) {
+      if (a->size == 0) f.Fail("'mix_counts' must not be empty");
       for (uint32_t i = 0; i < a->size && f.ok(); ++i) {
-        Fields s(a->ptr[i], "opened.streams[" + std::to_string(i) + "]");
-        StreamSchemaMsg ss;
-        ss.kind = s.U32("kind", 1);
-        ss.dtype = s.Str("dtype");
-        if (const msgpack::object_array* dims = s.Array("item_shape", kMaxWireDims)) {
-          for (uint32_t d = 0; d < dims->size; ++d) {
-            ss.item_shape.push_back(s.AsU64(dims->ptr[d], "item_shape", UINT64_MAX));
-          }
-        }
-        ss.ndim = s.U32("ndim", kMaxWireDims);
-        ss.size = s.U64("size");
-        Status st = s.Finish();
-        if (!st.ok()) return st;
-        m.streams.push_back(std::move(ss));
+        m.mix_counts.push_back(f.AsU64(a->ptr[i], "mix_counts", UINT64_MAX));
       }
     }
-    if (f.Has("step")) m.step = f.U64("step");
-    // Protocol 1.4 (optional): never 0 when sent.
-    if (f.Has("queue_bytes")) {
-      m.queue_bytes = f.U64("queue_bytes", uint64_t{1} << 32);
-      if (f.ok() && m.queue_bytes == 0) f.Fail("'queue_bytes' must be > 0");
-    }
-    return Done(f, std::move(m));
   }
-  if (t == "seek") {
-    SeekMsg m;
-    m.id = f.U64("id");
-    m.step = f.U64("step");
-    return Done(f, m);
+}
+
+// open's streams against its mixture: mixed streams are runs of K parts (a
+// run of 2K is two streams), at most one dataset-number stream.
+void CheckOpenMixRuns(Fields& f, const OpenMsg& m) {
+  if (!f.ok()) return;
+  const uint64_t k = m.mix_counts.size();
+  uint64_t run = 0, parts = 0, sources = 0;
+  bool whole = true;
+  for (const StreamFilesMsg& s : m.streams) {
+    if (s.role == StreamRole::kMixPart) {
+      ++run;
+      ++parts;
+      continue;
+    }
+    whole &= k == 0 || run % k == 0;
+    run = 0;
+    sources += s.role == StreamRole::kMixSource;
+  }
+  whole &= k == 0 || run % k == 0;
+  if (k == 0 && parts + sources != 0) {
+    f.Fail("mix streams need 'mix_counts'");
+  } else if (k != 0 && parts + sources == 0) {
+    f.Fail("'mix_counts' without mix streams");
+  } else if (!whole) {
+    f.Fail("every mixed stream needs exactly " + std::to_string(k) +
+           " consecutive parts (one per count in 'mix_counts')");
+  } else if (sources > 1) {
+    f.Fail("at most one mix source stream");
+  }
+}
+
+Result<Message> DecodeOpen(Fields& f) {
+  OpenMsg m;
+  m.id = f.U64("id");
+  LX_RETURN_IF_ERROR(DecodeOpenStreams(f, m));
+  m.batch_size = f.U64("batch_size");
+  m.mode = f.U32("mode", 2);
+  m.seed = f.U64("seed");
+  m.rank = f.U64("rank");
+  m.world_size = f.U64("world_size");
+  m.start_step = f.U64("start_step");
+  m.prefetch = f.U32("prefetch", 1024);
+  m.leases = f.U32("leases", 1024);
+  m.ring_bytes = f.U64("ring_bytes", uint64_t{1} << 46);
+  DecodeOpenGroup(f, m);
+  DecodeOpenMix(f, m);
+  // Protocol 1.4 (optional): only ever sent as true.
+  if (f.Has("push_queue")) {
+    m.push_queue = f.Bool("push_queue");
+    if (f.ok() && !m.push_queue) f.Fail("'push_queue' is sent only as true");
+  }
+  CheckOpenMixRuns(f, m);
+  return Done(f, std::move(m));
+}
+
+Result<Message> DecodeOpened(Fields& f) {
+  OpenedMsg m;
+  m.id = f.U64("id");
+  m.n = f.U64("n");
+  m.slot_count = f.U32("slot_count");
+  m.ring_bytes = f.U64("ring_bytes");
+  m.leases = f.U32("leases");
+  if (const msgpack::object_array* a = f.Array("streams", kMaxWireStreams)) {
+    for (uint32_t i = 0; i < a->size && f.ok(); ++i) {
+      Fields s(a->ptr[i], "opened.streams[" + std::to_string(i) + "]");
+      StreamSchemaMsg ss;
+      ss.kind = s.U32("kind", 1);
+      ss.dtype = s.Str("dtype");
+      if (const msgpack::object_array* dims = s.Array("item_shape", kMaxWireDims)) {
+        for (uint32_t d = 0; d < dims->size; ++d) {
+          ss.item_shape.push_back(s.AsU64(dims->ptr[d], "item_shape", UINT64_MAX));
+        }
+      }
+      ss.ndim = s.U32("ndim", kMaxWireDims);
+      ss.size = s.U64("size");
+      Status st = s.Finish();
+      if (!st.ok()) return st;
+      m.streams.push_back(std::move(ss));
+    }
+  }
+  if (f.Has("step")) m.step = f.U64("step");
+  // Protocol 1.4 (optional): never 0 when sent.
+  if (f.Has("queue_bytes")) {
+    m.queue_bytes = f.U64("queue_bytes", uint64_t{1} << 32);
+    if (f.ok() && m.queue_bytes == 0) f.Fail("'queue_bytes' must be > 0");
+  }
+  return Done(f, std::move(m));
+}
+
+Result<Message> DecodeSeek(Fields& f) {
+  SeekMsg m;
+  m.id = f.U64("id");
+  m.step = f.U64("step");
+  return Done(f, m);
+}
+
+Result<Message> DecodeStats(Fields& f) {
+  StatsMsg m;
+  m.id = f.U64("id");
+  if (f.Has("detail")) m.detail = f.Bool("detail");
+  return Done(f, m);
+}
+
+Result<Message> DecodeStatsReply(Fields& f) {
+  StatsReplyMsg m;
+  m.id = f.U64("id");
+  if (f.Has("status")) m.status = f.Str("status", kMaxStatusBytes);
+  if (const msgpack::object* o = f.Get("counters")) {
+    if (o->type != msgpack::type::MAP) {
+      f.Fail("'counters' must be a map");
+    } else {
+      for (uint32_t i = 0; i < o->via.map.size && f.ok(); ++i) {
+        const msgpack::object_kv& kv = o->via.map.ptr[i];
+        if (kv.key.type != msgpack::type::STR) {
+          f.Fail("counter name must be a string");
+          break;
+        }
+        m.counters.emplace_back(std::string(kv.key.via.str.ptr, kv.key.via.str.size),
+                                f.AsU64(kv.val, "counter", UINT64_MAX));
+      }
+    }
+  }
+  return Done(f, std::move(m));
+}
+
+Result<Message> DecodeOk(Fields& f) {
+  OkMsg m;
+  m.id = f.U64("id");
+  m.step = f.U64("step");
+  m.gen = f.U64("gen");
+  return Done(f, m);
+}
+
+Result<Message> DecodeError(Fields& f) {
+  ErrorMsg m;
+  m.code = f.U32("code", static_cast<uint32_t>(Status::Code::kTimeout));
+  m.message = f.Str("message");
+  m.step = f.U64("step");
+  if (f.Has("id")) m.id = f.U64("id");
+  if (f.Has("gen")) m.gen = f.U64("gen");
+  if (f.ok() && m.code == 0) f.Fail("error code must not be 0 (OK)");
+  if (f.ok() && m.id && m.gen) f.Fail("an error is a reply ('id') or pushed ('gen'), not both");
+  return Done(f, std::move(m));
+}
+
+Result<Message> DecodeClose(Fields& f) { return Done(f, CloseMsg{}); }
+
+Result<Message> DecodeHeartbeat(Fields& f) { return Done(f, HeartbeatMsg{}); }
+
+// One decoder per msgpack message type, found by its "type".
+struct TypedDecoder {
+  std::string_view type;
+  Result<Message> (*decode)(Fields& f);
+};
+constexpr std::array<TypedDecoder, 11> kTypedDecoders{{
+    {"hello", DecodeHello},
+    {"hello_ok", DecodeHelloOk},
+    {"open", DecodeOpen},
+    {"opened", DecodeOpened},
+    {"seek", DecodeSeek},
+    {"stats", DecodeStats},
+    {"stats_reply", DecodeStatsReply},
+    {"ok", DecodeOk},
+    {"error", DecodeError},
+    {"close", DecodeClose},
+    {"heartbeat", DecodeHeartbeat},
+}};
+
+Result<Message> DecodeTyped(std::string_view t, Fields& f) {
+  for (const TypedDecoder& d : kTypedDecoders) {
+    if (d.type == t) return d.decode(f);
   }
   if (t == "batch" || t == "release" || t == "consumed") {
-    return Status::Protocol("message '" + what +
+    return Status::Protocol("message '" + std::string(t) +
                             "' must be a binary frame (protocol 1.3), not a msgpack map");
   }
-  if (t == "stats") {
-    StatsMsg m;
-    m.id = f.U64("id");
-    if (f.Has("detail")) m.detail = f.Bool("detail");
-    return Done(f, m);
-  }
-  if (t == "stats_reply") {
-    StatsReplyMsg m;
-    m.id = f.U64("id");
-    if (f.Has("status")) m.status = f.Str("status", kMaxStatusBytes);
-    if (const msgpack::object* o = f.Get("counters")) {
-      if (o->type != msgpack::type::MAP) {
-        f.Fail("'counters' must be a map");
-      } else {
-        for (uint32_t i = 0; i < o->via.map.size && f.ok(); ++i) {
-          const msgpack::object_kv& kv = o->via.map.ptr[i];
-          if (kv.key.type != msgpack::type::STR) {
-            f.Fail("counter name must be a string");
-            break;
-          }
-          m.counters.emplace_back(std::string(kv.key.via.str.ptr, kv.key.via.str.size),
-                                  f.AsU64(kv.val, "counter", UINT64_MAX));
-        }
-      }
-    }
-    return Done(f, std::move(m));
-  }
-  if (t == "close") return Done(f, CloseMsg{});
-  if (t == "heartbeat") return Done(f, HeartbeatMsg{});
-  if (t == "ok") {
-    OkMsg m;
-    m.id = f.U64("id");
-    m.step = f.U64("step");
-    m.gen = f.U64("gen");
-    return Done(f, m);
-  }
-  if (t == "error") {
-    ErrorMsg m;
-    m.code = f.U32("code", static_cast<uint32_t>(Status::Code::kTimeout));
-    m.message = f.Str("message");
-    m.step = f.U64("step");
-    if (f.Has("id")) m.id = f.U64("id");
-    if (f.Has("gen")) m.gen = f.U64("gen");
-    if (f.ok() && m.code == 0) f.Fail("error code must not be 0 (OK)");
-    if (f.ok() && m.id && m.gen) f.Fail("an error is a reply ('id') or pushed ('gen'), not both");
-    return Done(f, std::move(m));
-  }
-  return Status::Protocol("unknown message type '" + what + "'");
+  return Status::Protocol("unknown message type '" + std::string(t) + "'");
 }
 
 // ---- binary frames (protocol 1.3: batch, release, consumed) -----------------
