@@ -458,8 +458,10 @@ Status LoaderSpec::Validate() const {
 
 }  // namespace client
 
-Result<std::unique_ptr<client::Loader>> Client::OpenLoader(const client::LoaderSpec& spec) {
-  LX_RETURN_IF_ERROR(spec.Validate());
+namespace {
+
+// The `open` request's settings (the streams are added by AddStreamFiles).
+OpenMsg OpenRequest(const client::LoaderSpec& spec) {
   OpenMsg open;
   open.batch_size = spec.batch_size;
   open.mode = static_cast<uint32_t>(spec.mode);
@@ -487,39 +489,50 @@ Result<std::unique_ptr<client::Loader>> Client::OpenLoader(const client::LoaderS
     open.replicas = spec.replicas;
   }
   if (!spec.mix_counts.empty()) open.mix_counts = spec.mix_counts;
-  // The client opens every file with its own rights; the daemon gets fds.
+  return open;
+}
+
+// The store files `open` passes: opened here, with this process's rights,
+// and kept open until the request is sent; the daemon gets their fds.
+struct StreamFiles {
   std::vector<StoreFiles> files;
   std::vector<int> fds;
-  auto add = [&](const std::string& path, StreamRole role) -> Status {
-    StreamFilesMsg s;
-    s.label = path.size() > kMaxWireString ? path.substr(path.size() - kMaxWireString) : path;
-    s.role = role;
-    if (role == StreamRole::kMixSource) {
-      open.streams.push_back(std::move(s));
-      return Status::OK();
-    }
-    LX_ASSIGN_OR_RETURN(StoreFiles f, Store::OpenFileSet(path));
-    s.has_shapes = f.shapes.valid();
-    s.has_dict = f.dict.valid();
-    s.data_files = static_cast<uint32_t>(f.data.size());
-    fds.push_back(f.meta.get());
-    fds.push_back(f.index.get());
-    if (s.has_shapes) fds.push_back(f.shapes.get());
-    if (s.has_dict) fds.push_back(f.dict.get());
-    for (const UniqueFd& d : f.data) fds.push_back(d.get());
+};
+
+Status AddStore(const std::string& path, StreamRole role, OpenMsg& open, StreamFiles& out) {
+  StreamFilesMsg s;
+  s.label = path.size() > kMaxWireString ? path.substr(path.size() - kMaxWireString) : path;
+  s.role = role;
+  if (role == StreamRole::kMixSource) {
     open.streams.push_back(std::move(s));
-    files.push_back(std::move(f));
     return Status::OK();
-  };
+  }
+  LX_ASSIGN_OR_RETURN(StoreFiles f, Store::OpenFileSet(path));
+  s.has_shapes = f.shapes.valid();
+  s.has_dict = f.dict.valid();
+  s.data_files = static_cast<uint32_t>(f.data.size());
+  out.fds.push_back(f.meta.get());
+  out.fds.push_back(f.index.get());
+  if (s.has_shapes) out.fds.push_back(f.shapes.get());
+  if (s.has_dict) out.fds.push_back(f.dict.get());
+  for (const UniqueFd& d : f.data) out.fds.push_back(d.get());
+  open.streams.push_back(std::move(s));
+  out.files.push_back(std::move(f));
+  return Status::OK();
+}
+
+// Adds every stream of `spec` to `open` (a mixed stream as its parts).
+Result<StreamFiles> AddStreamFiles(const client::LoaderSpec& spec, OpenMsg& open) {
+  StreamFiles out;
   for (size_t j = 0; j < spec.stores.size(); ++j) {
     if (!open.mix_counts.empty() && !spec.mix_parts[j].empty()) {
       for (const std::string& part : spec.mix_parts[j]) {
-        LX_RETURN_IF_ERROR(add(part, StreamRole::kMixPart));
+        LX_RETURN_IF_ERROR(AddStore(part, StreamRole::kMixPart, open, out));
       }
     } else if (!open.mix_counts.empty() && spec.stores[j].empty()) {
-      LX_RETURN_IF_ERROR(add("", StreamRole::kMixSource));
+      LX_RETURN_IF_ERROR(AddStore("", StreamRole::kMixSource, open, out));
     } else {
-      LX_RETURN_IF_ERROR(add(spec.stores[j], StreamRole::kStore));
+      LX_RETURN_IF_ERROR(AddStore(spec.stores[j], StreamRole::kStore, open, out));
     }
   }
   if (open.streams.size() > kMaxWireStreams) {
@@ -527,11 +540,59 @@ Result<std::unique_ptr<client::Loader>> Client::OpenLoader(const client::LoaderS
         "the mixture's streams have " + std::to_string(open.streams.size()) +
         " parts together; one loader can pass at most " + std::to_string(kMaxWireStreams));
   }
-  if (fds.size() > kMaxFrameFds) {
-    return Status::InvalidArgument("the streams have " + std::to_string(fds.size()) +
+  if (out.fds.size() > kMaxFrameFds) {
+    return Status::InvalidArgument("the streams have " + std::to_string(out.fds.size()) +
                                    " files together; one loader can pass at most " +
                                    std::to_string(kMaxFrameFds));
   }
+  return out;
+}
+
+// The daemon's answer to `open`, checked against what was asked.
+Result<OpenedMsg> Opened(client::Reply& r, const OpenMsg& open, size_t streams) {
+  if (auto* err = std::get_if<ErrorMsg>(&r.msg)) return err->ToStatus();
+  auto* opened = std::get_if<OpenedMsg>(&r.msg);
+  const size_t want_fds = opened != nullptr && opened->queue_bytes != 0 ? 2 : 1;
+  if (opened == nullptr || r.fds.size() != want_fds) {
+    return Status::Protocol(want_fds == 2 ? "expected 'opened' with a ring fd and a queue fd"
+                                          : "expected 'opened' with one ring fd");
+  }
+  if (opened->queue_bytes != 0 && !open.push_queue) {
+    return Status::Protocol("'opened' carries a push queue this client did not ask for");
+  }
+  if (opened->streams.size() != streams) {
+    return Status::Protocol("'opened' describes the wrong number of streams");
+  }
+  return std::move(*opened);
+}
+
+// What the loader reports of its streams: `opened`'s schemas, labelled by
+// the paths the caller passed.
+Result<std::shared_ptr<std::vector<client::StreamInfo>>> StreamsOf(const OpenedMsg& opened,
+                                                                   const client::LoaderSpec& spec) {
+  auto streams = std::make_shared<std::vector<client::StreamInfo>>();
+  for (size_t j = 0; j < opened.streams.size(); ++j) {
+    const StreamSchemaMsg& m = opened.streams[j];
+    LX_ASSIGN_OR_RETURN(DType dtype, DType::Parse(m.dtype));
+    client::StreamInfo s;
+    s.label = spec.stores[j];
+    s.kind = static_cast<Kind>(m.kind);
+    s.dtype = dtype.str;
+    s.itemsize = dtype.itemsize;
+    s.item_shape = m.item_shape;
+    s.ndim = m.ndim;
+    s.size = m.size;
+    streams->push_back(std::move(s));
+  }
+  return streams;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<client::Loader>> Client::OpenLoader(const client::LoaderSpec& spec) {
+  LX_RETURN_IF_ERROR(spec.Validate());
+  OpenMsg open = OpenRequest(spec);
+  LX_ASSIGN_OR_RETURN(StreamFiles files, AddStreamFiles(spec, open));
   // The loader gets a connection of its own: the client's (which then
   // reconnects lazily if used again), so one loader costs one session.
   std::shared_ptr<Connection> conn = std::move(conn_);
@@ -547,50 +608,25 @@ Result<std::unique_ptr<client::Loader>> Client::OpenLoader(const client::LoaderS
                             "(upgrade loaderxd)");
   }
   conn->set_defer_takes(spec.group.empty());
-  LX_ASSIGN_OR_RETURN(client::Reply r, conn->Call(open, fds, nullptr));
-  if (auto* err = std::get_if<ErrorMsg>(&r.msg)) return err->ToStatus();
-  auto* opened = std::get_if<OpenedMsg>(&r.msg);
-  const size_t want_fds = opened != nullptr && opened->queue_bytes != 0 ? 2 : 1;
-  if (opened == nullptr || r.fds.size() != want_fds) {
-    return Status::Protocol(want_fds == 2 ? "expected 'opened' with a ring fd and a queue fd"
-                                          : "expected 'opened' with one ring fd");
+  LX_ASSIGN_OR_RETURN(client::Reply r, conn->Call(open, files.fds, nullptr));
+  LX_ASSIGN_OR_RETURN(OpenedMsg opened, Opened(r, open, spec.stores.size()));
+  LX_RETURN_IF_ERROR(conn->AttachRing(std::move(r.fds[0]), opened.ring_bytes, opened.slot_count));
+  if (opened.queue_bytes != 0) {
+    LX_RETURN_IF_ERROR(conn->AttachQueue(std::move(r.fds[1]), opened.queue_bytes));
   }
-  if (opened->queue_bytes != 0 && !open.push_queue) {
-    return Status::Protocol("'opened' carries a push queue this client did not ask for");
-  }
-  if (opened->streams.size() != spec.stores.size()) {
-    return Status::Protocol("'opened' describes the wrong number of streams");
-  }
-  LX_RETURN_IF_ERROR(conn->AttachRing(std::move(r.fds[0]), opened->ring_bytes, opened->slot_count));
-  if (opened->queue_bytes != 0) {
-    LX_RETURN_IF_ERROR(conn->AttachQueue(std::move(r.fds[1]), opened->queue_bytes));
-  }
-  auto streams = std::make_shared<std::vector<client::StreamInfo>>();
-  for (size_t j = 0; j < opened->streams.size(); ++j) {
-    const StreamSchemaMsg& m = opened->streams[j];
-    LX_ASSIGN_OR_RETURN(DType dtype, DType::Parse(m.dtype));
-    client::StreamInfo s;
-    s.label = spec.stores[j];
-    s.kind = static_cast<Kind>(m.kind);
-    s.dtype = dtype.str;
-    s.itemsize = dtype.itemsize;
-    s.item_shape = m.item_shape;
-    s.ndim = m.ndim;
-    s.size = m.size;
-    streams->push_back(std::move(s));
-  }
+  LX_ASSIGN_OR_RETURN(auto streams, StreamsOf(opened, spec));
   auto impl = std::make_unique<client::Loader::Impl>();
   impl->shared_view = spec.shared_view;
   impl->conn = std::move(conn);
   impl->streams = std::move(streams);
-  impl->n = opened->n;
-  impl->lease_cap = opened->leases;
-  impl->ring_bytes = opened->ring_bytes;
+  impl->n = opened.n;
+  impl->lease_cap = opened.leases;
+  impl->ring_bytes = opened.ring_bytes;
   // A group member may start elsewhere than start_step (join="current").
-  impl->step.store(opened->step.value_or(spec.start_step), std::memory_order_relaxed);
+  impl->step.store(opened.step.value_or(spec.start_step), std::memory_order_relaxed);
   // Owned by the loader from here on, so an error below closes it.
   std::unique_ptr<client::Loader> loader(new client::Loader(std::move(impl)));
-  if (!spec.group.empty() && !opened->step) {
+  if (!spec.group.empty() && !opened.step) {
     return Status::Protocol("'opened' for a group member must name its first step");
   }
   return loader;
