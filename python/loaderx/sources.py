@@ -125,6 +125,18 @@ class SourceSpec:
     num_threads: int
     ragged: str = "list"
 
+    def sampling(self) -> dict[str, int]:
+        """The settings both hosts' native sources take by the same keywords."""
+        return {
+            "batch_size": self.batch_size,
+            "mode": self.mode,
+            "seed": self.seed,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "start_step": self.start_step,
+            "prefetch": self.prefetch,
+        }
+
 
 class BatchSource(Protocol):
     """The interface between a DataLoader and a producer of raw batches (module docstring)."""
@@ -195,15 +207,9 @@ class EmbeddedSource(_NativeSource):
         self._native = _loaderx.Pipeline(
             [native_store(name, streams[name]) for name in spec.names],
             n=spec.n,
-            batch_size=spec.batch_size,
-            mode=spec.mode,
-            seed=spec.seed,
-            rank=spec.rank,
-            world_size=spec.world_size,
-            start_step=spec.start_step,
-            prefetch=spec.prefetch,
             num_threads=spec.num_threads,
             ragged=spec.ragged,
+            **spec.sampling(),
         )
 
 
@@ -412,16 +418,7 @@ class DaemonSource(_NativeSource):
         self._moved_noted = False
         stores, mix_counts, mix_parts = _wire_streams(streams, self._names)
         native = options.native_spec(
-            stores,
-            mix_counts=mix_counts,
-            mix_parts=mix_parts,
-            batch_size=spec.batch_size,
-            mode=spec.mode,
-            seed=spec.seed,
-            rank=spec.rank,
-            world_size=spec.world_size,
-            start_step=spec.start_step,
-            prefetch=spec.prefetch,
+            stores, mix_counts=mix_counts, mix_parts=mix_parts, **spec.sampling()
         )
         self._native = _loaderx.DaemonLoader(path, native, spec.ragged)
 
