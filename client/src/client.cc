@@ -33,7 +33,7 @@ Lease::~Lease() {
   conn_->UnlistView(this);  // waits for a move of this view under way
   copy_.Reset();            // nothing may see the slot's next batch through it
   if (ring_pages_.second != 0)
-    conn_->ReleasePrivatePages(ring_, ring_pages_.first, ring_pages_.second);
+    conn_->private_rings().Release(ring_, ring_pages_.first, ring_pages_.second);
   if (!moved_out_.load(std::memory_order_acquire)) {  // else released when moved out
     // The release goes out before the count drops: a Next on another thread
     // that sees the lease gone must find the release ahead of its `next` on
@@ -260,12 +260,12 @@ Result<std::optional<BatchView>> Loader::NextUntil(Clock::time_point deadline) {
     // Usually through one of the connection's private mappings of the whole
     // ring (no mmap per batch); a batch whose pages are taken in all of
     // them gets a mapping of its own.
-    LX_ASSIGN_OR_RETURN(Connection::PrivatePages pages,
-                        impl_->conn->AcquirePrivatePages(offset, total));
+    LX_ASSIGN_OR_RETURN(PrivateRings::Pages pages,
+                        impl_->conn->private_rings().Acquire(offset, total));
     if (pages.base != nullptr) {
       lease->AdoptRingPages(pages.ring, pages.pages.first, pages.pages.end, pages.base);
     } else {
-      const Connection::PageRange r = Connection::PagesOf(offset, total);
+      const PrivateRings::PageRange r = PrivateRings::PagesOf(offset, total);
       LX_ASSIGN_OR_RETURN(MappedRegion copy,
                           MappedRegion::MapPrivate(impl_->conn->ring_fd(), r.end - r.first,
                                                    static_cast<off_t>(r.first)));

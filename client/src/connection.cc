@@ -772,53 +772,13 @@ Status Connection::AttachRing(UniqueFd fd, uint64_t bytes, uint32_t slot_count) 
                             " slots, the open reply said " + std::to_string(slot_count));
   }
   ring_fd_ = std::move(fd);
+  private_rings_.Attach(ring_fd_.get(), ring_.size());
   return Status::OK();
 }
 
 Status Connection::AttachQueue(UniqueFd fd, uint64_t bytes) {
   LX_ASSIGN_OR_RETURN(push_queue_, PushQueueReader::Attach(std::move(fd), bytes));
   return Status::OK();
-}
-
-Connection::PageRange Connection::PagesOf(uint64_t offset, uint64_t bytes) {
-  const uint64_t page = PageBytes();
-  const uint64_t first = offset / page * page;
-  const uint64_t end = (offset + std::max<uint64_t>(bytes, 1) + page - 1) / page * page;
-  return PageRange{first, end};
-}
-
-Result<Connection::PrivatePages> Connection::AcquirePrivatePages(uint64_t offset, uint64_t bytes) {
-  const uint64_t page = PageBytes();
-  const PageRange pages = PagesOf(offset, bytes);
-  const uint64_t first = pages.first, end = pages.end;
-  std::lock_guard<std::mutex> lock(private_mu_);
-  if (private_broken_ || end > (ring_.size() + page - 1) / page * page) return PrivatePages{};
-  for (uint32_t i = 0; i < kPrivateRings; ++i) {
-    PrivateRing& r = private_rings_[i];
-    const bool taken = std::any_of(r.views.begin(), r.views.end(), [&](const auto& v) {
-      return v.first < end && first < v.second;
-    });
-    if (taken) continue;
-    if (r.map.size() == 0) {
-      LX_ASSIGN_OR_RETURN(r.map, MappedRegion::MapPrivate(ring_fd_.get(), ring_.size(), 0));
-    }
-    r.views.emplace_back(first, end);
-    return PrivatePages{r.map.mutable_data() + offset, i, pages};
-  }
-  return PrivatePages{};
-}
-
-void Connection::ReleasePrivatePages(uint32_t ring, uint64_t first, uint64_t end) {
-  std::lock_guard<std::mutex> lock(private_mu_);
-  if (ring >= kPrivateRings) return;
-  PrivateRing& r = private_rings_[ring];
-  auto it = std::find(r.views.begin(), r.views.end(), std::make_pair(first, end));
-  if (it == r.views.end()) return;
-  *it = r.views.back();
-  r.views.pop_back();
-  if (::madvise(r.map.mutable_data() + first, end - first, MADV_DONTNEED) != 0) {
-    private_broken_ = true;
-  }
 }
 
 }  // namespace loaderx::client

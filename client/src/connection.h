@@ -53,6 +53,7 @@
 #include "loaderx/ring.h"
 #include "loaderx/unix_socket.h"
 #include "loaderx/wire.h"
+#include "private_rings.h"
 
 namespace loaderx::client {
 
@@ -229,35 +230,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   int ring_fd() const { return ring_fd_.get(); }  // kept for private slot mappings
   const RingGeometry& geometry() const { return geometry_; }
 
-  // Writable (copy-on-write) batch views without a mapping per batch: up
-  // to kPrivateRings private mappings of the whole ring, each made on first
-  // use. A view takes the first mapping in which none of its pages is
-  // covered by a live view (batches are 64-byte aligned, so neighbours share
-  // their end pages: a batch and the one next to it take different
-  // mappings). In a mapping, a page no live view covers holds no private
-  // copy (ReleasePrivatePages drops them), so the view reads the ring as
-  // published and its writes land in pages only it covers. Ring pages
-  // [first, end) are page-aligned byte offsets; returns the address of ring
-  // byte `first` and the mapping's index, or a null address if every
-  // mapping is taken there (the caller maps the batch on its own). Any
-  // thread.
-  struct PageRange {
-    uint64_t first = 0;  // page-aligned ring byte offsets
-    uint64_t end = 0;
-  };
-  // The pages holding ring bytes [offset, offset + max(bytes, 1)).
-  static PageRange PagesOf(uint64_t offset, uint64_t bytes);
-  struct PrivatePages {
-    uint8_t* base = nullptr;  // the address of ring byte `offset`, or null
-    uint32_t ring = 0;
-    PageRange pages;  // PagesOf(offset, bytes), for ReleasePrivatePages
-  };
-  static constexpr uint32_t kPrivateRings = 4;
-  Result<PrivatePages> AcquirePrivatePages(uint64_t offset, uint64_t bytes);
-  // The view of [first, end) in mapping `ring` ended: its pages are dropped
-  // (MADV_DONTNEED: copies discarded, the next read sees the ring again).
-  // Before the release that lets the daemon reuse the bytes. Any thread.
-  void ReleasePrivatePages(uint32_t ring, uint64_t first, uint64_t end);
+  // Writable (copy-on-write) batch views without a mapping per batch
+  // (private_rings.h); attached with the ring. Any thread.
+  PrivateRings& private_rings() { return private_rings_; }
 
   // Held batches beyond the lease cap. Every lease whose batch is a private
   // view (a writable batch from NextUntil) is listed here, oldest first,
@@ -402,17 +377,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   BatchMsg queue_batch_;              // its batch, decoded (reused)
   std::shared_ptr<LeasePool> lease_pool_ = std::make_shared<LeasePool>();
 
-  // Private ring views (AcquirePrivatePages). Guarded by private_mu_.
-  std::mutex private_mu_;
-  struct PrivateRing {
-    MappedRegion map;  // MAP_PRIVATE of the whole ring, made on first use
-    // [first, end) page ranges of the live views through `map` (disjoint).
-    std::vector<std::pair<uint64_t, uint64_t>> views;
-  };
-  std::array<PrivateRing, kPrivateRings> private_rings_;
-  // A drop failed: pages may hold stale copies, so no new view uses the
-  // private mappings any more (each batch gets a mapping of its own).
-  bool private_broken_ = false;
+  PrivateRings private_rings_;
 
   // The list of movable views (ListView), oldest first.
   void UnlinkView(Lease* lease);  // REQUIRES views_mu_, lease listed
