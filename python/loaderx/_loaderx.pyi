@@ -129,10 +129,10 @@ class Store:
         """Checks every checksum; ``progress(done, total)`` is called between rounds."""
 
 def mixed_store(parts: list[Store], counts: list[int]) -> Store:
-    """One stream of a mixture: position start_k + j is record j mod len(parts[k])."""
+    """One stream of a mixture (or of a schedule's segments, one after the other)."""
 
-def mix_source_store(counts: list[int]) -> Store:
-    """Dense int64 scalars: the dataset number k of every mixture position."""
+def mix_source_store(counts: list[int], datasets: int = 0) -> Store:
+    """Dense int64 scalars: the dataset number of every mixture position."""
 
 def train_dictionary(
     samples: Sequence[Buffer | npt.NDArray[Any]], capacity: SupportsIndex
@@ -292,6 +292,7 @@ class Pipeline(Source):
         prefetch: SupportsIndex,
         num_threads: SupportsIndex,
         ragged: str = "list",
+        segments: Sequence[tuple[SupportsIndex, SupportsIndex, SupportsIndex]] = [],
     ) -> None: ...
 
 # --- bind_client.cc (present when HAVE_DAEMON_CLIENT) ------------------------

@@ -111,6 +111,8 @@ class SourceSpec:
     ``batch_size * world_size``); ``mode`` is ``0`` Sequential, ``1`` IID,
     ``2`` Cyclic. ``ragged`` is how ragged streams are delivered,
     ``"list"`` or ``"packed"`` (checked by the native source).
+    ``segments`` are the ``(start_step, base, size)`` segments of a mixture
+    schedule of more than one segment (:mod:`loaderx.mix`), else ``()``.
     """
 
     names: tuple[str, ...]
@@ -124,6 +126,7 @@ class SourceSpec:
     prefetch: int
     num_threads: int
     ragged: str = "list"
+    segments: tuple[tuple[int, int, int], ...] = ()
 
 
 class BatchSource(Protocol):
@@ -204,6 +207,7 @@ class EmbeddedSource(_NativeSource):
             spec.prefetch,
             spec.num_threads,
             ragged=spec.ragged,
+            segments=list(spec.segments),
         )
 
 
@@ -407,6 +411,11 @@ class DaemonSource(_NativeSource):
     def __init__(
         self, path: str, streams: Mapping[str, Any], spec: SourceSpec, options: DaemonOptions
     ) -> None:
+        if spec.segments:
+            raise InvalidArgumentError(
+                f"loaderxd does not serve a mixture schedule of more than one segment "
+                f"({len(spec.segments)} here): load it embedded (daemon=None), or mix with one "
+                "set of weights")
         self._names = tuple(spec.names)
         self._path = path
         self._moved_noted = False

@@ -21,11 +21,17 @@ void BindMix(py::module_& m) {
                        std::move(counts)));
       },
       py::arg("parts"), py::arg("counts"),
-      "One stream of a mixture: position start_k + j is record j mod len(parts[k]).");
+      "One stream of a mixture: position start_e + j of count entry e is record j mod "
+      "len(parts[e % len(parts)]) (len(counts) a multiple of len(parts): a schedule's "
+      "segments one after the other).");
   m.def(
       "mix_source_store",
-      [](std::vector<uint64_t> counts) { return Unwrap(MixSourceStore(std::move(counts))); },
-      py::arg("counts"), "Dense int64 scalars: the dataset number k of every mixture position.");
+      [](std::vector<uint64_t> counts, size_t datasets) {
+        return Unwrap(MixSourceStore(std::move(counts), datasets));
+      },
+      py::arg("counts"), py::arg("datasets") = 0,
+      "Dense int64 scalars: the dataset number e mod datasets of every position of count entry "
+      "e (datasets 0: len(counts)).");
 }
 
 }  // namespace loaderx::py_bind
