@@ -325,6 +325,8 @@ class LoaderSpec:
         ranks_first: SupportsIndex = 0,
         ranks_count: SupportsIndex = 0,
         replicas: SupportsIndex = 1,
+        mix_datasets: SupportsIndex = 0,
+        segments: Sequence[tuple[SupportsIndex, SupportsIndex, SupportsIndex]] = ...,
         ragged: str = "list",
     ) -> None:
         """``group`` joins that loaderxd group (``group_mode`` 'shard' | 'broadcast',
@@ -333,7 +335,9 @@ class LoaderSpec:
         A mixture: ``mix_counts`` (one per dataset) and one ``mix_parts`` entry per stream
         (its parts' store paths; none for the dataset-number stream, whose ``stores``
         entry is '', or for a plain store). A shard group over part of the ranks:
-        ``ranks_first``, ``ranks_count`` (0: all); ``replicas`` members per rank."""
+        ``ranks_first``, ``ranks_count`` (0: all); ``replicas`` members per rank. A
+        mixture schedule: ``mix_datasets`` (K) with K counts per segment in ``mix_counts``
+        and the sampler ``segments`` as ``(start_step, base, size)``."""
 
     def validate_options(self) -> None:
         """Raises ValueError naming the first DaemonOptions field that breaks a rule."""

@@ -832,9 +832,10 @@ class DataLoader:
         step before ``start_step`` keeps its batch: the loader swaps to
         :meth:`Mixture.appended <loaderx.mix.Mixture.appended>` and continues
         at ``loader.step``; prefetched batches are discarded. The schedule is
-        recorded in ``state_dict()``. Through loaderxd a schedule of more than
-        one segment is refused (``ValueError``), and so is this call; nothing
-        changes then.
+        recorded in ``state_dict()``. Through loaderxd the new segment reaches
+        this loader's daemon loader (reopened at ``loader.step``); a member
+        of a loaderxd group is refused (``ValueError``): the segment would not
+        reach the other members. Nothing changes when a call is refused.
 
         Raises:
             ValueError: the streams are not a mixture, ``start_step`` is at or
@@ -858,6 +859,13 @@ class DataLoader:
     def _swap_mixture(self, mixture: Mixture) -> None:
         """Continues at ``self._step`` from ``mixture`` (a superset of the current one's
         schedule). Opens the new source first: a refusal changes nothing."""
+        group = getattr(self._daemon, "group", None)
+        if group is not None:
+            raise InvalidArgumentError(
+                f"this loader is a member of loaderxd group {group!r}: a mixture segment "
+                "appended by one member would not reach the others, so a group's schedule "
+                "is fixed when it opens; close every member and reopen each with the "
+                "extended schedule (mix(schedule=...))")
         spec = dataclasses.replace(
             self._spec, n=mixture.positions, start_step=self._step,
             segments=mixture.segments if len(mixture.segments) > 1 else ())

@@ -411,19 +411,19 @@ class DaemonSource(_NativeSource):
     def __init__(
         self, path: str, streams: Mapping[str, Any], spec: SourceSpec, options: DaemonOptions
     ) -> None:
-        if spec.segments:
-            raise InvalidArgumentError(
-                f"loaderxd does not serve a mixture schedule of more than one segment "
-                f"({len(spec.segments)} here): load it embedded (daemon=None), or mix with one "
-                "set of weights")
         self._names = tuple(spec.names)
         self._path = path
         self._moved_noted = False
         stores, mix_counts, mix_parts = _wire_streams(streams, self._names)
+        schedule: dict[str, Any] = {}
+        if spec.segments:  # protocol 1.6: K counts per segment, the sampler's segments
+            schedule = {"mix_datasets": len(mix_counts) // len(spec.segments),
+                        "segments": list(spec.segments)}
         native = options.native_spec(
             stores,
             mix_counts=mix_counts,
             mix_parts=mix_parts,
+            **schedule,
             batch_size=spec.batch_size,
             mode=spec.mode,
             seed=spec.seed,
