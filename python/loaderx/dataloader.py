@@ -880,6 +880,8 @@ class DataLoader:
         self._spec = spec
         self._mixture = mixture
         old.close()
+        if self._closed:  # a close() from another thread ran its finalizer on the old one
+            source.close()
 
     def state_dict(self) -> dict[str, Any]:
         """The loader's position: a small dict of ints, strings and lists (picklable, JSON-able).
