@@ -221,11 +221,13 @@ Status ValidateMixCounts(const std::vector<uint64_t>& counts, size_t datasets) {
 }
 
 Result<std::shared_ptr<Store>> MixedStore(std::vector<std::shared_ptr<const Store>> parts,
-                                          std::vector<uint64_t> counts) {
-  if (parts.empty() || counts.size() % parts.size() != 0) {
+                                          std::vector<uint64_t> counts, size_t segments) {
+  if (parts.empty() || segments == 0 || counts.size() / segments != parts.size() ||
+      counts.size() % segments != 0) {
     return Status::InvalidArgument(
-        "a mixture needs one store per dataset: " + std::to_string(parts.size()) + " stores, " +
-        std::to_string(counts.size()) + " counts");
+        "a mixture needs one store per dataset and segment: " + std::to_string(parts.size()) +
+        " stores, " + std::to_string(counts.size()) + " counts, " + std::to_string(segments) +
+        " segment(s)");
   }
   LX_RETURN_IF_ERROR(ValidateMixCounts(counts, parts.size()));
   for (size_t k = 0; k < parts.size(); ++k) {

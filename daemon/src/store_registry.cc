@@ -89,7 +89,9 @@ Result<std::shared_ptr<const Store>> StoreRegistry::GetMixed(
   if (parts.empty()) key.second.push_back(datasets == 0 ? counts.size() : datasets);
   return Shared(mixed_, key, [&]() -> Result<std::shared_ptr<Store>> {
     if (parts.empty()) return MixSourceStore(counts, datasets);
-    return MixedStore(std::move(parts), counts);
+    // The decoder checked that the counts are segments of parts.size().
+    const size_t segments = counts.size() / parts.size();
+    return MixedStore(std::move(parts), counts, segments);
   });
 }
 

@@ -128,7 +128,7 @@ class Store:
     def verify(self, progress: Callable[[int, int], object] | None = None) -> None:
         """Checks every checksum; ``progress(done, total)`` is called between rounds."""
 
-def mixed_store(parts: list[Store], counts: list[int]) -> Store:
+def mixed_store(parts: list[Store], counts: list[int], segments: int = 1) -> Store:
     """One stream of a mixture (or of a schedule's segments, one after the other)."""
 
 def mix_source_store(counts: list[int], datasets: int = 0) -> Store:

@@ -313,7 +313,8 @@ def _build(names: tuple[str, ...], stream_sets: tuple[Mapping[str, Any], ...],
     out = Mixture()
     label = "+".join(names)
     for sname, first in stream_sets[0].items():
-        native = _loaderx.mixed_store([s[sname]._live_store() for s in stream_sets], flat)
+        native = _loaderx.mixed_store([s[sname]._live_store() for s in stream_sets], flat,
+                                      len(segments))
         cls = MixedDense if isinstance(first, Dense) else MixedRagged
         mixed = cls(_TOKEN, f"mix({label})/{sname}", store=native)
         paths = [getattr(s[sname], "path", None) for s in stream_sets]

@@ -15,12 +15,13 @@ namespace loaderx::py_bind {
 void BindMix(py::module_& m) {
   m.def(
       "mixed_store",
-      [](const std::vector<std::shared_ptr<Store>>& parts, std::vector<uint64_t> counts) {
+      [](const std::vector<std::shared_ptr<Store>>& parts, std::vector<uint64_t> counts,
+         size_t segments) {
         return Unwrap(
             MixedStore(std::vector<std::shared_ptr<const Store>>(parts.begin(), parts.end()),
-                       std::move(counts)));
+                       std::move(counts), segments));
       },
-      py::arg("parts"), py::arg("counts"),
+      py::arg("parts"), py::arg("counts"), py::arg("segments") = 1,
       "One stream of a mixture: position start_e + j of count entry e is record j mod "
       "len(parts[e % len(parts)]) (len(counts) a multiple of len(parts): a schedule's "
       "segments one after the other).");

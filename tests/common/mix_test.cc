@@ -112,12 +112,15 @@ TEST(MixSourceStoreTest, EveryPositionNamesItsDataset) {
 // dataset e % K, a zero count leaves its dataset out of that segment.
 TEST(MixedStoreTest, ScheduleSegmentsFollowOneAnother) {
   TempDir dir;
-  auto mixed = MixedStore({IntStore(dir, "a", 100, 3), IntStore(dir, "b", 200, 5)}, {2, 1, 0, 4});
+  auto mixed =
+      MixedStore({IntStore(dir, "a", 100, 3), IntStore(dir, "b", 200, 5)}, {2, 1, 0, 4}, 2);
   ASSERT_TRUE(mixed.ok()) << mixed.status().ToString();
   EXPECT_EQ((*mixed)->size(), 7u);
   // 0..1 -> a 0 1; 2 -> b 0; (segment 1) 3..6 -> b 0 1 2 3.
   EXPECT_EQ(GatherInts(**mixed, {0, 1, 2, 3, 4, 5, 6}),
             (std::vector<int32_t>{100, 101, 200, 200, 201, 202, 203}));
+  EXPECT_EQ(MixedStore({IntStore(dir, "c", 0, 2)}, {2, 1, 0, 4}, 2).status().message(),
+            "a mixture needs one store per dataset and segment: 1 stores, 4 counts, 2 segment(s)");
   auto s = MixSourceStore({2, 1, 0, 4}, 2).value();
   std::vector<int64_t> out(7, -1);
   std::vector<void*> outs;

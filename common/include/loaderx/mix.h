@@ -62,8 +62,9 @@ Status ValidateMixCounts(const std::vector<uint64_t>& counts, size_t datasets = 
 // parts.size(), counts as in ValidateMixCounts), all of one
 // kind and dtype, and one item_shape (dense) or ndim (ragged); else
 // InvalidArgument / SchemaError naming the part by its label.
+// `segments` = S: counts.size() must be parts.size() * S.
 Result<std::shared_ptr<Store>> MixedStore(std::vector<std::shared_ptr<const Store>> parts,
-                                          std::vector<uint64_t> counts);
+                                          std::vector<uint64_t> counts, size_t segments = 1);
 
 // `datasets` as in ValidateMixCounts: the number at an entry e's position is e mod K.
 Result<std::shared_ptr<Store>> MixSourceStore(std::vector<uint64_t> counts, size_t datasets = 0);
