@@ -85,6 +85,11 @@ def test_every_step_is_the_reference_rule(parts: dict[str, Any], mode: str) -> N
             ds, recs = reference(SCHEDULE, 64, mode, 3, 16, step)
             assert b["dataset"].dtype == np.int64 and b["dataset"].tolist() == ds, step
             assert b["x"].tolist() == [BASE[NAMES[d]] + r for d, r in zip(ds, recs)], step
+        for start in (13, 5, 11):  # seek back and forth across the boundaries at 7 and 12
+            loader.seek(start)
+            for step in range(start, start + 4):
+                assert next(loader)["dataset"].tolist() == reference(
+                    SCHEDULE, 64, mode, 3, 16, step)[0], (start, step)
     # segment 1 leaves "code" out, segment 2 leaves "books" out
     assert m.segment_counts[1][2] == 0 and m.segment_counts[2][1] == 0
 
