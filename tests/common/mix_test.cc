@@ -124,6 +124,7 @@ TEST(MixedStoreTest, ScheduleSegmentsFollowOneAnother) {
   auto s = MixSourceStore({2, 1, 0, 4}, 2).value();
   std::vector<int64_t> out(7, -1);
   std::vector<void*> outs;
+  outs.reserve(out.size());
   for (auto& v : out) outs.push_back(&v);
   std::vector<uint64_t> idx{0, 1, 2, 3, 4, 5, 6};
   ASSERT_TRUE(s->Gather(idx, outs, nullptr).ok());
