@@ -444,13 +444,24 @@ Status LoaderSpec::Validate() const {
           std::to_string(stores.size()) + " streams, " + std::to_string(mix_parts.size()) +
           " mix_parts entries)");
     }
+    const size_t k = mix_datasets != 0 ? mix_datasets : mix_counts.size();
     for (size_t j = 0; j < stores.size(); ++j) {
       const size_t got = mix_parts[j].size();
-      if (got != 0 && got != mix_counts.size()) {
+      if (got != 0 && got != k) {
         return Status::InvalidArgument("mixed stream " + std::to_string(j) + " has " +
                                        std::to_string(got) + " parts; the mixture has " +
-                                       std::to_string(mix_counts.size()) + " datasets");
+                                       std::to_string(k) + " datasets");
       }
+    }
+  }
+  if (mix_datasets != 0 || !segments.empty()) {
+    if (mix_datasets == 0 || mix_counts.size() % mix_datasets != 0 ||
+        segments.size() != mix_counts.size() / mix_datasets) {
+      return Status::InvalidArgument(
+          "a mixture schedule needs mix_datasets > 0, mix_counts of one count per dataset and "
+          "segment, and one segment per mix_datasets counts (" +
+          std::to_string(mix_counts.size()) + " counts, " + std::to_string(segments.size()) +
+          " segments, mix_datasets " + std::to_string(mix_datasets) + ")");
     }
   }
   return Status::OK();
@@ -489,6 +500,12 @@ OpenMsg OpenRequest(const client::LoaderSpec& spec) {
     open.replicas = spec.replicas;
   }
   if (!spec.mix_counts.empty()) open.mix_counts = spec.mix_counts;
+  if (spec.mix_datasets != 0) {
+    open.mix_datasets = spec.mix_datasets;
+    for (const SamplerSegment& g : spec.segments) {
+      open.segments.insert(open.segments.end(), {g.start_step, g.base, g.size});
+    }
+  }
   return open;
 }
 
@@ -606,6 +623,12 @@ Result<std::unique_ptr<client::Loader>> Client::OpenLoader(const client::LoaderS
                             std::to_string(conn->hello().minor) +
                             "; a group over part of the ranks or with replicas needs 1.5 "
                             "(upgrade loaderxd)");
+  }
+  if (open.mix_datasets != 0 && conn->hello().minor < 6) {
+    return Status::Protocol(path_ + ": loaderxd speaks protocol 1." +
+                            std::to_string(conn->hello().minor) +
+                            "; a mixture schedule of more than one segment needs 1.6 (upgrade "
+                            "loaderxd, or load the mixture embedded)");
   }
   conn->set_defer_takes(spec.group.empty());
   LX_ASSIGN_OR_RETURN(client::Reply r, conn->Call(open, files.fds, nullptr));

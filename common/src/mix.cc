@@ -31,8 +31,8 @@ Status OutOfRange(uint64_t v, uint64_t total) {
 // What a virtual store reports about itself where a file-backed one names files.
 class VirtualStore : public Store {
  public:
-  explicit VirtualStore(std::vector<uint64_t> counts)
-      : counts_(std::move(counts)), starts_(Starts(counts_)) {}
+  VirtualStore(std::vector<uint64_t> counts, size_t datasets)
+      : counts_(std::move(counts)), starts_(Starts(counts_)), datasets_(datasets) {}
 
   uint64_t size() const override { return starts_.back(); }
   Result<RecordRef> Locate(uint64_t i) const override {
@@ -42,12 +42,13 @@ class VirtualStore : public Store {
  protected:
   std::vector<uint64_t> counts_;
   std::vector<uint64_t> starts_;
+  size_t datasets_;  // K: entry e of counts_ is dataset e % K
 };
 
 class MixedStoreImpl final : public VirtualStore {
  public:
   MixedStoreImpl(std::vector<std::shared_ptr<const Store>> parts, std::vector<uint64_t> counts)
-      : VirtualStore(std::move(counts)), parts_(std::move(parts)) {
+      : VirtualStore(std::move(counts), parts.size()), parts_(std::move(parts)) {
     label_ = "mix(";
     for (size_t k = 0; k < parts_.size(); ++k) {
       label_ += (k ? ", " : "") + parts_[k]->label();
@@ -116,8 +117,9 @@ class MixedStoreImpl final : public VirtualStore {
   // (part, record) of position v.
   Result<std::pair<size_t, uint64_t>> Map(uint64_t v) const {
     if (v >= size()) return OutOfRange(v, size());
-    const size_t k = PartOf(starts_, v);
-    return std::pair<size_t, uint64_t>{k, (v - starts_[k]) % parts_[k]->size()};
+    const size_t e = PartOf(starts_, v);
+    const size_t k = e % datasets_;
+    return std::pair<size_t, uint64_t>{k, (v - starts_[e]) % parts_[k]->size()};
   }
 
   std::vector<std::shared_ptr<const Store>> parts_;
@@ -128,17 +130,18 @@ class MixedStoreImpl final : public VirtualStore {
 
 class MixSourceStoreImpl final : public VirtualStore {
  public:
-  explicit MixSourceStoreImpl(std::vector<uint64_t> counts) : VirtualStore(std::move(counts)) {
+  MixSourceStoreImpl(std::vector<uint64_t> counts, size_t datasets)
+      : VirtualStore(std::move(counts), datasets) {
     schema_.kind = Kind::kDense;
     schema_.dtype = DType::Parse("<i8").value();
     schema_.ndim = 0;
-    label_ = "mix-source(" + std::to_string(counts_.size()) + " datasets)";
+    label_ = "mix-source(" + std::to_string(datasets_) + " datasets)";
   }
 
   const Schema& schema() const override { return schema_; }
   Codec codec() const override { return Codec::kRaw; }
   uint32_t data_shards() const override { return 1; }
-  uint64_t nbytes() const override { return 8 * counts_.size(); }
+  uint64_t nbytes() const override { return 8 * datasets_; }
   uint64_t stored_bytes() const override { return 0; }
   const std::string& label() const override { return label_; }
 
@@ -152,7 +155,7 @@ class MixSourceStoreImpl final : public VirtualStore {
   Status ReadRecord(uint64_t v, void* out, uint64_t out_len) const override {
     if (v >= size()) return OutOfRange(v, size());
     if (out_len != 8) return Status::InvalidArgument(label_ + ": a record is 8 bytes");
-    const int64_t k = static_cast<int64_t>(PartOf(starts_, v));
+    const int64_t k = static_cast<int64_t>(PartOf(starts_, v) % datasets_);
     std::memcpy(out, &k, sizeof k);
     return Status::OK();
   }
@@ -177,31 +180,56 @@ class MixSourceStoreImpl final : public VirtualStore {
 
 }  // namespace
 
-Status ValidateMixCounts(const std::vector<uint64_t>& counts) {
-  if (counts.empty() || counts.size() > kMaxMixParts) {
+Status ValidateMixCounts(const std::vector<uint64_t>& counts, size_t datasets) {
+  const size_t k_count = datasets == 0 ? counts.size() : datasets;
+  if (k_count == 0 || k_count > kMaxMixParts) {
     return Status::InvalidArgument("a mixture needs 1.." + std::to_string(kMaxMixParts) +
-                                   " datasets, got " + std::to_string(counts.size()));
+                                   " datasets, got " + std::to_string(k_count));
   }
+  if (counts.empty() || counts.size() % k_count != 0 || counts.size() / k_count > kMaxMixSegments) {
+    return Status::InvalidArgument(
+        "a mixture schedule needs 1.." + std::to_string(kMaxMixSegments) + " segments of " +
+        std::to_string(k_count) + " counts, got " + std::to_string(counts.size()) + " counts");
+  }
+  const size_t segments = counts.size() / k_count;
   uint64_t total = 0;
-  for (size_t k = 0; k < counts.size(); ++k) {
-    if (counts[k] == 0) {
+  for (size_t k = 0; k < k_count; ++k) {
+    bool some = false;
+    for (size_t s = 0; s < segments; ++s) some = some || counts[s * k_count + k] != 0;
+    if (!some) {
       return Status::InvalidArgument("mixture dataset " + std::to_string(k) + " has 0 positions");
     }
-    if (__builtin_add_overflow(total, counts[k], &total) || total >= (uint64_t{1} << 63)) {
-      return Status::InvalidArgument("mixture positions must add up to less than 2^63");
+  }
+  for (size_t s = 0; s < segments; ++s) {
+    uint64_t segment = 0;
+    for (size_t k = 0; k < k_count; ++k) {
+      const uint64_t c = counts[s * k_count + k];
+      if (segments == 1 && c == 0) {
+        return Status::InvalidArgument("mixture dataset " + std::to_string(k) + " has 0 positions");
+      }
+      segment += c;
+      if (__builtin_add_overflow(total, c, &total) || total >= (uint64_t{1} << 63)) {
+        return Status::InvalidArgument("mixture positions must add up to less than 2^63");
+      }
+    }
+    if (segment == 0) {
+      return Status::InvalidArgument("mixture schedule segment " + std::to_string(s) +
+                                     " has 0 positions");
     }
   }
   return Status::OK();
 }
 
 Result<std::shared_ptr<Store>> MixedStore(std::vector<std::shared_ptr<const Store>> parts,
-                                          std::vector<uint64_t> counts) {
-  LX_RETURN_IF_ERROR(ValidateMixCounts(counts));
-  if (parts.size() != counts.size()) {
+                                          std::vector<uint64_t> counts, size_t segments) {
+  if (parts.empty() || segments == 0 || counts.size() / segments != parts.size() ||
+      counts.size() % segments != 0) {
     return Status::InvalidArgument(
-        "a mixture needs one store per dataset: " + std::to_string(parts.size()) + " stores, " +
-        std::to_string(counts.size()) + " datasets");
+        "a mixture needs one store per dataset and segment: " + std::to_string(parts.size()) +
+        " stores, " + std::to_string(counts.size()) + " counts, " + std::to_string(segments) +
+        " segment(s)");
   }
+  LX_RETURN_IF_ERROR(ValidateMixCounts(counts, parts.size()));
   for (size_t k = 0; k < parts.size(); ++k) {
     if (parts[k] == nullptr) {
       return Status::InvalidArgument("mixture store " + std::to_string(k) + " is null");
@@ -222,9 +250,10 @@ Result<std::shared_ptr<Store>> MixedStore(std::vector<std::shared_ptr<const Stor
       std::make_shared<MixedStoreImpl>(std::move(parts), std::move(counts)));
 }
 
-Result<std::shared_ptr<Store>> MixSourceStore(std::vector<uint64_t> counts) {
-  LX_RETURN_IF_ERROR(ValidateMixCounts(counts));
-  return std::shared_ptr<Store>(std::make_shared<MixSourceStoreImpl>(std::move(counts)));
+Result<std::shared_ptr<Store>> MixSourceStore(std::vector<uint64_t> counts, size_t datasets) {
+  LX_RETURN_IF_ERROR(ValidateMixCounts(counts, datasets));
+  const size_t k_count = datasets == 0 ? counts.size() : datasets;
+  return std::shared_ptr<Store>(std::make_shared<MixSourceStoreImpl>(std::move(counts), k_count));
 }
 
 }  // namespace loaderx

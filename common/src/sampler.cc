@@ -1,5 +1,6 @@
 #include "loaderx/sampler.h"
 
+#include <algorithm>
 #include <array>
 #include <new>
 #include <string>
@@ -19,6 +20,7 @@ constexpr uint64_t kStepSalt = 0x13198A2E03707345ULL;
 constexpr uint64_t kCycleSalt = 0xA4093822299F31D1ULL;
 constexpr uint64_t kRetrySalt = 0x082EFA98EC4E6C89ULL;
 constexpr uint64_t kRoundSalt = 0x452821E638D01377ULL;
+constexpr uint64_t kSegmentSalt = 0xBE5466CF34E90C6CULL;
 
 // SplitMix64's finaliser (Stafford's "Mix13"): a bijection of 64-bit words
 // with full avalanche.
@@ -183,6 +185,35 @@ Status SamplerSpec::Validate() const {
                                    ") must be <= n (" + std::to_string(n) +
                                    ") in Cyclic mode: a cycle holds only full global batches");
   }
+  if (segments.size() > kMaxSamplerSegments) {
+    return Status::InvalidArgument("segments: at most " + std::to_string(kMaxSamplerSegments) +
+                                   " segments, got " + std::to_string(segments.size()));
+  }
+  for (size_t k = 0; k < segments.size(); ++k) {
+    const SamplerSegment& g = segments[k];
+    const std::string at = "segments[" + std::to_string(k) + "]";
+    if (k == 0 && g.start_step != 0) {
+      return Status::InvalidArgument(at + ": the first segment must start at step 0, not " +
+                                     std::to_string(g.start_step));
+    }
+    if (k > 0 && g.start_step <= segments[k - 1].start_step) {
+      return Status::InvalidArgument(at + ": start steps must increase (step " +
+                                     std::to_string(g.start_step) + " after step " +
+                                     std::to_string(segments[k - 1].start_step) + ")");
+    }
+    if (g.size == 0 || g.base >= n || g.size > n - g.base) {
+      return Status::InvalidArgument(at + ": indices [" + std::to_string(g.base) + ", +" +
+                                     std::to_string(g.size) +
+                                     ") must be a non-empty range "
+                                     "inside [0, n = " +
+                                     std::to_string(n) + ")");
+    }
+    if (mode == SamplerMode::kCyclic && global > g.size) {
+      return Status::InvalidArgument(at + ": batch_size * world_size (" + std::to_string(global) +
+                                     ") must be <= its size (" + std::to_string(g.size) +
+                                     ") in Cyclic mode");
+    }
+  }
   return Status::OK();
 }
 
@@ -194,11 +225,25 @@ SamplerSpec SamplerSpec::Effective() const {
   return s;
 }
 
+uint64_t SegmentSeed(uint64_t seed, uint64_t k) {
+  if (k == 0) return seed;
+  return Mix64(seed ^ Mix64(k * kGamma + kSegmentSalt));
+}
+
 Result<Sampler> Sampler::Make(const SamplerSpec& requested, uint64_t start_step) {
   const SamplerSpec spec = requested.Effective();
   LX_RETURN_IF_ERROR(spec.Validate());
   try {
-    return Sampler(spec, start_step);
+    Sampler sampler(spec, start_step);
+    sampler.segment_samplers_.reserve(spec.segments.size());
+    for (size_t k = 0; k < spec.segments.size(); ++k) {
+      SamplerSpec plain = spec;
+      plain.segments.clear();
+      plain.n = spec.segments[k].size;
+      plain.seed = SegmentSeed(spec.seed, k);
+      sampler.segment_samplers_.push_back(Sampler(plain, 0));
+    }
+    return sampler;
   } catch (const std::bad_alloc&) {
     return Status::ResourceExhausted("cannot allocate the sampler buffer of batch_size " +
                                      std::to_string(spec.batch_size) + " indices");
@@ -224,6 +269,24 @@ Sampler::Sampler(const SamplerSpec& spec, uint64_t step)
 }
 
 void Sampler::Fill(uint64_t step, uint64_t* out) const {
+  if (segment_samplers_.empty()) {
+    FillPlain(step, out);
+    return;
+  }
+  const auto& segs = spec_.segments;
+  // The last segment starting at or before `step` (segs[0] starts at 0).
+  const size_t k = static_cast<size_t>(
+      std::upper_bound(segs.begin(), segs.end(), step,
+                       [](uint64_t s, const SamplerSegment& g) { return s < g.start_step; }) -
+      segs.begin() - 1);
+  segment_samplers_[k].FillPlain(step - segs[k].start_step, out);
+  const uint64_t base = segs[k].base;
+  if (base != 0) {
+    for (uint64_t i = 0; i < spec_.batch_size; ++i) out[i] += base;
+  }
+}
+
+void Sampler::FillPlain(uint64_t step, uint64_t* out) const {
   switch (spec_.mode) {
     case SamplerMode::kSequential:
       FillSequential(step, out);

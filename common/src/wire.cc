@@ -72,9 +72,10 @@ struct Encoder {
     const bool mixed = !m.mix_counts.empty();
     const bool ranks = grouped && m.ranks_count != 0;
     const bool replicas = grouped && m.replicas != 1;
+    const bool scheduled = m.mix_datasets != 0;
     Begin(p, "open",
           11 + (grouped ? 2 : 0) + (join ? 1 : 0) + (timeout ? 1 : 0) + (mixed ? 1 : 0) +
-              (m.push_queue ? 1 : 0) + (ranks ? 2 : 0) + (replicas ? 1 : 0));
+              (m.push_queue ? 1 : 0) + (ranks ? 2 : 0) + (replicas ? 1 : 0) + (scheduled ? 2 : 0));
     KV(p, "id", m.id);
     Key(p, "streams");
     p.pack_array(static_cast<uint32_t>(m.streams.size()));
@@ -89,6 +90,10 @@ struct Encoder {
       if (role) KV(p, "mix", static_cast<uint32_t>(s.role));
     }
     if (mixed) KVU64s(p, "mix_counts", m.mix_counts);
+    if (scheduled) {
+      KV(p, "mix_datasets", m.mix_datasets);
+      KVU64s(p, "segments", m.segments);
+    }
     KV(p, "batch_size", m.batch_size);
     KV(p, "mode", m.mode);
     KV(p, "seed", m.seed);
@@ -403,17 +408,38 @@ void DecodeOpenGroup(Fields& f, OpenMsg& m) {
   }
 }
 
-// open's mixture counts (protocol 1.2, optional): their shape is checked
+// open's mixture counts (protocol 1.2) and schedule (1.6), optional: their shape is checked
 // here (and by CheckOpenMixRuns), the counts' values and the parts'
 // schemas by the daemon (loaderx/mix.h).
 void DecodeOpenMix(Fields& f, OpenMsg& m) {
   if (f.Has("mix_counts")) {
-    if (const msgpack::object_array* a = f.Array("mix_counts", kMaxWireStreams)) {
+    if (const msgpack::object_array* a =
+            f.Array("mix_counts", kMaxWireStreams * kMaxWireSegments)) {
       if (a->size == 0) f.Fail("'mix_counts' must not be empty");
       for (uint32_t i = 0; i < a->size && f.ok(); ++i) {
         m.mix_counts.push_back(f.AsU64(a->ptr[i], "mix_counts", UINT64_MAX));
       }
     }
+  }
+  // Protocol 1.6 (optional): a mixture schedule, K datasets and the
+  // sampler segments (their values are checked by the daemon).
+  if (f.Has("mix_datasets") || f.Has("segments")) {
+    m.mix_datasets = f.U64("mix_datasets", kMaxWireStreams);
+    if (const msgpack::object_array* a = f.Array("segments", 3 * kMaxWireSegments)) {
+      for (uint32_t i = 0; i < a->size && f.ok(); ++i) {
+        m.segments.push_back(f.AsU64(a->ptr[i], "segments", UINT64_MAX));
+      }
+    }
+    if (f.ok() && (m.mix_datasets == 0 || m.mix_counts.empty() ||
+                   m.mix_counts.size() % m.mix_datasets != 0)) {
+      f.Fail("'mix_datasets' must be > 0 and divide the number of 'mix_counts'");
+    } else if (f.ok() && (m.segments.empty() || m.segments.size() % 3 != 0 ||
+                          m.segments.size() / 3 != m.mix_counts.size() / m.mix_datasets)) {
+      f.Fail("'segments' needs 3 values per segment, one segment per " +
+             std::to_string(m.mix_datasets) + " 'mix_counts'");
+    }
+  } else if (f.ok() && m.mix_counts.size() > kMaxWireStreams) {
+    f.Fail("more than " + std::to_string(kMaxWireStreams) + " 'mix_counts' without a schedule");
   }
 }
 
@@ -421,7 +447,7 @@ void DecodeOpenMix(Fields& f, OpenMsg& m) {
 // run of 2K is two streams), at most one dataset-number stream.
 void CheckOpenMixRuns(Fields& f, const OpenMsg& m) {
   if (!f.ok()) return;
-  const uint64_t k = m.mix_counts.size();
+  const uint64_t k = m.mix_datasets != 0 ? m.mix_datasets : m.mix_counts.size();
   uint64_t run = 0, parts = 0, sources = 0;
   bool whole = true;
   for (const StreamFilesMsg& s : m.streams) {

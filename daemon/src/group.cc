@@ -314,6 +314,18 @@ Status Group::CheckCompatible(const MemberSpec& spec) const {
   }
   const SamplerSpec& a = spec.sampler;
   const SamplerSpec& b = spec_.sampler;
+  if (a.segments != b.segments) {
+    auto list = [](const std::vector<SamplerSegment>& segments) {
+      if (segments.empty()) return std::string("none (one segment)");
+      std::string out = "[";
+      for (size_t k = 0; k < segments.size(); ++k) {
+        out += (k ? ", " : "") + std::string("step ") + std::to_string(segments[k].start_step) +
+               ": " + std::to_string(segments[k].size) + " positions";
+      }
+      return out + "]";
+    };
+    return differs("mixture schedule segments", list(a.segments), list(b.segments));
+  }
   if (a.batch_size != b.batch_size) {
     return differs("batch_size", std::to_string(a.batch_size), std::to_string(b.batch_size));
   }

@@ -612,9 +612,9 @@ class SessionImpl final : public Session, public std::enable_shared_from_this<Se
     auto take = [&] { return std::move(fds[next_fd++]); };
     // A mixture's K parts of one stream arrive as K consecutive entries
     // (wire.h, StreamRole; the decoder checked the shape).
-    const size_t k = m.mix_counts.size();
+    const size_t k = m.mix_datasets != 0 ? m.mix_datasets : m.mix_counts.size();
     if (k != 0) {
-      Status valid = ValidateMixCounts(m.mix_counts);
+      Status valid = ValidateMixCounts(m.mix_counts, k);
       if (!valid.ok()) return Error(valid, m.id);
       spec.mix_counts = m.mix_counts;
     }
@@ -622,7 +622,7 @@ class SessionImpl final : public Session, public std::enable_shared_from_this<Se
     for (const StreamFilesMsg& s : m.streams) {
       Result<std::shared_ptr<const Store>> store = std::shared_ptr<const Store>();
       if (s.role == StreamRole::kMixSource) {
-        store = ctx_.stores.GetMixed({}, m.mix_counts);
+        store = ctx_.stores.GetMixed({}, m.mix_counts, k);
       } else {
         StoreFiles files;
         files.label = s.label;
@@ -657,6 +657,9 @@ class SessionImpl final : public Session, public std::enable_shared_from_this<Se
     ss.seed = m.seed;
     ss.rank = m.rank;
     ss.world_size = m.world_size;
+    for (size_t i = 0; i + 2 < m.segments.size(); i += 3) {
+      ss.segments.push_back(SamplerSegment{m.segments[i], m.segments[i + 1], m.segments[i + 2]});
+    }
     Status valid = ss.Validate();
     if (!valid.ok()) return Error(valid, m.id);
     spec.ranks_first = m.ranks_first;

@@ -79,13 +79,19 @@ Result<std::shared_ptr<const Store>> StoreRegistry::Get(StoreFiles files) {
 }
 
 Result<std::shared_ptr<const Store>> StoreRegistry::GetMixed(
-    std::vector<std::shared_ptr<const Store>> parts, const std::vector<uint64_t>& counts) {
+    std::vector<std::shared_ptr<const Store>> parts, const std::vector<uint64_t>& counts,
+    size_t datasets) {
   MixKey key;
   for (const auto& p : parts) key.first.push_back(p.get());
   key.second = counts;
+  // The dataset-number stream also depends on K: the same counts split into
+  // other segments number their positions otherwise.
+  if (parts.empty()) key.second.push_back(datasets == 0 ? counts.size() : datasets);
   return Shared(mixed_, key, [&]() -> Result<std::shared_ptr<Store>> {
-    if (parts.empty()) return MixSourceStore(counts);
-    return MixedStore(std::move(parts), counts);
+    if (parts.empty()) return MixSourceStore(counts, datasets);
+    // The decoder checked that the counts are segments of parts.size().
+    const size_t segments = counts.size() / parts.size();
+    return MixedStore(std::move(parts), counts, segments);
   });
 }
 

@@ -44,12 +44,14 @@ class StoreRegistry {
   // Checks the fds of `files` as Get does and returns their key.
   static Result<Key> KeyOf(const StoreFiles& files);
   // The mixture (loaderx/mix.h) of `parts` (stores from Get, one per
-  // dataset) with `counts`, or with `parts` empty its dataset-number stream.
+  // dataset) with `counts`, or with `parts` empty its dataset-number stream
+  // of `datasets` datasets (0: counts.size(); loaderx/mix.h, "Schedules").
   // Shared, like stores, between clients that passed the same parts and
   // counts: a group tells its members' streams apart by identity, so two
   // members opening one mixture must get one Store. Errors are mix.h's.
   Result<std::shared_ptr<const Store>> GetMixed(std::vector<std::shared_ptr<const Store>> parts,
-                                                const std::vector<uint64_t>& counts);
+                                                const std::vector<uint64_t>& counts,
+                                                size_t datasets = 0);
   // Stores currently mapped.
   size_t size() const;
 

@@ -133,11 +133,11 @@ def effective_batch_size(
 ) -> int:
     """The per-rank batch a sampler of this spec draws (one Cyclic rank: at most n)."""
 
-def mixed_store(parts: list[Store], counts: list[int]) -> Store:
-    """One stream of a mixture: position start_k + j is record j mod len(parts[k])."""
+def mixed_store(parts: list[Store], counts: list[int], segments: int = 1) -> Store:
+    """One stream of a mixture (or of a schedule's segments, one after the other)."""
 
-def mix_source_store(counts: list[int]) -> Store:
-    """Dense int64 scalars: the dataset number k of every mixture position."""
+def mix_source_store(counts: list[int], datasets: int = 0) -> Store:
+    """Dense int64 scalars: the dataset number of every mixture position."""
 
 def train_dictionary(
     samples: Sequence[Buffer | npt.NDArray[Any]], capacity: SupportsIndex
@@ -298,6 +298,7 @@ class Pipeline(Source):
         prefetch: SupportsIndex,
         num_threads: SupportsIndex,
         ragged: str = "list",
+        segments: Sequence[tuple[SupportsIndex, SupportsIndex, SupportsIndex]] = [],
     ) -> None: ...
 
 # --- bind_client.cc (present when HAVE_DAEMON_CLIENT) ------------------------
@@ -330,6 +331,8 @@ class LoaderSpec:
         ranks_first: SupportsIndex = 0,
         ranks_count: SupportsIndex = 0,
         replicas: SupportsIndex = 1,
+        mix_datasets: SupportsIndex = 0,
+        segments: Sequence[tuple[SupportsIndex, SupportsIndex, SupportsIndex]] = ...,
         ragged: str = "list",
     ) -> None:
         """``group`` joins that loaderxd group (``group_mode`` 'shard' | 'broadcast',
@@ -338,7 +341,9 @@ class LoaderSpec:
         A mixture: ``mix_counts`` (one per dataset) and one ``mix_parts`` entry per stream
         (its parts' store paths; none for the dataset-number stream, whose ``stores``
         entry is '', or for a plain store). A shard group over part of the ranks:
-        ``ranks_first``, ``ranks_count`` (0: all); ``replicas`` members per rank."""
+        ``ranks_first``, ``ranks_count`` (0: all); ``replicas`` members per rank. A
+        mixture schedule: ``mix_datasets`` (K) with K counts per segment in ``mix_counts``
+        and the sampler ``segments`` as ``(start_step, base, size)``."""
 
     def validate_options(self) -> None:
         """Raises ValueError naming the first DaemonOptions field that breaks a rule."""

@@ -57,6 +57,7 @@ Errors, close, signals
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import operator
 import os
 import queue
@@ -71,6 +72,7 @@ from typing import Any
 from . import _loaderx, distributed, sources
 from ._loaderx import RaggedBatch
 from .errors import ArgumentTypeError, InvalidArgumentError, LoaderClosedError
+from .mix import Mixture
 from .packing import Packing
 from .sources import BatchSource, SourceSpec
 from .zsampler import Mode, Sampler, _to_mode
@@ -89,8 +91,9 @@ __all__ = [
 _POLL_SECONDS = 0.02
 
 # 2 added "skip"; a version 1 state (no "skip") loads as one without skips.
-_STATE_VERSION = 2
-_STATE_VERSIONS = (1, 2)
+# 3 added "mix_schedule"; an older state loads as one of a one-segment schedule.
+_STATE_VERSION = 3
+_STATE_VERSIONS = (1, 2, 3)
 
 
 def _cpu_count() -> int:
@@ -241,6 +244,26 @@ def _as_streams(streams: Any) -> dict[str, Any]:
         return dict(streams)
     except (TypeError, ValueError) as e:
         raise ArgumentTypeError(f"streams must be (name, store) pairs: {e}") from None
+
+
+def _mix_segments(streams: Mapping[str, Any], mixture: Mixture | None
+                  ) -> tuple[tuple[int, int, int], ...]:
+    """The sampler segments of a mixture schedule of more than one segment, else ``()``."""
+    if mixture is not None:
+        return mixture.segments if len(mixture.segments) > 1 else ()
+    for name, stream in streams.items():
+        if len(getattr(stream, "_mix_segments", ())) > 1:
+            raise InvalidArgumentError(
+                f"stream {name!r} belongs to a mixture schedule of more than one segment: pass "
+                "the Mixture that mix() returned itself (its streams alone do not say which "
+                "positions each step draws from)")
+    return ()
+
+
+def _schedule_json(schedule: Any) -> list[list[Any]]:
+    """A schedule as ``[[start, {name: weight}], ...]`` (state_dict form)."""
+    return [[int(start), {str(n): float(w) for n, w in weights.items()}]
+            for start, weights in schedule]
 
 
 def _check_streams(streams: Mapping[str, Any]) -> tuple[tuple[str, ...], int]:
@@ -452,8 +475,10 @@ class DataLoader:
         pack: Packing | None = None,
     ) -> None:
         self._closed = True  # until fully built: a half-built loader refuses use
+        mixture = streams if isinstance(streams, Mixture) else None
         streams = _as_streams(streams)
         names, n = _check_streams(streams)
+        segments = _mix_segments(streams, mixture)
         if transform is identity:
             transform = None
         if transform is not None and not callable(transform):
@@ -516,9 +541,14 @@ class DataLoader:
             prefetch=prefetch,
             num_threads=num_threads,
             ragged=ragged,
+            segments=segments,
         )
         source = sources.open_source(streams, self._spec, daemon)
         self._source = source
+        self._mixture = mixture
+        self._daemon = daemon
+        # The source the finalizer closes (append_mix swaps it).
+        self._source_box: list[BatchSource] = [source]
         self._skips = skips
         # The position skip() owes the source (it had handed out steps of the
         # new range, now dropped): sought before the next fetch, and kept
@@ -548,7 +578,7 @@ class DataLoader:
         # An unclosed loader alive at exit is collected with its module, once
         # daemon threads can no longer run; its native threads never need the
         # GIL, so nothing waits for them.
-        self._finalizer = weakref.finalize(self, _shutdown, source, self._pool)
+        self._finalizer = weakref.finalize(self, _shutdown, self._source_box, self._pool)
         self._finalizer.atexit = False
 
     # -- iteration -----------------------------------------------------------
@@ -787,14 +817,83 @@ class DataLoader:
             if owed > start or self._resync is not None:
                 self._resync = self._skips.first_from(min(owed, start))
 
+    @property
+    def mixture(self) -> Mixture | None:
+        """The :class:`~loaderx.mix.Mixture` this loader draws from (after :meth:`append_mix`,
+        the extended one), or ``None`` when its streams are not a mixture."""
+        return self._mixture
+
+    def append_mix(self, start_step: int, weights: Mapping[str, Any]) -> None:
+        """Adds a mixture schedule segment: from data step ``start_step`` on, ``weights``.
+
+        ``start_step`` must be after ``loader.step`` (the next batch) and
+        after the schedule's last start; ``weights`` is ``{dataset: weight}``
+        as in ``mix(schedule=...)`` (a dataset left out has weight 0). Every
+        step before ``start_step`` keeps its batch: the loader swaps to
+        :meth:`Mixture.appended <loaderx.mix.Mixture.appended>` and continues
+        at ``loader.step``; prefetched batches are discarded. The schedule is
+        recorded in ``state_dict()``. Through loaderxd the new segment reaches
+        this loader's daemon loader (reopened at ``loader.step``); a member
+        of a loaderxd group is refused (``ValueError``): the segment would not
+        reach the other members. Nothing changes when a call is refused.
+
+        Raises:
+            ValueError: the streams are not a mixture, ``start_step`` is at or
+                before ``loader.step`` or the last segment's start, an unknown
+                dataset, a negative weight, all weights 0.
+            TypeError: ``weights`` is not a dict of numbers.
+        """
+        start_step = _check_int("start_step", start_step, 0)
+        self._check_open()
+        with self._lock:
+            self._check_open()
+            if self._mixture is None:
+                raise InvalidArgumentError("append_mix: this loader's streams are not a Mixture "
+                                           "(pass the value of loaderx.mix.mix() as streams)")
+            if start_step <= self._step:
+                raise InvalidArgumentError(
+                    f"append_mix({start_step}, ...): a new segment must start after loader.step "
+                    f"({self._step}), the next batch: batches up to it are fixed")
+            self._swap_mixture(self._mixture.appended(start_step, weights))
+
+    def _swap_mixture(self, mixture: Mixture) -> None:
+        """Continues at ``self._step`` from ``mixture`` (a superset of the current one's
+        schedule). Opens the new source first: a refusal changes nothing."""
+        group = getattr(self._daemon, "group", None)
+        if group is not None:
+            raise InvalidArgumentError(
+                f"this loader is a member of loaderxd group {group!r}: a mixture segment "
+                "appended by one member would not reach the others, so a group's schedule "
+                "is fixed when it opens; close every member and reopen each with the "
+                "extended schedule (mix(schedule=...))")
+        spec = dataclasses.replace(
+            self._spec, n=mixture.positions, start_step=self._step,
+            segments=mixture.segments if len(mixture.segments) > 1 else ())
+        source = sources.open_source(dict(mixture), spec, self._daemon)
+        for _, future in self._pending:
+            future.cancel()
+        self._pending.clear()
+        self._stash[0] = None
+        self._resync = None
+        old, self._source = self._source, source
+        self._source_box[0] = source
+        self._spec = spec
+        self._mixture = mixture
+        old.close()
+        if self._closed:  # a close() from another thread ran its finalizer on the old one
+            source.close()
+
     def state_dict(self) -> dict[str, Any]:
         """The loader's position: a small dict of ints, strings and lists (picklable, JSON-able).
 
         ``step`` is the next batch's data step; ``seed``, ``mode``, ``n`` and
         ``global_batch_size`` identify the sample order it refers to; ``skip``
-        lists the skipped ranges as ``[start, stop]`` pairs.
+        lists the skipped ranges as ``[start, stop]`` pairs; ``mix_schedule``
+        the mixture schedule as ``[start_step, {dataset: weight}]`` pairs
+        (``None`` when the streams are not a mixture).
         """
         spec = self._spec
+        mixture = self._mixture
         return {
             "version": _STATE_VERSION,
             "step": self._step,
@@ -803,6 +902,7 @@ class DataLoader:
             "n": spec.n,
             "global_batch_size": spec.batch_size * spec.world_size,
             "skip": [list(r) for r in self._skips.ranges],
+            "mix_schedule": None if mixture is None else _schedule_json(mixture.schedule),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -815,30 +915,71 @@ class DataLoader:
         become the union of this loader's and the state's (a state without
         ``skip``, e.g. of version 1, has none); a state step inside a
         skipped range continues at the range's end.
+
+        Mixture schedules: one schedule must begin with the other (a state
+        older than ``mix_schedule`` has a one-segment one). A state with more
+        segments extends this loader's schedule (as :meth:`append_mix`); a
+        loader with more needs them to start after the state's step. A
+        difference in a common segment raises ``ValueError`` naming it.
         """
         if not isinstance(state, Mapping):
             raise TypeError(f"state must be a dict from state_dict(), got {type(state).__name__}")
         mine = self.state_dict()
-        missing = [k for k in mine if k not in state and k != "skip"]
+        missing = [k for k in mine if k not in state and k not in ("skip", "mix_schedule")]
         if missing:
             raise InvalidArgumentError(f"state is missing {', '.join(missing)}")
         if state["version"] not in _STATE_VERSIONS:
             raise InvalidArgumentError(f"state version {state['version']!r} is not supported")
+        step = _check_int("state step", state["step"], 0)
+        extended, n = self._state_mixture(state, step)
+        if n is not None:
+            mine["n"] = n
         for key in ("seed", "mode", "n", "global_batch_size"):
             if state[key] != mine[key]:
                 raise InvalidArgumentError(
                     f"state {key} is {state[key]!r} but this loader's is {mine[key]!r}"
                 )
-        step = _check_int("state step", state["step"], 0)
         theirs = _Skips.parse(state.get("skip"), "state skip")
         self._check_open()
         with self._lock:
+            if extended is not None:
+                self._swap_mixture(extended)
             skips, self._skips = self._skips, self._skips.union(theirs)
             try:
                 self._seek(self._skips.first_from(step))
             except Exception:
                 self._skips = skips  # refused: nothing changed
                 raise
+
+    def _state_mixture(self, state: Mapping[str, Any], step: int
+                       ) -> tuple[Mixture | None, int | None]:
+        """(the mixture a state's longer schedule makes, or None; the ``n`` the state
+        must have, or None for the loader's own) -- or ValueError naming a difference."""
+        mixture = self._mixture
+        theirs = state.get("mix_schedule") if state["version"] >= 3 else None
+        if mixture is None:
+            if theirs is not None:
+                raise InvalidArgumentError("state has a mix_schedule but this loader's streams "
+                                           "are not a mixture")
+            return None, None
+        mine = _schedule_json(mixture.schedule)
+        if state["version"] < 3:
+            theirs = mine[:1]  # one segment: its weights are checked through n
+        elif not isinstance(theirs, list) or not theirs:
+            raise InvalidArgumentError(f"state mix_schedule must be a non-empty list, got "
+                                       f"{theirs!r} (this loader's is {mine!r})")
+        for i in range(min(len(mine), len(theirs))):
+            if list(theirs[i]) != mine[i]:
+                raise InvalidArgumentError(f"state mix_schedule segment {i} is {theirs[i]!r} "
+                                           f"but this loader's is {mine[i]!r}")
+        extended = mixture.with_schedule(theirs) if len(theirs) > len(mine) else None
+        if len(mine) > len(theirs) and mine[len(theirs)][0] <= step:
+            raise InvalidArgumentError(
+                f"this loader's mix_schedule segment {len(theirs)} starts at step "
+                f"{mine[len(theirs)][0]}, not after the state's step {step}: the state's "
+                f"schedule has {len(theirs)} segment(s) and its run may have passed there")
+        final = extended if extended is not None else mixture
+        return extended, sum(size for _, _, size in final.segments[:len(theirs)])
 
     # -- lifetime ------------------------------------------------------------
 
@@ -881,8 +1022,8 @@ class DataLoader:
         )
 
 
-def _shutdown(source: BatchSource, pool: _TransformPool | None) -> None:
-    source.close()
+def _shutdown(box: list[BatchSource], pool: _TransformPool | None) -> None:
+    box[0].close()
     if pool is not None:
         pool.shutdown(CLOSE_WAIT_SECONDS)
 

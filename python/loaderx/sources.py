@@ -111,6 +111,8 @@ class SourceSpec:
     ``batch_size * world_size``); ``mode`` is ``0`` Sequential, ``1`` IID,
     ``2`` Cyclic. ``ragged`` is how ragged streams are delivered,
     ``"list"`` or ``"packed"`` (checked by the native source).
+    ``segments`` are the ``(start_step, base, size)`` segments of a mixture
+    schedule of more than one segment (:mod:`loaderx.mix`), else ``()``.
     """
 
     names: tuple[str, ...]
@@ -124,6 +126,7 @@ class SourceSpec:
     prefetch: int
     num_threads: int
     ragged: str = "list"
+    segments: tuple[tuple[int, int, int], ...] = ()
 
     def sampling(self) -> dict[str, int]:
         """The settings both hosts' native sources take by the same keywords."""
@@ -209,6 +212,7 @@ class EmbeddedSource(_NativeSource):
             n=spec.n,
             num_threads=spec.num_threads,
             ragged=spec.ragged,
+            segments=list(spec.segments),
             **spec.sampling(),
         )
 
@@ -417,8 +421,12 @@ class DaemonSource(_NativeSource):
         self._path = path
         self._moved_noted = False
         stores, mix_counts, mix_parts = _wire_streams(streams, self._names)
+        schedule: dict[str, Any] = {}
+        if spec.segments:  # protocol 1.6: K counts per segment, the sampler's segments
+            schedule = {"mix_datasets": len(mix_counts) // len(spec.segments),
+                        "segments": list(spec.segments)}
         native = options.native_spec(
-            stores, mix_counts=mix_counts, mix_parts=mix_parts, **spec.sampling()
+            stores, mix_counts=mix_counts, mix_parts=mix_parts, **schedule, **spec.sampling()
         )
         self._native = _loaderx.DaemonLoader(path, native, spec.ragged)
 

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "bindings.h"
@@ -46,16 +47,15 @@ std::chrono::milliseconds Millis(const char* name, double seconds) {
 
 // The keyword constructor of _loaderx.LoaderSpec: Python's words (None, the
 // mode's number, 'shard' / 'broadcast', seconds) mapped onto the C++ value.
-client::LoaderSpec MakeLoaderSpec(std::vector<std::string> stores, uint64_t batch_size,
-                                  uint32_t mode, uint64_t seed, uint64_t rank, uint64_t world_size,
-                                  uint64_t start_step, uint32_t prefetch, uint32_t leases,
-                                  uint64_t ring_bytes, const std::optional<std::string>& group,
-                                  const std::string& group_mode,
-                                  const std::optional<std::string>& join, bool shared_view,
-                                  double liveness_timeout, std::optional<double> group_timeout,
-                                  std::vector<uint64_t> mix_counts,
-                                  std::vector<std::vector<std::string>> mix_parts,
-                                  uint64_t ranks_first, uint64_t ranks_count, uint32_t replicas) {
+client::LoaderSpec MakeLoaderSpec(
+    std::vector<std::string> stores, uint64_t batch_size, uint32_t mode, uint64_t seed,
+    uint64_t rank, uint64_t world_size, uint64_t start_step, uint32_t prefetch, uint32_t leases,
+    uint64_t ring_bytes, const std::optional<std::string>& group, const std::string& group_mode,
+    const std::optional<std::string>& join, bool shared_view, double liveness_timeout,
+    std::optional<double> group_timeout, std::vector<uint64_t> mix_counts,
+    std::vector<std::vector<std::string>> mix_parts, uint64_t ranks_first, uint64_t ranks_count,
+    uint32_t replicas, uint64_t mix_datasets,
+    const std::vector<std::tuple<uint64_t, uint64_t, uint64_t>>& segments) {
   if (mode > 2) ThrowStatus(Status::InvalidArgument("mode must be 0, 1 or 2"));
   client::LoaderSpec spec;
   if (group) {
@@ -84,6 +84,10 @@ client::LoaderSpec MakeLoaderSpec(std::vector<std::string> stores, uint64_t batc
   spec.stores = std::move(stores);
   spec.mix_counts = std::move(mix_counts);
   spec.mix_parts = std::move(mix_parts);
+  spec.mix_datasets = mix_datasets;
+  for (const auto& [start, base, size] : segments) {
+    spec.segments.push_back(SamplerSegment{start, base, size});
+  }
   spec.batch_size = batch_size;
   spec.mode = static_cast<SamplerMode>(mode);
   spec.seed = seed;
@@ -174,7 +178,9 @@ before it connects.)doc")
                std::chrono::duration<double>(client::kDefaultLivenessTimeout).count(),
            py::arg("group_timeout") = py::none(), py::arg("mix_counts") = std::vector<uint64_t>(),
            py::arg("mix_parts") = std::vector<std::vector<std::string>>(),
-           py::arg("ranks_first") = 0, py::arg("ranks_count") = 0, py::arg("replicas") = 1)
+           py::arg("ranks_first") = 0, py::arg("ranks_count") = 0, py::arg("replicas") = 1,
+           py::arg("mix_datasets") = 0,
+           py::arg("segments") = std::vector<std::tuple<uint64_t, uint64_t, uint64_t>>{})
       .def(
           "validate_options", [](const client::LoaderSpec& s) { Check(s.ValidateOptions()); },
           "Raises ValueError naming the first DaemonOptions field that breaks a rule.")

@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "bindings.h"
@@ -48,8 +49,10 @@ void BindLoader(py::module_& m) {
 Native prefetching batch pipeline (internal; use loaderx.dataloader.DataLoader).
 
 Pipeline(stores, *, n, batch_size, mode, seed, rank, world_size, start_step,
-         prefetch, num_threads, ragged="list")
+         prefetch, num_threads, ragged="list", segments=[])
 
+segments: (start_step, base, size) triples of a mixture schedule (see
+loaderx/sampler.h, "Segments"); empty draws over all n from step 0.
 stores are native store handles of equal length n; mode is 0 Sequential,
 1 IID, 2 Cyclic; ragged is "list" or "packed" (see Source). next/seek/step/
 close: see Source; the arrays are writable.
@@ -57,7 +60,8 @@ close: see Source; the arrays are writable.
       .def(py::init([](std::vector<std::shared_ptr<Store>> stores, uint64_t n, uint64_t batch_size,
                        int mode, uint64_t seed, uint64_t rank, uint64_t world_size,
                        uint64_t start_step, uint32_t prefetch, uint32_t num_threads,
-                       const py::object& ragged) {
+                       const py::object& ragged,
+                       const std::vector<std::tuple<uint64_t, uint64_t, uint64_t>>& segments) {
              const RaggedForm form = ParseRaggedForm(ragged);
              if (mode < 0 || mode > 2) {
                ThrowStatus(Status::InvalidArgument("mode must be 0, 1 or 2"));
@@ -69,6 +73,9 @@ close: see Source; the arrays are writable.
              spec.seed = seed;
              spec.rank = rank;
              spec.world_size = world_size;
+             for (const auto& [start, base, size] : segments) {
+               spec.segments.push_back(SamplerSegment{start, base, size});
+             }
              PipelineOptions options;
              options.start_step = start_step;
              options.prefetch = prefetch;
@@ -79,7 +86,8 @@ close: see Source; the arrays are writable.
            }),
            py::arg("stores"), py::kw_only(), py::arg("n"), py::arg("batch_size"), py::arg("mode"),
            py::arg("seed"), py::arg("rank"), py::arg("world_size"), py::arg("start_step"),
-           py::arg("prefetch"), py::arg("num_threads"), py::arg("ragged") = "list");
+           py::arg("prefetch"), py::arg("num_threads"), py::arg("ragged") = "list",
+           py::arg("segments") = std::vector<std::tuple<uint64_t, uint64_t, uint64_t>>{});
 }
 
 }  // namespace loaderx::py_bind

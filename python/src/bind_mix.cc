@@ -15,17 +15,24 @@ namespace loaderx::py_bind {
 void BindMix(py::module_& m) {
   m.def(
       "mixed_store",
-      [](const std::vector<std::shared_ptr<Store>>& parts, std::vector<uint64_t> counts) {
+      [](const std::vector<std::shared_ptr<Store>>& parts, std::vector<uint64_t> counts,
+         size_t segments) {
         return Unwrap(
             MixedStore(std::vector<std::shared_ptr<const Store>>(parts.begin(), parts.end()),
-                       std::move(counts)));
+                       std::move(counts), segments));
       },
-      py::arg("parts"), py::arg("counts"),
-      "One stream of a mixture: position start_k + j is record j mod len(parts[k]).");
+      py::arg("parts"), py::arg("counts"), py::arg("segments") = 1,
+      "One stream of a mixture: position start_e + j of count entry e is record j mod "
+      "len(parts[e % len(parts)]) (len(counts) a multiple of len(parts): a schedule's "
+      "segments one after the other).");
   m.def(
       "mix_source_store",
-      [](std::vector<uint64_t> counts) { return Unwrap(MixSourceStore(std::move(counts))); },
-      py::arg("counts"), "Dense int64 scalars: the dataset number k of every mixture position.");
+      [](std::vector<uint64_t> counts, size_t datasets) {
+        return Unwrap(MixSourceStore(std::move(counts), datasets));
+      },
+      py::arg("counts"), py::arg("datasets") = 0,
+      "Dense int64 scalars: the dataset number e mod datasets of every position of count entry "
+      "e (datasets 0: len(counts)).");
 }
 
 }  // namespace loaderx::py_bind

@@ -108,5 +108,43 @@ TEST(MixSourceStoreTest, EveryPositionNamesItsDataset) {
   EXPECT_EQ(out, (std::vector<int64_t>{2, 0, 1, 0, 2, 2}));
 }
 
+// A schedule: S segments of K counts each, one after the other; entry e is
+// dataset e % K, a zero count leaves its dataset out of that segment.
+TEST(MixedStoreTest, ScheduleSegmentsFollowOneAnother) {
+  TempDir dir;
+  auto mixed =
+      MixedStore({IntStore(dir, "a", 100, 3), IntStore(dir, "b", 200, 5)}, {2, 1, 0, 4}, 2);
+  ASSERT_TRUE(mixed.ok()) << mixed.status().ToString();
+  EXPECT_EQ((*mixed)->size(), 7u);
+  // 0..1 -> a 0 1; 2 -> b 0; (segment 1) 3..6 -> b 0 1 2 3.
+  EXPECT_EQ(GatherInts(**mixed, {0, 1, 2, 3, 4, 5, 6}),
+            (std::vector<int32_t>{100, 101, 200, 200, 201, 202, 203}));
+  EXPECT_EQ(MixedStore({IntStore(dir, "c", 0, 2)}, {2, 1, 0, 4}, 2).status().message(),
+            "a mixture needs one store per dataset and segment: 1 stores, 4 counts, 2 segment(s)");
+  auto s = MixSourceStore({2, 1, 0, 4}, 2).value();
+  std::vector<int64_t> out(7, -1);
+  std::vector<void*> outs;
+  outs.reserve(out.size());
+  for (auto& v : out) outs.push_back(&v);
+  std::vector<uint64_t> idx{0, 1, 2, 3, 4, 5, 6};
+  ASSERT_TRUE(s->Gather(idx, outs, nullptr).ok());
+  EXPECT_EQ(out, (std::vector<int64_t>{0, 0, 1, 1, 1, 1, 1}));
+}
+
+TEST(MixCountsTest, ScheduleCountsAreCheckedPerSegmentAndDataset) {
+  EXPECT_TRUE(ValidateMixCounts({2, 1, 0, 4}, 2).ok());
+  auto message = [](const Status& s) {
+    EXPECT_EQ(s.code(), Status::Code::kInvalidArgument);
+    return s.message();
+  };
+  EXPECT_EQ(message(ValidateMixCounts({2, 1, 0}, 2)),
+            "a mixture schedule needs 1..65536 segments of 2 counts, got 3 counts");
+  EXPECT_EQ(message(ValidateMixCounts({2, 1, 0, 0}, 2)),
+            "mixture schedule segment 1 has 0 positions");
+  EXPECT_EQ(message(ValidateMixCounts({2, 0, 3, 0}, 2)), "mixture dataset 1 has 0 positions");
+  // One segment keeps the plain rule: every dataset has positions.
+  EXPECT_EQ(message(ValidateMixCounts({2, 0}, 2)), "mixture dataset 1 has 0 positions");
+}
+
 }  // namespace
 }  // namespace loaderx

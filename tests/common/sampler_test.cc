@@ -80,6 +80,58 @@ double Pearson(const std::vector<double>& a, const std::vector<double>& b) {
 
 // ---------------------------------------------------------------- validation
 
+// ---------------------------------------------------------------- segments
+
+// Step s of segment k draws base_k + what a plain sampler over size_k with
+// SegmentSeed(seed, k) draws at s - start_k, on every rank.
+TEST(SamplerSegmentsTest, EachSegmentIsAPlainSamplerOffsetInStepAndIndex) {
+  for (SamplerMode mode : {SamplerMode::kIID, SamplerMode::kCyclic, SamplerMode::kSequential}) {
+    for (uint64_t rank : {0, 1}) {
+      SamplerSpec spec = Spec(100 + 37 + 64, 8, mode, 5, rank, 2);
+      spec.segments = {{0, 0, 100}, {6, 100, 37}, {11, 137, 64}};
+      const Sampler s = MakeOrDie(spec);
+      for (uint64_t step = 0; step < 20; ++step) {
+        const size_t k = step < 6 ? 0 : step < 11 ? 1 : 2;
+        const SamplerSegment& g = spec.segments[k];
+        const Sampler plain = MakeOrDie(Spec(g.size, 8, mode, SegmentSeed(5, k), rank, 2));
+        std::vector<uint64_t> want = Draw(plain, step - g.start_step);
+        for (auto& v : want) v += g.base;
+        EXPECT_EQ(Draw(s, step), want) << SamplerModeName(mode) << " step " << step;
+      }
+    }
+  }
+  // One segment over everything is the plain sampler; segment 0 keeps the seed.
+  SamplerSpec one = Spec(50, 4, SamplerMode::kCyclic, 9);
+  one.segments = {{0, 0, 50}};
+  EXPECT_EQ(Draw(MakeOrDie(one), 17), Draw(MakeOrDie(Spec(50, 4, SamplerMode::kCyclic, 9)), 17));
+  EXPECT_EQ(SegmentSeed(9, 0), 9u);
+  EXPECT_NE(SegmentSeed(9, 1), SegmentSeed(9, 2));
+}
+
+TEST(SamplerSegmentsTest, BadSegmentsAreRefusedNamingThem) {
+  auto with = [](std::vector<SamplerSegment> segments, SamplerMode mode = SamplerMode::kIID) {
+    SamplerSpec s = Spec(100, 8, mode);
+    s.segments = std::move(segments);
+    return s;
+  };
+  auto message = [](const SamplerSpec& spec) {
+    Status st = spec.Validate();
+    EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
+    EXPECT_FALSE(Sampler::Make(spec).ok());
+    return st.message();
+  };
+  EXPECT_EQ(message(with({{3, 0, 100}})),
+            "segments[0]: the first segment must start at step 0, not 3");
+  EXPECT_EQ(message(with({{0, 0, 50}, {4, 50, 25}, {4, 75, 25}})),
+            "segments[2]: start steps must increase (step 4 after step 4)");
+  EXPECT_EQ(message(with({{0, 0, 50}, {4, 60, 41}})),
+            "segments[1]: indices [60, +41) must be a non-empty range inside [0, n = 100)");
+  EXPECT_EQ(message(with({{0, 0, 0}})),
+            "segments[0]: indices [0, +0) must be a non-empty range inside [0, n = 100)");
+  EXPECT_EQ(message(with({{0, 0, 50}, {4, 50, 7}}, SamplerMode::kCyclic)),
+            "segments[1]: batch_size * world_size (8) must be <= its size (7) in Cyclic mode");
+}
+
 void ExpectInvalid(const SamplerSpec& spec, const std::string& needle) {
   Status st = spec.Validate();
   ASSERT_FALSE(st.ok());

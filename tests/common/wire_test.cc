@@ -701,5 +701,39 @@ TEST(WireTest, MixtureOpenRoundTripsAndItsShapeIsChecked) {
   EXPECT_TRUE(DecodeMessage(EncodeMessage(bad)).ok());
 }
 
+// Protocol 1.6: a schedule's S * K counts with mix_datasets = K and the
+// sampler's segments, three values each; absent, the 1.2 shape.
+TEST(WireTest, MixtureScheduleOpenRoundTripsAndItsShapeIsChecked) {
+  const StreamFilesMsg part{"/a", true, false, 2, StreamRole::kMixPart};
+  const StreamFilesMsg source{"", false, false, 0, StreamRole::kMixSource};
+  OpenMsg open;
+  open.batch_size = 2;
+  open.streams = {part, part, source};
+  open.mix_counts = {30, 70, 0, 50};
+  open.mix_datasets = 2;
+  open.segments = {0, 0, 100, 9, 100, 50};
+  ExpectRoundTrip(open);
+  auto refused = [](OpenMsg m, const std::string& needle) {
+    Status s = DecodeError(EncodeMessage(m));
+    EXPECT_EQ(s.code(), Status::Code::kProtocol);
+    EXPECT_NE(s.message().find(needle), std::string::npos) << s.message();
+  };
+  OpenMsg bad = open;
+  bad.mix_datasets = 3;  // 4 counts are not segments of 3
+  refused(bad, "'mix_datasets' must be > 0 and divide");
+  bad = open;
+  bad.segments = {0, 0, 100};  // one segment for two
+  refused(bad, "'segments' needs 3 values per segment");
+  bad = open;
+  bad.streams = {part, part, part, part};  // runs of K = 2, two streams: fine
+  ExpectRoundTrip(bad);
+  bad.streams = {part, part, part};
+  refused(bad, "exactly 2 consecutive parts");
+  bad = open;
+  bad.mix_datasets = 0;  // 4 counts without a schedule: K = 4 parts per stream
+  bad.segments.clear();
+  refused(bad, "exactly 4 consecutive parts");
+}
+
 }  // namespace
 }  // namespace loaderx

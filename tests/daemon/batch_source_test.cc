@@ -40,7 +40,7 @@ class BatchSourceTest : public DaemonFixture {
   std::unique_ptr<BatchSource> Embedded(const LoaderSpec& spec) {
     std::vector<std::shared_ptr<const Store>> streams;
     for (auto& p : spec.stores) streams.push_back(Store::Open(p).value());
-    SamplerSpec ss{streams[0]->size(), spec.batch_size, spec.mode, spec.seed, 0, 1};
+    SamplerSpec ss{streams[0]->size(), spec.batch_size, spec.mode, spec.seed, 0, 1, {}};
     PipelineOptions opt;
     opt.prefetch = 2;
     opt.num_threads = 2;

@@ -61,8 +61,8 @@ inline std::string MakeRaggedStore(const std::string& path, uint64_t n) {
 inline Batch EmbeddedBatch(const client::LoaderSpec& spec, uint64_t step) {
   std::vector<std::shared_ptr<const Store>> streams;
   for (auto& p : spec.stores) streams.push_back(Store::Open(p).value());
-  SamplerSpec ss{streams[0]->size(), spec.batch_size, spec.mode,
-                 spec.seed,          spec.rank,       spec.world_size};
+  SamplerSpec ss{streams[0]->size(), spec.batch_size, spec.mode, spec.seed,
+                 spec.rank,          spec.world_size, {}};
   PipelineOptions opt;
   opt.start_step = step;
   opt.prefetch = 1;

@@ -642,7 +642,7 @@ TEST_P(CheckCompatibleTest, NamesTheFieldAndBothValuesInEitherOrder) {
   const SpecCase c = Cases()[index];
   daemon::Group::MemberSpec a;
   a.streams = {Store::Open(MakeDenseStore(dir_.Sub("dense"), 40)).value()};
-  a.sampler = SamplerSpec{40, 4, SamplerMode::kCyclic, 11, 0, 2};
+  a.sampler = SamplerSpec{40, 4, SamplerMode::kCyclic, 11, 0, 2, {}};
   a.mode = mode;
   daemon::Group::MemberSpec b = a;
   c.other(b);

@@ -4,6 +4,7 @@ embedded loader, in groups too, and clear errors for what the daemon cannot serv
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,11 @@ WEIGHTS = {"web": 0.5, "books": 0.3, "code": 0.2}
 
 @pytest.fixture
 def parts(tmp_path: Path) -> Any:
+    yield from open_parts(tmp_path)
+
+
+def open_parts(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """Each dataset's "x" (int64 base + i) and "r" (ragged) stores, closed after the yield."""
     out = {}
     for name, n in LENGTHS.items():
         with Dense.create(tmp_path / name / "x", np.int64, (), codec="zstd") as w:

@@ -128,6 +128,12 @@ struct LoaderSpec {
   // dataset-number stream (stores[j] empty) or a plain store (stores[j]).
   std::vector<uint64_t> mix_counts;
   std::vector<std::vector<std::string>> mix_parts;
+  // A mixture schedule (loaderx/mix.h "Schedules"), protocol 1.6: with
+  // mix_datasets = K > 0, mix_counts holds S * K counts (segment-major) and
+  // segments the sampler's S segments (loaderx/sampler.h). 0 and empty: one
+  // segment, K = mix_counts.size().
+  uint64_t mix_datasets = 0;
+  std::vector<SamplerSegment> segments;
   uint64_t batch_size = 0;
   SamplerMode mode = SamplerMode::kIID;
   uint64_t seed = 42;

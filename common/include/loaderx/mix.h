@@ -22,6 +22,14 @@
 // position is its dataset's number k, so a batch says where each sample came
 // from.
 //
+// Schedules. With K datasets and S segments (python/loaderx/mix.py, "Mixture
+// schedules"), `counts` holds S * K entries, segment-major: entry s * K + k is
+// the count of dataset k in segment s, laid out consecutively, so segment s
+// owns [base_s, base_s + V_s) with V_s the sum of its K counts. Entry e
+// stands for dataset e mod K (its position j for record j mod n_k). A count
+// may be 0 in a schedule (a dataset left out of a segment) as long as every
+// segment and every dataset has one that is not. S = 1 is the plain mixture.
+//
 // Thread-safety and ownership: both are immutable Stores (store.h): every
 // const method may be called concurrently; they share ownership of the parts.
 // Locate() has no file to name and returns InvalidArgument.
@@ -40,16 +48,25 @@ namespace loaderx {
 // search over this many starts; more would only make messages unreadable).
 inline constexpr size_t kMaxMixParts = 1 << 16;
 
-// Every count > 0, their sum V < 2^63, 1 <= counts.size() <= kMaxMixParts,
-// else InvalidArgument naming the bad one.
-Status ValidateMixCounts(const std::vector<uint64_t>& counts);
+// Largest number of segments of one schedule.
+inline constexpr size_t kMaxMixSegments = 1 << 16;
 
-// REQUIRES of `parts`: one non-null, non-empty store per count, all of one
+// `datasets` = K (0: counts.size(), one segment). counts.size() is a
+// positive multiple of K, 1 <= K <= kMaxMixParts, at most kMaxMixSegments
+// segments, every segment and every dataset has a count > 0 (with one
+// segment: every count > 0), the sum V < 2^63; else InvalidArgument naming
+// the bad one.
+Status ValidateMixCounts(const std::vector<uint64_t>& counts, size_t datasets = 0);
+
+// REQUIRES of `parts`: one non-null, non-empty store per dataset (K =
+// parts.size(), counts as in ValidateMixCounts), all of one
 // kind and dtype, and one item_shape (dense) or ndim (ragged); else
 // InvalidArgument / SchemaError naming the part by its label.
+// `segments` = S: counts.size() must be parts.size() * S.
 Result<std::shared_ptr<Store>> MixedStore(std::vector<std::shared_ptr<const Store>> parts,
-                                          std::vector<uint64_t> counts);
+                                          std::vector<uint64_t> counts, size_t segments = 1);
 
-Result<std::shared_ptr<Store>> MixSourceStore(std::vector<uint64_t> counts);
+// `datasets` as in ValidateMixCounts: the number at an entry e's position is e mod K.
+Result<std::shared_ptr<Store>> MixSourceStore(std::vector<uint64_t> counts, size_t datasets = 0);
 
 }  // namespace loaderx

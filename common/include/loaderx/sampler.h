@@ -27,6 +27,16 @@
 // sampler with batch_size = G, so resuming on a different world size with the
 // same global batch keeps the step unchanged.
 //
+// Segments (mixture schedules, python/loaderx/mix.py). A spec may split the
+// steps into segments: segment k covers steps [start_k, start_{k+1}) and owns
+// the index range [base_k, base_k + size_k) of [0, n). A step s of segment k
+// draws base_k + the indices that a plain sampler over n = size_k with seed
+// SegmentSeed(seed, k) draws at step s - start_k (same batch, rank, world
+// size and mode): each segment's walk starts fresh at its first step, so
+// appending a segment never changes a step before its start, and a step's
+// indices stay a pure function of (spec, step). Segment 0 has seed `seed`, so
+// one segment {0, 0, n} draws exactly what a spec without segments draws.
+//
 // Thread-safety. Fill() is const and pure: any number of threads may call it
 // concurrently on one Sampler. Next()/Seek() mutate the cursor and the
 // internal buffer and need external synchronisation (the Python face holds the
@@ -47,6 +57,20 @@ enum class SamplerMode : uint8_t { kSequential = 0, kIID = 1, kCyclic = 2 };
 // "Sequential", "IID", "Cyclic" (or "unknown").
 const char* SamplerModeName(SamplerMode mode);
 
+struct SamplerSegment {
+  uint64_t start_step = 0;  // first step of the segment
+  uint64_t base = 0;        // first index it owns
+  uint64_t size = 0;        // indices it owns, > 0
+  bool operator==(const SamplerSegment&) const = default;
+};
+
+// Largest number of segments of one spec.
+inline constexpr size_t kMaxSamplerSegments = 1 << 16;
+
+// The seed of segment k's draws: `seed` for k = 0, a 64-bit mix of (seed, k)
+// after (docs/guide.md, "Mixture schedules", gives the formula).
+uint64_t SegmentSeed(uint64_t seed, uint64_t k);
+
 struct SamplerSpec {
   uint64_t n = 0;           // dataset size, > 0
   uint64_t batch_size = 0;  // per-rank batch, 1..Sampler::kMaxBatchSize
@@ -54,6 +78,10 @@ struct SamplerSpec {
   uint64_t seed = 42;
   uint64_t rank = 0;        // < world_size
   uint64_t world_size = 1;  // > 0
+  // Empty: one segment {0, 0, n}. Else segments[0].start_step == 0, starts
+  // strictly increasing, each [base, base + size) inside [0, n) and, in
+  // Cyclic mode, size >= the global batch (checked by Validate()).
+  std::vector<SamplerSegment> segments;
 
   // Checks every field; InvalidArgument naming the bad one. Also rejects a
   // global batch that overflows 64 bits and, in Cyclic mode, a global batch
@@ -109,6 +137,10 @@ class Sampler {
   void FillSequential(uint64_t step, uint64_t* out) const;
   void FillIID(uint64_t step, uint64_t* out) const;
   void FillCyclic(uint64_t step, uint64_t* out) const;
+  void FillPlain(uint64_t step, uint64_t* out) const;
+
+  // One plain sampler per segment of spec_.segments (empty without segments).
+  std::vector<Sampler> segment_samplers_;
 
   SamplerSpec spec_;
   uint64_t step_ = 0;

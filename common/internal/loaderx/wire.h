@@ -69,7 +69,11 @@ inline constexpr uint32_t kProtocolMajor = 1;
 // ranks of one node of a multi-node job) and several members per rank
 // (model-parallel replicas): optional `open` keys `ranks_first`,
 // `ranks_count` and `replicas`, sent only to a daemon that announced 1.5.
-inline constexpr uint32_t kProtocolMinor = 5;
+// 1.6 adds mixture schedules (loaderx/mix.h, "Schedules"): optional `open`
+// keys `mix_datasets` (K, with S * K `mix_counts`) and `segments` (the
+// sampler segments, loaderx/sampler.h), sent only to a daemon that
+// announced 1.6.
+inline constexpr uint32_t kProtocolMinor = 6;
 // The oldest minor this build serves (and, as a client, accepts).
 inline constexpr uint32_t kMinProtocolMinor = 3;
 // How often the daemon's io loop sends `heartbeat` to a waiting client.
@@ -77,6 +81,8 @@ inline constexpr uint32_t kHeartbeatIntervalMs = 250;
 // Decoder caps (also bound what a hostile peer can make us allocate).
 inline constexpr uint32_t kMaxWireStreams = 64;
 inline constexpr uint32_t kMaxWireDims = 32;
+// Segments of one mixture schedule on the wire, at most.
+inline constexpr uint32_t kMaxWireSegments = 1024;
 // Members per rank of a shard group (model-parallel replicas), at most.
 inline constexpr uint32_t kMaxReplicas = 1024;
 inline constexpr uint32_t kMaxWireString = 4096;
@@ -186,6 +192,13 @@ struct OpenMsg {
   uint64_t ranks_first = 0;
   uint64_t ranks_count = 0;
   uint32_t replicas = 1;
+  // Protocol 1.6, optional: a mixture schedule. `mix_datasets` is K (0, not
+  // sent: mix_counts.size(), one segment); then mix_counts holds S * K
+  // counts, segment-major, and the runs of mix parts are K long. `segments`
+  // is the sampler's (start_step, base, size) per segment, flat (empty, not
+  // sent: none); only with `mix_datasets`.
+  uint64_t mix_datasets = 0;
+  std::vector<uint64_t> segments;
   uint32_t TotalFds() const;
   bool operator==(const OpenMsg&) const = default;
 };
