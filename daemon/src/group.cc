@@ -640,10 +640,9 @@ std::optional<Status> Group::Fetch(std::unique_lock<std::mutex>& lock,
   positions_.ProduceFrom(target);
   UpdateGate();
   lock.unlock();
-  Status sought = reseek ? pipeline_->Seek(target) : Status::OK();
-  if (reseek && gate_) gate_->Flush();
-  Result<std::optional<Batch>> got = std::optional<Batch>();
-  if (sought.ok()) got = pipeline_->NextFor(wait);
+  Status sought = reseek ? SeekPipeline(target) : Status::OK();
+  Result<std::optional<BatchView>> got = std::optional<BatchView>();
+  if (sought.ok()) got = pipeline_->NextUntil(BatchSource::Clock::now() + wait);
   lock.lock();
   fetching_ = false;
   cv_.notify_all();
@@ -656,26 +655,64 @@ std::optional<Status> Group::Fetch(std::unique_lock<std::mutex>& lock,
   return HoldFetched(std::move(got));
 }
 
-std::optional<Status> Group::HoldFetched(Result<std::optional<Batch>> got) {
+Status Group::SeekPipeline(uint64_t step) {
+  // The pipeline's seek never waits for anything but in-flight frees, so it
+  // settles before any deadline (loader.h).
+  Result<bool> sought = pipeline_->SeekUntil(step, BatchSource::Clock::time_point::max());
+  if (gate_) gate_->Flush();
+  return sought.status();
+}
+
+BatchLayout Group::LayoutOf(const BatchView& v, BatchMemory& memory) const {
+  // loader.h: every section lies at its offset from the memory start; dense
+  // values are B rows of the item size, ragged ones offsets[B] bytes
+  // (offsets[0] = 0 for a whole batch); the memory is total_bytes long.
+  BatchLayout layout;
+  layout.batch_size = v.batch_size;
+  layout.total_bytes = memory.size();
+  const uint8_t* base = memory.data();
+  for (size_t j = 0; j < v.streams.size(); ++j) {
+    const StreamView& sv = v.streams[j];
+    const Schema& schema = spec_.streams[j]->schema();
+    StreamLayout l;
+    l.kind = schema.kind;
+    l.values_offset = static_cast<uint64_t>(sv.values - base);
+    if (l.kind == Kind::kDense) {
+      l.values_bytes = v.batch_size * schema.DenseItemBytes();
+    } else {
+      l.values_bytes = sv.offsets[v.batch_size];
+      l.shapes_offset = static_cast<uint64_t>(reinterpret_cast<const uint8_t*>(sv.shapes) - base);
+      l.offsets_offset =
+          static_cast<uint64_t>(reinterpret_cast<const uint8_t*>(sv.offsets) - base);
+    }
+    layout.streams.push_back(l);
+  }
+  return layout;
+}
+
+std::optional<Status> Group::HoldFetched(Result<std::optional<BatchView>> got) {
   if (got.ok() && !got->has_value()) return std::nullopt;  // not ready yet
   if (!got.ok() && got.status().code() == Status::Code::kCancelled) return got.status();
   Held h;
   if (!got.ok()) {
     h.error = got.status();  // this step failed for every member; all move on
   } else {
-    Batch& b = **got;
-    if (b.step != positions_.produced()) {
+    BatchView& v = **got;
+    if (v.step != positions_.produced()) {
       return Status::Internal(Quoted(name_) + ": pipeline delivered step " +
-                              std::to_string(b.step) + ", expected " +
+                              std::to_string(v.step) + ", expected " +
                               std::to_string(positions_.produced()));
     }
-    auto* memory = dynamic_cast<RingMemory*>(b.memory.get());
+    // A pipeline view's owner is the batch's memory from our allocator (loader.h).
+    std::shared_ptr<BatchMemory> owner =
+        std::const_pointer_cast<BatchMemory>(std::static_pointer_cast<const BatchMemory>(v.owner));
+    auto* memory = dynamic_cast<RingMemory*>(owner.get());
     if (memory == nullptr) return Status::Internal("batch memory is not from the ring");
+    h.layout = LayoutOf(v, *memory);
     // Published once for all members; retained until the slowest passes.
-    h.seq = ring_->Publish(*memory, b.step, b.layout.total_bytes, /*retained=*/true);
+    h.seq = ring_->Publish(*memory, v.step, h.layout.total_bytes, /*retained=*/true);
     h.slot = memory->slot();
-    h.layout = std::move(b.layout);
-    h.memory = std::move(b.memory);
+    h.memory = std::move(owner);
     ++gathered_;
     if (options_.gathered) options_.gathered->fetch_add(1, std::memory_order_relaxed);
   }
@@ -708,8 +745,7 @@ Status Group::Seek(uint64_t id, uint64_t step, const std::function<bool()>& clos
   if (closed_) return Status::Cancelled("loader closed");
   fetching_ = true;
   lock.unlock();
-  Status st = pipeline_->Seek(step);
-  if (gate_) gate_->Flush();
+  Status st = SeekPipeline(step);
   lock.lock();
   fetching_ = false;
   cv_.notify_all();

@@ -456,7 +456,12 @@ class Group {
   // most `wait` for the step. std::nullopt once held (or not ready yet).
   std::optional<Status> Fetch(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds wait);
   // Holds what the pipeline delivered for step positions_.produced().
-  std::optional<Status> HoldFetched(Result<std::optional<Batch>> got);
+  std::optional<Status> HoldFetched(Result<std::optional<BatchView>> got);
+  // Seeks the pipeline through the seam (batch_source.h) and lets the live
+  // gate's waiting producers pass. Call without mu_ held.
+  Status SeekPipeline(uint64_t step);
+  // The layout of the batch the pipeline delivered as `v` in `memory`.
+  BatchLayout LayoutOf(const BatchView& v, BatchMemory& memory) const;
   // The Timeout status of member `id`, whose push of `pushed` waits for
   // `position`, whose last member's process is gone (`fate`; "Dead peers").
   Status DeadPeer(uint64_t id, uint64_t pushed, uint64_t position, const std::string& fate) const;
