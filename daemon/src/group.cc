@@ -408,7 +408,8 @@ std::optional<Status> Group::DeadPeerHoldingBack(uint64_t id, Member& me, uint64
   for (const uint64_t p : positions_.Behind(id, pushed)) {
     const GroupPositions::Position& pos = positions_.positions()[p];
     if (pos.member != 0 || !pos.joined || pos.left.pid <= 0) continue;
-    if (auto told = me.told_gone.find(p); told != me.told_gone.end() && told->second == pos.leaves) {
+    if (auto told = me.told_gone.find(p);
+        told != me.told_gone.end() && told->second == pos.leaves) {
       continue;  // told already: wait for a new member of the position
     }
     const std::string fate = PeerFate(pos.left.pid, pos.left.uid);
@@ -423,12 +424,11 @@ std::optional<Status> Group::DeadPeerHoldingBack(uint64_t id, Member& me, uint64
 }
 
 Status Group::PeerTimeout(uint64_t id, const Member& me, uint64_t pushed, bool live_bound) const {
-  const std::string who =
-      Quoted(name_) + ": " +
-      (positions_.shard() ? positions_.PositionName(positions_.position_of(id))
-                          : "member session " + std::to_string(id)) +
-      " waited its group_timeout of " + Seconds(me.info.timeout) + " for step " +
-      std::to_string(pushed) + ", which needs ";
+  const std::string who = Quoted(name_) + ": " +
+                          (positions_.shard() ? positions_.PositionName(positions_.position_of(id))
+                                              : "member session " + std::to_string(id)) +
+                          " waited its group_timeout of " + Seconds(me.info.timeout) +
+                          " for step " + std::to_string(pushed) + ", which needs ";
   const uint32_t skew = options_.max_skew;
   if (live_bound) {
     // The ring's live batches are the slowest members' to free.
@@ -452,14 +452,13 @@ Status Group::DeadPeer(uint64_t id, uint64_t pushed, uint64_t position,
   const std::string rr = positions_.PositionName(position);
   const std::string left = std::to_string(pos.consumed);
   const uint32_t skew = options_.max_skew;
-  return Status::Timeout(Quoted(name_) + ": " +
-                         positions_.PositionName(positions_.position_of(id)) +
-                         " cannot take step " + std::to_string(pushed) + ", which needs " + rr +
-                         " to reach step " + std::to_string(pushed - skew) + " first (max-skew " +
-                         std::to_string(skew) + "), but " + rr + " left at step " + left + how +
-                         " and its process " + std::to_string(pos.left.pid) + " " + fate +
-                         ": restart " + rr + " at step " + left +
-                         " or later (its checkpoint), or restart the job");
+  return Status::Timeout(
+      Quoted(name_) + ": " + positions_.PositionName(positions_.position_of(id)) +
+      " cannot take step " + std::to_string(pushed) + ", which needs " + rr + " to reach step " +
+      std::to_string(pushed - skew) + " first (max-skew " + std::to_string(skew) + "), but " + rr +
+      " left at step " + left + how + " and its process " + std::to_string(pos.left.pid) + " " +
+      fate + ": restart " + rr + " at step " + left +
+      " or later (its checkpoint), or restart the job");
 }
 
 Result<uint64_t> Group::Join(uint64_t id, const MemberInfo& info, GroupJoin join,
@@ -682,8 +681,7 @@ BatchLayout Group::LayoutOf(const BatchView& v, BatchMemory& memory) const {
     } else {
       l.values_bytes = sv.offsets[v.batch_size];
       l.shapes_offset = static_cast<uint64_t>(reinterpret_cast<const uint8_t*>(sv.shapes) - base);
-      l.offsets_offset =
-          static_cast<uint64_t>(reinterpret_cast<const uint8_t*>(sv.offsets) - base);
+      l.offsets_offset = static_cast<uint64_t>(reinterpret_cast<const uint8_t*>(sv.offsets) - base);
     }
     layout.streams.push_back(l);
   }

@@ -157,6 +157,13 @@
 // its position or a later held step) up to its group timeout, as for a rank
 // that never joined.
 //
+// Structure: the step rules above (held steps, cursors per member or
+// position, retention, the push and skew rules, what is gathered next, join,
+// leave and seek) are decided by a GroupPositions (group_positions.h), which
+// has no threads or locks; Group holds it under its mutex and adds the
+// pipeline (fetched through the BatchSource seam), the ring and the held
+// batches' memory, the live gate, the timeouts and the stall logs.
+//
 // Thread-safety: all methods are thread-safe (one mutex; the pipeline is
 // waited on without it by one member at a time, the "fetcher").
 // Ownership: the group owns its Pipeline and ring; delivered batches share
@@ -175,12 +182,12 @@
 #include <string>
 #include <vector>
 
+#include "group_positions.h"
 #include "loaderx/loader.h"
 #include "loaderx/sampler.h"
 #include "loaderx/status.h"
 #include "loaderx/store.h"
 #include "loaderx/wire.h"
-#include "group_positions.h"
 #include "ring_allocator.h"
 
 namespace loaderx::daemon {

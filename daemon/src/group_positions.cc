@@ -157,12 +157,12 @@ Result<uint64_t> GroupPositions::FreePosition(uint64_t rank) const {
   for (uint64_t p = first; p < first + replicas_; ++p) {
     sessions += (p == first ? "" : ", ") + std::to_string(positions_[p].member);
   }
-  return Status::InvalidArgument(
-      Quoted() + ": rank " + std::to_string(rank) + " of " + std::to_string(config_.world_size) +
-      " is already taken by session" + (replicas_ > 1 ? "s " : " ") + sessions +
-      " (each rank may have " + std::to_string(replicas_) + " live member" +
-      (replicas_ > 1 ? "s: replicas " : "") + (replicas_ > 1 ? std::to_string(replicas_) : "") +
-      ")");
+  return Status::InvalidArgument(Quoted() + ": rank " + std::to_string(rank) + " of " +
+                                 std::to_string(config_.world_size) +
+                                 " is already taken by session" + (replicas_ > 1 ? "s " : " ") +
+                                 sessions + " (each rank may have " + std::to_string(replicas_) +
+                                 " live member" + (replicas_ > 1 ? "s: replicas " : "") +
+                                 (replicas_ > 1 ? std::to_string(replicas_) : "") + ")");
 }
 
 Result<uint64_t> GroupPositions::Join(uint64_t id, int32_t pid, uint64_t rank, GroupJoin join,
@@ -263,9 +263,9 @@ Status GroupPositions::SameStartAsReplicas(uint64_t id, uint64_t position, uint6
       continue;
     }
     return Status::InvalidArgument(
-        Quoted() + ": " + PositionName(position) + " would start at step " +
-        std::to_string(step) + ", but " + PositionName(other.position) + " (pid " +
-        std::to_string(other.pid) + ") started at step " + std::to_string(other.start) +
+        Quoted() + ": " + PositionName(position) + " would start at step " + std::to_string(step) +
+        ", but " + PositionName(other.position) + " (pid " + std::to_string(other.pid) +
+        ") started at step " + std::to_string(other.start) +
         ": the replicas of a rank must start at the same step");
   }
   return Status::OK();
@@ -298,8 +298,8 @@ std::string GroupPositions::Describe(const std::vector<uint64_t>& who) const {
       out += PositionName(who[i]);
       if (p.member != 0) {
         auto it = members_.find(p.member);
-        out += " (pid " + std::to_string(it == members_.end() ? 0 : it->second.pid) +
-               ", at step " + std::to_string(p.consumed) + ")";
+        out += " (pid " + std::to_string(it == members_.end() ? 0 : it->second.pid) + ", at step " +
+               std::to_string(p.consumed) + ")";
       } else if (p.joined) {
         out += " (left at step " + std::to_string(p.consumed) + ")";
       } else {

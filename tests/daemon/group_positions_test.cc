@@ -281,7 +281,7 @@ TEST(GroupPositionsTest, ShardLeaveFreezesTheRankWhereItWas) {
   EXPECT_EQ(g.Describe({1}), "rank 1 (left at step 2)");
   Take(g, 1);
   Take(g, 1);
-  EXPECT_EQ(g.held(), (Held{2}));  // step 2 kept for the frozen rank
+  EXPECT_EQ(g.held(), (Held{2}));          // step 2 kept for the frozen rank
   for (int i = 0; i < 4; ++i) Take(g, 1);  // up to step 6 = 2 + 4
   EXPECT_EQ(g.held(), (Held{2, 3, 4, 5, 6}));
   EXPECT_TRUE(g.SkewBlocked(1));  // 7 > 2 + 4
@@ -294,7 +294,7 @@ TEST(GroupPositionsTest, ShardLeaveFreezesTheRankWhereItWas) {
 TEST(GroupPositionsTest, ShardMemberJoiningBelowTheHeldStepsIsNotStarted) {
   GroupPositions g(Shard(2, 2));
   ASSERT_TRUE(g.Join(1, 11, 0, GroupJoin::kDefault, 0).ok());
-  g.Restart(1, 5);  // alone: the group moves to its checkpoint
+  g.Restart(1, 5);                        // alone: the group moves to its checkpoint
   EXPECT_EQ(g.Cursors(), (Steps{5, 5}));  // rank 1 (not joined) follows
   Push(g, 1);
   EXPECT_EQ(g.held(), (Held{5}));
