@@ -151,11 +151,7 @@ struct PipelineOptions {
 };
 
 // A Pipeline is the embedded BatchSource (batch_source.h): NextUntil returns
-// writable views of the batch memory it owns (BatchView::owner is that
-// batch's BatchMemory, from the allocator; loaderxd's groups, which fetch
-// through NextUntil/SeekUntil, read their ring slot back from it). The older
-// Next/NextFor/Seek are what NextUntil/SeekUntil are built on; outside the
-// tests only bench/handoff_bench.cc still calls Next.
+// writable views of the batch memory it owns (BatchView::owner shares it).
 class Pipeline : public BatchSource {
  public:
   static Result<std::unique_ptr<Pipeline>> Create(
