@@ -242,20 +242,16 @@ Group::Group(std::string name, MemberSpec spec, const Options& options,
       ring_(std::move(ring)),
       gate_(std::move(gate)),
       pipeline_(std::move(pipeline)),
-      produced_(options.start_step),
-      replicas_(spec_.mode == GroupMode::kShard ? spec_.replicas : 1) {
-  if (spec_.mode == GroupMode::kShard) {
-    // Members that have not joined yet still need every batch from the start.
-    const uint64_t positions = spec_.RankCount() * replicas_;
-    rank_cursor_.assign(positions, options.start_step);
-    rank_pushed_.assign(positions, options.start_step);
-    rank_member_.assign(positions, 0);
-    rank_joined_.assign(positions, false);
-    rank_left_.assign(positions, MemberInfo());
-    rank_left_how_.assign(positions, std::string());
-    rank_leaves_.assign(positions, 0);
-  }
-}
+      positions_(GroupPositions::Config{
+          .name = name_,
+          .mode = spec_.mode,
+          .world_size = spec_.sampler.world_size,
+          .ranks_first = spec_.ranks_first,
+          .rank_count = spec_.RankCount(),
+          .replicas = spec_.replicas,
+          .max_skew = options.max_skew,
+          .start_step = options.start_step,
+      }) {}
 
 Group::~Group() { Close(); }
 
@@ -273,7 +269,8 @@ void Group::Close() {
   cv_.notify_all();
   pipeline_->Close();  // unlocked: waits for running gathers
   std::lock_guard<std::mutex> lock(mu_);
-  while (!held_.empty()) DropHeld(held_.begin());
+  positions_.DropAll();
+  SyncHeld();
 }
 
 Status Group::CheckCompatible(const MemberSpec& spec) const {
@@ -351,61 +348,15 @@ Status Group::CheckCompatible(const MemberSpec& spec) const {
   return Status::OK();
 }
 
-uint64_t& Group::CursorOf(Member& m) {
-  return spec_.mode == GroupMode::kShard ? rank_cursor_[m.position] : m.cursor;
-}
-
-uint64_t& Group::PushedOf(Member& m) {
-  return spec_.mode == GroupMode::kShard ? rank_pushed_[m.position] : m.pushed;
-}
-
-uint64_t Group::SlowestOthers(uint64_t id, const Member& m) const {
-  uint64_t slowest = std::numeric_limits<uint64_t>::max();
-  if (spec_.mode == GroupMode::kShard) {
-    for (uint64_t p = 0; p < rank_cursor_.size(); ++p) {
-      if (p != m.position) slowest = std::min(slowest, rank_cursor_[p]);
-    }
-    return slowest;
-  }
-  for (const auto& [sid, other] : members_) {
-    if (sid != id) slowest = std::min(slowest, other.cursor);
-  }
-  return slowest;
-}
-
-uint64_t Group::Slowest() const {
-  if (spec_.mode == GroupMode::kShard) {
-    return *std::min_element(rank_cursor_.begin(), rank_cursor_.end());
-  }
-  uint64_t slowest = std::numeric_limits<uint64_t>::max();
-  for (const auto& [id, m] : members_) slowest = std::min(slowest, m.cursor);
-  return slowest;
-}
-
-uint64_t Group::OldestAvailable() const {
-  // Every step in [slowest, produced_) is held, so the oldest held one is
-  // the oldest still deliverable; with none held, production goes on from
-  // produced_ (re-seeking forward if nobody needs it).
-  return held_.empty() ? produced_ : held_.begin()->first;
-}
-
-Status Group::Gone(uint64_t step) const {
-  return Status::IndexError(Quoted(name_) + " no longer holds step " + std::to_string(step) +
-                            " (out of range): the oldest step it still holds is " +
-                            std::to_string(OldestAvailable()) +
-                            "; start at or after it, or join=\"current\"");
+void Group::SyncHeld() {
+  // positions_ only ever drops held steps from the front (Trim) or all of
+  // them, so the batches to drop are a prefix of held_.
+  while (!held_.empty() && !positions_.holds(held_.begin()->first)) DropHeld(held_.begin());
 }
 
 void Group::DropHeld(std::map<uint64_t, Held>::iterator it) {
   if (it->second.memory) ring_->EndRetain(it->second.slot);
   held_.erase(it);  // frees the slot unless a member still leases it
-}
-
-void Group::Trim() {
-  const uint64_t slowest = members_.empty() && spec_.mode == GroupMode::kBroadcast
-                               ? std::numeric_limits<uint64_t>::max()
-                               : Slowest();
-  while (!held_.empty() && held_.begin()->first < slowest) DropHeld(held_.begin());
 }
 
 void Group::UpdateGate() {
@@ -415,25 +366,27 @@ void Group::UpdateGate() {
   // S would let the pipeline start S + 1 while members still hold S - 1
   // (the producer wakes as soon as S leaves the pipeline, before the group
   // re-evaluates this).
-  const uint64_t slowest = Slowest();
+  const uint64_t slowest = positions_.Slowest();
   bool open = false;
-  if (slowest >= produced_) {
+  if (slowest >= positions_.produced()) {
     for (const auto& [sid, m] : members_) {
-      open |= m.cursor == slowest && m.pushed == m.cursor && m.caller_waits;
+      const uint64_t consumed = positions_.consumed(sid);
+      open |= consumed == slowest && positions_.pushed(sid) == consumed && m.caller_waits;
     }
   }
   gate_->SetOpen(open, slowest);
 }
 
 bool Group::GateHolds(uint64_t pushed) const {
-  return gate_ && pushed >= produced_ && pushed > Slowest() && gate_->Holds(pushed);
+  return gate_ && pushed >= positions_.produced() && pushed > positions_.Slowest() &&
+         gate_->Holds(pushed);
 }
 
 std::optional<Status> Group::PeerWait(uint64_t id, Member& me, uint64_t pushed, bool live_bound,
                                       std::chrono::milliseconds poll,
                                       std::chrono::milliseconds* wait) {
   *wait = poll;
-  if (CursorOf(me) != pushed || !me.caller_waits) {
+  if (positions_.consumed(id) != pushed || !me.caller_waits) {
     // Its caller still has batches queued, or is not blocked in next()
     // (between calls, say in an eval): not waiting for peers.
     me.waiting = false;
@@ -446,56 +399,14 @@ std::optional<Status> Group::PeerWait(uint64_t id, Member& me, uint64_t pushed, 
   }
   const auto waited = now - me.waiting_since;
   NoteStall(waited, me.info.timeout);
-  if (!live_bound && spec_.mode == GroupMode::kShard) {
-    // A rank holding this one back whose last member's process is gone
-    // cannot come back by itself: say so now ("Dead peers").
-    for (uint64_t r = 0; r < rank_cursor_.size(); ++r) {  // positions
-      if (r == me.position || rank_cursor_[r] + options_.max_skew >= pushed) continue;
-      if (rank_member_[r] != 0 || !rank_joined_[r] || rank_left_[r].pid <= 0) continue;
-      if (auto told = me.told_gone.find(r);
-          told != me.told_gone.end() && told->second == rank_leaves_[r]) {
-        continue;  // told already: wait for a new member of the position
-      }
-      const std::string fate = PeerFate(rank_left_[r].pid, rank_left_[r].uid);
-      if (fate == kStillRunning) continue;
-      me.told_gone[r] = rank_leaves_[r];
-      me.waiting = false;
-      me.caller_waits = false;  // this refusal is pushed to it
-      UpdateGate();
-      return DeadPeer(me, pushed, r, fate);
-    }
+  if (!live_bound && positions_.shard()) {
+    if (std::optional<Status> dead = DeadPeerHoldingBack(id, me, pushed)) return dead;
   }
   if (me.info.timeout.count() > 0 && waited >= me.info.timeout) {
     me.waiting = false;
     me.caller_waits = false;  // this refusal is pushed to it
     UpdateGate();
-    const std::string who =
-        Quoted(name_) + ": " +
-        (spec_.mode == GroupMode::kShard ? PositionName(me.position)
-                                         : "member session " + std::to_string(id)) +
-        " waited its group_timeout of " + Seconds(me.info.timeout) + " for step " +
-        std::to_string(pushed) + ", which needs ";
-    if (live_bound) {
-      // The ring's live batches are the slowest members' to free.
-      const uint64_t slowest = Slowest();
-      return Status::Timeout(
-          who + Describe(At(slowest)) + " to move on from step " + std::to_string(slowest) +
-          " first (the group keeps at most " + std::to_string(options_.max_live) +
-          " batches live: group-live-batches " + std::to_string(options_.max_live) + ")");
-    }
-    std::vector<uint64_t> behind;  // the ranks (members) holding this one back
-    if (spec_.mode == GroupMode::kShard) {
-      for (uint64_t p = 0; p < rank_cursor_.size(); ++p) {
-        if (p != me.position && rank_cursor_[p] + options_.max_skew < pushed) behind.push_back(p);
-      }
-    } else {
-      for (const auto& [sid, m] : members_) {
-        if (sid != id && m.cursor + options_.max_skew < pushed) behind.push_back(sid);
-      }
-    }
-    return Status::Timeout(who + Describe(behind) + " to reach step " +
-                           std::to_string(pushed - options_.max_skew) + " first (max-skew " +
-                           std::to_string(options_.max_skew) + ")");
+    return PeerTimeout(id, me, pushed, live_bound);
   }
   if (me.info.timeout.count() > 0) {
     *wait = std::min(poll, std::chrono::ceil<std::chrono::milliseconds>(me.info.timeout - waited));
@@ -503,101 +414,75 @@ std::optional<Status> Group::PeerWait(uint64_t id, Member& me, uint64_t pushed, 
   return std::nullopt;
 }
 
-Status Group::SameStartAsReplicas(uint64_t id, uint64_t position, uint64_t step) const {
-  if (spec_.mode != GroupMode::kShard || replicas_ == 1) return Status::OK();
-  // The replicas of a rank (one data-parallel replica's model-parallel
-  // ranks) start at the same step: one that has not moved since it
-  // started elsewhere says they restored different checkpoints.
-  for (const auto& [sid, other] : members_) {
-    if (sid == id || RankOf(other.position) != RankOf(position) || other.start == step ||
-        rank_cursor_[other.position] != other.start) {
-      continue;
+std::optional<Status> Group::DeadPeerHoldingBack(uint64_t id, Member& me, uint64_t pushed) {
+  // A position holding this one back whose last member's process is gone
+  // cannot come back by itself: say so now ("Dead peers").
+  for (const uint64_t p : positions_.Behind(id, pushed)) {
+    const GroupPositions::Position& pos = positions_.positions()[p];
+    if (pos.member != 0 || !pos.joined || pos.left.pid <= 0) continue;
+    if (auto told = me.told_gone.find(p);
+        told != me.told_gone.end() && told->second == pos.leaves) {
+      continue;  // told already: wait for a new member of the position
     }
-    return Status::InvalidArgument(
-        Quoted(name_) + ": " + PositionName(position) + " would start at step " +
-        std::to_string(step) + ", but " + PositionName(other.position) + " (pid " +
-        std::to_string(other.info.pid) + ") started at step " + std::to_string(other.start) +
-        ": the replicas of a rank must start at the same step");
+    const std::string fate = PeerFate(pos.left.pid, pos.left.uid);
+    if (fate == kStillRunning) continue;
+    me.told_gone[p] = pos.leaves;
+    me.waiting = false;
+    me.caller_waits = false;  // this refusal is pushed to it
+    UpdateGate();
+    return DeadPeer(id, pushed, p, fate);
   }
-  return Status::OK();
+  return std::nullopt;
 }
 
-Status Group::DeadPeer(const Member& me, uint64_t pushed, uint64_t position,
+Status Group::PeerTimeout(uint64_t id, const Member& me, uint64_t pushed, bool live_bound) const {
+  const std::string who = Quoted(name_) + ": " +
+                          (positions_.shard() ? positions_.PositionName(positions_.position_of(id))
+                                              : "member session " + std::to_string(id)) +
+                          " waited its group_timeout of " + Seconds(me.info.timeout) +
+                          " for step " + std::to_string(pushed) + ", which needs ";
+  const uint32_t skew = options_.max_skew;
+  if (live_bound) {
+    // The ring's live batches are the slowest members' to free.
+    const uint64_t slowest = positions_.Slowest();
+    return Status::Timeout(who + positions_.Describe(positions_.At(slowest)) +
+                           " to move on from step " + std::to_string(slowest) +
+                           " first (the group keeps at most " + std::to_string(options_.max_live) +
+                           " batches live: group-live-batches " +
+                           std::to_string(options_.max_live) + ")");
+  }
+  // The positions (members) holding this one back.
+  return Status::Timeout(who + positions_.Describe(positions_.Behind(id, pushed)) +
+                         " to reach step " + std::to_string(pushed - skew) + " first (max-skew " +
+                         std::to_string(skew) + ")");
+}
+
+Status Group::DeadPeer(uint64_t id, uint64_t pushed, uint64_t position,
                        const std::string& fate) const {
-  const std::string how =
-      rank_left_how_[position].empty() ? "" : " (" + rank_left_how_[position] + ")";
-  const std::string rr = PositionName(position);
-  const std::string left = std::to_string(rank_cursor_[position]);
-  return Status::Timeout(Quoted(name_) + ": " + PositionName(me.position) + " cannot take step " +
-                         std::to_string(pushed) + ", which needs " + rr + " to reach step " +
-                         std::to_string(pushed - options_.max_skew) + " first (max-skew " +
-                         std::to_string(options_.max_skew) + "), but " + rr + " left at step " +
-                         left + how + " and its process " +
-                         std::to_string(rank_left_[position].pid) + " " + fate + ": restart " + rr +
-                         " at step " + left + " or later (its checkpoint), or restart the job");
-}
-
-std::string Group::PositionName(uint64_t position) const {
-  std::string out = "rank " + std::to_string(RankOf(position));
-  if (replicas_ > 1) out += " replica " + std::to_string(position % replicas_);
-  return out;
+  const GroupPositions::Position& pos = positions_.positions()[position];
+  const std::string how = pos.left.how.empty() ? "" : " (" + pos.left.how + ")";
+  const std::string rr = positions_.PositionName(position);
+  const std::string left = std::to_string(pos.consumed);
+  const uint32_t skew = options_.max_skew;
+  return Status::Timeout(
+      Quoted(name_) + ": " + positions_.PositionName(positions_.position_of(id)) +
+      " cannot take step " + std::to_string(pushed) + ", which needs " + rr + " to reach step " +
+      std::to_string(pushed - skew) + " first (max-skew " + std::to_string(skew) + "), but " + rr +
+      " left at step " + left + how + " and its process " + std::to_string(pos.left.pid) + " " +
+      fate + ": restart " + rr + " at step " + left +
+      " or later (its checkpoint), or restart the job");
 }
 
 Result<uint64_t> Group::Join(uint64_t id, const MemberInfo& info, GroupJoin join,
                              uint64_t start_step) {
-  const uint64_t rank = info.rank;
   std::lock_guard<std::mutex> lock(mu_);
   if (closed_) return Status::Cancelled(Quoted(name_) + " is closing");
-  if (join == GroupJoin::kDefault) {
-    join = spec_.mode == GroupMode::kShard ? GroupJoin::kStartStep : GroupJoin::kCurrent;
-  }
-  uint64_t position = 0;
-  if (spec_.mode == GroupMode::kShard) {
-    // The first free position of its rank.
-    const uint64_t first = FirstPosition(rank);
-    position = first;
-    while (position < first + replicas_ && rank_member_[position] != 0) ++position;
-    if (position == first + replicas_) {
-      std::string sessions;
-      for (uint64_t p = first; p < first + replicas_; ++p) {
-        sessions += (p == first ? "" : ", ") + std::to_string(rank_member_[p]);
-      }
-      return Status::InvalidArgument(
-          Quoted(name_) + ": rank " + std::to_string(rank) + " of " +
-          std::to_string(spec_.sampler.world_size) + " is already taken by session" +
-          (replicas_ > 1 ? "s " : " ") + sessions + " (each rank may have " +
-          std::to_string(replicas_) + " live member" + (replicas_ > 1 ? "s: replicas " : "") +
-          (replicas_ > 1 ? std::to_string(replicas_) : "") + ")");
-    }
-  }
-  const uint64_t oldest = OldestAvailable();
-  uint64_t cursor = oldest;
-  if (join == GroupJoin::kStartStep && !members_.empty()) {
-    // Shard: accepted "not started" (group.h, "Start and resume").
-    if (start_step < oldest && spec_.mode != GroupMode::kShard) return Gone(start_step);
-    cursor = start_step;
-  } else if (members_.empty()) {
-    cursor = start_step;  // the creator (produced_ == its start_step)
-  }
-  // A member joining "not started" is held to its replicas when it seeks.
-  if (cursor >= oldest || members_.empty()) {
-    LX_RETURN_IF_ERROR(SameStartAsReplicas(id, position, cursor));
-  }
+  LX_ASSIGN_OR_RETURN(const uint64_t cursor,
+                      positions_.Join(id, info.pid, info.rank, join, start_step));
   Member m;
   m.info = info;
-  m.position = position;
-  m.start = cursor;
-  m.cursor = cursor;
-  m.pushed = cursor;
-  if (spec_.mode == GroupMode::kShard) {
-    m.rank_before = rank_cursor_[position];
-    rank_cursor_[position] = cursor;
-    rank_pushed_[position] = cursor;
-    rank_member_[position] = id;
-    rank_joined_[position] = true;
-  }
   members_[id] = m;
-  Trim();
+  SyncHeld();
   NoteProgress();
   UpdateGate();
   cv_.notify_all();
@@ -608,24 +493,9 @@ bool Group::Leave(uint64_t id, const std::string& how) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = members_.find(id);
   if (it != members_.end()) {
-    // Shard: the rank's consumed position stays where it was (frozen), so
-    // the batches it still needs are kept for a member rejoining as that
-    // rank; what was pushed but not consumed was never taken.
-    if (spec_.mode == GroupMode::kShard) {
-      const uint64_t p = it->second.position;
-      rank_member_[p] = 0;
-      // A member that never got its step ("Start and resume") took nothing:
-      // its position needs what it needed before the join, and nothing
-      // older than the group still holds.
-      const uint64_t oldest = OldestAvailable();
-      if (rank_cursor_[p] < oldest) rank_cursor_[p] = std::max(it->second.rank_before, oldest);
-      rank_pushed_[p] = rank_cursor_[p];
-      rank_left_[p] = it->second.info;
-      rank_left_how_[p] = how;
-      ++rank_leaves_[p];
-    }
+    positions_.Leave(id, {it->second.info.pid, it->second.info.uid, how});
     members_.erase(it);
-    Trim();
+    SyncHeld();
     NoteProgress();
     UpdateGate();
   }
@@ -635,18 +505,8 @@ bool Group::Leave(uint64_t id, const std::string& how) {
 
 bool Group::AwaitRankFree(uint64_t rank, std::chrono::milliseconds max) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (spec_.mode != GroupMode::kShard || rank < spec_.ranks_first ||
-      rank - spec_.ranks_first >= spec_.RankCount()) {
-    return true;
-  }
-  const uint64_t first = FirstPosition(rank);
-  return cv_.wait_for(lock, max, [&] {
-    if (closed_) return true;
-    for (uint64_t p = first; p < first + replicas_; ++p) {
-      if (rank_member_[p] == 0) return true;
-    }
-    return false;
-  });
+  if (!positions_.ServesRank(rank)) return true;
+  return cv_.wait_for(lock, max, [&] { return closed_ || positions_.RankHasFreePosition(rank); });
 }
 
 Delivery Group::Slice(const Held& h, uint64_t step, uint64_t rank) const {
@@ -705,120 +565,170 @@ Result<Delivery> Group::Next(uint64_t id, const std::function<bool()>& closing,
   } not_waiting{this, id};
   while (true) {
     if (closed_ || closing()) return Status::Cancelled("loader closed");
-    auto mit = members_.find(id);
-    if (mit == members_.end()) return Status::Internal("not a member of " + Quoted(name_));
-    Member& me = mit->second;
-    uint64_t& pushed = PushedOf(me);
-    const uint64_t consumed = CursorOf(me);
-    if (pushed - consumed >= std::min(options_.leases, kPushAhead)) {
-      // The client holds the whole credit unread (or released batches it
-      // never took): nothing more until it consumes. Not a wait for peers.
-      me.waiting = false;
-      cv_.wait_for(lock, poll);
-      continue;
-    }
-    if (held_.find(pushed) == held_.end() && pushed < OldestAvailable()) {
-      // A shard member that never got its step ("Start and resume"): it may
-      // still seek; once its caller waits in next(), that step is an error.
-      me.waiting = false;
-      if (!me.caller_waits) {
-        cv_.wait_for(lock, poll);
-        continue;
-      }
-      me.caller_waits = false;  // this refusal is pushed to it
-      return Gone(pushed);
-    }
-    const uint64_t others = SlowestOthers(id, me);
-    if (others != std::numeric_limits<uint64_t>::max() &&
-        pushed > others + options_.max_skew) {  // too far ahead: wait for the slowest
-      std::chrono::milliseconds wait = poll;
-      if (std::optional<Status> st = PeerWait(id, me, pushed, /*live_bound=*/false, poll, &wait)) {
-        return *st;  // logged by the server, with the member's pid
-      }
-      cv_.wait_for(lock, wait);
-      continue;
-    }
-    // At the live bound the member waits for its peers too, but for the
-    // pipeline to deliver (the gate opens on a ring free the group is not
-    // told of), so the wait below is the fetch's.
-    std::chrono::milliseconds fetch_wait = poll;
-    if (GateHolds(pushed)) {
-      if (std::optional<Status> st =
-              PeerWait(id, me, pushed, /*live_bound=*/true, poll, &fetch_wait)) {
-        return *st;
-      }
-    } else {
-      me.waiting = false;
-    }
-    if (auto it = held_.find(pushed); it != held_.end()) {
-      Delivery d = Slice(it->second, pushed, me.info.rank);
-      d.gen = me.gen;
-      ++pushed;
-      me.caller_waits = false;  // an item is on its way to the caller
-      UpdateGate();
-      cv_.notify_all();
-      return d;
-    }
-    const uint64_t slowest = Slowest();
-    if (pushed < produced_ && pushed >= slowest) {
-      return Status::Internal(Quoted(name_) + ": step " + std::to_string(pushed) +
-                              " was produced but is not held");
-    }
-    if (fetching_) {  // another member waits on the pipeline for everyone
-      cv_.wait_for(lock, poll);
-      continue;
-    }
-    // Fetch the next step for the whole group. Nobody needs steps below the
-    // slowest consumed position: skip them by seeking instead of gathering them.
-    fetching_ = true;
-    const uint64_t target = std::max(produced_, slowest);
-    const uint64_t before = produced_;
-    const bool reseek = target != produced_;
-    // Production goes on from `target` as of now, not once the fetch is
-    // back: a member seeking (or joining) meanwhile must be refused below
-    // it, since the steps it skips are never produced.
-    produced_ = target;
-    UpdateGate();
-    lock.unlock();
-    Status sought = reseek ? pipeline_->Seek(target) : Status::OK();
-    if (reseek && gate_) gate_->Flush();
-    Result<std::optional<Batch>> got = std::optional<Batch>();
-    if (sought.ok()) got = pipeline_->NextFor(fetch_wait);
-    lock.lock();
-    fetching_ = false;
-    cv_.notify_all();
-    if (closed_) return Status::Cancelled("loader closed");
-    if (!sought.ok()) {
-      produced_ = before;
-      UpdateGate();
-      return sought;
-    }
-    if (got.ok() && !got->has_value()) continue;  // not ready yet
-    if (!got.ok() && got.status().code() == Status::Code::kCancelled) {
-      return got.status();
-    }
-    Held h;
-    if (!got.ok()) {
-      h.error = got.status();  // this step failed for every member; all move on
-    } else {
-      Batch& b = **got;
-      if (b.step != produced_) {
-        return Status::Internal(Quoted(name_) + ": pipeline delivered step " +
-                                std::to_string(b.step) + ", expected " + std::to_string(produced_));
-      }
-      auto* memory = dynamic_cast<RingMemory*>(b.memory.get());
-      if (memory == nullptr) return Status::Internal("batch memory is not from the ring");
-      // Published once for all members; retained until the slowest passes.
-      h.seq = ring_->Publish(*memory, b.step, b.layout.total_bytes, /*retained=*/true);
-      h.slot = memory->slot();
-      h.layout = std::move(b.layout);
-      h.memory = std::move(b.memory);
-      ++gathered_;
-      if (options_.gathered) options_.gathered->fetch_add(1, std::memory_order_relaxed);
-    }
-    held_.emplace(produced_++, std::move(h));
-    UpdateGate();
+    if (std::optional<Result<Delivery>> r = TryPush(id, lock, poll)) return *std::move(r);
   }
+}
+
+std::optional<Result<Delivery>> Group::TryPush(uint64_t id, std::unique_lock<std::mutex>& lock,
+                                               std::chrono::milliseconds poll) {
+  auto mit = members_.find(id);
+  if (mit == members_.end()) return Status::Internal("not a member of " + Quoted(name_));
+  Member& me = mit->second;
+  const uint64_t pushed = positions_.pushed(id);
+  if (pushed - positions_.consumed(id) >= std::min(options_.leases, kPushAhead)) {
+    // The client holds the whole credit unread (or released batches it
+    // never took): nothing more until it consumes. Not a wait for peers.
+    me.waiting = false;
+    cv_.wait_for(lock, poll);
+    return std::nullopt;
+  }
+  if (positions_.NotStarted(id)) {
+    // A shard member that never got its step ("Start and resume"): it may
+    // still seek; once its caller waits in next(), that step is an error.
+    me.waiting = false;
+    if (!me.caller_waits) {
+      cv_.wait_for(lock, poll);
+      return std::nullopt;
+    }
+    me.caller_waits = false;  // this refusal is pushed to it
+    return positions_.Gone(pushed);
+  }
+  if (positions_.SkewBlocked(id)) {  // too far ahead: wait for the slowest
+    std::chrono::milliseconds wait = poll;
+    if (std::optional<Status> st = PeerWait(id, me, pushed, /*live_bound=*/false, poll, &wait)) {
+      return *st;  // logged by the server, with the member's pid
+    }
+    cv_.wait_for(lock, wait);
+    return std::nullopt;
+  }
+  // At the live bound the member waits for its peers too, but for the
+  // pipeline to deliver (the gate opens on a ring free the group is not
+  // told of), so the wait below is the fetch's.
+  std::chrono::milliseconds fetch_wait = poll;
+  if (GateHolds(pushed)) {
+    if (std::optional<Status> st =
+            PeerWait(id, me, pushed, /*live_bound=*/true, poll, &fetch_wait)) {
+      return *st;
+    }
+  } else {
+    me.waiting = false;
+  }
+  if (positions_.holds(pushed)) return Deliver(id, me);
+  if (pushed < positions_.produced() && pushed >= positions_.Slowest()) {
+    return Status::Internal(Quoted(name_) + ": step " + std::to_string(pushed) +
+                            " was produced but is not held");
+  }
+  if (fetching_) {  // another member waits on the pipeline for everyone
+    cv_.wait_for(lock, poll);
+    return std::nullopt;
+  }
+  if (std::optional<Status> st = Fetch(lock, fetch_wait)) return *st;
+  return std::nullopt;
+}
+
+Delivery Group::Deliver(uint64_t id, Member& me) {
+  const uint64_t pushed = positions_.pushed(id);
+  Delivery d = Slice(held_.at(pushed), pushed, me.info.rank);
+  d.gen = me.gen;
+  positions_.Pushed(id);
+  me.caller_waits = false;  // an item is on its way to the caller
+  UpdateGate();
+  cv_.notify_all();
+  return d;
+}
+
+std::optional<Status> Group::Fetch(std::unique_lock<std::mutex>& lock,
+                                   std::chrono::milliseconds wait) {
+  // Fetch the next step for the whole group. Nobody needs steps below the
+  // slowest consumed position: skip them by seeking instead of gathering them.
+  fetching_ = true;
+  const uint64_t target = positions_.FetchTarget();
+  const uint64_t before = positions_.produced();
+  const bool reseek = target != before;
+  // Production goes on from `target` as of now, not once the fetch is
+  // back: a member seeking (or joining) meanwhile must be refused below
+  // it, since the steps it skips are never produced.
+  positions_.ProduceFrom(target);
+  UpdateGate();
+  lock.unlock();
+  Status sought = reseek ? SeekPipeline(target) : Status::OK();
+  Result<std::optional<BatchView>> got = std::optional<BatchView>();
+  if (sought.ok()) got = pipeline_->NextUntil(BatchSource::Clock::now() + wait);
+  lock.lock();
+  fetching_ = false;
+  cv_.notify_all();
+  if (closed_) return Status::Cancelled("loader closed");
+  if (!sought.ok()) {
+    positions_.ProduceFrom(before);
+    UpdateGate();
+    return sought;
+  }
+  return HoldFetched(std::move(got));
+}
+
+Status Group::SeekPipeline(uint64_t step) {
+  // The pipeline's seek never waits for anything but in-flight frees, so it
+  // settles before any deadline (loader.h).
+  Result<bool> sought = pipeline_->SeekUntil(step, BatchSource::Clock::time_point::max());
+  if (gate_) gate_->Flush();
+  return sought.status();
+}
+
+BatchLayout Group::LayoutOf(const BatchView& v, BatchMemory& memory) const {
+  // loader.h: every section lies at its offset from the memory start; dense
+  // values are B rows of the item size, ragged ones offsets[B] bytes
+  // (offsets[0] = 0 for a whole batch); the memory is total_bytes long.
+  BatchLayout layout;
+  layout.batch_size = v.batch_size;
+  layout.total_bytes = memory.size();
+  const uint8_t* base = memory.data();
+  for (size_t j = 0; j < v.streams.size(); ++j) {
+    const StreamView& sv = v.streams[j];
+    const Schema& schema = spec_.streams[j]->schema();
+    StreamLayout l;
+    l.kind = schema.kind;
+    l.values_offset = static_cast<uint64_t>(sv.values - base);
+    if (l.kind == Kind::kDense) {
+      l.values_bytes = v.batch_size * schema.DenseItemBytes();
+    } else {
+      l.values_bytes = sv.offsets[v.batch_size];
+      l.shapes_offset = static_cast<uint64_t>(reinterpret_cast<const uint8_t*>(sv.shapes) - base);
+      l.offsets_offset = static_cast<uint64_t>(reinterpret_cast<const uint8_t*>(sv.offsets) - base);
+    }
+    layout.streams.push_back(l);
+  }
+  return layout;
+}
+
+std::optional<Status> Group::HoldFetched(Result<std::optional<BatchView>> got) {
+  if (got.ok() && !got->has_value()) return std::nullopt;  // not ready yet
+  if (!got.ok() && got.status().code() == Status::Code::kCancelled) return got.status();
+  Held h;
+  if (!got.ok()) {
+    h.error = got.status();  // this step failed for every member; all move on
+  } else {
+    BatchView& v = **got;
+    if (v.step != positions_.produced()) {
+      return Status::Internal(Quoted(name_) + ": pipeline delivered step " +
+                              std::to_string(v.step) + ", expected " +
+                              std::to_string(positions_.produced()));
+    }
+    // A pipeline view's owner is the batch's memory from our allocator (loader.h).
+    std::shared_ptr<BatchMemory> owner =
+        std::const_pointer_cast<BatchMemory>(std::static_pointer_cast<const BatchMemory>(v.owner));
+    auto* memory = dynamic_cast<RingMemory*>(owner.get());
+    if (memory == nullptr) return Status::Internal("batch memory is not from the ring");
+    h.layout = LayoutOf(v, *memory);
+    // Published once for all members; retained until the slowest passes.
+    h.seq = ring_->Publish(*memory, v.step, h.layout.total_bytes, /*retained=*/true);
+    h.slot = memory->slot();
+    h.memory = std::move(owner);
+    ++gathered_;
+    if (options_.gathered) options_.gathered->fetch_add(1, std::memory_order_relaxed);
+  }
+  held_.emplace(positions_.Hold(), std::move(h));
+  UpdateGate();
+  return std::nullopt;
 }
 
 Status Group::Seek(uint64_t id, uint64_t step, const std::function<bool()>& closing,
@@ -826,19 +736,11 @@ Status Group::Seek(uint64_t id, uint64_t step, const std::function<bool()>& clos
   std::unique_lock<std::mutex> lock(mu_);
   auto mit = members_.find(id);
   if (mit == members_.end()) return Status::Internal("not a member of " + Quoted(name_));
-  if (members_.size() > 1) {
-    const uint64_t oldest = OldestAvailable();
-    if (step < oldest) return Gone(step);
-    if (spec_.mode == GroupMode::kShard && CursorOf(mit->second) < oldest) {
-      // Not started ("Start and resume"): it starts now, with its replicas.
-      LX_RETURN_IF_ERROR(SameStartAsReplicas(id, mit->second.position, step));
-    }
-    mit->second.start = step;
-    CursorOf(mit->second) = step;
-    PushedOf(mit->second) = step;
+  if (!positions_.SeekMovesPipeline()) {
+    LX_RETURN_IF_ERROR(positions_.SeekAmongPeers(id, step));
     ++mit->second.gen;
     mit->second.caller_waits = false;
-    Trim();
+    SyncHeld();
     NoteProgress();
     UpdateGate();
     cv_.notify_all();
@@ -853,20 +755,13 @@ Status Group::Seek(uint64_t id, uint64_t step, const std::function<bool()>& clos
   if (closed_) return Status::Cancelled("loader closed");
   fetching_ = true;
   lock.unlock();
-  Status st = pipeline_->Seek(step);
-  if (gate_) gate_->Flush();
+  Status st = SeekPipeline(step);
   lock.lock();
   fetching_ = false;
   cv_.notify_all();
   if (!st.ok()) return st;
-  while (!held_.empty()) DropHeld(held_.begin());
-  produced_ = step;
-  // Ranks without a live member follow: the group restarts at `step`.
-  for (uint64_t& c : rank_cursor_) c = step;
-  for (uint64_t& c : rank_pushed_) c = step;
-  mit->second.start = step;
-  mit->second.cursor = step;
-  mit->second.pushed = step;
+  positions_.Restart(id, step);
+  SyncHeld();
   ++mit->second.gen;
   mit->second.caller_waits = false;
   NoteProgress();
@@ -886,27 +781,21 @@ Result<Group::ConsumedResult> Group::Consumed(uint64_t id, uint64_t gen, uint64_
     return Status::Protocol("consumed names generation " + std::to_string(gen) +
                             ", the loader's is " + std::to_string(me.gen));
   }
-  uint64_t& consumed = CursorOf(me);
-  const uint64_t pushed = PushedOf(me);
-  if (step < consumed || step > pushed) {
-    return Status::Protocol("consumed step " + std::to_string(step) + " is outside [" +
-                            std::to_string(consumed) + ", " + std::to_string(pushed) +
-                            "] (the consumed position and the steps pushed)");
-  }
+  LX_ASSIGN_OR_RETURN(const uint64_t from, positions_.Consume(id, step));
   r.current = true;
-  r.steps = step - consumed;
-  for (uint64_t s = consumed; s < step; ++s) {
+  r.steps = step - from;
+  // held_ still has the steps positions_ just trimmed (SyncHeld below).
+  for (uint64_t s = from; s < step; ++s) {
     auto it = held_.find(s);  // held: s >= consumed >= the slowest position
     if (it != held_.end() && it->second.error.ok()) ++r.batches;
   }
-  consumed = step;
   me.served += r.steps;
   served_ += r.steps;
   const bool flag_changed = me.caller_waits != waiting;
   me.caller_waits = waiting;
   if (!waiting) me.waiting = false;  // its caller no longer waits: nor does it
   if (r.steps != 0) {
-    Trim();
+    SyncHeld();
     NoteProgress();
   }
   if (r.steps != 0 || flag_changed) UpdateGate();
@@ -917,9 +806,7 @@ Result<Group::ConsumedResult> Group::Consumed(uint64_t id, uint64_t gen, uint64_
 
 uint64_t Group::pushed(uint64_t id) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = members_.find(id);
-  if (it == members_.end()) return 0;
-  return spec_.mode == GroupMode::kShard ? rank_pushed_[it->second.position] : it->second.pushed;
+  return positions_.is_member(id) ? positions_.pushed(id) : 0;
 }
 
 uint64_t Group::generation(uint64_t id) const {
@@ -935,51 +822,7 @@ uint64_t Group::batches_gathered() const {
 
 uint64_t Group::cursor(uint64_t id) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = members_.find(id);
-  if (it == members_.end()) return 0;
-  return spec_.mode == GroupMode::kShard ? rank_cursor_[it->second.position] : it->second.cursor;
-}
-
-std::vector<uint64_t> Group::At(uint64_t step) const {
-  std::vector<uint64_t> who;
-  if (spec_.mode == GroupMode::kShard) {
-    for (uint64_t r = 0; r < rank_cursor_.size(); ++r) {
-      if (rank_cursor_[r] == step) who.push_back(r);
-    }
-  } else {
-    for (const auto& [sid, m] : members_) {
-      if (m.cursor == step) who.push_back(sid);
-    }
-  }
-  return who;
-}
-
-std::string Group::Describe(const std::vector<uint64_t>& who) const {
-  std::string out;
-  for (size_t i = 0; i < who.size(); ++i) {
-    if (i != 0) out += i + 1 == who.size() ? " and " : ", ";
-    if (spec_.mode == GroupMode::kShard) {
-      const uint64_t r = who[i];
-      out += PositionName(r);
-      if (rank_member_[r] != 0) {
-        auto it = members_.find(rank_member_[r]);
-        out += " (pid " + std::to_string(it == members_.end() ? 0 : it->second.info.pid) +
-               ", at step " + std::to_string(rank_cursor_[r]) + ")";
-      } else if (rank_joined_[r]) {
-        out += " (left at step " + std::to_string(rank_cursor_[r]) + ")";
-      } else {
-        out += " (not joined)";
-      }
-    } else {
-      auto it = members_.find(who[i]);
-      out += "member session " + std::to_string(who[i]);
-      if (it != members_.end()) {
-        out += " (pid " + std::to_string(it->second.info.pid) + ", at step " +
-               std::to_string(it->second.cursor) + ")";
-      }
-    }
-  }
-  return out;
+  return positions_.is_member(id) ? positions_.consumed(id) : 0;
 }
 
 void Group::NoteStall(std::chrono::steady_clock::duration waited,
@@ -988,8 +831,8 @@ void Group::NoteStall(std::chrono::steady_clock::duration waited,
   if (timeout.count() > 0)
     after = std::min<std::chrono::steady_clock::duration>(after, timeout / 2);
   if (waited < after) return;
-  const uint64_t slowest = Slowest();
-  std::string who = Describe(At(slowest));
+  const uint64_t slowest = positions_.Slowest();
+  std::string who = positions_.Describe(positions_.At(slowest));
   if (who == stall_logged_ && slowest == stall_step_) return;
   stall_logged_ = std::move(who);
   stall_step_ = slowest;
@@ -1000,8 +843,7 @@ void Group::NoteStall(std::chrono::steady_clock::duration waited,
 
 void Group::NoteProgress() {
   if (stall_logged_.empty()) return;
-  const bool shard = spec_.mode == GroupMode::kShard;
-  if (!(shard || !members_.empty()) || Slowest() == stall_step_) return;
+  if (!(positions_.shard() || !members_.empty()) || positions_.Slowest() == stall_step_) return;
   LX_LOG(kInfo) << Quoted(name_) << " goes on: it waited "
                 << Seconds(std::chrono::steady_clock::now() - stall_since_) << " for "
                 << stall_logged_ << " at step " << stall_step_;
@@ -1015,11 +857,11 @@ Group::Snapshot Group::snapshot() const {
   s.mode = spec_.mode;
   s.batch_size = spec_.sampler.batch_size;
   s.world_size = spec_.sampler.world_size;
-  s.rank_cursors = rank_cursor_;
-  if (spec_.mode == GroupMode::kShard) {
+  s.rank_cursors = positions_.Cursors();
+  if (positions_.shard()) {
     s.ranks_first = spec_.ranks_first;
     s.ranks_count = spec_.RankCount();
-    s.replicas = static_cast<uint32_t>(replicas_);
+    s.replicas = spec_.replicas;
   }
   const auto now = std::chrono::steady_clock::now();
   std::chrono::steady_clock::duration longest{0};
@@ -1027,8 +869,8 @@ Group::Snapshot Group::snapshot() const {
     Snapshot::MemberRow row;
     row.session = sid;
     row.info = m.info;
-    row.position = m.position;
-    row.cursor = spec_.mode == GroupMode::kShard ? rank_cursor_[m.position] : m.cursor;
+    row.position = positions_.position_of(sid);
+    row.cursor = positions_.consumed(sid);
     row.served = m.served;
     s.members.push_back(row);
     if (m.waiting) {
@@ -1037,8 +879,8 @@ Group::Snapshot Group::snapshot() const {
     }
   }
   if (s.waiting) {
-    s.waits_at_step = Slowest();
-    s.waits_for = At(s.waits_at_step);
+    s.waits_at_step = positions_.Slowest();
+    s.waits_for = positions_.At(s.waits_at_step);
     s.waiting_ms = static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::milliseconds>(longest).count());
   }
@@ -1047,7 +889,7 @@ Group::Snapshot Group::snapshot() const {
     s.oldest_held = held_.begin()->first;
     s.newest_held = held_.rbegin()->first;
   }
-  s.produced = produced_;
+  s.produced = positions_.produced();
   s.ring_bytes = ring_->geometry().total_bytes;
   s.slots = ring_->geometry().slot_count;
   s.live_slots = ring_->slots_in_use();

@@ -157,6 +157,13 @@
 // its position or a later held step) up to its group timeout, as for a rank
 // that never joined.
 //
+// Structure: the step rules above (held steps, cursors per member or
+// position, retention, the push and skew rules, what is gathered next, join,
+// leave and seek) are decided by a GroupPositions (group_positions.h), which
+// has no threads or locks; Group holds it under its mutex and adds the
+// pipeline (fetched through the BatchSource seam), the ring and the held
+// batches' memory, the live gate, the timeouts and the stall logs.
+//
 // Thread-safety: all methods are thread-safe (one mutex; the pipeline is
 // waited on without it by one member at a time, the "fetcher").
 // Ownership: the group owns its Pipeline and ring; delivered batches share
@@ -175,6 +182,7 @@
 #include <string>
 #include <vector>
 
+#include "group_positions.h"
 #include "loaderx/loader.h"
 #include "loaderx/sampler.h"
 #include "loaderx/status.h"
@@ -396,18 +404,12 @@ class Group {
     uint32_t slot = 0;
     uint64_t seq = 0;
   };
+  // What Group keeps of a member besides its positions (GroupPositions).
   struct Member {
     MemberInfo info;
-    uint64_t position = 0;  // shard: its index in rank_cursor_ and the others
-    uint64_t start = 0;     // the step it joined at or last sought to
-    // Shard: its position's consumed position before it joined (Leave).
-    uint64_t rank_before = 0;
     // Shard: position -> that position's leave count this member was told
     // of as gone ("Dead peers": once per leave).
     std::map<uint64_t, uint64_t> told_gone;
-    // Broadcast only; shard positions live in rank_cursor_ / rank_pushed_.
-    uint64_t cursor = 0;  // consumed position
-    uint64_t pushed = 0;  // push cursor
     uint64_t gen = 0;
     uint64_t served = 0;  // steps consumed
     // Its caller is blocked in next() (the client's `consumed` with
@@ -424,14 +426,9 @@ class Group {
         std::unique_ptr<Pipeline> pipeline);
 
   // All REQUIRE mu_ held.
-  uint64_t& CursorOf(Member& m);
-  uint64_t& PushedOf(Member& m);
-  uint64_t Slowest() const;
-  // The slowest consumed position of the members other than `id` (kShard:
-  // the other ranks); UINT64_MAX if there is none.
-  uint64_t SlowestOthers(uint64_t id, const Member& m) const;
-  uint64_t OldestAvailable() const;
-  void Trim();  // drops held batches no cursor needs any more
+  // Drops the batches of the steps positions_ no longer holds (after any
+  // call that may trim it).
+  void SyncHeld();
   // Opens the live bound's gate iff a member at the slowest position waits
   // for it ("Live bound"). Call after anything that moves positions or the
   // callers' waiting flags.
@@ -446,27 +443,35 @@ class Group {
   // timeout is over; otherwise sets *wait to how long to wait at most.
   std::optional<Status> PeerWait(uint64_t id, Member& me, uint64_t pushed, bool live_bound,
                                  std::chrono::milliseconds poll, std::chrono::milliseconds* wait);
+  // The Timeout status of member `id` whose push of `pushed` waited its
+  // group timeout (`live_bound`: at the live bound, else at the skew limit).
+  Status PeerTimeout(uint64_t id, const Member& me, uint64_t pushed, bool live_bound) const;
+  // Shard: the Timeout status for the first position holding member `me`'s
+  // push of `pushed` back whose last member's process is gone and that `me`
+  // was not told of yet ("Dead peers"), if any.
+  std::optional<Status> DeadPeerHoldingBack(uint64_t id, Member& me, uint64_t pushed);
   void DropHeld(std::map<uint64_t, Held>::iterator it);
   Delivery Slice(const Held& h, uint64_t step, uint64_t rank) const;
-  // Shard: the positions of `rank` ([first, first + replicas_)).
-  uint64_t FirstPosition(uint64_t rank) const { return (rank - spec_.ranks_first) * replicas_; }
-  uint64_t RankOf(uint64_t position) const { return spec_.ranks_first + position / replicas_; }
-  // "rank 3", or "rank 3 replica 1" when ranks have replicas.
-  std::string PositionName(uint64_t position) const;
-  // The Timeout status of member `me`, whose push of `pushed` waits for
+  // One pass of Next for member `id`: the push's result, or std::nullopt
+  // after waiting (on cv_, or for the pipeline) for something to change.
+  std::optional<Result<Delivery>> TryPush(uint64_t id, std::unique_lock<std::mutex>& lock,
+                                          std::chrono::milliseconds poll);
+  // Member `id`'s held step at its push cursor, sliced for it; advances the cursor.
+  Delivery Deliver(uint64_t id, Member& me);
+  // Fetches the next step for the whole group (this member is the fetcher):
+  // seeks the pipeline to FetchTarget() if production lags, then waits at
+  // most `wait` for the step. std::nullopt once held (or not ready yet).
+  std::optional<Status> Fetch(std::unique_lock<std::mutex>& lock, std::chrono::milliseconds wait);
+  // Holds what the pipeline delivered for step positions_.produced().
+  std::optional<Status> HoldFetched(Result<std::optional<BatchView>> got);
+  // Seeks the pipeline through the seam (batch_source.h) and lets the live
+  // gate's waiting producers pass. Call without mu_ held.
+  Status SeekPipeline(uint64_t step);
+  // The layout of the batch the pipeline delivered as `v` in `memory`.
+  BatchLayout LayoutOf(const BatchView& v, BatchMemory& memory) const;
+  // The Timeout status of member `id`, whose push of `pushed` waits for
   // `position`, whose last member's process is gone (`fate`; "Dead peers").
-  Status DeadPeer(const Member& me, uint64_t pushed, uint64_t position,
-                  const std::string& fate) const;
-  // InvalidArgument if a live replica of `position`'s rank (other than
-  // member `id`) that has not moved since it started started at a step
-  // other than `step` (Join's rule).
-  Status SameStartAsReplicas(uint64_t id, uint64_t position, uint64_t step) const;
-  Status Gone(uint64_t step) const;
-  // The positions (shard) or sessions (broadcast) whose cursor is `step`.
-  std::vector<uint64_t> At(uint64_t step) const;
-  // "rank 1 (not joined) and rank 3 (left at step 9)" (with "replica k"
-  // when there are replicas), or the sessions.
-  std::string Describe(const std::vector<uint64_t>& who) const;
+  Status DeadPeer(uint64_t id, uint64_t pushed, uint64_t position, const std::string& fate) const;
   // Logs a stall of the group once per state; Resumed() once it ends.
   void NoteStall(std::chrono::steady_clock::duration waited, std::chrono::milliseconds timeout);
   void NoteProgress();
@@ -481,21 +486,12 @@ class Group {
   mutable std::mutex mu_;
   std::condition_variable cv_;  // a batch was held, a cursor moved, a fetch ended
   // Guarded by mu_.
-  std::map<uint64_t, Held> held_;  // step -> batch; contiguous [slowest, produced_)
-  uint64_t produced_ = 0;          // the step the pipeline delivers next
+  GroupPositions positions_;       // every step decision (group_positions.h)
+  std::map<uint64_t, Held> held_;  // the batches of positions_.held()
   bool fetching_ = false;          // a member waits on the pipeline (unlocked)
   bool closed_ = false;
   uint64_t gathered_ = 0;
   std::map<uint64_t, Member> members_;  // session id -> member
-  const uint64_t replicas_;             // shard: positions per rank (1 otherwise)
-  std::vector<uint64_t> rank_cursor_;   // shard: consumed position, one per position
-  std::vector<uint64_t> rank_pushed_;   // shard: push cursor, one per position
-  std::vector<uint64_t> rank_member_;   // shard: live session of each position, 0 = none
-  std::vector<bool> rank_joined_;       // shard: a member has ever had this position
-  // Shard: the last member of each position that left (pid, uid) and how.
-  std::vector<MemberInfo> rank_left_;
-  std::vector<std::string> rank_left_how_;
-  std::vector<uint64_t> rank_leaves_;  // members of each position that left
   uint64_t served_ = 0;
   // The stall last logged ("" = none): waits_for + step, and since when.
   std::string stall_logged_;

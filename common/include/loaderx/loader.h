@@ -150,8 +150,8 @@ struct PipelineOptions {
   int gather_nice = 0;
 };
 
-// A Pipeline is the embedded BatchSource (batch_source.h): NextUntil returns
-// writable views of the batch memory it owns (BatchView::owner shares it).
+// A Pipeline is the embedded BatchSource (batch_source.h): NextUntil returns writable views of
+// a batch's memory, and BatchView::owner is that BatchMemory (loaderxd's groups rely on it).
 class Pipeline : public BatchSource {
  public:
   static Result<std::unique_ptr<Pipeline>> Create(
