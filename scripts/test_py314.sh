@@ -34,7 +34,7 @@ sid=$src/build-sid
 root=$sid/root
 wheels=$sid/wheels
 
-say() { echo "test-py314: $*"; }
+say() { echo "test-py314 [$((SECONDS / 60))m$((SECONDS % 60))s]: $*"; }
 die() { echo "test-py314: $*" >&2; exit 1; }
 
 [ "$(id -u)" -eq 0 ] || die "needs root (debootstrap, mount and chroot)"
@@ -90,6 +90,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "${PACKAGES[*]}" ]; then
   mv "$root.new" "$root"
   say "root made in $((SECONDS - start)) s"
 fi
+# shellcheck disable=SC2016  # dpkg-query's own ${Package} fields
 say "$(chroot "$root" dpkg-query -W -f='${Package} ${Version}' python3.14)," \
     "$(chroot "$root" dpkg-query -W -f='${Package} ${Version}' g++)"
 
@@ -99,7 +100,7 @@ say "$(chroot "$root" dpkg-query -W -f='${Package} ${Version}' python3.14)," \
 reqs=$(scripts/test_interpreter.sh --requirements)
 wstamp=$wheels/.requirements
 if [ ! -f "$wstamp" ] || [ "$(cat "$wstamp")" != "$reqs" ]; then
-  say "downloading wheels for cp314: $(echo $reqs | tr '\n' ' ')"
+  say "downloading wheels for cp314: $(tr '\n' ' ' <<<"$reqs")"
   rm -rf "$wheels"
   # shellcheck disable=SC2086
   .venv/bin/python -m pip download -q --disable-pip-version-check -d "$wheels" \
@@ -143,3 +144,4 @@ chroot "$root" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM="${TERM:-dumb}" \
   PIP_NO_INDEX=1 PIP_FIND_LINKS="$wheels" PIP_DISABLE_PIP_VERSION_CHECK=1 \
   CMAKE=cmake CMAKE_ARGS="-G Ninja" JOBS="${JOBS:-$(nproc)}" LOADERXD=own \
   "$src/scripts/test_interpreter.sh" 3.14
+say "done"
