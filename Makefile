@@ -148,3 +148,15 @@ test-interpreters: build
 
 clean-interpreters:
 	rm -rf build-py3*
+
+# CPython 3.14 (docs/platforms.md): a Debian unstable root made with
+# debootstrap in build-sid/ (kept; remade when its package list changes), the
+# extension and loaderxd built in it with its python3.14 into build-py314,
+# and the smoke subset run there (scripts/test_py314.sh). Needs root. Not in
+# CI: a fresh run takes longer than CI's budget allows.
+.PHONY: test-py314 clean-py314
+test-py314: setup
+	@JOBS=$(JOBS) scripts/test_py314.sh
+
+clean-py314:
+	@scripts/test_py314.sh --clean

@@ -15,10 +15,24 @@
 # build/); the daemon tests use build/daemon/loaderxd ($LOADERXD).
 #
 # Environment: CMAKE (cmake binary), CMAKE_ARGS (generator, launcher...),
-# JOBS, LOADERXD. Needs `make build` (setup's venv, zstd, loaderxd) first.
+# JOBS, LOADERXD (LOADERXD=own builds build-py3X/daemon/loaderxd with this
+# interpreter's build and uses it). Needs `make build` (setup's venv, zstd,
+# loaderxd) first, unless LOADERXD=own. pip's own variables (PIP_NO_INDEX,
+# PIP_FIND_LINKS) choose where the packages come from (scripts/test_py314.sh).
+#
+#   scripts/test_interpreter.sh --requirements   prints what the venv gets
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
+
+# The packages the module's build and the smoke subset need, at the bounds
+# requirements-dev.txt gives them (one place for versions).
+needed='numpy|msgpack|tqdm|pybind11|pytest|pytest-timeout|hypothesis'
+reqs=$(grep -E "^($needed)([<>=!~ ]|$)" requirements-dev.txt | sed 's/ *#.*//')
+if [ "${1:-}" = --requirements ]; then
+  echo "$reqs"
+  exit 0
+fi
 
 version=${1:?usage: scripts/test_interpreter.sh 3.X}
 if ! [[ $version =~ ^3\.[0-9]+$ ]]; then
@@ -47,7 +61,13 @@ venv=$bdir/.venv
 cmake=${CMAKE:-.venv/bin/cmake}
 jobs=${JOBS:-$(nproc)}
 loaderxd=${LOADERXD:-$root/build/daemon/loaderxd}
-[ -x "$loaderxd" ] || { echo "test-interpreters: $loaderxd is not built (make build)" >&2; exit 1; }
+targets=(_loaderx)
+if [ "$loaderxd" = own ]; then
+  targets+=(loaderxd)
+  loaderxd=$root/$bdir/daemon/loaderxd
+else
+  [ -x "$loaderxd" ] || { echo "test-interpreters: $loaderxd is not built (make build)" >&2; exit 1; }
+fi
 
 # A venv made by another interpreter (a pyenv upgrade) is made anew.
 if [ ! -x "$venv/bin/python" ] || [ "$(readlink -f "$venv/bin/python")" != "$(readlink -f "$interp")" ]; then
@@ -55,10 +75,6 @@ if [ ! -x "$venv/bin/python" ] || [ "$(readlink -f "$venv/bin/python")" != "$(re
   rm -rf "$venv"
   "$interp" -m venv "$venv"
 fi
-# The packages the module's build and the smoke subset need, at the bounds
-# requirements-dev.txt gives them (one place for versions).
-needed='numpy|msgpack|tqdm|pybind11|pytest|pytest-timeout|hypothesis'
-reqs=$(grep -E "^($needed)([<>=!~ ]|$)" requirements-dev.txt | sed 's/ *#.*//')
 stamp=$venv/.requirements.stamp
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$reqs" ]; then
   echo "test-interpreters: $version: installing $(echo $reqs | tr '\n' ' ')"
@@ -68,13 +84,13 @@ fi
 py=$root/$venv/bin/python
 "$py" -c 'import sys; print("test-interpreters: using", sys.version.split()[0], sys.executable)'
 
-# Only the module (and the engine and client it links): no gtests, benchmarks
-# or second loaderxd. A later -DPython_EXECUTABLE overrides one in CMAKE_ARGS.
+# Only the module (and the engine and client it links; loaderxd with
+# LOADERXD=own): no gtests or benchmarks. A later -DPython_EXECUTABLE overrides one in CMAKE_ARGS.
 # shellcheck disable=SC2086
 "$cmake" -S . -B "$bdir" ${CMAKE_ARGS:-} -DPython_EXECUTABLE="$py" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DLOADERX_BUILD_TESTS=OFF -DLOADERX_BUILD_BENCH=OFF -DLOADERX_BUILD_PYTHON=ON -DLOADERX_BUILD_DAEMON=ON \
   >"$bdir/configure.log" 2>&1 || { cat "$bdir/configure.log"; exit 1; }
-"$cmake" --build "$bdir" -j "$jobs" --target _loaderx
+"$cmake" --build "$bdir" -j "$jobs" --target "${targets[@]}"
 
 # The module imported is this interpreter's own build, from python/loaderx/.
 suffix=$("$py" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
