@@ -1,10 +1,14 @@
 // StoreWriter: builds a Zrecord store in a hidden sibling directory and
 // publishes it with one atomic rename (docs/format.md, "Writing").
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/stat.h>
+#if defined(_WIN32)
+#include <process.h>
+#else
+#include <signal.h>
 #include <sys/uio.h>
 #include <unistd.h>
+#endif
 
 #include <algorithm>
 #include <cerrno>
@@ -854,6 +858,11 @@ constexpr int64_t kSweepAfterSeconds = 3600;
 // that are older than kSweepAfterSeconds). A writer between its mkdir and
 // its flock holds no lock yet, but its pid is alive, so it is left alone.
 // Best effort: a directory that cannot be inspected or removed is skipped.
+// Not on Windows, where a directory cannot be locked: a crashed writer's
+// temporary directory stays there (docs/platforms.md, "Windows").
+#if defined(_WIN32)
+void SweepDeadWriters(Env& env, const std::string& parent) {}
+#else
 void SweepDeadWriters(Env& env, const std::string& parent) {
   auto names = env.ListDir(parent);
   if (!names.ok()) return;
@@ -876,6 +885,7 @@ void SweepDeadWriters(Env& env, const std::string& parent) {
   }
   for (const std::string& dir : dead) (void)RemoveTree(env, dir);
 }
+#endif
 
 std::string RandomSuffix() {
   std::random_device rd;
