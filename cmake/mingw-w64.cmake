@@ -14,4 +14,8 @@ set(CMAKE_FIND_ROOT_PATH_MODE_INCLUDE ONLY)
 set(CMAKE_FIND_ROOT_PATH_MODE_PACKAGE ONLY)
 # The test programs carry their C++ runtime (no DLLs to copy next to them).
 set(CMAKE_EXE_LINKER_FLAGS_INIT "-static")
-set(CMAKE_CROSSCOMPILING_EMULATOR wine64)
+# Debian's wine64 package installs its loader outside PATH.
+find_program(LOADERX_WINE NAMES wine64 PATHS /usr/lib/wine NO_CACHE)
+if(LOADERX_WINE)
+  set(CMAKE_CROSSCOMPILING_EMULATOR "${LOADERX_WINE}")
+endif()

@@ -1,8 +1,8 @@
 // The POSIX Env (loaderx/env.h): Linux, and macOS where it lacks a Linux call
 // (docs/platforms.md, "macOS").
-#include "loaderx/env.h"
-
 #include <dirent.h>
+
+#include "loaderx/env.h"
 #if defined(__APPLE__)
 #include <stdio.h>  // renamex_np
 #endif

@@ -50,7 +50,8 @@ std::string Narrow(const wchar_t* w) {
 
 bool IsDirectory(HANDLE h) {
   BY_HANDLE_FILE_INFORMATION info;
-  return ::GetFileInformationByHandle(h, &info) && (info.dwFileAttributes & FILE_ATTRIBUTE_DIRECTORY);
+  return ::GetFileInformationByHandle(h, &info) &&
+         (info.dwFileAttributes & FILE_ATTRIBUTE_DIRECTORY);
 }
 
 class Win32Env final : public Env {
@@ -166,8 +167,7 @@ class Win32Env final : public Env {
     if (h == INVALID_HANDLE_VALUE) {
       const DWORD err = ::GetLastError();
       if (err == ERROR_FILE_NOT_FOUND || err == ERROR_PATH_NOT_FOUND || err == ERROR_DIRECTORY) {
-        return Status::NotFound(dir + ": " +
-                                std::generic_category().message(win32::ErrnoOf(err)));
+        return Status::NotFound(dir + ": " + std::generic_category().message(win32::ErrnoOf(err)));
       }
       return Win32Error(dir + ": opendir", err);
     }

@@ -1,12 +1,12 @@
 // UniqueFd, MappedRegion and OpenFile on Linux and macOS (loaderx/fd.h).
-#include "loaderx/fd.h"
-
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+
+#include "loaderx/fd.h"
 
 namespace loaderx {
 

@@ -91,6 +91,8 @@ class SeqFile {
                         env->Open(path, (aligned_ ? O_RDWR : O_WRONLY) | O_CREAT | O_EXCL, 0644));
     return Status::OK();
   }
+  // Closes the file (an aborted writer's, before its removal).
+  void Close() { fd_.Reset(); }
   Status Append(const void* p, uint64_t n) {
     const Span s{static_cast<const uint8_t*>(p), n};
     return AppendSpans(&s, 1);
@@ -433,6 +435,13 @@ class StoreWriterImpl final : public StoreWriter {
     if (published_ || aborted_) return;
     aborted_ = true;
     shards_.clear();
+#if defined(_WIN32)
+    // Windows removes no file or directory while a handle names it (a
+    // deleted file stays listed until closed): close them all first.
+    index_.file().Close();
+    shapes_.file().Close();
+    tmp_lock_.Reset();
+#endif
     (void)RemoveTree(*env_, tmp_);  // best effort: nothing to report to
   }
 
