@@ -61,23 +61,17 @@ class Win32Env final : public Env {
   }
 
   Result<size_t> PWrite(int fd, const void* data, size_t len, uint64_t offset) override {
-    OVERLAPPED o = At(offset);
-    DWORD n = 0;
-    if (!::WriteFile(win32::HandleOf(fd), data, static_cast<DWORD>(std::min(len, kMaxIoBytes)), &n,
-                     &o)) {
-      return Win32Error("pwrite", ::GetLastError());
-    }
-    return static_cast<size_t>(n);
+    return WriteAt(fd, data, len, offset, "pwrite");
   }
 
   Result<size_t> PWriteV(int fd, const struct iovec* iov, int iovcnt, uint64_t offset) override {
     size_t total = 0;
     for (int i = 0; i < iovcnt; ++i) {
       if (iov[i].iov_len == 0) continue;
-      Result<size_t> n = PWrite(fd, iov[i].iov_base, iov[i].iov_len, offset + total);
+      Result<size_t> n = WriteAt(fd, iov[i].iov_base, iov[i].iov_len, offset + total, "pwritev");
       if (!n.ok()) {
         if (total > 0) break;  // report what was written, as a short pwritev
-        return Status::FromErrno("pwritev", win32::ErrnoOf(::GetLastError()));
+        return n.status();
       }
       total += *n;
       if (*n < iov[i].iov_len) break;
@@ -193,6 +187,18 @@ class Win32Env final : public Env {
   }
 
  private:
+  // One WriteFile of at most kMaxIoBytes at `offset`; errors name `what`.
+  static Result<size_t> WriteAt(int fd, const void* data, size_t len, uint64_t offset,
+                                const char* what) {
+    OVERLAPPED o = At(offset);
+    DWORD n = 0;
+    if (!::WriteFile(win32::HandleOf(fd), data, static_cast<DWORD>(std::min(len, kMaxIoBytes)), &n,
+                     &o)) {
+      return Win32Error(what, ::GetLastError());
+    }
+    return static_cast<size_t>(n);
+  }
+
   static Status Flush(int fd, const char* what) {
     HANDLE h = win32::HandleOf(fd);
     if (IsDirectory(h)) return Status::OK();  // directory entries: nothing to flush
