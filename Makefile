@@ -10,7 +10,7 @@ CCACHE := $(shell command -v ccache 2>/dev/null)
 CMAKE_COMMON := -G Ninja -DCMAKE_MAKE_PROGRAM=$(CURDIR)/.venv/bin/ninja -DPython_EXECUTABLE=$(CURDIR)/$(PY) \
   $(if $(CCACHE),-DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE) -DCMAKE_C_COMPILER_LAUNCHER=$(CCACHE))
 
-.PHONY: setup build demo demo-daemon test test-cpp test-asan test-tsan test-py bench clean wheel sdist test-install lint fuzz fuzz-long fuzz-seeds soak tidy format format-check docs-check
+.PHONY: test-windows setup build demo demo-daemon test test-cpp test-asan test-tsan test-py bench clean wheel sdist test-install lint fuzz fuzz-long fuzz-seeds soak tidy format format-check docs-check
 
 setup:
 	@scripts/setup.sh
@@ -130,7 +130,12 @@ bench: build
 	PYTHONPATH=python $(PY) bench/run_all.py
 
 clean:
-	rm -rf build build-asan build-tsan build-fuzz dist python/loaderx/_loaderx*.so
+	rm -rf build build-asan build-tsan build-fuzz build-mingw dist python/loaderx/_loaderx*.so
+
+# The embedded engine on Windows (docs/platforms.md, "Windows"): its portable
+# gtests cross-compiled with mingw-w64 into build-mingw/ and run under wine64.
+test-windows: setup
+	@CMAKE=$(CMAKE) JOBS=$(JOBS) scripts/test_windows.sh
 
 # Other CPythons (docs/platforms.md): for each version in PYTHONS, a venv
 # build-py3X/.venv from pyenv (else python3.X on PATH), the extension built

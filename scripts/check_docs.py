@@ -11,7 +11,7 @@ It reads
   path-like word.
 
 A path-like word is a relative path ending in a file extension of this tree
-(``common/src/fd.cc``, ``docs/daemon.md``, ``loaderx/ring.h``) or a bare
+(``common/src/fd_posix.cc``, ``docs/daemon.md``, ``loaderx/ring.h``) or a bare
 Markdown name (``README.md``). It resolves if it names a file or directory
 relative to the repository root or to the citing file's directory, or if it
 is the trailing part of a tracked path (``loaderx/ring.h`` for

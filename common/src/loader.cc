@@ -2,9 +2,13 @@
 // Contract and batch layout: common/include/loaderx/loader.h.
 #include "loaderx/loader.h"
 
+#if defined(_WIN32)
+#include <windows.h>
+#else
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
+#endif
 
 #include <algorithm>
 #include <cerrno>
@@ -51,13 +55,18 @@ std::string StreamName(const std::vector<std::shared_ptr<const Store>>& streams,
 // Raises the calling thread's nice value by `increment` (capped at 19). A
 // new thread starts with its creator's nice value, so this is relative to
 // the thread that made the Pipeline. Best effort (see PipelineOptions).
+// Linux only: macOS and Windows have no per-thread nice value (setpriority
+// there applies to the whole process), so their gather threads keep the
+// creator's priority.
 void LowerOwnPriority(int increment) {
   if (increment <= 0) return;
+#if defined(__linux__)
   const pid_t tid = ::gettid();
   errno = 0;
   const int current = ::getpriority(PRIO_PROCESS, tid);
   if (current == -1 && errno != 0) return;
   (void)::setpriority(PRIO_PROCESS, tid, std::min(current + increment, kMaxGatherNice));
+#endif
 }
 
 // Batch buffers are large (tens of MiB for image batches) and of the same or
@@ -153,7 +162,9 @@ class HeapAllocatorImpl final : public BatchAllocator {
                                          std::to_string(bytes) + " bytes for the batch");
       }
       // Advisory only: without THP support the buffer is simply made of 4 KiB pages.
+#if defined(MADV_HUGEPAGE)
       if (b.alignment == kHugePage) (void)::madvise(b.data, b.capacity, MADV_HUGEPAGE);
+#endif
       buffer = b;
     }
     return std::shared_ptr<BatchMemory>(std::make_shared<HeapMemory>(*buffer, bytes, cache_));

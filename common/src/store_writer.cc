@@ -1,10 +1,14 @@
 // StoreWriter: builds a Zrecord store in a hidden sibling directory and
 // publishes it with one atomic rename (docs/format.md, "Writing").
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/stat.h>
+#if defined(_WIN32)
+#include <process.h>
+#else
+#include <signal.h>
 #include <sys/uio.h>
 #include <unistd.h>
+#endif
 
 #include <algorithm>
 #include <cerrno>
@@ -87,6 +91,8 @@ class SeqFile {
                         env->Open(path, (aligned_ ? O_RDWR : O_WRONLY) | O_CREAT | O_EXCL, 0644));
     return Status::OK();
   }
+  // Closes the file (an aborted writer's, before its removal).
+  void Close() { fd_.Reset(); }
   Status Append(const void* p, uint64_t n) {
     const Span s{static_cast<const uint8_t*>(p), n};
     return AppendSpans(&s, 1);
@@ -429,6 +435,13 @@ class StoreWriterImpl final : public StoreWriter {
     if (published_ || aborted_) return;
     aborted_ = true;
     shards_.clear();
+#if defined(_WIN32)
+    // Windows removes no file or directory while a handle names it (a
+    // deleted file stays listed until closed): close them all first.
+    index_.file().Close();
+    shapes_.file().Close();
+    tmp_lock_.Reset();
+#endif
     (void)RemoveTree(*env_, tmp_);  // best effort: nothing to report to
   }
 
@@ -854,6 +867,11 @@ constexpr int64_t kSweepAfterSeconds = 3600;
 // that are older than kSweepAfterSeconds). A writer between its mkdir and
 // its flock holds no lock yet, but its pid is alive, so it is left alone.
 // Best effort: a directory that cannot be inspected or removed is skipped.
+// Not on Windows, where a directory cannot be locked: a crashed writer's
+// temporary directory stays there (docs/platforms.md, "Windows").
+#if defined(_WIN32)
+void SweepDeadWriters(Env& env, const std::string& parent) {}
+#else
 void SweepDeadWriters(Env& env, const std::string& parent) {
   auto names = env.ListDir(parent);
   if (!names.ok()) return;
@@ -876,6 +894,7 @@ void SweepDeadWriters(Env& env, const std::string& parent) {
   }
   for (const std::string& dir : dead) (void)RemoveTree(env, dir);
 }
+#endif
 
 std::string RandomSuffix() {
   std::random_device rd;

@@ -1,6 +1,8 @@
 // Round trips through StoreWriter and Store: every dtype, codec, rank and
 // shard-count edge, dense and ragged, N = 0 and N = 1.
+#if !defined(_WIN32)
 #include <sys/mman.h>
+#endif
 
 #include <cstring>
 #include <filesystem>
@@ -562,6 +564,9 @@ TEST(StoreRoundTrip, StreamedIncompressibleRecordFallsBackToRaw) {
   EXPECT_TRUE((*s)->Verify(nullptr).ok());
 }
 
+// Linux and macOS: the 4 GiB input comes from an anonymous mapping that
+// costs no RAM, which Windows (and wine) cannot give without committing it.
+#if !defined(_WIN32)
 TEST(StoreRoundTrip, RecordLargerThan4GiB) {
   // 4 GiB + 3 bytes of zeros from an untouched anonymous mapping (reading it
   // costs no RAM), followed by a small record; zstd stores the big one in a
@@ -601,6 +606,7 @@ TEST(StoreRoundTrip, RecordLargerThan4GiB) {
   ::munmap(out, len + 1);
   EXPECT_TRUE((*s)->Verify(nullptr).ok());  // streams: no 4 GiB buffer
 }
+#endif
 
 TEST(StoreRoundTrip, ConcurrentGathersFromManyThreads) {
   TempDir dir;

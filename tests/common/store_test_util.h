@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -19,8 +20,19 @@ namespace loaderx::testing {
 class TempDir {
  public:
   TempDir() {
+#if defined(_WIN32)  // no mkdtemp: a random name, made with create_directory (fails if taken)
+    std::random_device rd;
+    for (int attempt = 0; attempt < 100 && path_.empty(); ++attempt) {
+      char name[32];
+      std::snprintf(name, sizeof(name), "lxstore-%08x", rd());
+      std::error_code ec;
+      const auto p = std::filesystem::temp_directory_path() / name;
+      if (std::filesystem::create_directory(p, ec)) path_ = p.generic_string();
+    }
+#else
     std::string tmpl = (std::filesystem::temp_directory_path() / "lxstore-XXXXXX").string();
     path_ = ::mkdtemp(tmpl.data()) ? tmpl : "";
+#endif
     EXPECT_FALSE(path_.empty());
   }
   ~TempDir() {

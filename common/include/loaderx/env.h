@@ -4,9 +4,11 @@
 // open/create, positional writes (one buffer or a gather list) and reads, truncation,
 // fdatasync/fsync, the writeback hint (sync_file_range), fstat, read-only mappings, advisory locks
 // (flock), and the directory operations (stat, mkdir, unlink, rmdir, listing,
-// no-replace rename). Env::Default() is the POSIX implementation: each call
-// is exactly the syscall the store made before the seam existed, so the seam
-// costs one virtual call per operation and nothing else.
+// no-replace rename). Env::Default() is the platform's implementation: on
+// Linux each call is exactly the syscall the store made before the seam
+// existed, so the seam costs one virtual call per operation and nothing else;
+// macOS replaces the calls it lacks, and Windows maps each call to Win32
+// (env_posix.cc, env_win32.cc; docs/platforms.md).
 //
 // Tests substitute an Env that injects faults: ENOSPC and EIO on the n-th
 // write, EIO on a sync or a read, short writes and reads, failing renames,
@@ -29,16 +31,13 @@
 // lives for the whole process.
 #pragma once
 
-#include <sys/stat.h>
-#include <sys/types.h>
-#include <sys/uio.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "loaderx/fd.h"
+#include "loaderx/platform.h"
 #include "loaderx/status.h"
 
 namespace loaderx {
@@ -50,7 +49,7 @@ class Env {
   Env(const Env&) = delete;
   Env& operator=(const Env&) = delete;
 
-  // The POSIX Env. Never null, never destroyed.
+  // The platform's Env. Never null, never destroyed.
   static Env* Default();
 
   // --- Descriptors -------------------------------------------------------

@@ -1,11 +1,12 @@
-#include "loaderx/fd.h"
-
+// UniqueFd, MappedRegion and OpenFile on Linux and macOS (loaderx/fd.h).
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+
+#include "loaderx/fd.h"
 
 namespace loaderx {
 
@@ -43,7 +44,9 @@ Result<MappedRegion> MappedRegion::MapPrivate(int fd, size_t length, off_t offse
 
 Status MappedRegion::AdviseHugePages() {
   if (data_ == nullptr) return Status::OK();
+#if defined(MADV_HUGEPAGE)  // Linux; macOS has no transparent huge pages
   if (::madvise(data_, size_, MADV_HUGEPAGE) != 0) return Status::FromErrno("madvise", errno);
+#endif
   return Status::OK();
 }
 
