@@ -156,7 +156,7 @@ clean-interpreters:
 # qemu-aarch64-static, then _loaderx cross-compiled for the root's python3
 # (build-aarch64-py) and the smoke subset run in the root. AARCH64_CTEST
 # selects the ctest run (default: every test).
-AARCH64_CTEST ?= -LE crash --timeout 300
+AARCH64_CTEST ?= --timeout 600
 .PHONY: test-aarch64 clean-aarch64
 test-aarch64: setup
 	@CMAKE=$(CMAKE) CMAKE_ARGS="$(CMAKE_COMMON)" JOBS=$(JOBS) CTEST_ARGS="$(AARCH64_CTEST)" scripts/test_aarch64.sh
