@@ -165,3 +165,19 @@ test-py314: setup
 
 clean-py314:
 	@scripts/test_py314.sh --clean
+
+# Linux aarch64 under emulation (docs/platforms.md, "Linux aarch64"), as root:
+# an arm64 Debian 12 root (debootstrap, kept in build-aarch64-root/), the
+# engine, loaderxd, the client and the gtests cross-compiled into
+# build-aarch64 (cmake/aarch64-linux-gnu.cmake) and run by ctest under
+# qemu-aarch64-static, then _loaderx cross-compiled for the root's python3
+# (build-aarch64-py) and the smoke subset run in the root. AARCH64_CTEST
+# selects the ctest run (default: every test).
+AARCH64_CTEST ?= --timeout 600
+.PHONY: test-aarch64 clean-aarch64
+test-aarch64: setup
+	@CMAKE=$(CMAKE) CMAKE_ARGS="$(CMAKE_COMMON)" JOBS=$(JOBS) CTEST_ARGS="$(AARCH64_CTEST)" scripts/test_aarch64.sh
+
+# The builds; the root (build-aarch64-root, ~700 MB, minutes to make) stays.
+clean-aarch64:
+	rm -rf build-aarch64 build-aarch64-py python/loaderx/_loaderx.*-aarch64-linux-gnu.so

@@ -1,7 +1,8 @@
 """Fixtures for tests against a real ``loaderxd`` process on a real socket.
 
 The binary comes from ``$LOADERXD`` (the Makefile sets it) or the newest
-``build*/daemon/loaderxd`` of this checkout. Every daemon listens on a socket
+``build*/daemon/loaderxd`` of this checkout built for this interpreter's
+machine (not the aarch64 cross build). Every daemon listens on a socket
 in a fresh temporary directory and is killed at the end of its test.
 """
 
@@ -11,6 +12,7 @@ import glob
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,11 +30,21 @@ def assert_same_batch(a: dict, b: dict) -> None:
     assert difference is None, difference
 
 
+def _elf_machine(path: str) -> bytes:
+    """The e_machine field of an ELF file: a cross build (build-aarch64) is not this machine's."""
+    with open(path, "rb") as f:
+        return f.read(20)[18:20]
+
+
 def loaderxd_binary() -> str:
     env = os.environ.get("LOADERXD")
     if env:
         return env
-    found = [p for p in glob.glob(str(ROOT / "build*" / "daemon" / "loaderxd")) if os.access(p, os.X_OK)]
+    found = [
+        p
+        for p in glob.glob(str(ROOT / "build*" / "daemon" / "loaderxd"))
+        if os.access(p, os.X_OK) and _elf_machine(p) == _elf_machine(sys.executable)
+    ]
     if not found:
         pytest.skip("loaderxd is not built (set LOADERXD or build the loaderxd target)")
     return max(found, key=os.path.getmtime)
