@@ -69,7 +69,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future, wait
 from typing import Any
 
-from . import _loaderx, distributed, sources
+from . import _loaderx, _state, distributed, sources
 from ._loaderx import RaggedBatch
 from .errors import ArgumentTypeError, InvalidArgumentError, LoaderClosedError
 from .mix import Mixture
@@ -90,10 +90,6 @@ __all__ = [
 # Python run signal handlers. Ctrl-C must surface within 100 ms.
 _POLL_SECONDS = 0.02
 
-# 2 added "skip"; a version 1 state (no "skip") loads as one without skips.
-# 3 added "mix_schedule"; an older state loads as one of a one-segment schedule.
-_STATE_VERSION = 3
-_STATE_VERSIONS = (1, 2, 3)
 
 
 def _cpu_count() -> int:
@@ -886,24 +882,20 @@ class DataLoader:
     def state_dict(self) -> dict[str, Any]:
         """The loader's position: a small dict of ints, strings and lists (picklable, JSON-able).
 
-        ``step`` is the next batch's data step; ``seed``, ``mode``, ``n`` and
-        ``global_batch_size`` identify the sample order it refers to; ``skip``
-        lists the skipped ranges as ``[start, stop]`` pairs; ``mix_schedule``
-        the mixture schedule as ``[start_step, {dataset: weight}]`` pairs
-        (``None`` when the streams are not a mixture).
+        The keys of a Sampler's state (``python/loaderx/_state.py``): ``step`` is
+        the next batch's data step; ``seed``, ``mode``, ``n`` and
+        ``global_batch`` identify the sample order it refers to. Then
+        ``skip``, the skipped ranges as ``[start, stop]`` pairs, and
+        ``mix_schedule``, the mixture schedule as ``[start_step, {dataset:
+        weight}]`` pairs (``None`` when the streams are not a mixture).
         """
         spec = self._spec
         mixture = self._mixture
-        return {
-            "version": _STATE_VERSION,
-            "step": self._step,
-            "seed": spec.seed,
-            "mode": _mode_name(spec.mode),
-            "n": spec.n,
-            "global_batch_size": spec.batch_size * spec.world_size,
-            "skip": [list(r) for r in self._skips.ranges],
-            "mix_schedule": None if mixture is None else _schedule_json(mixture.schedule),
-        }
+        state = _state.make(self._step, spec.seed, _mode_name(spec.mode), spec.n,
+                            spec.batch_size * spec.world_size)
+        state["skip"] = [list(r) for r in self._skips.ranges]
+        state["mix_schedule"] = None if mixture is None else _schedule_json(mixture.schedule)
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continues at ``state["step"]``, skipping the state's ranges as well as this loader's.
@@ -922,23 +914,13 @@ class DataLoader:
         loader with more needs them to start after the state's step. A
         difference in a common segment raises ``ValueError`` naming it.
         """
-        if not isinstance(state, Mapping):
-            raise TypeError(f"state must be a dict from state_dict(), got {type(state).__name__}")
+        state = _state.read(state)
         mine = self.state_dict()
-        missing = [k for k in mine if k not in state and k not in ("skip", "mix_schedule")]
-        if missing:
-            raise InvalidArgumentError(f"state is missing {', '.join(missing)}")
-        if state["version"] not in _STATE_VERSIONS:
-            raise InvalidArgumentError(f"state version {state['version']!r} is not supported")
         step = _check_int("state step", state["step"], 0)
         extended, n = self._state_mixture(state, step)
         if n is not None:
             mine["n"] = n
-        for key in ("seed", "mode", "n", "global_batch_size"):
-            if state[key] != mine[key]:
-                raise InvalidArgumentError(
-                    f"state {key} is {state[key]!r} but this loader's is {mine[key]!r}"
-                )
+        _state.check_order(state, mine, "loader")
         theirs = _Skips.parse(state.get("skip"), "state skip")
         self._check_open()
         with self._lock:
@@ -963,7 +945,7 @@ class DataLoader:
                                            "are not a mixture")
             return None, None
         mine = _schedule_json(mixture.schedule)
-        if state["version"] < 3:
+        if state["version"] < 3 or "mix_schedule" not in state:  # older, or a Sampler's
             theirs = mine[:1]  # one segment: its weights are checked through n
         elif not isinstance(theirs, list) or not theirs:
             raise InvalidArgumentError(f"state mix_schedule must be a non-empty list, got "

@@ -20,16 +20,13 @@ import operator
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from . import _loaderx
+from . import _loaderx, _state
 from .errors import InvalidArgumentError
 
 if TYPE_CHECKING:
     from typing_extensions import Self
 
 __all__ = ["Mode", "Sampler"]
-
-_STATE_VERSION = 1
-
 
 class Mode(enum.IntEnum):
     """How a sampler walks ``0..n-1``.
@@ -140,58 +137,42 @@ class Sampler(_loaderx.SamplerCore):
         return _ModeT(self.mode_value)
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume: ``{"version", "n", "mode", "seed", "global_batch", "step"}``.
+        """Everything needed to resume: ``{"version", "step", "seed", "mode", "n", "global_batch"}``.
 
-        The rank-independent global batch is recorded instead of ``batch_size``
-        and ``world_size``, so a checkpoint loads on any world size that keeps
-        the global batch (each rank loads the same dict).
+        The state of a :class:`~loaderx.dataloader.DataLoader` has the same
+        keys (and two of its own), so either loads the other's. The
+        rank-independent global batch is recorded instead of ``batch_size``
+        and ``world_size``, so a checkpoint loads on any world size that
+        keeps the global batch (each rank loads the same dict).
         """
-        return {
-            "version": _STATE_VERSION,
-            "n": self.n,
-            "mode": self.mode.name,
-            "seed": self.seed,
-            "global_batch": self.global_batch,
-            "step": self.step,
-        }
+        return _state.make(self.step, self.seed, self.mode.name, self.n, self.global_batch)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resumes from :meth:`state_dict`: the next draw is the batch of ``state["step"]``.
 
         ``n``, ``mode``, ``seed`` and ``global_batch`` must match this sampler
         (otherwise the step would mean different indices); the message names
-        the key that differs. Only the step is restored.
+        the key that differs. Only the step is restored. A DataLoader's state
+        loads too, unless it has skipped ranges or a mixture schedule of
+        several segments, which a sampler cannot honour.
 
         Raises:
             TypeError: ``state`` is not a mapping.
             loaderx.errors.InvalidArgumentError: a key is missing, malformed or differs.
         """
-        if not isinstance(state, Mapping):
-            raise TypeError(f"state must be a mapping, got {type(state).__name__}")
-        for key in ("version", "n", "mode", "seed", "global_batch", "step"):
-            if key not in state:
-                raise InvalidArgumentError(f"state: missing key {key!r}")
-        if state["version"] != _STATE_VERSION:
+        theirs = _state.read(state)
+        if theirs.get("skip"):
             raise InvalidArgumentError(
-                f"state: unsupported version {state['version']!r} (expected {_STATE_VERSION})"
-            )
-        mine = self.state_dict()
-        if _to_mode(state["mode"]) != self.mode:
+                f"state skips steps {theirs['skip']!r}, which a Sampler cannot honour: "
+                "load it into a DataLoader")
+        schedule = theirs.get("mix_schedule")
+        if isinstance(schedule, list) and len(schedule) > 1:
             raise InvalidArgumentError(
-                f"state: mode {state['mode']!r} differs from this sampler's {self.mode.name!r}"
-            )
-        for key in ("n", "seed", "global_batch"):
-            if state[key] != mine[key]:
-                hint = ""
-                if key == "global_batch":
-                    hint = (
-                        "; keep batch_size * world_size equal to resume exactly "
-                        "(see docs/guide.md, Sampler, Resume)"
-                    )
-                raise InvalidArgumentError(
-                    f"state: {key} {state[key]!r} differs from this sampler's {mine[key]!r}{hint}"
-                )
-        self.seek(state["step"])
+                "state has a mixture schedule of several segments, which a Sampler cannot "
+                "honour: load it into a DataLoader")
+        theirs["mode"] = _to_mode(theirs["mode"]).name
+        _state.check_order(theirs, self.state_dict(), "sampler")
+        self.seek(theirs["step"])
 
     def close(self) -> None:
         """Does nothing: a sampler holds no resource but its buffer, which the

@@ -157,7 +157,7 @@ def test_resume_on_another_world_size_keeps_the_global_batch(stores: dict[str, A
 def test_load_state_dict_rejects_a_state_of_another_order(stores: dict[str, Any]) -> None:
     with DataLoader(stores, batch_size=8, seed=1) as loader:
         state = loader.state_dict()
-        for key, value in [("seed", 2), ("global_batch_size", 16), ("mode", "IID"), ("n", 5)]:
+        for key, value in [("seed", 2), ("global_batch", 16), ("mode", "IID"), ("n", 5)]:
             with pytest.raises(ValueError, match=key):
                 loader.load_state_dict({**state, key: value})
         with pytest.raises(ValueError, match="missing step"):
@@ -165,6 +165,27 @@ def test_load_state_dict_rejects_a_state_of_another_order(stores: dict[str, Any]
         with pytest.raises(TypeError):
             loader.load_state_dict([("step", 3)])  # type: ignore[arg-type]
         assert loader.step == 0  # nothing changed
+
+
+def test_a_sampler_and_a_loader_load_each_others_state(stores: dict[str, Any]) -> None:
+    # One schema (python/loaderx/_state.py): the keys of the sample order and the step.
+    with DataLoader(stores, batch_size=8, seed=1, mode="Cyclic") as loader:
+        next(loader)
+        next(loader)
+        state = loader.state_dict()
+        sampler = Sampler(state["n"], 8, Sampler.Mode.Cyclic, seed=1)
+        sampler.load_state_dict(state)
+        assert sampler.step == 2
+        np.testing.assert_array_equal(
+            sampler.next(), Sampler(state["n"], 8, Sampler.Mode.Cyclic, seed=1).peek(2))
+        loader.load_state_dict(Sampler(state["n"], 8, "Cyclic", seed=1, start_step=5).state_dict())
+        assert loader.step == 5
+        with pytest.raises(ValueError, match="state seed is 2 but this loader's is 1"):
+            loader.load_state_dict(Sampler(state["n"], 8, "Cyclic", seed=2).state_dict())
+        loader.skip(7, 9)
+        with pytest.raises(ValueError, match=r"state skips steps \[\[7, 9\]\], which a Sampler"):
+            sampler.load_state_dict(loader.state_dict())
+        assert sampler.step == 3 and loader.step == 5
 
 
 def test_resume_across_process_restart(paths: dict[str, Path], tmp_path: Path) -> None:

@@ -155,8 +155,8 @@ def test_state_records_the_ranges_and_a_new_loader_resumes_skipping_them(
         state = a.state_dict()
         rest = take(a, stores, 5)
     assert rest == [2, 5, 8, 9, 10]
-    assert state == {"version": 3, "step": 2, "seed": SEED, "mode": "Cyclic", "n": 103,
-                     "global_batch_size": B, "skip": [[3, 5], [6, 8]],
+    assert state == {"version": 4, "step": 2, "seed": SEED, "mode": "Cyclic", "n": 103,
+                     "global_batch": B, "skip": [[3, 5], [6, 8]],
                      "mix_schedule": None}
     assert json.loads(json.dumps(state)) == state
     # A restarted job (no skip= of its own) skips the state's ranges.
@@ -208,8 +208,8 @@ def test_a_state_with_bad_ranges_is_refused_and_changes_nothing(stores: dict[str
                            ("x", r"state skip must be a list of \(start, stop\) pairs")]:
             with pytest.raises(ValueError, match=match):
                 loader.load_state_dict({**state, "step": 0, "skip": bad})
-        with pytest.raises(ValueError, match="state version 4 is not supported"):
-            loader.load_state_dict({**state, "version": 4})
+        with pytest.raises(ValueError, match="state version 5 is not supported"):
+            loader.load_state_dict({**state, "version": 5})
         assert loader.step == 2 and loader.skip_ranges == ((9, 10),)
 
 

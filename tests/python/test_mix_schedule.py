@@ -174,7 +174,7 @@ def test_state_round_trip_and_resume_on_another_world_size(parts: dict[str, Any]
             next(b)
         b.append_mix(12, SCHEDULE[2][1])
         state = json.loads(json.dumps(b.state_dict()))
-    assert state["version"] == 3 and state["step"] == 5 and state["n"] == m.positions
+    assert state["version"] == 4 and state["step"] == 5 and state["n"] == m.positions
     # Resumed on 3 ranks of 8 from a loader built with the first segment only: the state's
     # schedule extends it, across both boundaries (steps 7 and 12).
     first = scheduled(parts, SCHEDULE[:1], min_positions=64)
@@ -201,6 +201,7 @@ def test_old_states_load_as_a_one_segment_schedule(parts: dict[str, Any]) -> Non
         old = {k: v for k, v in state.items() if k != "mix_schedule"}
         old["version"] = version
         old["step"] = 3
+        old["global_batch_size"] = old.pop("global_batch")  # its name before version 4
         if version == 1:
             del old["skip"]
         with DataLoader(plain, batch_size=16, mode="IID", seed=1) as b:

@@ -360,7 +360,7 @@ def test_seek_and_resume_are_exact(corpus: dict[str, Any]) -> None:
         loader.seek(2)
         assert loader.step == 2
         state = loader.state_dict()
-        assert state["step"] == 2 and state["global_batch_size"] == 8
+        assert state["step"] == 2 and state["global_batch"] == 8
         again = [snapshot(next(loader)) for _ in range(5)]
     with DataLoader(packed_streams(corpus), **kw) as resumed:
         resumed.load_state_dict(state)
