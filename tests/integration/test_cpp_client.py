@@ -42,8 +42,8 @@ def _run(cmd: list[str]) -> None:
 # The installed API (docs/cpp-client.md "What is public"). The protocol, ring,
 # socket, memfd and thread-pool headers live in common/internal/ and must not
 # be installed.
-PUBLIC_HEADERS = {"batch_source.h", "client.h", "env.h", "fd.h", "group.h", "loader.h", "mix.h", "pack.h",
-                  "sampler.h", "status.h", "store.h"}
+PUBLIC_HEADERS = {"batch_source.h", "client.h", "env.h", "fd.h", "group.h", "loader.h", "mix.h",
+                  "pack.h", "platform.h", "sampler.h", "status.h", "store.h"}
 INTERNAL_HEADERS = {"wire.h", "ring.h", "unix_socket.h", "memfd.h", "thread_pool.h"}
 
 
