@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -325,8 +326,10 @@ class DaemonOptions:
     def __post_init__(self) -> None:
         _check_types(self)
         # The rules themselves are the engine's (LoaderSpec, client.h), checked
-        # here so that a bad option fails where it is written.
-        self.native_spec().validate_options()
+        # here so that a bad option fails where it is written. A build without
+        # the client (not Linux) refuses when a loader is opened with them.
+        if _loaderx.HAVE_DAEMON_CLIENT:
+            self.native_spec().validate_options()
 
     def native_spec(self, stores: list[str] | None = None, **loader: Any) -> Any:
         """These options as a native ``_loaderx.LoaderSpec``, with the loader's
@@ -490,6 +493,10 @@ def open_source(streams: Mapping[str, Any], spec: SourceSpec, daemon: Any = None
     options = daemon if isinstance(daemon, DaemonOptions) else DaemonOptions()
     auto = (isinstance(daemon, str) and daemon == "auto") or options.fallback
     try:
+        if not _loaderx.HAVE_DAEMON_CLIENT:
+            raise DaemonError(
+                f"this build of loaderx has no loaderxd client (loaderxd and its client are "
+                f"Linux-only; this is {sys.platform}): load in this process with daemon=None")
         path = _resolve(daemon)
         return DaemonSource(path, streams, spec, options)
     except DaemonError as exc:

@@ -551,6 +551,26 @@ def test_no_daemon_is_daemon_error_and_auto_falls_back_with_warning(tmp_path, st
         lxclient.connect(missing)
 
 
+def test_a_build_without_the_client_refuses_daemon_and_auto_falls_back(daemon, stores,
+                                                                       monkeypatch) -> None:
+    # loaderxd and its client are Linux-only; elsewhere the extension is
+    # built without them (HAVE_DAEMON_CLIENT false): daemon= says so by name
+    # even with a daemon answering, "auto" and fallback=True load in process.
+    from loaderx import _loaderx
+
+    monkeypatch.setattr(_loaderx, "HAVE_DAEMON_CLIENT", False)
+    options = lxclient.DaemonOptions(daemon.socket, leases=2)  # nothing to check it with
+    for choice in (daemon.socket, True, options):
+        with pytest.raises(DaemonError, match="no loaderxd client .* load in this process"):
+            DataLoader(stores["streams"], batch_size=4, daemon=choice)
+    for choice in ("auto", lxclient.DaemonOptions(daemon.socket, fallback=True)):
+        with pytest.warns(RuntimeWarning, match="no loaderxd client"):
+            loader = DataLoader(stores["streams"], batch_size=4, seed=1, daemon=choice)
+        with loader, DataLoader(stores["streams"], batch_size=4, seed=1) as local:
+            assert_same_batch(next(loader), next(local))
+    assert daemon.stats()["loaders"] == 0
+
+
 def test_daemon_true_and_auto_use_the_default_socket(daemon, stores, monkeypatch) -> None:
     monkeypatch.setenv("LOADERXD_SOCKET", daemon.socket)
     with warnings.catch_warnings():
