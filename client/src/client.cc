@@ -604,6 +604,13 @@ Result<std::shared_ptr<std::vector<client::StreamInfo>>> StreamsOf(const OpenedM
   return streams;
 }
 
+// A daemon whose protocol minor lacks what this loader asks for.
+Status OlderDaemon(const std::string& path, uint32_t minor, const std::string& what, uint32_t needs,
+                   const std::string& remedy) {
+  return Status::Protocol(path + ": loaderxd speaks protocol 1." + std::to_string(minor) + "; " +
+                          what + " needs 1." + std::to_string(needs) + " (" + remedy + ")");
+}
+
 }  // namespace
 
 Result<std::unique_ptr<client::Loader>> Client::OpenLoader(const client::LoaderSpec& spec) {
@@ -618,17 +625,14 @@ Result<std::unique_ptr<client::Loader>> Client::OpenLoader(const client::LoaderS
   }
   conn->set_liveness_timeout(spec.liveness_timeout);
   open.push_queue = spec.push_queue && conn->hello().minor >= 4;
-  if ((open.ranks_count != 0 || open.replicas != 1) && conn->hello().minor < 5) {
-    return Status::Protocol(path_ + ": loaderxd speaks protocol 1." +
-                            std::to_string(conn->hello().minor) +
-                            "; a group over part of the ranks or with replicas needs 1.5 "
-                            "(upgrade loaderxd)");
+  const uint32_t minor = conn->hello().minor;
+  if ((open.ranks_count != 0 || open.replicas != 1) && minor < 5) {
+    return OlderDaemon(path_, minor, "a group over part of the ranks or with replicas", 5,
+                       "upgrade loaderxd");
   }
-  if (open.mix_datasets != 0 && conn->hello().minor < 6) {
-    return Status::Protocol(path_ + ": loaderxd speaks protocol 1." +
-                            std::to_string(conn->hello().minor) +
-                            "; a mixture schedule of more than one segment needs 1.6 (upgrade "
-                            "loaderxd, or load the mixture embedded)");
+  if (open.mix_datasets != 0 && minor < 6) {
+    return OlderDaemon(path_, minor, "a mixture schedule of more than one segment", 6,
+                       "upgrade loaderxd, or load the mixture embedded");
   }
   conn->set_defer_takes(spec.group.empty());
   LX_ASSIGN_OR_RETURN(client::Reply r, conn->Call(open, files.fds, nullptr));
