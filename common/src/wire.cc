@@ -366,20 +366,14 @@ void DecodeOpenGroup(Fields& f, OpenMsg& m) {
     if (f.ok() && (m.group.empty() || m.group.size() > kMaxGroupName)) {
       f.Fail("'group' must be 1.." + std::to_string(kMaxGroupName) + " bytes");
     }
-    const std::string mode = f.Str("group_mode");
-    if (mode == GroupModeName(GroupMode::kShard)) {
-      m.group_mode = GroupMode::kShard;
-    } else if (mode == GroupModeName(GroupMode::kBroadcast)) {
-      m.group_mode = GroupMode::kBroadcast;
+    if (std::optional<GroupMode> mode = ParseGroupMode(f.Str("group_mode"))) {
+      m.group_mode = *mode;
     } else {
       f.Fail("'group_mode' must be \"shard\" or \"broadcast\"");
     }
     if (f.Has("join")) {
-      const std::string join = f.Str("join");
-      if (join == GroupJoinName(GroupJoin::kStartStep)) {
-        m.join = GroupJoin::kStartStep;
-      } else if (join == GroupJoinName(GroupJoin::kCurrent)) {
-        m.join = GroupJoin::kCurrent;
+      if (std::optional<GroupJoin> join = ParseGroupJoin(f.Str("join"))) {
+        m.join = *join;
       } else {
         f.Fail("'join' must be \"start_step\" or \"current\"");
       }
@@ -798,6 +792,20 @@ Status DecodeBatchFrame(std::span<const uint8_t> frame, BatchMsg* out) {
     l.offsets_offset = r.Get<uint64_t>();
   }
   return Status::OK();
+}
+
+std::optional<GroupMode> ParseGroupMode(std::string_view name) {
+  for (GroupMode m : {GroupMode::kShard, GroupMode::kBroadcast}) {
+    if (name == GroupModeName(m)) return m;
+  }
+  return std::nullopt;
+}
+
+std::optional<GroupJoin> ParseGroupJoin(std::string_view name) {
+  for (GroupJoin j : {GroupJoin::kStartStep, GroupJoin::kCurrent}) {
+    if (name == GroupJoinName(j)) return j;
+  }
+  return std::nullopt;
 }
 
 const char* GroupModeName(GroupMode mode) {

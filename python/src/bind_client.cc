@@ -65,17 +65,15 @@ client::LoaderSpec MakeLoaderSpec(
     }
     spec.group = *group;
   }
-  if (group_mode == "broadcast") {
-    spec.group_mode = GroupMode::kBroadcast;
-  } else if (group_mode != "shard") {
+  if (std::optional<GroupMode> gm = ParseGroupMode(group_mode)) {
+    spec.group_mode = *gm;
+  } else {
     ThrowStatus(Status::InvalidArgument("group_mode must be 'shard' or 'broadcast', got '" +
                                         group_mode + "'"));
   }
   if (join) {
-    if (*join == "start_step") {
-      spec.join = GroupJoin::kStartStep;
-    } else if (*join == "current") {
-      spec.join = GroupJoin::kCurrent;
+    if (std::optional<GroupJoin> gj = ParseGroupJoin(*join)) {
+      spec.join = *gj;
     } else {
       ThrowStatus(Status::InvalidArgument("join must be 'start_step', 'current' or None, got '" +
                                           *join + "'"));

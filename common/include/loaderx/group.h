@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string_view>
 
 namespace loaderx {
 
@@ -27,5 +29,9 @@ enum class GroupJoin : uint32_t {
 // "shard" / "broadcast"; "start_step" / "current" ("default" for kDefault).
 const char* GroupModeName(GroupMode mode);
 const char* GroupJoinName(GroupJoin join);
+// Their inverses: the mode or join a name spells, nullopt for any other
+// string (kDefault has no name: it is the join's absence).
+std::optional<GroupMode> ParseGroupMode(std::string_view name);
+std::optional<GroupJoin> ParseGroupJoin(std::string_view name);
 
 }  // namespace loaderx
