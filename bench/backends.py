@@ -101,6 +101,8 @@ class LoaderxBackend(Backend):
         self.name = {"raw": "loaderx-raw", "zstd": "loaderx-zstd", "zstd_dict": "loaderx-zstd_dict"}[codec]
         self.compressed = codec != "raw"
         self.dict_bytes: bytes | None = None
+        self.data_shards = 4  # the Python API's default, written out so the ceilings use the same
+        self.level = 3  # the level of the Python API's zstd codecs
 
     @property
     def requires(self) -> tuple[str, ...]:  # type: ignore[override]
@@ -121,7 +123,7 @@ class LoaderxBackend(Backend):
 
     def write(self, w: Workload, path: Path) -> None:
         from loaderx.zrecord import Dense, Ragged
-        kw: dict[str, Any] = {"codec": self.codec}
+        kw: dict[str, Any] = {"codec": self.codec, "data_shards": self.data_shards}
         if self.codec == "zstd_dict":
             kw["dict_bytes"] = self.dict_bytes
         if isinstance(w, DenseWorkload):

@@ -54,10 +54,8 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -68,7 +66,16 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import DATA, REPO, Daemon, machine_line, markdown_table, update_doc_section
+from benchlib import (
+    DATA,
+    REPO,
+    Daemon,
+    bench_binary,
+    machine_line,
+    markdown_table,
+    run_cpp,
+    update_doc_section,
+)
 
 IMAGE_STORE = DATA / "loader" / "loaderx" / "raw" / "image"
 FMNIST_NPY = DATA / "fmnist_images.npy"
@@ -97,24 +104,6 @@ def loaderxd_binary(explicit: str | None) -> str:
     if not found:
         raise SystemExit("loaderxd not found: build it or pass --loaderxd")
     return max(found, key=os.path.getmtime)
-
-
-def handoff_bench_binary(explicit: str | None) -> str:
-    """The C++ client benchmark (CMake target ``loaderx_handoff_bench``)."""
-    if explicit:
-        return explicit
-    found = [p for p in glob.glob(str(REPO / "build*" / "loaderx_handoff_bench")) if os.access(p, os.X_OK)]
-    if not found:
-        raise SystemExit("loaderx_handoff_bench not found: build it or pass --handoff-bench")
-    return max(found, key=os.path.getmtime)
-
-
-def run_cpp(exe: str, *args: object) -> dict[str, Any]:
-    """Runs the C++ benchmark and returns its JSON object."""
-    r = subprocess.run([exe, *map(str, args)], capture_output=True, text=True, timeout=1800, check=False)
-    if r.returncode != 0:
-        raise SystemExit(f"{exe} failed: {r.stderr.strip()}")
-    return json.loads(r.stdout)
 
 
 def ensure_stores() -> None:
@@ -418,7 +407,7 @@ def main() -> int:
     ensure_stores()
     load_before = os.getloadavg()[0]
     exe = loaderxd_binary(args.loaderxd)
-    cpp = handoff_bench_binary(args.handoff_bench)
+    cpp = bench_binary("loaderx_handoff_bench", args.handoff_bench)
 
     calib = run_cpp(cpp, "--calibrate", "--samples", args.samples, "--pause-ms", args.pause * 1e3)
     floor = pct(calib["queued_cold_recv"], 50)

@@ -14,6 +14,11 @@ NumPy memmap baseline. The gather phase is timed in several passes (default
 load hit all backends alike; the table shows the median over passes and the
 key ratios of every pass are printed so the noise is visible.
 
+Beside every loaderx write, the machine's ceilings for the same bytes
+(bench/ceilings.py, run by the C++ program bench/write_ceiling.cc): the best
+plain write + fdatasync of the store's bytes and, for zstd stores, the
+compressor alone on all cores; each write is reported as a fraction of them.
+
 Usage: bench/bench_store.py [--workloads vision-dense,...] [--backends a,b] [--no-doc]
 Prepare data first: bench/prepare_vision.py, bench/prepare_tokens.py.
 """
@@ -53,6 +58,7 @@ from benchlib import (
     update_doc_section,
     warm_files,
 )
+from ceilings import raw_ceiling, zstd_ceiling
 
 BATCH = 256
 BASELINE = "numpy-memmap"
@@ -194,6 +200,12 @@ class Row:
     batches: list[int] = field(default_factory=list)
     cpu_ms: list[float] = field(default_factory=list)  # process CPU time (all threads) per batch
     skipped: str = ""
+    # The machine's ceilings for this write (ceilings.py; loaderx rows only, 0 = not measured):
+    # the raw write + fdatasync of the store's bytes, and the compressor alone on all cores.
+    raw_ceiling_s: float = 0.0
+    raw_pattern: str = ""
+    zstd_ceiling_s: float = 0.0
+    zstd_threads: int = 0
 
 
 def time_gather(reader, w: Workload, plan: list[np.ndarray], min_s: float, max_s: float,
@@ -293,6 +305,8 @@ def run_workload(w: Workload, backends: list[Backend], store_root: Path, args,
             row.write_mibs = w.nbytes / row.write_s / MiB
             row.disk = du_bytes(path)
             row.ratio = w.nbytes / row.disk
+            if isinstance(be, LoaderxBackend) and args.ceilings:
+                measure_ceilings(w, be, row, wdir)
             reader = be.open(w, path)
             for idx in checks:
                 check_exact(w, be.name, reader.gather(idx), idx)
@@ -325,6 +339,45 @@ def run_workload(w: Workload, backends: list[Backend], store_root: Path, args,
         if not args.keep:
             shutil.rmtree(wdir, ignore_errors=True)
     return list(rows.values())
+
+
+def measure_ceilings(w: Workload, be: LoaderxBackend, row: Row, where: Path) -> None:
+    """The raw ceiling of the store's bytes and, for a compressed store, the compressor's."""
+    raw = raw_ceiling(row.disk, be.data_shards, where)
+    row.raw_ceiling_s, row.raw_pattern = raw.seconds, raw.pattern
+    if be.compressed:
+        z = zstd_ceiling(w, where, be.level, be.dict_bytes)
+        row.zstd_ceiling_s, row.zstd_threads = z.seconds, z.threads
+
+
+def ceiling_fractions(w: Workload, r: Row) -> list[tuple[str, float]]:
+    """(what, ceiling seconds / our write + sync seconds) for each ceiling measured beside ``r``."""
+    ours = r.write_s + r.sync_s
+    out = []
+    if r.zstd_ceiling_s:
+        out.append(("compressor alone", r.zstd_ceiling_s / ours))
+        out.append(("compressor + raw write", (r.zstd_ceiling_s + r.raw_ceiling_s) / ours))
+    elif r.raw_ceiling_s:
+        out.append(("raw write", r.raw_ceiling_s / ours))
+    return out
+
+
+def ceiling_note(w: Workload, rows: list[Row]) -> str:
+    """One sentence per loaderx write: its time against each ceiling of the same bytes."""
+    parts = []
+    for r in rows:
+        if not r.raw_ceiling_s:
+            continue
+        ours = r.write_s + r.sync_s
+        what = [f"raw write + fdatasync of its {r.disk / MiB:,.1f} MiB {r.raw_ceiling_s:.3f} s ({r.raw_pattern})"]
+        if r.zstd_ceiling_s:
+            what.insert(0, f"compressor alone {r.zstd_ceiling_s:.3f} s ({r.zstd_threads} threads)")
+        fr = "; ".join(f"{f:.2f} of {name}" for name, f in ceiling_fractions(w, r))
+        parts.append(f"{r.backend} {ours:.3f} s against {', '.join(what)}: {fr}")
+    if not parts:
+        return ""
+    return ("Writes against this machine's ceilings (same bytes, same run; a fraction is ceiling time over "
+            "our write + sync time, 1.00 = at the ceiling): " + "; ".join(parts) + ".")
 
 
 def med(xs: list[float]) -> float:
@@ -367,6 +420,8 @@ def render(w: Workload, rows: list[Row], passes: int,
             notes.append("Key ratio, gather MiB/s vs " + BASELINE + " in each pass: " + "; ".join(
                 f"{r.backend} " + " / ".join(f"{a / b:.2f}x" for a, b in zip(r.mibs, base.mibs)) for r in keys)
                 + ".")
+    if ceiling_note(w, done):
+        notes.append(ceiling_note(w, done))
     refs = {r.backend.rsplit("-", 1)[1]: r for r in done if r.backend.startswith("reference-")}
     ours = {r.backend.split("-", 1)[1]: r for r in done if r.backend.startswith("loaderx-")}
     pairs = [(c, ours[c], refs[c]) for c in ("raw", "zstd") if c in ours and c in refs]
@@ -397,7 +452,7 @@ def summary(results: dict[str, tuple[Workload, list[Row]]]) -> str:
     """Per workload and codec: ours / wheel and ours / best other peer, for gather,
     write+sync and disk size (disk: lower is better, so wheel / ours)."""
     headers = ["workload", "codec", "gather / wheel", "gather / best peer", "write+sync / wheel",
-               "write+sync / best peer", "disk: wheel / ours", "disk: best peer / ours"]
+               "write+sync / best peer", "write+sync / ceiling", "disk: wheel / ours", "disk: best peer / ours"]
     table = []
     for wname, (w, rows) in results.items():
         done = [r for r in rows if r.mibs]
@@ -421,6 +476,7 @@ def summary(results: dict[str, tuple[Workload, list[Row]]]) -> str:
                 f"{ratio(med(a.mibs), med(bp_g.mibs))} ({bp_g.backend})" if bp_g else "-",
                 ratio(durable_mibs(w, a), durable_mibs(w, ref)) if ref else "-",
                 f"{ratio(durable_mibs(w, a), durable_mibs(w, bp_w))} ({bp_w.backend})" if bp_w else "-",
+                " / ".join(f"{f:.2f}" for _, f in ceiling_fractions(w, a)) or "-",
                 ratio(ref.disk, a.disk) if ref else "-",
                 f"{ratio(bp_d.disk, a.disk)} ({bp_d.backend})" if bp_d else "-",
             ])
@@ -443,7 +499,8 @@ def reference_rows(wname: str, args: argparse.Namespace) -> list[Row]:
            "--passes", str(args.passes), "--min-seconds", str(args.min_seconds),
            "--max-seconds", str(args.max_seconds), "--min-batches", str(args.min_batches),
            "--max-batches", str(args.max_batches), "--seed", str(args.seed),
-           "--write-repeats", str(args.write_repeats), "--max-write-seconds", str(args.max_write_seconds)]
+           "--write-repeats", str(args.write_repeats), "--max-write-seconds", str(args.max_write_seconds),
+           "--no-ceilings"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=str(REPO), check=False)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["?"])[-1]
@@ -483,6 +540,8 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="keep the written stores")
     ap.add_argument("--no-doc", action="store_true", help="do not update docs/benchmarks.md")
     ap.add_argument("--no-reference", action="store_true", help="skip the reference loaderx wheel")
+    ap.add_argument("--no-ceilings", dest="ceilings", action="store_false",
+                    help="do not measure the machine's write ceilings beside loaderx's writes")
     ap.add_argument("--ref-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.ref_child:
@@ -536,7 +595,10 @@ def main() -> int:
                 "### Store summary\n\nRun: " + machine + ".\nPer workload and codec, loaderx against the "
                 "2.5.4 wheel (its own process, same plan) and against the best other peer of that table "
                 "(named). Gather: median MiB/s of random batches of 256; write+sync: logical MiB/s of "
-                "the write followed by `sync` (loaderx fsyncs inside its write; the wheel does not); disk: "
+                "the write followed by `sync` (loaderx fsyncs inside its write; the wheel does not); "
+                "write+sync / ceiling: the machine's ceiling for the same bytes over our time, 1.00 = at the "
+                "ceiling (raw: the best write + fdatasync of the store's bytes; zstd: the compressor alone, "
+                "then the compressor plus that raw write; bench/ceilings.py); disk: "
                 "bytes of the wheel's (peer's) store over ours, so above 1x means ours is smaller.\n\n"
                 + table + "\n"))
     return 0

@@ -10,6 +10,7 @@ module; nothing here is part of the loaderx package.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
 import platform
 import re
@@ -21,6 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -192,6 +194,24 @@ def save_npy_atomic(path: Path, array: np.ndarray) -> None:
 # --------------------------------------------------------------------------
 # Timing
 # --------------------------------------------------------------------------
+
+def bench_binary(name: str, explicit: str | None = None) -> str:
+    """A C++ benchmark program of the CMake build (the newest ``build*/NAME``), or ``explicit``."""
+    if explicit:
+        return explicit
+    found = [p for p in REPO.glob(f"build*/{name}") if os.access(p, os.X_OK)]
+    if not found:
+        raise SystemExit(f"{name} not found: build it (make build) or pass its path")
+    return str(max(found, key=os.path.getmtime))
+
+
+def run_cpp(exe: str, *args: object) -> dict[str, Any]:
+    """Runs a C++ benchmark program and returns the JSON object it prints."""
+    r = subprocess.run([exe, *map(str, args)], capture_output=True, text=True, timeout=1800, check=False)
+    if r.returncode != 0:
+        raise SystemExit(f"{exe} failed: {r.stderr.strip()}")
+    return json.loads(r.stdout)
+
 
 def percentile_ms(samples_s: Sequence[float], q: float = 95.0) -> float:
     return float(np.percentile(np.asarray(samples_s), q) * 1e3)

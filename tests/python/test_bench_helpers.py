@@ -473,3 +473,54 @@ def test_loader_render_reports_streaming_peers_against_loaderx_raw():
     assert len(lines) == 4  # the failed row is not in the table...
     assert "loaderx raw / mosaic-streaming 2w: 10.00x batches/s, 0.50x peak PSS" in notes
     assert notes[-1] == "Not measured: litdata 2w (exit 1: boom)"  # ...but named under it
+
+
+# --------------------------------------------------------------------------
+# The write ceilings (bench/ceilings.py, bench/write_ceiling.cc): the zstd
+# ceiling must compress exactly as a store does, or "fraction of the ceiling"
+# compares different work.
+
+def _data_bytes(store: Path) -> int:
+    return sum(f.stat().st_size for f in store.glob("data-*"))
+
+
+@pytest.mark.parametrize("codec", ["zstd", "zstd_dict"])
+def test_zstd_ceiling_makes_the_frames_of_a_store_byte_for_byte_in_size(tmp_path, monkeypatch, codec):
+    import ceilings
+    from loaderx.utils import train_dict
+    from loaderx.zrecord import Ragged
+
+    rng = np.random.default_rng(3)
+    recs = [np.zeros(0, np.uint8), np.arange(3, dtype=np.uint8), np.arange(7, dtype=np.uint8),
+            rng.integers(0, 256, 900, dtype=np.uint8),  # incompressible: stored raw, counted raw
+            *[np.repeat(rng.integers(0, 9, n // 8, dtype=np.uint8), 8) for n in range(8, 4000, 97)]]
+    w = _ragged(tmp_path, monkeypatch, recs)
+    dict_bytes = train_dict(recs[4:], size=1024) if codec == "zstd_dict" else None
+    store = tmp_path / "store"
+    with Ragged.create(str(store), np.uint8, ndim=1, codec=codec, data_shards=1, dict_bytes=dict_bytes) as rs:
+        rs.append(recs)
+    got = ceilings.zstd_ceiling(w, tmp_path / "work", level=3, dict_bytes=dict_bytes, repeat=1)
+    assert got.out_bytes == _data_bytes(store)
+    assert got.seconds > 0 and got.threads == (os.cpu_count() or 1)
+    assert list((tmp_path / "work").iterdir()) == []
+
+
+def test_zstd_ceiling_reads_a_dense_workload_as_one_record_per_row(tmp_path):
+    import ceilings
+    from loaderx.zrecord import Dense
+
+    a = np.repeat(np.arange(40 * 64, dtype=np.int32).reshape(40, 64) % 17, 2, axis=1)
+    w = DenseWorkload("d", a, "test")
+    store = tmp_path / "store"
+    with Dense.create(str(store), a.dtype, a.shape[1:], codec="zstd", data_shards=1) as ds:
+        ds.append(a)
+    assert ceilings.zstd_ceiling(w, tmp_path / "work", repeat=1).out_bytes == _data_bytes(store)
+
+
+def test_raw_ceiling_writes_through_every_pattern_and_leaves_nothing(tmp_path):
+    import ceilings
+
+    got = ceilings.raw_ceiling(3 << 20, 3, tmp_path, repeat=1)
+    assert got.seconds > 0
+    assert got.pattern in {f"{f} file{'s' if f > 1 else ''}, {p} MiB pieces" for f in (1, 3) for p in (1, 8)}
+    assert list(tmp_path.iterdir()) == []

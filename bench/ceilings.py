@@ -1,0 +1,93 @@
+"""The machine's ceilings for a store write, measured beside each write (bench_store.py).
+
+Two limits, each run by ``loaderx_write_ceiling`` (bench/write_ceiling.cc: no
+loaderx code on the path) on the same bytes as the store write it is reported
+beside:
+
+* **raw**: the store's bytes written with the best sequential ``pwrite`` +
+  ``fdatasync`` pattern found on this machine: one file, or as many files as
+  the store's ``data_shards`` written by one thread each, in pieces of 1 or
+  8 MiB; the best of those four patterns (each the best of ``repeat`` runs).
+  This is the page cache's copy plus the device's writeback: no writer of
+  these bytes can be durable sooner.
+* **zstd**: the compressor alone: every record compressed as its own frame
+  with the store's frame parameters and level (or dictionary), in a tight loop
+  on all cores, no I/O. bench_store.py also reports it plus the raw ceiling of
+  the compressed store's bytes (compress, then write: the best a writer that
+  does not overlap the two can do).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from benchlib import DenseWorkload, RaggedWorkload, bench_binary, run_cpp
+
+PIECES = (1 << 20, 8 << 20)
+
+
+@dataclass
+class RawCeiling:
+    seconds: float
+    pattern: str  # e.g. "4 files, 8 MiB pieces"
+
+
+@dataclass
+class ZstdCeiling:
+    seconds: float  # the compressor alone, all cores
+    out_bytes: int  # the frames' bytes (records that would not shrink count raw)
+    threads: int
+
+
+def raw_ceiling(nbytes: int, shards: int, where: Path, repeat: int = 3) -> RawCeiling:
+    """The best write + fdatasync of ``nbytes`` on the file system of ``where``."""
+    exe = bench_binary("loaderx_write_ceiling")
+    best: RawCeiling | None = None
+    where.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=where, prefix=".ceiling-") as d:
+        for files in sorted({1, max(1, shards)}):
+            for piece in PIECES:
+                got = run_cpp(exe, "raw", "--dir", d, "--bytes", max(1, nbytes), "--files", files,
+                              "--chunk", piece, "--repeat", repeat)
+                if best is None or got["seconds"] < best.seconds:
+                    best = RawCeiling(got["seconds"], f"{files} file{'s' if files > 1 else ''}, "
+                                                      f"{piece >> 20} MiB pieces")
+    assert best is not None
+    return best
+
+
+def _record_files(w: DenseWorkload | RaggedWorkload, d: Path) -> tuple[Path, Path]:
+    """The workload's records back to back and their uint64 end offsets, as the tool reads them."""
+    records, ends = d / "records.bin", d / "ends.bin"
+    if isinstance(w, DenseWorkload):
+        step = max(1, (64 << 20) // max(1, w.record_bytes))
+        with open(records, "wb") as f:
+            f.writelines(np.ascontiguousarray(w.array[a:a + step]).tobytes() for a in range(0, w.n, step))
+        e = np.arange(1, w.n + 1, dtype=np.uint64) * np.uint64(w.record_bytes)
+    else:
+        with open(records, "wb") as f:
+            f.write(np.ascontiguousarray(w.values[: int(w.offsets[-1])]).tobytes())
+        e = (w.offsets[1:].astype(np.uint64) * np.uint64(w.dtype.itemsize))
+    e.astype("<u8").tofile(ends)
+    return records, ends
+
+
+def zstd_ceiling(w: DenseWorkload | RaggedWorkload, where: Path, level: int = 3,
+                 dict_bytes: bytes | None = None, repeat: int = 3) -> ZstdCeiling:
+    """The compressor's best time for ``w``'s records, one frame per record, on all cores."""
+    exe = bench_binary("loaderx_write_ceiling")
+    threads = os.cpu_count() or 1
+    where.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=where, prefix=".ceiling-") as d:
+        records, ends = _record_files(w, Path(d))
+        args: list[object] = ["zstd", "--records", records, "--ends", ends, "--level", level,
+                              "--threads", threads, "--repeat", repeat]
+        if dict_bytes is not None:
+            (Path(d) / "dict").write_bytes(dict_bytes)
+            args += ["--dict", Path(d) / "dict"]
+        got = run_cpp(exe, *args)
+    return ZstdCeiling(got["seconds"], int(got["out_bytes"]), threads)
