@@ -42,7 +42,7 @@ import numpy as np
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
-from benchlib import DATA, load_ragged, machine_line, markdown_table
+from benchlib import DATA, load_ragged, machine_line, markdown_table, update_doc_section
 
 BATCH = 256
 CHECK = 3
@@ -135,6 +135,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--daemon", default=None, help="a loaderxd socket (default: embedded)")
+    ap.add_argument("--no-doc", action="store_true", help="do not update docs/benchmarks.md")
     args = ap.parse_args()
 
     recs, origin = records()
@@ -157,8 +158,17 @@ def main() -> None:
         (lr, lc), (pr, pc) = best[("list", task)], best[("packed", task)]
         rows.append([task, f"{lr:.0f}", f"{pr:.0f}", f"{pr / lr:.2f}x", f"{lc:.0f}", f"{pc:.0f}",
                      f"{lc / pc:.1f}x"])
-    print(markdown_table(["task", "list batches/s", "packed batches/s", "packed/list",
-                          "list CPU µs/batch", "packed CPU µs/batch", "list/packed CPU"], rows))
+    table = markdown_table(["task", "list batches/s", "packed batches/s", "packed/list",
+                            "list CPU µs/batch", "packed CPU µs/batch", "list/packed CPU"], rows)
+    print(table)
+    if not args.no_doc and args.daemon is None:
+        update_doc_section("ragged-batch", (
+            f"### Ragged batches: list or packed (bench/ragged_batch.py)\n\nRun: {machine_line()}.\n"
+            f"Records: {origin}; IID batches of {BATCH}, {args.batches} batches, best of {args.rounds} "
+            "rounds, embedded. `deliver`: the batch reaches the training loop; `varlen`: the loop also "
+            "builds what a variable-length attention kernel takes (one flat token array and int32 "
+            "`cu_seqlens`): from the list form with NumPy, from `ragged=\"packed\"` as the views it "
+            "already has. CPU is the consumer thread's.\n\n" + table + "\n"))
 
 
 if __name__ == "__main__":
