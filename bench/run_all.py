@@ -11,13 +11,15 @@ one failing benchmark does not hide the others:
   daemon engineers; run with no arguments when present.
 * bench/bench_groups.py  - the design card's promise with processes: 4 trainers as
   embedded loaders, one loaderxd broadcast group, torch DataLoaders.
+* bench/bench_node_groups.py - one node of a 2-node job: embedded, solo clients, a node group,
+  torch, and with tensor-parallel size 2 a node group with replicas against solo clients.
 * bench/packing.py       - sequence packing: native packer vs a NumPy packer and Grain's.
 * bench/ragged_batch.py  - ragged batches delivered as lists or packed (values + cu_seqlens).
 
 Each writes its tables into docs/benchmarks.md (its own marked section) and
 its PNG plots into docs/. Exit status is non-zero if any benchmark failed.
 
-Usage: bench/run_all.py [--only store,loader,sampler,daemon,groups,packing,ragged] [--skip-setup]
+Usage: bench/run_all.py [--only store,loader,sampler,daemon,groups,node-groups,packing,ragged] [--skip-setup]
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ SUITE = {
     "sampler": ["bench_sampler.py"],
     "daemon": ["bench_daemon.py"],
     "groups": ["bench_groups.py"],
+    "node-groups": ["bench_node_groups.py"],
     "packing": ["packing.py"],
     "ragged": ["ragged_batch.py"],
 }

@@ -1,0 +1,322 @@
+"""Node groups with processes: one node of a 2-node job, 4 ranks, real photos.
+
+The processes of node 0 of a job of ``--nodes`` (2) nodes x ``--per-node`` (4)
+ranks, each drawing ``--steps`` batches of ``--batch`` (256) per rank from a
+raw and a zstd store of ``uint8[3,224,224]`` photo crops
+(``bench/prepare_vision.py``), in the set-ups of the node-group design:
+
+(a) ``embedded``: every rank runs its own embedded ``DataLoader``
+    (``rank``, ``world_size`` of the job);
+(b) ``solo``: every rank is a solo loaderxd client (one pipeline each);
+(c) ``node``: the node's ranks are one loaderxd node group (a shard group
+    with ``ranks=range(4)`` of world 8: the node's rows of every global
+    batch gathered once, each rank maps its own);
+(d) ``torch``: every rank runs a ``torch.utils.data.DataLoader`` with
+    ``--torch-workers`` (2) forked workers (bench_groups.py's map-style
+    dataset and default collate);
+and with tensor-parallel size 2 (Megatron's layout: a replica's 2 ranks
+adjacent; data-parallel rank = rank // 2, data-parallel world 4):
+(e) ``node-tp``: one node group with ``replicas=2`` over the node's 2
+    data-parallel ranks (each batch gathered once per replica pair);
+(f) ``solo-tp``: 4 solo clients (each TP rank loads its replica's batch).
+The reference of the (c) CPU goal:
+(g) ``embedded-node``: one embedded loader gathering the node's 4 slices
+    (batch ``4 * --batch``, rank 0 of world 2).
+
+Each rank's first batch is checked against the embedded loader of its
+(data-parallel) rank before timing. Reported per set-up: per-rank batches/s
+(mean and slowest), node CPU seconds per global step (every process of the
+node: trainers, their workers, loaderxd), and the peak total PSS of all of
+them (bench_groups.py's sampler). Goals: (c) total PSS <= 1.3x one embedded
+rank's, node CPU per step <= 1.15x (g)'s, per-rank batches/s >= (a)'s; (e)
+node CPU per step <= 0.55x (f)'s.
+
+``--quick`` is a smoke run (never writes docs). A real run writes the table
+into docs/benchmarks.md (section "node-groups") and the plot to
+docs/bench_node_groups.png. Run it on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_groups import (
+    _TreeSampler,
+    build_store,
+    cpu_seconds,
+    digest,
+    idle_pss,
+    source_array,
+    torch_loader,
+    touch,
+    tree_cpu,
+)
+from benchlib import DATA, DOCS, Daemon, machine_line, markdown_table, update_doc_section
+
+SEED = 7
+SETUPS = ("embedded", "solo", "node", "torch", "node-tp", "solo-tp", "embedded-node")
+LABEL = {"embedded": "(a) embedded", "solo": "(b) solo clients", "node": "(c) node group",
+         "torch": "(d) torch DataLoader", "node-tp": "(e) node group, TP 2", "solo-tp": "(f) solo clients, TP 2",
+         "embedded-node": "(g) one embedded loader, node's 4 slices"}
+CODECS = ("raw", "zstd")
+
+
+def placement(setup: str, local: int, args: argparse.Namespace) -> tuple[int, int, int]:
+    """(data-parallel rank, data-parallel world, batch) of node 0's local rank ``local``."""
+    if setup == "embedded-node":
+        return 0, args.nodes, args.batch * args.per_node
+    tp = 2 if setup.endswith("-tp") else 1
+    return local // tp, args.nodes * args.per_node // tp, args.batch
+
+
+def trainers_of(setup: str, args: argparse.Namespace) -> int:
+    return 1 if setup == "embedded-node" else args.per_node
+
+
+def trainer(args: argparse.Namespace) -> int:
+    from loaderx.client import DaemonOptions
+    from loaderx.dataloader import DataLoader
+    from loaderx.zrecord import Dense
+
+    rank, world, batch = placement(args.setup, args.local, args)
+    expected = json.loads(Path(args.expected).read_text())
+    close: Any = lambda: None
+    if args.setup == "torch":
+        tl = torch_loader(args.store, batch, args.torch_workers)
+        it = iter(tl)
+
+        def draw() -> np.ndarray:
+            nonlocal it
+            try:
+                return next(it).numpy()
+            except StopIteration:
+                it = iter(tl)
+                return next(it).numpy()
+        want = None
+    else:
+        store = Dense.open(args.store)
+        per_node = args.per_node // (2 if args.setup.endswith("-tp") else 1)
+        daemon = None
+        if args.setup in ("solo", "solo-tp"):
+            daemon = DaemonOptions(args.socket)
+        elif args.setup in ("node", "node-tp"):
+            daemon = DaemonOptions(args.socket, group=f"bench-{args.setup}", group_mode="shard",
+                                   ranks=range(per_node), replicas=2 if args.setup == "node-tp" else 1)
+        loader = DataLoader({"image": store}, batch_size=batch, seed=SEED, rank=rank, world_size=world,
+                            daemon=daemon)
+
+        def draw() -> np.ndarray:
+            return next(loader)["image"]
+
+        def close() -> None:
+            loader.close()
+            store.close()
+        want = expected[str(rank)]
+    first = draw()
+    if want is not None and digest(first) != want:
+        print(json.dumps({"error": f"rank {rank}'s first batch differs from the embedded loader's"}), flush=True)
+        return 1
+    del first
+    print(json.dumps({"ready": os.getpid()}), flush=True)
+    if sys.stdin.readline().strip() != "go":
+        return 1
+    cpu0, t0, sink = tree_cpu(os.getpid()), time.perf_counter(), 0
+    for _ in range(args.steps):
+        b = draw()
+        sink += touch(b)
+        del b
+    wall = time.perf_counter() - t0
+    print(json.dumps({"batches_per_s": args.steps / wall, "cpu_s": tree_cpu(os.getpid()) - cpu0,
+                      "wall_s": wall, "sink": sink}), flush=True)
+    sys.stdin.readline()
+    close()
+    return 0
+
+
+def expected_first(store: Path, setup: str, args: argparse.Namespace) -> dict[str, str]:
+    """The embedded loader's first batch digest of every data-parallel rank of the set-up."""
+    from loaderx.dataloader import DataLoader
+    from loaderx.zrecord import Dense
+
+    out: dict[str, str] = {}
+    if setup == "torch":
+        return out
+    with Dense.open(str(store)) as s:
+        for local in range(trainers_of(setup, args)):
+            rank, world, batch = placement(setup, local, args)
+            if str(rank) not in out:
+                with DataLoader({"image": s}, batch_size=batch, seed=SEED, rank=rank, world_size=world) as dl:
+                    out[str(rank)] = digest(next(dl)["image"])
+    return out
+
+
+def run_setup(args: argparse.Namespace, setup: str, store: Path, daemon: Daemon | None) -> dict[str, Any]:
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(expected_first(store, setup, args), f)
+    base = [sys.executable, __file__, "--trainer", "--setup", setup, "--store", str(store), "--expected", f.name,
+            "--batch", str(args.batch), "--steps", str(args.steps), "--torch-workers", str(args.torch_workers),
+            "--nodes", str(args.nodes), "--per-node", str(args.per_node)]
+    if daemon is not None:
+        base += ["--socket", daemon.sock]
+    procs = [subprocess.Popen([*base, "--local", str(i)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+             for i in range(trainers_of(setup, args))]
+    try:
+        for p in procs:
+            assert p.stdout is not None
+            line = json.loads(p.stdout.readline() or '{"error": "trainer exited"}')
+            if "ready" not in line:
+                raise SystemExit(f"{setup}: {line.get('error')}")
+        sampler = _TreeSampler([p.pid for p in procs], [daemon.proc.pid] if daemon else [])
+        daemon_cpu0 = cpu_seconds(daemon.proc.pid) if daemon else 0.0
+        with sampler:
+            for p in procs:
+                assert p.stdin is not None
+                p.stdin.write("go\n")
+                p.stdin.flush()
+            results = []
+            for p in procs:
+                assert p.stdout is not None
+                results.append(json.loads(p.stdout.readline()))
+        daemon_cpu = (cpu_seconds(daemon.proc.pid) - daemon_cpu0) if daemon else 0.0
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write("done\n")
+            p.stdin.flush()
+        for p in procs:
+            if p.wait(timeout=120) != 0:
+                raise SystemExit(f"{setup}: a trainer failed")
+    finally:
+        os.unlink(f.name)
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    rates = [r["batches_per_s"] for r in results]
+    cpu = sum(r["cpu_s"] for r in results) + daemon_cpu
+    return {"rate_mean": float(np.mean(rates)), "rate_min": float(min(rates)), "pss_mib": sampler.peak / 2**20,
+            "max_trainer_pss_mib": sampler.max_root / 2**20, "cpu_per_step_ms": cpu / args.steps * 1e3,
+            "daemon_cpu_s": daemon_cpu}
+
+
+def goals(results: dict[tuple[str, str], dict[str, Any]], codecs: list[str], ranks: int, bare: float) -> list[str]:
+    lines = []
+    for c in codecs:
+        a, cg, g = results[(c, "embedded")], results[(c, "node")], results[(c, "embedded-node")]
+        e, f = results[(c, "node-tp")], results[(c, "solo-tp")]
+        one = a["max_trainer_pss_mib"]
+        loaders = cg["pss_mib"] - ranks * bare
+        lines.append(
+            f"{c}: (c) total PSS {cg['pss_mib']:.0f} MiB = {cg['pss_mib'] / one:.2f}x one "
+            f"embedded rank's {one:.0f} MiB (goal <= 1.3x); without the {ranks} bare rank processes it is "
+            f"{loaders:.0f} MiB = {loaders / max(one - bare, 1e-9):.2f}x one embedded loader's "
+            f"{one - bare:.0f} MiB; node CPU per step "
+            f"{cg['cpu_per_step_ms']:.1f} ms = {cg['cpu_per_step_ms'] / g['cpu_per_step_ms']:.2f}x (g)'s "
+            f"{g['cpu_per_step_ms']:.1f} ms (goal <= 1.15x); per-rank {cg['rate_mean']:.1f} batches/s = "
+            f"{cg['rate_mean'] / a['rate_mean']:.2f}x (a)'s (goal >= 1x). (e) node CPU per step "
+            f"{e['cpu_per_step_ms']:.1f} ms = {e['cpu_per_step_ms'] / f['cpu_per_step_ms']:.2f}x (f)'s "
+            f"{f['cpu_per_step_ms']:.1f} ms (goal <= 0.55x).")
+    return lines
+
+
+def plot(path: Path, results: dict[tuple[str, str], dict[str, Any]], codecs: list[str]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), dpi=110)
+    shown = [s for s in SETUPS if s != "embedded-node"]
+    x = np.arange(len(codecs))
+    width = 0.8 / len(shown)
+    for k, setup in enumerate(shown):
+        for ax, key in zip(axes, ("rate_mean", "cpu_per_step_ms", "pss_mib")):
+            ax.bar(x + (k - (len(shown) - 1) / 2) * width, [results[(c, setup)][key] for c in codecs], width,
+                   label=LABEL[setup])
+    for ax, title in zip(axes, ("batches/s per rank", "node CPU ms per global step", "total PSS of the node, MiB")):
+        ax.set_xticks(x, codecs)
+        ax.set_title(title, fontsize=10)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--trainer", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--setup", choices=SETUPS, help=argparse.SUPPRESS)
+    ap.add_argument("--local", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--store", help=argparse.SUPPRESS)
+    ap.add_argument("--expected", help=argparse.SUPPRESS)
+    ap.add_argument("--socket", help=argparse.SUPPRESS)
+    ap.add_argument("--loaderxd", help="the loaderxd binary (default: $LOADERXD or build/daemon/loaderxd)")
+    ap.add_argument("--nodes", type=int, default=2)
+    ap.add_argument("--per-node", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--torch-workers", type=int, default=2)
+    ap.add_argument("--codecs", default=",".join(CODECS))
+    ap.add_argument("--quick", action="store_true", help="smoke run: batch 16, 5 steps, 512 records; no docs")
+    ap.add_argument("--no-doc", action="store_true")
+    args = ap.parse_args()
+    if args.trainer:
+        return trainer(args)
+    if args.quick:
+        args.batch, args.steps, args.no_doc = 16, 5, True
+    exe = args.loaderxd or os.environ.get("LOADERXD") or str(Path(__file__).resolve().parents[1] / "build" / "daemon" / "loaderxd")
+    codecs = [c for c in args.codecs.split(",") if c]
+    src, what = source_array(args.quick, 512)
+    root = Path(tempfile.mkdtemp(prefix="lxnode-stores-")) if args.quick else DATA / "groups"
+    results: dict[tuple[str, str], dict[str, Any]] = {}
+    try:
+        for codec in codecs:
+            store = build_store(root, src, codec)
+            for setup in SETUPS:
+                daemon = Daemon(exe) if setup in ("solo", "node", "node-tp", "solo-tp") else None
+                try:
+                    results[(codec, setup)] = run_setup(args, setup, store, daemon)
+                finally:
+                    if daemon:
+                        daemon.close()
+                print(codec, setup, json.dumps({k: round(v, 3) for k, v in results[(codec, setup)].items()}),
+                      flush=True)
+    finally:
+        if args.quick:
+            shutil.rmtree(root, ignore_errors=True)
+    bare = idle_pss("embedded") / 2**20
+    rows = [[c, LABEL[s], f"{r['rate_mean']:.1f}", f"{r['rate_min']:.1f}", f"{r['cpu_per_step_ms']:.1f}",
+             f"{r['pss_mib']:.0f}", f"{r['daemon_cpu_s']:.1f}"]
+            for c in codecs for s in SETUPS for r in [results[(c, s)]]]
+    table = markdown_table(["codec", "set-up", "batches/s per rank (mean)", "slowest rank", "node CPU ms per step",
+                            "total PSS MiB", "of which loaderxd CPU s"], rows, align="llrrrrr")
+    body = (
+        "### Node groups with processes (bench/bench_node_groups.py)\n\n"
+        f"{machine_line()}\n\n"
+        f"Node 0 of a {args.nodes}-node job with {args.per_node} ranks per node (one node at a time on this box), "
+        f"batch {args.batch} per rank, {args.steps} IID steps of uint8[3,224,224] images ({what}, {len(src)} "
+        "records), every page of every batch touched; each rank's first batch checked against the embedded "
+        "loader of its rank. Node CPU: every process of the node (ranks, their workers, loaderxd) per global "
+        "step; PSS: peak of their total (a bare rank process, interpreter and imports only, is "
+        f"{bare:.0f} MiB). One run; load average {os.getloadavg()[0]:.1f} at the end.\n\n{table}\n\n"
+        + "\n".join(goals(results, codecs, args.per_node, bare)) + "\n\n![node groups](bench_node_groups.png)\n")
+    print(body)
+    if not args.no_doc:
+        plot(DOCS / "bench_node_groups.png", results, codecs)
+        update_doc_section("node-groups", body, DOCS / "benchmarks.md")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
