@@ -36,12 +36,13 @@ def snapshot(batch: dict[str, Any]) -> dict[str, Any]:
 
 def assert_equal(a: dict[str, Any], b: dict[str, Any], where: str) -> None:
     assert list(a) == list(b), where
-    for k in a:
-        if isinstance(a[k], dict):
-            assert a[k] == b[k], (where, k)
+    for k, x in a.items():
+        y = b[k]
+        if isinstance(x, dict):
+            assert x == y, (where, k)
         else:
-            assert a[k].dtype == b[k].dtype and a[k].shape == b[k].shape, (where, k)
-            assert a[k].tobytes() == b[k].tobytes(), (where, k)
+            assert x.dtype == y.dtype and x.shape == y.shape, (where, k)
+            assert x.tobytes() == y.tobytes(), (where, k)
 
 
 def test_schedule_packing_and_skips_through_a_node_group_with_replicas(daemon, tmp_path: Path) -> None:
