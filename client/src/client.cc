@@ -30,8 +30,8 @@ Lease::Lease(std::shared_ptr<Connection> conn, uint32_t slot, uint64_t seq, cons
 }
 
 Lease::~Lease() {
-  conn_->UnlistView(this);  // waits for a move of this view under way
-  copy_.Reset();            // nothing may see the slot's next batch through it
+  conn_->held_views().Unlist(this);  // waits for a move of this view under way
+  copy_.Reset();                     // nothing may see the slot's next batch through it
   if (ring_pages_.second != 0)
     conn_->private_rings().Release(ring_, ring_pages_.first, ring_pages_.second);
   if (!moved_out_.load(std::memory_order_acquire)) {  // else released when moved out
@@ -272,7 +272,7 @@ Result<std::optional<BatchView>> Loader::NextUntil(Clock::time_point deadline) {
       uint8_t* base = copy.mutable_data() + (offset - r.first);
       lease->AdoptPrivateCopy(std::move(copy), base);
     }
-    impl_->conn->ListView(lease.get());
+    impl_->conn->held_views().List(lease.get());
   }
   uint8_t* base = impl_->shared_view ? const_cast<uint8_t*>(lease->base()) : lease->mutable_base();
   for (size_t j = 0; j < b->num_streams(); ++j) {

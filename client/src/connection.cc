@@ -77,15 +77,10 @@ int RegisterForFork(int fd) {
   return -1;  // table full: fork protection degrades to the pid check
 }
 
-uint64_t PageBytes() {
-  static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-  return page;
-}
-
 }  // namespace
 
 Connection::Connection(UniqueFd fd, std::string path)
-    : fd_(std::move(fd)), path_(std::move(path)), owner_pid_(::getpid()) {
+    : fd_(std::move(fd)), notes_(fd_.get()), path_(std::move(path)), owner_pid_(::getpid()) {
   fork_slot_ = RegisterForFork(fd_.get());
 }
 
@@ -179,11 +174,7 @@ Result<bool> Connection::Pump(const WaitHook& hook,
                               std::optional<std::chrono::steady_clock::time_point> deadline) {
   using Clock = std::chrono::steady_clock;
   LX_RETURN_IF_ERROR(CheckProcess());
-  {
-    // Nothing pushed comes while the daemon does not know the last take.
-    std::lock_guard<std::mutex> lock(release_mu_);
-    QueueDeferredLocked();
-  }
+  notes_.QueueDeferred();  // nothing pushed comes while the daemon does not know the last take
   while (true) {
     if (closed()) return Status::Cancelled("loader closed");
     LX_ASSIGN_OR_RETURN(bool queued, DrainQueue());
@@ -194,7 +185,7 @@ Result<bool> Connection::Pump(const WaitHook& hook,
       wait = std::clamp(left, std::chrono::milliseconds(0), kPollInterval);
     }
     Result<Frame> got = Frame{};
-    if (notes_queued_.load(std::memory_order_seq_cst)) {
+    if (notes_.queued()) {
       got = ReceiveOrFlush(wait);
     } else {
       got = Receive(wait);
@@ -222,10 +213,7 @@ Result<bool> Connection::PumpQueued() {
   LX_RETURN_IF_ERROR(CheckProcess());
   while (true) {
     if (closed()) return Status::Cancelled("loader closed");
-    if (notes_queued_.load(std::memory_order_seq_cst)) {
-      std::lock_guard<std::mutex> lock(release_mu_);
-      (void)FlushNotesLocked();
-    }
+    if (notes_.queued()) (void)notes_.TrySendQueued();
     LX_ASSIGN_OR_RETURN(bool queued, DrainQueue());
     if (queued) return true;
     LX_ASSIGN_OR_RETURN(Frame f, Receive(std::chrono::milliseconds(0)));
@@ -282,10 +270,7 @@ Result<bool> Connection::DrainQueue() {
 }
 
 Result<Frame> Connection::ReceiveOrFlush(std::chrono::milliseconds wait) {
-  {
-    std::lock_guard<std::mutex> lock(release_mu_);
-    if (FlushNotesLocked()) return Receive(wait);  // all sent: a plain wait
-  }
+  if (notes_.TrySendQueued()) return Receive(wait);  // all sent: a plain wait
   // Still queued: wait for either direction. A seqpacket socket polls
   // writable once the daemon has read enough of what we sent.
   pollfd p{fd_.get(), POLLIN | POLLOUT, 0};
@@ -295,8 +280,7 @@ Result<Frame> Connection::ReceiveOrFlush(std::chrono::milliseconds wait) {
   } while (rc < 0 && errno == EINTR);
   if (rc < 0) return Status::FromErrno("poll", errno);
   if (rc > 0 && (p.revents & POLLOUT) && !(p.revents & (POLLIN | POLLHUP | POLLERR))) {
-    std::lock_guard<std::mutex> lock(release_mu_);
-    (void)FlushNotesLocked();
+    (void)notes_.TrySendQueued();
   }
   return Receive(std::chrono::milliseconds(0));  // a frame, or would_block
 }
@@ -572,95 +556,32 @@ void Connection::Consumed(uint64_t gen, uint64_t step) { SendNote(ConsumedMsg{ge
 
 void Connection::DeferConsumed(uint64_t gen, uint64_t step) {
   if (CurrentPid() != owner_pid_ || shut_down()) return;
-  std::lock_guard<std::mutex> lock(release_mu_);
-  if (!pending_notes_.empty()) {  // behind a full socket: in order, with the rest
-    pending_notes_.push_back(ConsumedMsg{gen, step});
-    notes_queued_.store(true, std::memory_order_seq_cst);
-    return;
-  }
-  deferred_consumed_ = ConsumedMsg{gen, step};
-}
-
-void Connection::QueueDeferredLocked() {
-  if (!deferred_consumed_) return;
-  pending_notes_.push_back(*deferred_consumed_);
-  deferred_consumed_.reset();
-  notes_queued_.store(true, std::memory_order_seq_cst);
+  notes_.Defer(ConsumedMsg{gen, step});
 }
 
 void Connection::AnnounceWait(uint64_t step) {
   if (wait_announced_) return;
   wait_announced_ = true;
   last_heard_ = std::chrono::steady_clock::now();  // a wait starts, as for a request
-  {
-    std::lock_guard<std::mutex> lock(release_mu_);
-    if (deferred_consumed_ && deferred_consumed_->gen == gen_ && deferred_consumed_->step == step) {
-      // The caller is back before anything carried its last take, so the
-      // daemon could not push: this note reports the take too, and the next
-      // takes are reported at once for a while (this caller holds batches
-      // across next() calls without releasing any).
-      deferred_consumed_.reset();
-      defer_cooldown_ = defer_backoff_;
-      defer_backoff_ = std::min(kDeferCooldownMax, 2 * defer_backoff_);
-      defer_streak_ = 0;
-    } else {
-      QueueDeferredLocked();
-    }
+  if (notes_.DropIfDeferred(gen_, step)) {
+    // The caller is back before anything carried its last take, so the
+    // daemon could not push: this note reports the take too, and the next
+    // takes are reported at once for a while (this caller holds batches
+    // across next() calls without releasing any).
+    defer_cooldown_ = defer_backoff_;
+    defer_backoff_ = std::min(kDeferCooldownMax, 2 * defer_backoff_);
+    defer_streak_ = 0;
   }
   SendNote(ConsumedMsg{gen_, step, /*waiting=*/true});
 }
 
 void Connection::SendNote(const Message& note) {
   if (CurrentPid() != owner_pid_ || shut_down()) return;
-  std::lock_guard<std::mutex> lock(release_mu_);
-  // Never block here: this runs in destructors (in Python, with the GIL
-  // held). If the socket is full (a stopped or slow daemon), keep the note:
-  // Pump sends the queue, in order, as soon as the socket has room (the
-  // daemon pushes nothing more until it has the releases), and so does the
-  // next request. If the daemon is gone, so is the slot.
-  if (pending_notes_.empty() && deferred_consumed_) {
-    // The deferred take first, then this note: one sendmmsg.
-    const std::vector<uint8_t> take = EncodeMessage(*deferred_consumed_);
-    const std::vector<uint8_t> frame = EncodeMessage(note);
-    const std::array<std::span<const uint8_t>, 2> frames{take, frame};
-    Result<size_t> sent = SendFrames(fd_.get(), frames, /*nonblocking=*/true);
-    if (!sent.ok() && sent.status().code() != Status::Code::kResourceExhausted) {
-      deferred_consumed_.reset();  // the daemon is gone, and so are the slots
-      return;
-    }
-    const size_t went = sent.ok() ? *sent : 0;
-    if (went == 0) pending_notes_.push_back(*deferred_consumed_);
-    deferred_consumed_.reset();
-    if (went == 2) return;
-  } else if (pending_notes_.empty()) {
-    Status st = SendFrame(fd_.get(), EncodeMessage(note), {}, /*nonblocking=*/true);
-    if (st.code() != Status::Code::kResourceExhausted) return;
-  }
-  pending_notes_.push_back(note);
-  notes_queued_.store(true, std::memory_order_seq_cst);
-}
-
-bool Connection::FlushNotesLocked() {
-  while (!pending_notes_.empty()) {
-    Status st = SendFrame(fd_.get(), EncodeMessage(pending_notes_.front()), {},
-                          /*nonblocking=*/true);
-    if (st.code() == Status::Code::kResourceExhausted) return false;  // still full
-    // Sent, or the daemon is gone (then so are the slots): either way done.
-    pending_notes_.pop_front();
-  }
-  notes_queued_.store(false, std::memory_order_seq_cst);
-  return true;
+  notes_.Send(note);
 }
 
 Status Connection::FlushReleases() {
-  std::deque<Message> pending;
-  {
-    std::lock_guard<std::mutex> lock(release_mu_);
-    QueueDeferredLocked();
-    pending.swap(pending_notes_);
-    notes_queued_.store(false, std::memory_order_seq_cst);
-  }
-  for (const Message& r : pending) LX_RETURN_IF_ERROR(SendMessage(r, {}));
+  for (const Message& r : notes_.TakeAll()) LX_RETURN_IF_ERROR(SendMessage(r, {}));
   return Status::OK();
 }
 
@@ -679,77 +600,17 @@ void Connection::CloseLoader() {
   // `consumed` would make the daemon drop the lease of a batch the caller
   // took. If they cannot all go without blocking, neither can `close`: the
   // session lingers (and the loader stays a member) until the hang-up.
-  std::lock_guard<std::mutex> lock(release_mu_);
-  QueueDeferredLocked();
-  while (!pending_notes_.empty()) {
-    if (!SendFrame(fd_.get(), EncodeMessage(pending_notes_.front()), {}, /*nonblocking=*/true)
-             .ok()) {
-      return;
-    }
-    pending_notes_.pop_front();
-  }
-  notes_queued_.store(false, std::memory_order_seq_cst);
-  (void)SendFrame(fd_.get(), EncodeMessage(CloseMsg{}), {}, /*nonblocking=*/true);
-}
-
-void Connection::ListView(Lease* lease) {
-  std::lock_guard<std::mutex> lock(views_mu_);
-  lease->view_prev_ = views_tail_;
-  lease->view_next_ = nullptr;
-  (views_tail_ != nullptr ? views_tail_->view_next_ : views_head_) = lease;
-  views_tail_ = lease;
-  lease->listed_ = true;
-}
-
-namespace {
-
-// Writes every page of [begin, end) with the value it holds (a CAS that
-// succeeds, so a concurrent writer's bytes stay theirs): each page of a
-// private file mapping becomes an anonymous copy, no longer the file's.
-void CopyPagesOut(uint8_t* begin, uint8_t* end) {
-  const uintptr_t page = static_cast<uintptr_t>(PageBytes());
-  for (uintptr_t p = reinterpret_cast<uintptr_t>(begin) & ~(page - 1);
-       p < reinterpret_cast<uintptr_t>(end); p += page) {
-    std::atomic_ref<uint64_t> word(*reinterpret_cast<uint64_t*>(p));
-    uint64_t v = word.load(std::memory_order_relaxed);
-    while (!word.compare_exchange_weak(v, v, std::memory_order_relaxed)) {
-    }
-  }
-}
-
-}  // namespace
-
-void Connection::UnlinkView(Lease* lease) {
-  (lease->view_prev_ != nullptr ? lease->view_prev_->view_next_ : views_head_) = lease->view_next_;
-  (lease->view_next_ != nullptr ? lease->view_next_->view_prev_ : views_tail_) = lease->view_prev_;
-  lease->view_prev_ = lease->view_next_ = nullptr;
-  lease->listed_ = false;
-}
-
-void Connection::UnlistView(Lease* lease) {
-  std::lock_guard<std::mutex> lock(views_mu_);
-  if (lease->listed_) UnlinkView(lease);
+  notes_.SendAllThen(CloseMsg{});
 }
 
 bool Connection::MoveOutOldestView() {
-  std::lock_guard<std::mutex> lock(views_mu_);
-  Lease* lease = views_head_;
-  if (lease == nullptr) return false;
-  UnlinkView(lease);
-  // The view's extent: its own mapping, or its pages of a private ring.
-  uint8_t* begin = lease->copy_.mutable_data();
-  uint8_t* end = begin + lease->copy_.size();
-  if (lease->copy_.size() == 0) {
-    begin = const_cast<uint8_t*>(lease->base_) - (lease->offset_ - lease->ring_pages_.first);
-    end = begin + (lease->ring_pages_.second - lease->ring_pages_.first);
-  }
-  CopyPagesOut(begin, end);
-  lease->moved_out_.store(true, std::memory_order_release);
-  // As ~Lease: the release goes out before the count drops.
-  Release(lease->slot_, lease->seq_);
-  leases_held.fetch_sub(1, std::memory_order_seq_cst);
-  views_moved_out.fetch_add(1, std::memory_order_relaxed);
-  return true;
+  const bool moved = views_.MoveOutOldest([this](Lease* lease) {
+    // As ~Lease: the release goes out before the count drops.
+    Release(lease->slot_, lease->seq_);
+    leases_held.fetch_sub(1, std::memory_order_seq_cst);
+  });
+  if (moved) views_moved_out.fetch_add(1, std::memory_order_relaxed);
+  return moved;
 }
 
 void Connection::LeaseEnded() {

@@ -47,12 +47,14 @@
 #include <utility>
 #include <vector>
 
+#include "held_views.h"
 #include "loaderx/client.h"
 #include "loaderx/fd.h"
 #include "loaderx/push_queue.h"
 #include "loaderx/ring.h"
 #include "loaderx/unix_socket.h"
 #include "loaderx/wire.h"
+#include "note_outbox.h"
 #include "private_rings.h"
 
 namespace loaderx::client {
@@ -234,18 +236,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // (private_rings.h); attached with the ring. Any thread.
   PrivateRings& private_rings() { return private_rings_; }
 
-  // Held batches beyond the lease cap. Every lease whose batch is a private
-  // view (a writable batch from NextUntil) is listed here, oldest first,
-  // until ~Lease. MoveOutOldestView turns the oldest listed view into this
-  // process's own memory and gives its slot back to the daemon: each page
-  // of the view is written in place with its own value (an atomic
-  // compare-and-swap, so a concurrent write by the user is neither lost nor
-  // torn), which makes the kernel copy it out of the ring into anonymous
-  // memory; only then is the release sent. The batch keeps its address and
-  // contents; memory grows only by what the user holds. Any thread.
-  void ListView(Lease* lease);
-  void UnlistView(Lease* lease);  // ~Lease; waits for a move of that lease
-  bool MoveOutOldestView();       // false: no view to move
+  // Held batches beyond the lease cap: every lease whose batch is a private
+  // view (a writable batch from NextUntil) is listed here until ~Lease
+  // (held_views.h). MoveOutOldestView moves the oldest listed view out of
+  // the ring and gives its slot back (its release, then the count). Any
+  // thread.
+  HeldViews& held_views() { return views_; }
+  bool MoveOutOldestView();  // false: no view to move
   // Batches moved out so far (stats). Relaxed: a counter.
   std::atomic<uint64_t> views_moved_out{0};
 
@@ -276,18 +273,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // generation whose seek reply is still in the socket: false if nothing
   // was filed. Receiver thread.
   Result<bool> DrainQueue();
-  // Sends a release or consumed without blocking (after the deferred
-  // consumed, if any, in the same sendmmsg), or queues it (in order) if the
-  // socket is full; Pump and the next request send the queue.
+  // Sends a release or consumed through the outbox (notes_), unless this is
+  // a forked child or the session is shut down.
   void SendNote(const Message& note);
-  // Moves the deferred consumed, if any, to the end of the note queue (it is
-  // sent by whatever flushes the queue next). REQUIRES release_mu_.
-  void QueueDeferredLocked();
   // Sends the notes that found the socket full (blocking).
   Status FlushReleases();
-  // Sends as many queued notes as go without blocking, in order: true if
-  // none is left. REQUIRES release_mu_.
-  bool FlushNotesLocked();
   // Pump's wait while notes are queued: until the socket is readable (then
   // the frame is read) or writable (then the notes go), at most `wait`.
   Result<Frame> ReceiveOrFlush(std::chrono::milliseconds wait);
@@ -296,6 +286,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void DropReady(bool older_only);
 
   UniqueFd fd_;
+  // Releases and consumed notes on fd_ (note_outbox.h): queued while the
+  // socket is full; Pump and the next request send the queue.
+  NoteOutbox notes_;
   const std::string path_;
   const pid_t owner_pid_;
   int fork_slot_ = -1;  // index in the fork table, -1 if not registered
@@ -339,15 +332,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::mutex ready_mu_;
   std::deque<Pushed> ready_;
 
-  std::mutex release_mu_;
-  // Releases and consumed notes that could not be sent without blocking,
-  // oldest first; sent by Pump as soon as the socket has room, or before
-  // the next request. Guarded by release_mu_.
-  std::deque<Message> pending_notes_;
-  // The take not reported yet (DeferConsumed). Only set while
-  // pending_notes_ is empty (behind queued notes a take is queued too).
-  // Guarded by release_mu_.
-  std::optional<ConsumedMsg> deferred_consumed_;
   // Takes left to report at once after a deferral did not pay (a *miss*:
   // the caller came back for the next item before anything carried the
   // deferred one, so the daemon had not pushed it: a caller holding several
@@ -363,10 +347,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   uint32_t defer_cooldown_ = 0;
   uint32_t defer_backoff_ = kDeferCooldownMin;
   uint32_t defer_streak_ = 0;
-  // !pending_notes_.empty(), for Pump's check without the lock. Written
-  // under release_mu_; a stale read only delays the flush to the next
-  // iteration (at most kPollInterval).
-  std::atomic<bool> notes_queued_{false};
 
   MappedRegion ring_;  // read-only
   UniqueFd ring_fd_;
@@ -378,12 +358,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::shared_ptr<LeasePool> lease_pool_ = std::make_shared<LeasePool>();
 
   PrivateRings private_rings_;
-
-  // The list of movable views (ListView), oldest first.
-  void UnlinkView(Lease* lease);  // REQUIRES views_mu_, lease listed
-  std::mutex views_mu_;
-  Lease* views_head_ = nullptr;
-  Lease* views_tail_ = nullptr;
+  HeldViews views_;
 };
 
 }  // namespace loaderx::client

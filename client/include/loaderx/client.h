@@ -93,6 +93,7 @@ static_assert(kPollInterval * 4 <= kMinLivenessTimeout,
               "the wait must look at the clock several times within the timeout");
 
 class Connection;  // private (client/src)
+class HeldViews;   // private (client/src)
 
 // Called every kPollInterval while a call waits for the daemon; a non-OK
 // status aborts the wait and is returned (Python uses it for Ctrl-C). Nothing
@@ -231,6 +232,7 @@ class Lease {
 
  private:
   friend class Connection;  // describes the batch when it files it
+  friend class HeldViews;   // moves a private view out of the ring
   friend class Loader;      // checks the description before any view
   friend class Batch;
   const StreamLayout& layout(size_t j) const {
@@ -250,9 +252,9 @@ class Lease {
   std::unique_ptr<StreamLayout[]> more_layout_;  // num_streams_ > kInlineStreams only
   bool forgotten_ = false;
   // A private view in its connection's list of movable views (oldest
-  // first). Guarded by the connection's views_mu_.
+  // first). Guarded by that list's mutex (HeldViews).
   bool listed_ = false;
-  // Set once, under views_mu_, after the view's pages were copied out and
+  // Set once, under the list's mutex, after the view's pages were copied out and
   // before the release; release/acquire for moved_out() on other threads.
   std::atomic<bool> moved_out_{false};
   Lease* view_prev_ = nullptr;
