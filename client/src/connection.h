@@ -1,6 +1,10 @@
 // Connection: one socket to loaderxd speaking this build's protocol (kProtocolMajor.
 // kProtocolMinor, loaderx/wire.h), the ring mapping and push queue of the loader opened on
-// it, and fork safety.
+// it, and fork safety. It is the session's transport and inbox (requests and their replies,
+// pushed items in arrival order, generations, liveness); what it sends without a reply is
+// its NoteOutbox (note_outbox.h), the batches held as private views its HeldViews
+// (held_views.h), the private ring mappings its PrivateRings (private_rings.h). The ready
+// queue stays here: its lock orders a take's report against CloseLoader on another thread.
 //
 // The protocol (docs/protocol.md): requests carry an id their reply echoes;
 // batches are pushed by the daemon under the loader's credit, each tagged
