@@ -43,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +134,26 @@ def torch_loader(store: str, batch: int, workers: int) -> Any:
                        multiprocessing_context="fork" if workers > 0 else None)
 
 
+def torch_draw(store: str, batch: int, workers: int) -> Callable[[], np.ndarray]:
+    """Batches of a torch DataLoader over ``store``, epoch after epoch, as a training loop draws them."""
+    tl = torch_loader(store, batch, workers)
+    it = iter(tl)
+
+    def draw() -> np.ndarray:
+        nonlocal it
+        try:
+            return next(it).numpy()
+        except StopIteration:
+            it = iter(tl)
+            return next(it).numpy()
+    return draw
+
+
+def loaderxd_path(explicit: str | None) -> str:
+    """The loaderxd to benchmark: ``explicit``, else $LOADERXD, else the build tree's."""
+    return explicit or os.environ.get("LOADERXD") or str(Path(__file__).resolve().parents[1] / "build" / "daemon" / "loaderxd")
+
+
 def trainer(args: argparse.Namespace) -> int:
     if args.setup in ("idle", "idle-torch"):  # baselines: the same imports, no loader
         import loaderx.client  # noqa: F401
@@ -145,18 +166,7 @@ def trainer(args: argparse.Namespace) -> int:
         return 0
     expected = json.loads(Path(args.expected).read_text())
     if args.setup == "torch":
-        tl = torch_loader(args.store, args.batch, args.torch_workers)
-        it = iter(tl)
-        first_step = 0
-
-        def draw() -> np.ndarray:  # epoch after epoch, as a training loop does
-            nonlocal it
-            try:
-                return next(it).numpy()
-            except StopIteration:
-                it = iter(tl)
-                return next(it).numpy()
-        close = lambda: None
+        draw, close, first_step = torch_draw(args.store, args.batch, args.torch_workers), lambda: None, 0
     else:
         from loaderx.client import DaemonOptions
         from loaderx.dataloader import DataLoader
@@ -179,19 +189,25 @@ def trainer(args: argparse.Namespace) -> int:
         print(json.dumps({"error": f"first batch (step {first_step}) differs from the expected one"}), flush=True)
         return 1
     del first
+    return timed_draws(draw, args.steps, close)
+
+
+def timed_draws(draw: Callable[[], np.ndarray], steps: int, close: Callable[[], None]) -> int:
+    """A trainer process's timed part: says it is ready, waits for "go", draws and touches
+    ``steps`` batches, reports its batches/s and CPU, waits until the parent has sampled."""
     print(json.dumps({"ready": os.getpid()}), flush=True)
     if sys.stdin.readline().strip() != "go":
         return 1
     cpu0 = tree_cpu(os.getpid())
     t0 = time.perf_counter()
     sink = 0
-    for _ in range(args.steps):
+    for _ in range(steps):
         b = draw()
         sink += touch(b)
         del b
     wall = time.perf_counter() - t0
     cpu = tree_cpu(os.getpid()) - cpu0
-    print(json.dumps({"batches_per_s": args.steps / wall, "cpu_s": cpu, "wall_s": wall, "sink": sink}), flush=True)
+    print(json.dumps({"batches_per_s": steps / wall, "cpu_s": cpu, "wall_s": wall, "sink": sink}), flush=True)
     sys.stdin.readline()  # the parent samples PSS until everyone is done
     close()
     return 0
@@ -248,8 +264,21 @@ def run_setup(args: argparse.Namespace, setup: str, store: Path, expected: Path,
            "--torch-workers", str(args.torch_workers)]
     if daemon is not None:
         cmd += ["--socket", daemon.sock]
-    procs = [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-             for _ in range(args.trainers)]
+    results, sampler, daemon_cpu = run_trainers(setup, [cmd] * args.trainers, daemon)
+    rates = [r["batches_per_s"] for r in results]
+    return {"rate_mean": float(np.mean(rates)), "rate_min": float(min(rates)),
+            "pss_mib": sampler.peak / 2**20, "max_trainer_pss_mib": sampler.max_root / 2**20,
+            "shmem_mib": sampler.peak_shmem / 2**20, "file_mib": sampler.peak_file / 2**20,
+            "cpu_s": sum(r["cpu_s"] for r in results) + daemon_cpu, "daemon_cpu_s": daemon_cpu,
+            "wall_s": max(r["wall_s"] for r in results)}
+
+
+def run_trainers(setup: str, cmds: list[list[str]], daemon: Daemon | None
+                 ) -> tuple[list[dict[str, Any]], _TreeSampler, float]:
+    """Starts one trainer process per command, waits until all are ready, lets them run
+    while sampling the PSS of them all (and loaderxd's), and returns their reports, the
+    sampler and loaderxd's CPU seconds over the run."""
+    procs = [subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for cmd in cmds]
     try:
         for p in procs:
             assert p.stdout is not None
@@ -279,12 +308,7 @@ def run_setup(args: argparse.Namespace, setup: str, store: Path, expected: Path,
         for p in procs:
             if p.poll() is None:
                 p.kill()
-    rates = [r["batches_per_s"] for r in results]
-    return {"rate_mean": float(np.mean(rates)), "rate_min": float(min(rates)),
-            "pss_mib": sampler.peak / 2**20, "max_trainer_pss_mib": sampler.max_root / 2**20,
-            "shmem_mib": sampler.peak_shmem / 2**20, "file_mib": sampler.peak_file / 2**20,
-            "cpu_s": sum(r["cpu_s"] for r in results) + daemon_cpu, "daemon_cpu_s": daemon_cpu,
-            "wall_s": max(r["wall_s"] for r in results)}
+    return results, sampler, daemon_cpu
 
 
 class _TreeSampler(PssSampler):
@@ -380,7 +404,7 @@ def main() -> int:
         return trainer(args)
     if args.quick:
         args.batch, args.steps, args.no_doc = 16, 5, True
-    exe = args.loaderxd or os.environ.get("LOADERXD") or str(Path(__file__).resolve().parents[1] / "build" / "daemon" / "loaderxd")
+    exe = loaderxd_path(args.loaderxd)
     codecs = [c for c in args.codecs.split(",") if c]
     setups = [s for s in SETUPS if s in args.setups.split(",")]
     if setups != list(SETUPS):

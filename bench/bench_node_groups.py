@@ -42,10 +42,8 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -53,15 +51,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_groups import (
-    _TreeSampler,
     build_store,
-    cpu_seconds,
     digest,
     idle_pss,
+    loaderxd_path,
+    run_trainers,
     source_array,
-    torch_loader,
-    touch,
-    tree_cpu,
+    timed_draws,
+    torch_draw,
 )
 from benchlib import DATA, DOCS, Daemon, machine_line, markdown_table, update_doc_section
 
@@ -94,17 +91,7 @@ def trainer(args: argparse.Namespace) -> int:
     expected = json.loads(Path(args.expected).read_text())
     close: Any = lambda: None
     if args.setup == "torch":
-        tl = torch_loader(args.store, batch, args.torch_workers)
-        it = iter(tl)
-
-        def draw() -> np.ndarray:
-            nonlocal it
-            try:
-                return next(it).numpy()
-            except StopIteration:
-                it = iter(tl)
-                return next(it).numpy()
-        want = None
+        draw, want = torch_draw(args.store, batch, args.torch_workers), None
     else:
         store = Dense.open(args.store)
         per_node = args.per_node // (2 if args.setup.endswith("-tp") else 1)
@@ -129,20 +116,7 @@ def trainer(args: argparse.Namespace) -> int:
         print(json.dumps({"error": f"rank {rank}'s first batch differs from the embedded loader's"}), flush=True)
         return 1
     del first
-    print(json.dumps({"ready": os.getpid()}), flush=True)
-    if sys.stdin.readline().strip() != "go":
-        return 1
-    cpu0, t0, sink = tree_cpu(os.getpid()), time.perf_counter(), 0
-    for _ in range(args.steps):
-        b = draw()
-        sink += touch(b)
-        del b
-    wall = time.perf_counter() - t0
-    print(json.dumps({"batches_per_s": args.steps / wall, "cpu_s": tree_cpu(os.getpid()) - cpu0,
-                      "wall_s": wall, "sink": sink}), flush=True)
-    sys.stdin.readline()
-    close()
-    return 0
+    return timed_draws(draw, args.steps, close)
 
 
 def expected_first(store: Path, setup: str, args: argparse.Namespace) -> dict[str, str]:
@@ -170,43 +144,20 @@ def run_setup(args: argparse.Namespace, setup: str, store: Path, daemon: Daemon 
             "--nodes", str(args.nodes), "--per-node", str(args.per_node)]
     if daemon is not None:
         base += ["--socket", daemon.sock]
-    procs = [subprocess.Popen([*base, "--local", str(i)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-             for i in range(trainers_of(setup, args))]
     try:
-        for p in procs:
-            assert p.stdout is not None
-            line = json.loads(p.stdout.readline() or '{"error": "trainer exited"}')
-            if "ready" not in line:
-                raise SystemExit(f"{setup}: {line.get('error')}")
-        sampler = _TreeSampler([p.pid for p in procs], [daemon.proc.pid] if daemon else [])
-        daemon_cpu0 = cpu_seconds(daemon.proc.pid) if daemon else 0.0
-        with sampler:
-            for p in procs:
-                assert p.stdin is not None
-                p.stdin.write("go\n")
-                p.stdin.flush()
-            results = []
-            for p in procs:
-                assert p.stdout is not None
-                results.append(json.loads(p.stdout.readline()))
-        daemon_cpu = (cpu_seconds(daemon.proc.pid) - daemon_cpu0) if daemon else 0.0
-        for p in procs:
-            assert p.stdin is not None
-            p.stdin.write("done\n")
-            p.stdin.flush()
-        for p in procs:
-            if p.wait(timeout=120) != 0:
-                raise SystemExit(f"{setup}: a trainer failed")
+        cmds = [[*base, "--local", str(i)] for i in range(trainers_of(setup, args))]
+        results, sampler, daemon_cpu = run_trainers(setup, cmds, daemon)
     finally:
         os.unlink(f.name)
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
     rates = [r["batches_per_s"] for r in results]
     cpu = sum(r["cpu_s"] for r in results) + daemon_cpu
     return {"rate_mean": float(np.mean(rates)), "rate_min": float(min(rates)), "pss_mib": sampler.peak / 2**20,
             "max_trainer_pss_mib": sampler.max_root / 2**20, "cpu_per_step_ms": cpu / args.steps * 1e3,
             "daemon_cpu_s": daemon_cpu}
+
+
+def _x(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b > 0 else "-"
 
 
 def goals(results: dict[tuple[str, str], dict[str, Any]], codecs: list[str], ranks: int, bare: float) -> list[str]:
@@ -217,14 +168,14 @@ def goals(results: dict[tuple[str, str], dict[str, Any]], codecs: list[str], ran
         one = a["max_trainer_pss_mib"]
         loaders = cg["pss_mib"] - ranks * bare
         lines.append(
-            f"{c}: (c) total PSS {cg['pss_mib']:.0f} MiB = {cg['pss_mib'] / one:.2f}x one "
+            f"{c}: (c) total PSS {cg['pss_mib']:.0f} MiB = {_x(cg['pss_mib'], one)} one "
             f"embedded rank's {one:.0f} MiB (goal <= 1.3x); without the {ranks} bare rank processes it is "
-            f"{loaders:.0f} MiB = {loaders / max(one - bare, 1e-9):.2f}x one embedded loader's "
+            f"{loaders:.0f} MiB = {_x(loaders, one - bare)} one embedded loader's "
             f"{one - bare:.0f} MiB; node CPU per step "
-            f"{cg['cpu_per_step_ms']:.1f} ms = {cg['cpu_per_step_ms'] / g['cpu_per_step_ms']:.2f}x (g)'s "
+            f"{cg['cpu_per_step_ms']:.1f} ms = {_x(cg['cpu_per_step_ms'], g['cpu_per_step_ms'])} (g)'s "
             f"{g['cpu_per_step_ms']:.1f} ms (goal <= 1.15x); per-rank {cg['rate_mean']:.1f} batches/s = "
-            f"{cg['rate_mean'] / a['rate_mean']:.2f}x (a)'s (goal >= 1x). (e) node CPU per step "
-            f"{e['cpu_per_step_ms']:.1f} ms = {e['cpu_per_step_ms'] / f['cpu_per_step_ms']:.2f}x (f)'s "
+            f"{_x(cg['rate_mean'], a['rate_mean'])} (a)'s (goal >= 1x). (e) node CPU per step "
+            f"{e['cpu_per_step_ms']:.1f} ms = {_x(e['cpu_per_step_ms'], f['cpu_per_step_ms'])} (f)'s "
             f"{f['cpu_per_step_ms']:.1f} ms (goal <= 0.55x).")
     return lines
 
@@ -275,7 +226,7 @@ def main() -> int:
         return trainer(args)
     if args.quick:
         args.batch, args.steps, args.no_doc = 16, 5, True
-    exe = args.loaderxd or os.environ.get("LOADERXD") or str(Path(__file__).resolve().parents[1] / "build" / "daemon" / "loaderxd")
+    exe = loaderxd_path(args.loaderxd)
     codecs = [c for c in args.codecs.split(",") if c]
     src, what = source_array(args.quick, 512)
     root = Path(tempfile.mkdtemp(prefix="lxnode-stores-")) if args.quick else DATA / "groups"
