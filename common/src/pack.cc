@@ -191,7 +191,10 @@ Status PackSpec::CheckDType(size_t stream, const DType& dtype, std::string_view 
   return Status::OK();
 }
 
-Result<PackedBatch> Pack(const PackSpec& spec, const std::vector<PackStream>& streams) {
+namespace {
+
+// Checks the streams against the spec and each other; returns the units of the batch.
+Result<uint64_t> CheckStreams(const PackSpec& spec, const std::vector<PackStream>& streams) {
   LX_RETURN_IF_ERROR(spec.Validate());
   if (streams.size() != spec.pad.size()) {
     return Status::InvalidArgument("packing: " + std::to_string(streams.size()) +
@@ -222,62 +225,48 @@ Result<PackedBatch> Pack(const PackSpec& spec, const std::vector<PackStream>& st
       }
     }
   }
+  return units;
+}
 
-  PackedBatch out;
-  out.rows = units * spec.rows;
-  out.seq_len = spec.seq_len;
-  const uint64_t per_unit = batch / units;
-  std::vector<Piece> pieces;
-  for (uint64_t u = 0; u < units; ++u) {
-    if (spec.policy == PackPolicy::kConcat) {
-      PlanConcat(spec, lead, u * per_unit, per_unit, u * spec.rows, pieces, out.counts);
-    } else {
-      PlanBestFit(spec, lead, u * per_unit, per_unit, u * spec.rows, pieces, out.counts);
-    }
-  }
-  for (const PackDoc& d : lead) out.counts.tokens += d.size;
-
-  const uint64_t total = out.rows * spec.seq_len;
-  // Tokens placed per row (pieces fill each row from column 0 without gaps).
-  std::vector<uint64_t> used(out.rows, 0);
-  for (const Piece& p : pieces) used[p.row] += p.length;
-  uint64_t packed = 0;
-  for (uint64_t u : used) packed += u;
-  out.counts.tokens_padded = total - packed;
-
+// segment_ids (1, 2, ... per row, 0 = padding) and positions of the pieces.
+void FillSegments(const std::vector<Piece>& pieces, uint64_t seq_len, PackedBatch& out) {
+  const uint64_t total = out.rows * seq_len;
   out.segment_ids.assign(total, 0);
   out.positions.assign(total, 0);
-  {
-    uint64_t row = out.rows;  // none yet
-    int32_t segment = 0;
-    for (const Piece& p : pieces) {
-      if (p.row != row) {
-        row = p.row;
-        segment = 0;
-      }
-      ++segment;
-      const uint64_t at = p.row * spec.seq_len + p.col;
-      std::fill_n(out.segment_ids.begin() + static_cast<std::ptrdiff_t>(at), p.length, segment);
-      for (uint64_t k = 0; k < p.length; ++k) {
-        out.positions[at + k] = static_cast<int32_t>(k);
-      }
+  uint64_t row = out.rows;  // none yet
+  int32_t segment = 0;
+  for (const Piece& p : pieces) {
+    if (p.row != row) {
+      row = p.row;
+      segment = 0;
     }
+    ++segment;
+    const uint64_t at = p.row * seq_len + p.col;
+    std::fill_n(out.segment_ids.begin() + static_cast<std::ptrdiff_t>(at), p.length, segment);
+    for (uint64_t k = 0; k < p.length; ++k) out.positions[at + k] = static_cast<int32_t>(k);
   }
-  if (spec.cu_seqlens) {
-    out.cu_seqlens.reserve(pieces.size() + out.rows + 1);
-    out.cu_seqlens.push_back(0);
-    size_t next = 0;
-    for (uint64_t r = 0; r < out.rows; ++r) {
-      for (; next < pieces.size() && pieces[next].row == r; ++next) {
-        const Piece& p = pieces[next];
-        out.cu_seqlens.push_back(static_cast<int32_t>(r * spec.seq_len + p.col + p.length));
-      }
-      if (used[r] < spec.seq_len) {
-        out.cu_seqlens.push_back(static_cast<int32_t>((r + 1) * spec.seq_len));
-      }
-    }
-  }
+}
 
+// cu_seqlens: the end of every piece, and of every row's padding (its own segment).
+void FillCuSeqlens(const std::vector<Piece>& pieces, const std::vector<uint64_t>& used,
+                   uint64_t seq_len, PackedBatch& out) {
+  out.cu_seqlens.reserve(pieces.size() + out.rows + 1);
+  out.cu_seqlens.push_back(0);
+  size_t next = 0;
+  for (uint64_t r = 0; r < out.rows; ++r) {
+    for (; next < pieces.size() && pieces[next].row == r; ++next) {
+      const Piece& p = pieces[next];
+      out.cu_seqlens.push_back(static_cast<int32_t>(r * seq_len + p.col + p.length));
+    }
+    if (used[r] < seq_len) out.cu_seqlens.push_back(static_cast<int32_t>((r + 1) * seq_len));
+  }
+}
+
+// Each stream's (rows, seq_len) array: the pieces' elements, then its pad value.
+void CopyStreams(const PackSpec& spec, const std::vector<PackStream>& streams,
+                 const std::vector<Piece>& pieces, const std::vector<uint64_t>& used,
+                 PackedBatch& out) {
+  const uint64_t total = out.rows * spec.seq_len;
   out.streams.reserve(streams.size());
   for (size_t s = 0; s < streams.size(); ++s) {
     const PackStream& st = streams[s];
@@ -296,6 +285,36 @@ Result<PackedBatch> Pack(const PackSpec& spec, const std::vector<PackStream>& st
     }
     out.streams.push_back(std::move(buf));
   }
+}
+
+}  // namespace
+
+Result<PackedBatch> Pack(const PackSpec& spec, const std::vector<PackStream>& streams) {
+  LX_ASSIGN_OR_RETURN(const uint64_t units, CheckStreams(spec, streams));
+  const std::vector<PackDoc>& lead = streams[0].docs;
+  PackedBatch out;
+  out.rows = units * spec.rows;
+  out.seq_len = spec.seq_len;
+  const uint64_t per_unit = lead.size() / units;
+  std::vector<Piece> pieces;
+  for (uint64_t u = 0; u < units; ++u) {
+    if (spec.policy == PackPolicy::kConcat) {
+      PlanConcat(spec, lead, u * per_unit, per_unit, u * spec.rows, pieces, out.counts);
+    } else {
+      PlanBestFit(spec, lead, u * per_unit, per_unit, u * spec.rows, pieces, out.counts);
+    }
+  }
+  for (const PackDoc& d : lead) out.counts.tokens += d.size;
+  // Tokens placed per row (pieces fill each row from column 0 without gaps).
+  std::vector<uint64_t> used(out.rows, 0);
+  for (const Piece& p : pieces) used[p.row] += p.length;
+  uint64_t packed = 0;
+  for (uint64_t u : used) packed += u;
+  out.counts.tokens_padded = out.rows * spec.seq_len - packed;
+
+  FillSegments(pieces, spec.seq_len, out);
+  if (spec.cu_seqlens) FillCuSeqlens(pieces, used, spec.seq_len, out);
+  CopyStreams(spec, streams, pieces, used, out);
   return out;
 }
 
