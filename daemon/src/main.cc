@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -103,6 +104,21 @@ int Detach() {
   return pipefd[1];
 }
 
+// The listening socket: the one systemd passed (socket activation), else our
+// own at config.socket_path (*own_socket: unlinked at exit).
+Result<UniqueFd> Listen(const Config& config, bool* own_socket) {
+  LX_ASSIGN_OR_RETURN(std::optional<UniqueFd> activated, TakeListenFd());
+  if (activated.has_value()) {
+    LX_LOG(kInfo) << "using the socket passed by systemd";
+    return std::move(*activated);
+  }
+  LX_RETURN_IF_ERROR(EnsureSocketDir(config.socket_path));
+  LX_ASSIGN_OR_RETURN(UniqueFd listener,
+                      loaderx::ListenSeqpacket(config.socket_path, config.socket_mode));
+  *own_socket = true;
+  return listener;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -145,21 +161,10 @@ int main(int argc, char** argv) {
     g_on_terminal_too = true;
   }
 
-  auto activated = TakeListenFd();
-  if (!activated.ok()) return Fail(activated.status());
-  UniqueFd listener;
   bool own_socket = false;
-  if (activated->has_value()) {
-    listener = std::move(**activated);
-    LX_LOG(kInfo) << "using the socket passed by systemd";
-  } else {
-    Status dir = EnsureSocketDir(config.socket_path);
-    if (!dir.ok()) return Fail(dir);
-    auto l = loaderx::ListenSeqpacket(config.socket_path, config.socket_mode);
-    if (!l.ok()) return Fail(l.status());
-    listener = std::move(l).value();
-    own_socket = true;
-  }
+  auto listening = Listen(config, &own_socket);
+  if (!listening.ok()) return Fail(listening.status());
+  UniqueFd listener = std::move(listening).value();
   const bool under_systemd = std::getenv("NOTIFY_SOCKET") != nullptr;
   int ready_fd = (config.foreground || under_systemd) ? -1 : Detach();
   if (ready_fd >= 0) g_on_terminal_too = false;  // stderr is /dev/null now
