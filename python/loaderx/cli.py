@@ -530,6 +530,8 @@ def _codecs() -> tuple[str, ...]:
 
 
 def _parser() -> argparse.ArgumentParser:
+    # One flat table of every subcommand and option (81 lines): read top to
+    # bottom it is the CLI's reference; split up, it would be scattered.
     p = argparse.ArgumentParser(prog="loaderx",
                                 description="Inspect, check, build and time Zrecord stores.",
                                 epilog="exit status: 0 ok, 1 failed, 2 usage, 130 interrupted, "
