@@ -145,13 +145,18 @@ void VerifyAgainstEmbedded(loaderx::client::Loader& loader, const std::string& s
   spec.seed = kSeed;
   auto pipe =
       Check(loaderx::Pipeline::Create({s}, spec, loaderx::PipelineOptions{}), "embedded pipeline");
+  const loaderx::StreamInfo& info = pipe->streams()[0];
+  uint64_t want_bytes = batch * info.itemsize;
+  for (uint64_t d : info.item_shape) want_bytes *= d;
   for (int i = 0; i < kVerifySteps; ++i) {
-    loaderx::Batch want = Check(pipe->Next(), "embedded next");
+    std::optional<loaderx::BatchView> want =
+        Check(pipe->NextUntil(loaderx::BatchSource::Clock::now() + std::chrono::minutes(1)),
+              "embedded next");
+    if (!want) Die("the embedded batch took more than a minute");
     loaderx::client::Batch got = Check(loader.Next(), "daemon next");
     const uint64_t bytes = DenseBytes(got);
-    if (got.step() != want.step || bytes != want.layout.streams[0].values_bytes ||
-        std::memcmp(got.Dense(0).data, want.memory->data() + want.layout.streams[0].values_offset,
-                    bytes) != 0) {
+    if (got.step() != want->step || bytes != want_bytes ||
+        std::memcmp(got.Dense(0).data, want->streams[0].values, bytes) != 0) {
       Die("daemon batch of step " + std::to_string(got.step()) + " differs from embedded");
     }
   }

@@ -276,14 +276,7 @@ Result<std::optional<BatchView>> Loader::NextUntil(Clock::time_point deadline) {
   }
   uint8_t* base = impl_->shared_view ? const_cast<uint8_t*>(lease->base()) : lease->mutable_base();
   for (size_t j = 0; j < b->num_streams(); ++j) {
-    const StreamLayout& l = lease->layout(j);
-    StreamView sv;
-    sv.values = base + l.values_offset;
-    if (l.kind == Kind::kRagged) {
-      sv.offsets = reinterpret_cast<const uint64_t*>(base + l.offsets_offset);
-      sv.shapes = reinterpret_cast<const uint64_t*>(base + l.shapes_offset);
-    }
-    v.streams.push_back(sv);
+    v.streams.push_back(StreamViewAt(base, lease->layout(j)));
   }
   v.owner = lease;
   return std::optional<BatchView>(std::move(v));

@@ -40,9 +40,9 @@ std::vector<uint8_t> Contents(const client::Batch& b) {
   return out;
 }
 
-std::vector<uint8_t> Contents(const Batch& b) {
+std::vector<uint8_t> Contents(const EmbeddedRef& b) {
   std::vector<uint8_t> out;
-  const uint8_t* base = b.memory->data();
+  const uint8_t* base = b.base();
   for (const StreamLayout& l : b.layout.streams) {
     if (l.kind == Kind::kDense) {
       out.insert(out.end(), base + l.values_offset, base + l.values_offset + l.values_bytes);

@@ -63,10 +63,11 @@ class GroupTest : public DaemonFixture {
   }
 
   // Asserts that the daemon batch holds exactly the embedded batch's arrays.
-  void ExpectSameArrays(const client::Batch& got, const Batch& want, const std::string& what) {
-    ASSERT_EQ(got.step(), want.step) << what;
+  void ExpectSameArrays(const client::Batch& got, const EmbeddedRef& want,
+                        const std::string& what) {
+    ASSERT_EQ(got.step(), want.view.step) << what;
     ASSERT_EQ(got.batch_size(), want.layout.batch_size) << what;
-    const uint8_t* base = want.memory->data();
+    const uint8_t* base = want.base();
     for (size_t j = 0; j < want.layout.streams.size(); ++j) {
       const StreamLayout& l = want.layout.streams[j];
       if (l.kind == Kind::kDense) {

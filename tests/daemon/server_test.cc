@@ -26,9 +26,9 @@ class ServerTest : public DaemonFixture {
   }
   // The embedded pipeline's bytes for `step`, the reference for every check.
   std::vector<uint8_t> EmbeddedBytes(const LoaderSpec& spec, uint64_t step, BatchLayout* layout) {
-    Batch b = EmbeddedBatch(spec, step);
+    EmbeddedRef b = EmbeddedBatch(spec, step);
     *layout = b.layout;
-    return std::vector<uint8_t>(b.memory->data(), b.memory->data() + b.layout.total_bytes);
+    return std::vector<uint8_t>(b.base(), b.base() + b.layout.total_bytes);
   }
   std::vector<uint8_t> BytesOf(const client::Batch& b, uint64_t total) {
     const uint8_t* p = b.lease()->base();
