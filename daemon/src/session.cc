@@ -19,12 +19,12 @@
 #include <variant>
 #include <vector>
 
-#include "group.h"
 #include "lease_ledger.h"
 #include "loaderx/loader.h"
 #include "loaderx/mix.h"
 #include "loaderx/push_queue.h"
 #include "loaderx/sampler.h"
+#include "serving_group.h"
 
 namespace loaderx::daemon {
 
@@ -755,7 +755,7 @@ class SessionImpl final : public Session, public std::enable_shared_from_this<Se
       member_of_ = group_;
     }
     rank_ = m.rank;
-    // A member may hold at most what the ring was sized for (group.h).
+    // A member may hold at most what the ring was sized for (serving_group.h).
     lease_cap_ = std::min(options.leases, group_->lease_cap());
     OpenedMsg reply;
     reply.id = m.id;

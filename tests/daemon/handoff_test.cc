@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "daemon/daemon_fixture.h"
-#include "group.h"
 #include "loaderx/push_queue.h"
 #include "loaderx/ring.h"
 #include "loaderx/store.h"
 #include "loaderx/unix_socket.h"
 #include "loaderx/wire.h"
+#include "serving_group.h"
 
 namespace loaderx::testing {
 namespace {

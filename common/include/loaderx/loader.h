@@ -141,7 +141,7 @@ struct PipelineOptions {
   // contended core over a gather running ahead. Lowering one's own priority
   // needs no privilege; if setpriority fails anyway the thread keeps its
   // priority (advisory). 0..kMaxGatherNice, else InvalidArgument.
-  // loaderxd passes its --gather-nice (daemon/src/group.h Options).
+  // loaderxd passes its --gather-nice (daemon/src/serving_group.h Options).
   int gather_nice = 0;
 };
 

@@ -1,6 +1,6 @@
 // loaderxd groups end to end: C++ clients sharing one pipeline of an
 // in-process daemon (docs/daemon.md "Groups").
-#include "group.h"
+#include "serving_group.h"
 
 #include <chrono>
 #include <cstring>
