@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <utility>
@@ -385,6 +386,19 @@ std::string Seconds(std::chrono::milliseconds ms) {
 }  // namespace
 
 Status LoaderSpec::ValidateOptions() const {
+  if (ranks_step != 1) {
+    // Named as Python writes the range, its stop where the ranks end ("..."
+    // past int64).
+    int64_t stop = 0;
+    const bool fits =
+        ranks_first <= uint64_t{INT64_MAX} && ranks_count <= uint64_t{INT64_MAX} &&
+        !__builtin_mul_overflow(static_cast<int64_t>(ranks_count), ranks_step, &stop) &&
+        !__builtin_add_overflow(stop, static_cast<int64_t>(ranks_first), &stop);
+    const std::string stop_text = fits ? std::to_string(stop) : std::string("...");
+    return Status::InvalidArgument("ranks must be a range of consecutive ranks, got range(" +
+                                   std::to_string(ranks_first) + ", " + stop_text + ", " +
+                                   std::to_string(ranks_step) + ")");
+  }
   const bool grouped = !group.empty();
   if (group.size() > kMaxGroupName) {
     return Status::InvalidArgument("group must be 1.." + std::to_string(kMaxGroupName) +

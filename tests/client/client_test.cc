@@ -108,6 +108,25 @@ TEST(LoaderSpecTest, EachRuleNamesTheFieldAndTheValue) {
   s.replicas = 2;
   fails(s, "ranks and replicas are for shard groups");
   s.replicas = 1;
+  // ranks=range(0, 4, 2) in Python: not consecutive, named as Python writes
+  // it, and refused before any other rule (here: the group mode's).
+  s.ranks_first = 0;
+  s.ranks_count = 2;
+  s.ranks_step = 2;
+  EXPECT_EQ(s.ValidateOptions().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(s.ValidateOptions().message(),
+            "ranks must be a range of consecutive ranks, got range(0, 4, 2)");
+  s.ranks_first = 3;
+  s.ranks_count = 3;
+  s.ranks_step = -1;
+  EXPECT_EQ(s.Validate().message(),
+            "ranks must be a range of consecutive ranks, got range(3, 0, -1)");
+  s.ranks_count = 0;
+  s.ranks_step = 2;
+  EXPECT_EQ(s.Validate().message(),
+            "ranks must be a range of consecutive ranks, got range(3, 3, 2)");
+  s.ranks_first = 0;
+  s.ranks_step = 1;
   s.start_step = 7;
   s.join = GroupJoin::kCurrent;
   fails(s, "start_step=7 and join='current' contradict each other");

@@ -65,6 +65,7 @@
 #include "loaderx/sampler.h"
 #include "loaderx/status.h"
 #include "loaderx/store.h"
+#include "loaderx/timeouts.h"
 
 namespace loaderx {
 
@@ -76,19 +77,8 @@ inline constexpr std::chrono::milliseconds kPollInterval{50};
 inline constexpr std::chrono::milliseconds kDeadPeerDetection{1000};
 static_assert(kPollInterval * 4 <= kDeadPeerDetection,
               "a blocked wait must notice a dead daemon well within the promise");
-// Liveness (protocol 1.2): a wait that hears nothing from a daemon that
-// announced heartbeats for this long returns Status::Daemon (a SIGSTOPped,
-// deadlocked or swapped-out loaderxd). LoaderSpec::liveness_timeout sets it
-// per loader, at least kMinLivenessTimeout: several heartbeats must fit, so
-// a daemon that is merely busy is never mistaken for a dead one.
-inline constexpr std::chrono::milliseconds kDefaultLivenessTimeout{10000};
-// Four of the daemon's heartbeat intervals (protocol 1.2: 250 ms; client.cc
-// static_asserts the relation against the protocol's constant).
-inline constexpr std::chrono::milliseconds kMinLivenessTimeout{1000};
-static_assert(kMinLivenessTimeout <= kDefaultLivenessTimeout);
-// The shortest LoaderSpec::group_timeout, and the longest of either timeout.
-inline constexpr std::chrono::milliseconds kMinGroupTimeout{100};
-inline constexpr std::chrono::milliseconds kMaxTimeout{86400 * 1000};
+// The timeouts' bounds (kDefaultLivenessTimeout, kMinLivenessTimeout,
+// kMinGroupTimeout, kMaxTimeout) are in loaderx/timeouts.h.
 static_assert(kPollInterval * 4 <= kMinLivenessTimeout,
               "the wait must look at the clock several times within the timeout");
 
@@ -167,6 +157,9 @@ struct LoaderSpec {
   // name what does not fit; a daemon older than 1.5 is refused here.
   uint64_t ranks_first = 0;
   uint64_t ranks_count = 0;
+  // The stride of those ranks, as Python's range has one: only consecutive
+  // ranks (1) are a group's, any other is InvalidArgument.
+  int64_t ranks_step = 1;
   uint32_t replicas = 1;
   // How NextUntil's BatchView sees the slot. false (default): through a
   // private copy-on-write mapping of the slot made per batch, so the values
