@@ -206,6 +206,29 @@ void ExpectBatchIs(const BatchView& batch, uint64_t step, const SamplerSpec& spe
   }
 }
 
+TEST(StreamViewsTest, HoldsFourInPlaceAndAllOnTheHeapBeyond) {
+  std::vector<uint8_t> bytes(8);
+  StreamViews views;
+  for (size_t j = 0; j < 6; ++j) {
+    views.push_back(StreamView{&bytes[j], nullptr, nullptr});
+    ASSERT_EQ(views.size(), j + 1);
+    for (size_t k = 0; k <= j; ++k) ASSERT_EQ(views[k].values, &bytes[k]) << j << " " << k;
+    ASSERT_EQ(views.end() - views.begin(), static_cast<ptrdiff_t>(j + 1));
+  }
+  StreamViews moved = std::move(views);
+  EXPECT_TRUE(views.empty());  // NOLINT(bugprone-use-after-move): a moved-from list is empty
+  EXPECT_EQ(moved.size(), 6u);
+  EXPECT_EQ(moved[5].values, &bytes[5]);
+  StreamViews few;
+  few.push_back(StreamView{&bytes[7], nullptr, nullptr});
+  StreamViews copy = few;
+  few = std::move(moved);
+  EXPECT_EQ(few.size(), 6u);
+  EXPECT_EQ(few[4].values, &bytes[4]);
+  EXPECT_EQ(copy.size(), 1u);
+  EXPECT_EQ(copy[0].values, &bytes[7]);
+}
+
 TEST(PlanBatchTest, SectionsAreAlignedAndSizedFromShapes) {
   auto dense = FakeStore::Dense(100, {3});  // 6 bytes per record
   auto ragged = FakeStore::Ragged(100);

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "client/batch_test_util.h"
 #include "common/source_test_util.h"
 #include "common/store_test_util.h"
 #include "config.h"
