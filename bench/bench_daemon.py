@@ -19,9 +19,9 @@ ready is already there when the caller asks. Clocks are CLOCK_MONOTONIC
 * **Floor** (``loaderx_handoff_bench --calibrate``, no loaderx code): a cold
   ``recvmsg`` of a frame already queued, after the same pause; beside it a
   blocked receiver's cross-process wake-up and the warm cost of each stage
-  of the C++ ``Next()``.
+  of the C++ ``NextUntil``.
 * **C++ client** (``loaderx_handoff_bench``, bench/handoff_bench.cc), per
-  size: a *ready* batch after a ``--pause`` sleep (cold: ``Next()`` ->
+  size: a *ready* batch after a ``--pause`` sleep (cold: ``NextUntil`` ->
   holding the views; the caller holds its previous batch through the call,
   as a training loop does, and once holding nothing), the same with 3 ms of
   busy-wait after the sleep (warm: the client computes before it asks, as a
@@ -516,12 +516,12 @@ def main() -> int:
          " sleep before each): a cold `recvmsg` of a 200-byte SEQPACKET frame already queued"
          f" {p50_99(calib['queued_cold_recv'], 1)} µs (p50 / p99); a receiver blocked in `recvmsg`"
          f" woken by another process {p50_99(calib['wake'], 1)} µs. Warm p50 of the stages of the"
-         f" C++ `Next()` (µs, 20,000 calls each): `RecvFrame` of a queued `batch` frame"
+         f" C++ `NextUntil` (µs, 20,000 calls each): `RecvFrame` of a queued `batch` frame"
          f" {stage('stage_recv')}, `DecodeMessage` {stage('stage_decode')}, `CheckSlot`"
          f" {stage('stage_check_slot')}, `SendFrame` of a `release` {stage('stage_send')}."),
         "",
         (f"**C++ client** (`bench/handoff_bench.cc`, target `loaderx_handoff_bench`), µs p50 / p99,"
-         f" {args.samples} draws per cell. *ready, cold*: `Loader::Next()` → holding the batch's"
+         f" {args.samples} draws per cell. *ready, cold*: `Loader::NextUntil` (a shared view) → holding the batch's"
          " `Dense(0)` view, of a batch pushed while the client slept (same sleep as the floor),"
          " the caller holding its previous batch through the call as a training loop does (its"
          " take then goes with that batch's release, after the call: docs/protocol.md"
@@ -529,7 +529,7 @@ def main() -> int:
          " docs/protocol.md \"Push queue\"); *over floor*: its p50 minus the floor's; *socket push*:"
          " the same draws with the batch as a frame on the socket (`--socket-push`, protocol 1.3's"
          " path: one `recvmsg`); *holding nothing*:"
-         " the same with no other batch held (the take is reported inside `Next()`)."
+         " the same with no other batch held (the take is reported inside `NextUntil`)."
          " *ready, warm*: as *ready, cold* with 3 ms of busy-wait after the sleep (the client"
          " computes before it asks, as a training step does). *credit*: the client"
          " holds its whole credit (nothing is pushed), frees one batch and takes the next;"

@@ -24,7 +24,7 @@
 //            the caller holding its previous batch through the call as a
 //            training loop does (its take is reported with that batch's
 //            release, after the call); queued_bare: the same holding
-//            nothing (the take is reported inside Next()).
+//            nothing (the take is reported inside the call).
 //  * warm:   as queued, but after the sleep the client computes (busy-waits)
 //            for --warm-us (default 3 ms) before the call, as a training
 //            step does: the core is awake and ours, the same at every size.
@@ -42,7 +42,7 @@
 // with no loaderx code on the path: a forked process sends a 200-byte
 // SEQPACKET message while this one is blocked in recvmsg (wake), or after
 // this one slept (queued_cold recvmsg), and the warm per-stage costs of the
-// client's Next() (RecvFrame of a queued frame, DecodeMessage of a batch
+// client's NextUntil (RecvFrame of a queued frame, DecodeMessage of a batch
 // message, CheckSlot, SendFrame of the `release` that returns credit).
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -133,6 +133,14 @@ uint64_t DenseBytes(const loaderx::client::Batch& b) {
   return n;
 }
 
+// The next batch through the seam (NextUntil), read through client::Batch.
+loaderx::client::Batch Take(loaderx::client::Loader& loader, const char* what) {
+  std::optional<loaderx::BatchView> v =
+      Check(loader.NextUntil(loaderx::BatchSource::Clock::time_point::max()), what);
+  if (!v) Die(std::string(what) + ": no batch without a deadline");
+  return loaderx::client::Batch(std::move(*v), loader);
+}
+
 // Every bench batch is compared with the embedded pipeline's for the same
 // steps before anything is timed: a fast wrong hand-off is worthless.
 void VerifyAgainstEmbedded(loaderx::client::Loader& loader, const std::string& store,
@@ -145,13 +153,18 @@ void VerifyAgainstEmbedded(loaderx::client::Loader& loader, const std::string& s
   spec.seed = kSeed;
   auto pipe =
       Check(loaderx::Pipeline::Create({s}, spec, loaderx::PipelineOptions{}), "embedded pipeline");
+  const loaderx::StreamInfo& info = pipe->streams()[0];
+  uint64_t want_bytes = batch * info.itemsize;
+  for (uint64_t d : info.item_shape) want_bytes *= d;
   for (int i = 0; i < kVerifySteps; ++i) {
-    loaderx::Batch want = Check(pipe->Next(), "embedded next");
-    loaderx::client::Batch got = Check(loader.Next(), "daemon next");
+    std::optional<loaderx::BatchView> want =
+        Check(pipe->NextUntil(loaderx::BatchSource::Clock::now() + std::chrono::minutes(1)),
+              "embedded next");
+    if (!want) Die("the embedded batch took more than a minute");
+    loaderx::client::Batch got = Take(loader, "daemon next");
     const uint64_t bytes = DenseBytes(got);
-    if (got.step() != want.step || bytes != want.layout.streams[0].values_bytes ||
-        std::memcmp(got.Dense(0).data, want.memory->data() + want.layout.streams[0].values_offset,
-                    bytes) != 0) {
+    if (got.step() != want->step || bytes != want_bytes ||
+        std::memcmp(got.Dense(0).data, want->streams[0].values, bytes) != 0) {
       Die("daemon batch of step " + std::to_string(got.step()) + " differs from embedded");
     }
   }
@@ -161,15 +174,15 @@ void VerifyAgainstEmbedded(loaderx::client::Loader& loader, const std::string& s
 // One timed draw of a batch that should already be in the socket. False if
 // it was published after the call began (not ready: redraw). With `held`,
 // the caller keeps its previous batch through the call and drops it after,
-// as a training loop does (`for (;;) { b = loader.Next(); ... }`, or Python's
+// as a training loop does (`for (;;) { b = Take(loader); ... }`, or Python's
 // `for batch in loader`): the client then reports the take with that
 // batch's release, after the clock stopped (docs/protocol.md "Consumed
 // positions"). Without it the caller holds nothing during the call, and the
-// take is reported inside Next().
+// take is reported inside the call.
 bool TimedQueuedDraw(loaderx::client::Loader& loader, std::optional<loaderx::client::Batch>* held,
                      Samples* wall, Samples* cpu) {
   const uint64_t c0 = ThreadCpuNs(), t0 = MonotonicNowNs();
-  loaderx::client::Batch b = Check(loader.Next(), "next");
+  loaderx::client::Batch b = Take(loader, "next");
   loaderx::client::ArrayView v = b.Dense(0);  // holding the views: hand-off complete
   const uint64_t t1 = MonotonicNowNs(), c1 = ThreadCpuNs();
   if (v.data == nullptr) Die("batch without values");
@@ -188,10 +201,10 @@ void PrintSamples(const char* name, const Samples& s, bool last = false) {
 }
 
 int RunThroughput(const Args& a, loaderx::client::Loader& loader) {
-  for (int i = 0; i < 3; ++i) (void)Check(loader.Next(), "next");
+  for (int i = 0; i < 3; ++i) (void)Take(loader, "next");
   const uint64_t c0 = ThreadCpuNs(), t0 = MonotonicNowNs();
   for (int i = 0; i < a.throughput; ++i) {
-    loaderx::client::Batch b = Check(loader.Next(), "next");
+    loaderx::client::Batch b = Take(loader, "next");
     if (b.Dense(0).data == nullptr) Die("batch without values");
     BusyWaitUs(a.work_us);
   }
@@ -214,6 +227,9 @@ int RunLoader(const Args& a) {
   spec.prefetch = 2;
   spec.leases = 4;
   spec.push_queue = !a.socket_push;
+  // Views of the shared ring (no private mapping per batch): the hand-off
+  // itself, as the figures in docs/benchmarks.md were measured.
+  spec.shared_view = true;
   auto loader = Check(client->OpenLoader(spec), "open loader");
   VerifyAgainstEmbedded(*loader, a.store, a.batch);
   if (a.throughput > 0) return RunThroughput(a, *loader);
@@ -223,21 +239,21 @@ int RunLoader(const Args& a) {
   // of a few of those; one pause for every size (--pause-ms) so a size
   // dependence is not a difference in how cold the caches got.
   uint64_t nbytes = 0;
-  for (int i = 0; i < 3; ++i) nbytes = DenseBytes(Check(loader->Next(), "next"));
+  for (int i = 0; i < 3; ++i) nbytes = DenseBytes(Take(*loader, "next"));
   const uint64_t p0 = MonotonicNowNs();
-  for (int i = 0; i < 8; ++i) (void)Check(loader->Next(), "next");
+  for (int i = 0; i < 8; ++i) (void)Take(*loader, "next");
   const double produce_ms = Us(p0, MonotonicNowNs()) / 8e3;
   const double pause_ms = std::max(a.pause_ms, 1 + 3 * produce_ms);
 
   Samples p2h, round_trip, reply_cpu;
   {
     std::deque<loaderx::client::Batch> held;
-    while (held.size() < spec.leases) held.push_back(Check(loader->Next(), "next"));
+    while (held.size() < spec.leases) held.push_back(Take(*loader, "next"));
     for (int i = 0; i < a.samples; ++i) {
       SleepMs(pause_ms);  // the next batch is gathered, not pushed: no credit
       const uint64_t c0 = ThreadCpuNs(), t0 = MonotonicNowNs();
       held.pop_front();  // its release returns one credit
-      loaderx::client::Batch b = Check(loader->Next(), "next");
+      loaderx::client::Batch b = Take(*loader, "next");
       loaderx::client::ArrayView v = b.Dense(0);
       const uint64_t t1 = MonotonicNowNs(), c1 = ThreadCpuNs();
       if (v.data == nullptr) Die("batch without values");
@@ -340,7 +356,7 @@ Samples CrossProcessWake(int samples, double pause_ms, bool receiver_sleeps) {
   return out;
 }
 
-// Warm per-stage costs of the client's Next() (same functions it calls):
+// Warm per-stage costs of the client's NextUntil (same functions it calls):
 // `timed` is timed, `untimed` runs after it each time.
 template <typename F, typename G>
 Samples Stage(int n, F&& timed, G&& untimed) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <utility>
@@ -44,23 +45,13 @@ Lease::~Lease() {
   conn_->LeaseEnded();
 }
 
-const uint8_t* Batch::values(size_t j) const {
-  return lease_->base() + lease_->layout(j).values_offset;
-}
-const uint64_t* Batch::offsets(size_t j) const {
-  return reinterpret_cast<const uint64_t*>(lease_->base() + lease_->layout(j).offsets_offset);
-}
-const uint64_t* Batch::shapes(size_t j) const {
-  return reinterpret_cast<const uint64_t*>(lease_->base() + lease_->layout(j).shapes_offset);
-}
-
 ArrayView Batch::Dense(size_t j) const {
   const StreamInfo& s = (*streams_)[j];
   ArrayView v;
   v.data = values(j);
   v.dtype = s.dtype;
   v.itemsize = s.itemsize;
-  v.shape.push_back(batch_size_);
+  v.shape.push_back(view_.batch_size);
   for (uint64_t d : s.item_shape) v.shape.push_back(d);
   return v;
 }
@@ -88,6 +79,16 @@ struct Loader::Impl {
   std::atomic<uint64_t> step{0};
 };
 
+Batch::Batch(BatchView view, const Loader& loader)
+    : view_(std::move(view)),
+      publish_ns_(loader.last_publish_ns()),
+      streams_(loader.impl_->streams),
+      // A Loader's view is owned by the batch's Lease (Loader::NextUntil).
+      lease_(std::const_pointer_cast<Lease>(
+          std::static_pointer_cast<const Lease>(std::move(view_.owner)))) {
+  view_.owner.reset();
+}
+
 Loader::Loader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Loader::~Loader() { Close(); }
@@ -111,27 +112,14 @@ uint64_t Loader::batches_moved_out() const {
 }
 uint64_t Loader::ring_bytes() const { return impl_->ring_bytes; }
 
-Result<Batch> Loader::Next(const WaitHook& hook) {
-  Result<std::optional<Batch>> r = NextImpl(std::nullopt, hook);
-  if (!r.ok()) return r.status();
-  if (!r->has_value()) return Status::Internal("no batch although the wait had no deadline");
-  return std::move(**r);
-}
-
-Result<std::optional<Batch>> Loader::NextFor(std::chrono::milliseconds timeout,
-                                             const WaitHook& hook) {
-  return NextImpl(std::chrono::steady_clock::now() + timeout, hook);
-}
-
-Result<std::optional<Batch>> Loader::NextImpl(
-    std::optional<std::chrono::steady_clock::time_point> deadline, const WaitHook& hook) {
+Result<std::shared_ptr<Lease>> Loader::TakeLease(Clock::time_point deadline, uint64_t* publish_ns) {
   LX_RETURN_IF_ERROR(impl_->conn->CheckProcess());
   if (impl_->conn->closed()) return Status::Cancelled("loader closed");
   // An interrupted seek first: until its answer is in, nobody knows whether
   // the batches queued meanwhile are still wanted.
   if (impl_->conn->seek_in_flight()) {
-    LX_ASSIGN_OR_RETURN(bool settled, SettleSeek(hook, deadline));
-    if (!settled) return std::optional<Batch>();  // our deadline: the seek stays in flight
+    LX_ASSIGN_OR_RETURN(bool settled, SettleSeek(deadline));
+    if (!settled) return std::shared_ptr<Lease>();  // our deadline: the seek stays in flight
   }
   std::optional<Pushed> item;
   while (!(item = impl_->conn->TakeReady())) {
@@ -145,15 +133,15 @@ Result<std::optional<Batch>> Loader::NextImpl(
       return Status::ResourceExhausted(
           "holding " + std::to_string(held) + " daemon batches (lease cap " +
           std::to_string(impl_->lease_cap) +
-          ") that cannot move out of the ring (shared_view batches, or Batches of Next()): "
+          ") that cannot move out of the ring (shared_view batches): "
           "drop references to earlier batches (and arrays viewing them) before drawing more");
     }
     // Before the caller waits, what the socket already holds is read: only
     // if that is nothing does it wait, and the daemon is told so (its group
     // timeout counts only waits in next(), docs/protocol.md).
     const bool announce = !impl_->conn->wait_announced();
-    LX_ASSIGN_OR_RETURN(bool read,
-                        announce ? impl_->conn->PumpQueued() : impl_->conn->Pump(hook, deadline));
+    LX_ASSIGN_OR_RETURN(
+        bool read, announce ? impl_->conn->PumpQueued() : impl_->conn->Pump(nullptr, deadline));
     // Closed meanwhile (another thread): CloseLoader may not have seen a
     // lease filed just now, so the queue is dropped here (the socket may be
     // hanging up and the slot must not be used).
@@ -165,21 +153,12 @@ Result<std::optional<Batch>> Loader::NextImpl(
       if (!read) impl_->conn->AnnounceWait(impl_->step.load(std::memory_order_relaxed));
       continue;
     }
-    if (!read) return std::optional<Batch>();  // deadline; whatever comes stays queued
+    if (!read) return std::shared_ptr<Lease>();  // deadline; whatever comes stays queued
   }
   impl_->step.store(item->step_after, std::memory_order_relaxed);
   if (!item->error.ok()) return item->error;  // the step's gather failed (still advanced)
-  const Lease& lease = *item->lease;
-  uint64_t publish_ns = 0;
-  LX_RETURN_IF_ERROR(CheckBatch(lease, &publish_ns));
-  Batch b;
-  b.step_ = lease.step_;
-  b.batch_size_ = lease.batch_size_;
-  b.publish_ns_ = publish_ns;
-  b.num_streams_ = lease.num_streams_;
-  b.streams_ = impl_->streams;
-  b.lease_ = std::move(item->lease);
-  return std::optional<Batch>(std::move(b));
+  LX_RETURN_IF_ERROR(CheckBatch(*item->lease, publish_ns));
+  return std::move(item->lease);
 }
 
 Status Loader::CheckBatch(const Lease& lease, uint64_t* publish_ns) const {
@@ -233,13 +212,13 @@ Status Loader::CheckBatch(const Lease& lease, uint64_t* publish_ns) const {
 }
 
 Result<std::optional<BatchView>> Loader::NextUntil(Clock::time_point deadline) {
-  LX_ASSIGN_OR_RETURN(std::optional<Batch> b, NextImpl(deadline, nullptr));
-  if (!b) return std::optional<BatchView>();
-  impl_->last_publish_ns = b->publish_ns();
-  const std::shared_ptr<Lease>& lease = b->lease();
+  uint64_t publish_ns = 0;
+  LX_ASSIGN_OR_RETURN(std::shared_ptr<Lease> lease, TakeLease(deadline, &publish_ns));
+  if (!lease) return std::optional<BatchView>();
+  impl_->last_publish_ns = publish_ns;
   BatchView v;
-  v.step = b->step();
-  v.batch_size = b->batch_size();
+  v.step = lease->step_;
+  v.batch_size = lease->batch_size_;
   v.writable = !impl_->shared_view;
   if (!impl_->shared_view) {
     // A private copy-on-write view of the pages holding the slot's batch:
@@ -248,14 +227,14 @@ Result<std::optional<BatchView>> Loader::NextUntil(Clock::time_point deadline) {
     // (neighbouring slots) are never viewed through this batch.
     const uint64_t offset = static_cast<uint64_t>(lease->base() - impl_->conn->ring_base());
     uint64_t total = 0;
-    for (size_t j = 0; j < b->num_streams(); ++j) {
+    for (size_t j = 0; j < lease->num_streams_; ++j) {
       const StreamLayout& l = lease->layout(j);
-      total = std::max(
-          {total, l.values_offset + l.values_bytes,
-           l.kind == Kind::kRagged
-               ? std::max(l.shapes_offset + b->batch_size() * (*impl_->streams)[j].ndim * 8,
-                          l.offsets_offset + (b->batch_size() + 1) * 8)
-               : 0});
+      total =
+          std::max({total, l.values_offset + l.values_bytes,
+                    l.kind == Kind::kRagged
+                        ? std::max(l.shapes_offset + v.batch_size * (*impl_->streams)[j].ndim * 8,
+                                   l.offsets_offset + (v.batch_size + 1) * 8)
+                        : 0});
     }
     // Usually through one of the connection's private mappings of the whole
     // ring (no mmap per batch); a batch whose pages are taken in all of
@@ -275,17 +254,10 @@ Result<std::optional<BatchView>> Loader::NextUntil(Clock::time_point deadline) {
     impl_->conn->held_views().List(lease.get());
   }
   uint8_t* base = impl_->shared_view ? const_cast<uint8_t*>(lease->base()) : lease->mutable_base();
-  for (size_t j = 0; j < b->num_streams(); ++j) {
-    const StreamLayout& l = lease->layout(j);
-    StreamView sv;
-    sv.values = base + l.values_offset;
-    if (l.kind == Kind::kRagged) {
-      sv.offsets = reinterpret_cast<const uint64_t*>(base + l.offsets_offset);
-      sv.shapes = reinterpret_cast<const uint64_t*>(base + l.shapes_offset);
-    }
-    v.streams.push_back(sv);
+  for (size_t j = 0; j < lease->num_streams_; ++j) {
+    v.streams.push_back(StreamViewAt(base, lease->layout(j)));
   }
-  v.owner = lease;
+  v.owner = std::move(lease);
   return std::optional<BatchView>(std::move(v));
 }
 
@@ -296,7 +268,7 @@ Result<bool> Loader::SeekUntil(uint64_t step, Clock::time_point deadline) {
     // The same step: this call's request is already out. Another: that
     // seek is answered first (its outcome only tells where we stand).
     Status outcome;
-    LX_ASSIGN_OR_RETURN(bool settled, SettleSeek(nullptr, deadline, &outcome));
+    LX_ASSIGN_OR_RETURN(bool settled, SettleSeek(deadline, &outcome));
     if (!settled) return false;
     if (*in_flight == step) {
       LX_RETURN_IF_ERROR(outcome);  // refused: the caller gets the refusal
@@ -305,35 +277,20 @@ Result<bool> Loader::SeekUntil(uint64_t step, Clock::time_point deadline) {
   }
   LX_RETURN_IF_ERROR(impl_->conn->StartSeek(step));
   Status outcome;
-  LX_ASSIGN_OR_RETURN(bool settled, SettleSeek(nullptr, deadline, &outcome));
+  LX_ASSIGN_OR_RETURN(bool settled, SettleSeek(deadline, &outcome));
   if (!settled) return false;  // called again with `step`, it waits, not resends
   LX_RETURN_IF_ERROR(outcome);
   return true;
 }
 
-Result<bool> Loader::SettleSeek(const WaitHook& hook,
-                                std::optional<std::chrono::steady_clock::time_point> deadline,
-                                Status* outcome) {
+Result<bool> Loader::SettleSeek(Clock::time_point deadline, Status* outcome) {
   const std::optional<uint64_t> target = impl_->conn->seek_in_flight();
   if (!target) return true;
-  LX_ASSIGN_OR_RETURN(std::optional<Status> answer, impl_->conn->AwaitSeek(hook, deadline));
+  LX_ASSIGN_OR_RETURN(std::optional<Status> answer, impl_->conn->AwaitSeek(nullptr, deadline));
   if (!answer) return false;
   if (answer->ok()) impl_->step.store(*target, std::memory_order_relaxed);
   if (outcome) *outcome = std::move(*answer);
   return true;
-}
-
-Status Loader::Seek(uint64_t step, const WaitHook& hook) {
-  LX_RETURN_IF_ERROR(impl_->conn->CheckProcess());
-  if (impl_->conn->closed()) return Status::Cancelled("loader closed");
-  // An interrupted seek first. Then this one; interrupted (Ctrl-C) after it
-  // went out, the daemon performs it anyway and the next call learns its
-  // outcome before anything else.
-  LX_RETURN_IF_ERROR(SettleSeek(hook, std::nullopt).status());
-  LX_RETURN_IF_ERROR(impl_->conn->StartSeek(step));
-  Status outcome;
-  LX_RETURN_IF_ERROR(SettleSeek(hook, std::nullopt, &outcome).status());
-  return outcome;  // refused: nothing moved
 }
 
 }  // namespace client
@@ -392,6 +349,19 @@ std::string Seconds(std::chrono::milliseconds ms) {
 }  // namespace
 
 Status LoaderSpec::ValidateOptions() const {
+  if (ranks_step != 1) {
+    // Named as Python writes the range, its stop where the ranks end ("..."
+    // past int64).
+    int64_t stop = 0;
+    const bool fits =
+        ranks_first <= uint64_t{INT64_MAX} && ranks_count <= uint64_t{INT64_MAX} &&
+        !__builtin_mul_overflow(static_cast<int64_t>(ranks_count), ranks_step, &stop) &&
+        !__builtin_add_overflow(stop, static_cast<int64_t>(ranks_first), &stop);
+    const std::string stop_text = fits ? std::to_string(stop) : std::string("...");
+    return Status::InvalidArgument("ranks must be a range of consecutive ranks, got range(" +
+                                   std::to_string(ranks_first) + ", " + stop_text + ", " +
+                                   std::to_string(ranks_step) + ")");
+  }
   const bool grouped = !group.empty();
   if (group.size() > kMaxGroupName) {
     return Status::InvalidArgument("group must be 1.." + std::to_string(kMaxGroupName) +

@@ -17,6 +17,7 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
@@ -174,6 +175,25 @@ class HeapAllocatorImpl final : public BatchAllocator {
   std::shared_ptr<BufferCache> cache_ = std::make_shared<BufferCache>();
 };
 
+// One produced step: the memory and where its sections lie.
+struct Batch {
+  uint64_t step = 0;
+  BatchLayout layout;
+  std::shared_ptr<BatchMemory> memory;
+};
+
+// The seam's view of a produced batch (batch_source.h): owned by its memory.
+BatchView ViewOf(Batch b) {
+  BatchView v;
+  v.step = b.step;
+  v.batch_size = b.layout.batch_size;
+  v.writable = true;  // the heap buffer (or ring slot) is this batch's alone
+  uint8_t* data = b.memory->data();
+  for (const StreamLayout& s : b.layout.streams) v.streams.push_back(StreamViewAt(data, s));
+  v.owner = std::move(b.memory);
+  return v;
+}
+
 // Producer threads and the gather pool. Each producer takes the next step
 // to make, fills and plans it, allocates its memory (which may block, e.g. on
 // ring credit) and gathers it itself, helped by the pool's workers
@@ -211,24 +231,18 @@ class PipelineImpl final : public Pipeline {
   }
   ~PipelineImpl() override { Close(); }
 
-  Result<Batch> Next() override {
+  Result<std::optional<BatchView>> NextUntil(Clock::time_point deadline) override {
     std::unique_lock<std::mutex> lock(mu_);
-    ready_cv_.wait(lock, [&] { return closed_ || ready_.contains(next_step_); });
-    return TakeLocked(lock);
-  }
-
-  Result<std::optional<Batch>> NextFor(std::chrono::milliseconds timeout) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!ready_cv_.wait_for(lock, timeout,
-                            [&] { return closed_ || ready_.contains(next_step_); })) {
-      return std::optional<Batch>();
+    if (!ready_cv_.wait_until(lock, deadline,
+                              [&] { return closed_ || ready_.contains(next_step_); })) {
+      return std::optional<BatchView>();
     }
-    Result<Batch> r = TakeLocked(lock);
-    if (!r.ok()) return r.status();
-    return std::optional<Batch>(std::move(r).value());
+    LX_ASSIGN_OR_RETURN(Batch b, TakeLocked(lock));
+    return std::optional<BatchView>(ViewOf(std::move(b)));
   }
 
-  Status Seek(uint64_t step) override {
+  // Never waits for anything but in-flight batch frees: the deadline is not needed.
+  Result<bool> SeekUntil(uint64_t step, Clock::time_point /*deadline*/) override {
     std::map<uint64_t, Result<Batch>> dropped;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -247,7 +261,7 @@ class PipelineImpl final : public Pipeline {
       discarding_ -= n;
     }
     work_cv_.notify_all();
-    return Status::OK();
+    return true;
   }
 
   uint64_t step() const override {
@@ -292,7 +306,7 @@ class PipelineImpl final : public Pipeline {
   }
 
   // Whether a producer may start a step: fewer than prefetch_ batches are
-  // ready, being made or being freed (stale ones included, so a Seek cannot
+  // ready, being made or being freed (stale ones included, so a seek cannot
   // double the memory) and the window [next_step_, next_step_ + prefetch_)
   // is not fully scheduled.
   bool CanStartLocked() const {
@@ -318,7 +332,7 @@ class PipelineImpl final : public Pipeline {
         ready_cv_.notify_all();
         lock.lock();
       } else {
-        // Stale (a Seek or Close came in between): free it while it still
+        // Stale (a seek or Close came in between): free it while it still
         // counts against prefetch.
         lock.unlock();
         { Result<Batch> drop = std::move(result); }
@@ -331,10 +345,10 @@ class PipelineImpl final : public Pipeline {
   Result<Batch> MakeBatch(uint64_t step) {
     Batch batch;
     batch.step = step;
-    batch.indices.resize(sampler_.spec().batch_size);
-    sampler_.Fill(step, batch.indices.data());
+    std::vector<uint64_t> indices(sampler_.spec().batch_size);
+    sampler_.Fill(step, indices.data());
     const std::string context = "step " + std::to_string(step);
-    auto layout = PlanBatch(streams_, batch.indices);
+    auto layout = PlanBatch(streams_, indices);
     if (!layout.ok()) return layout.status().WithContext(context);
     batch.layout = std::move(layout).value();
     auto memory = allocator_->Allocate(step, batch.layout.total_bytes);
@@ -343,7 +357,7 @@ class PipelineImpl final : public Pipeline {
     if (batch.memory == nullptr || batch.memory->size() < batch.layout.total_bytes) {
       return Status::Internal(context + ": allocator returned too little memory");
     }
-    Status st = FillBatch(streams_, batch.indices, batch.layout, batch.memory->data(), pool_.get());
+    Status st = FillBatch(streams_, indices, batch.layout, batch.memory->data(), pool_.get());
     if (!st.ok()) return st.WithContext(context);
     return batch;
   }
@@ -363,18 +377,28 @@ class PipelineImpl final : public Pipeline {
   std::condition_variable ready_cv_;  // ready_ gained a batch, or closed_
   std::condition_variable work_cv_;   // CanStartLocked() may have become true, or closed_
   // All below guarded by mu_.
-  uint64_t next_step_;      // the step Next() delivers
+  uint64_t next_step_;      // the step NextUntil delivers
   uint64_t schedule_step_;  // the next step a producer starts
-  // Bumped by Seek and Close: a producer whose generation differs is stale
+  // Bumped by SeekUntil and Close: a producer whose generation differs is stale
   // and its result is dropped, so it can never be delivered.
   uint64_t generation_ = 0;
   std::map<uint64_t, Result<Batch>> ready_;  // current generation only
   uint64_t in_flight_ = 0;                   // steps being made (or their stale result freed)
-  uint64_t discarding_ = 0;                  // batches a Seek dropped and is freeing
+  uint64_t discarding_ = 0;                  // batches a seek dropped and is freeing
   bool closed_ = false;
 };
 
 }  // namespace
+
+StreamView StreamViewAt(uint8_t* base, const StreamLayout& layout) {
+  StreamView v;
+  v.values = base + layout.values_offset;
+  if (layout.kind == Kind::kRagged) {
+    v.offsets = reinterpret_cast<const uint64_t*>(base + layout.offsets_offset);
+    v.shapes = reinterpret_cast<const uint64_t*>(base + layout.shapes_offset);
+  }
+  return v;
+}
 
 Result<BatchLayout> PlanBatch(const std::vector<std::shared_ptr<const Store>>& streams,
                               const std::vector<uint64_t>& indices) {
@@ -532,34 +556,6 @@ Result<std::unique_ptr<Pipeline>> Pipeline::Create(
       new PipelineImpl(std::move(streams), std::move(s), options, std::move(allocator)));
   p->stream_info_ = std::move(info);
   return p;
-}
-
-Result<std::optional<BatchView>> Pipeline::NextUntil(Clock::time_point deadline) {
-  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
-  LX_ASSIGN_OR_RETURN(std::optional<Batch> b,
-                      NextFor(std::max(left, std::chrono::milliseconds{0})));
-  if (!b) return std::optional<BatchView>();
-  BatchView v;
-  v.step = b->step;
-  v.batch_size = b->layout.batch_size;
-  v.writable = true;  // the heap buffer (or ring slot) is this batch's alone
-  uint8_t* data = b->memory->data();
-  for (const StreamLayout& s : b->layout.streams) {
-    StreamView sv;
-    sv.values = data + s.values_offset;
-    if (s.kind == Kind::kRagged) {
-      sv.offsets = reinterpret_cast<const uint64_t*>(data + s.offsets_offset);
-      sv.shapes = reinterpret_cast<const uint64_t*>(data + s.shapes_offset);
-    }
-    v.streams.push_back(sv);
-  }
-  v.owner = std::move(b->memory);
-  return std::optional<BatchView>(std::move(v));
-}
-
-Result<bool> Pipeline::SeekUntil(uint64_t step, Clock::time_point /*deadline*/) {
-  LX_RETURN_IF_ERROR(Seek(step));
-  return true;
 }
 
 }  // namespace loaderx

@@ -1,4 +1,4 @@
-// Contract: group_positions.h (rules and reasons: group.h).
+// Contract: group_positions.h (rules and reasons: serving_group.h).
 #include "group_positions.h"
 
 #include <algorithm>
@@ -175,7 +175,7 @@ Result<uint64_t> GroupPositions::Join(uint64_t id, int32_t pid, uint64_t rank, G
   const uint64_t oldest = OldestAvailable();
   uint64_t cursor = oldest;
   if (join == GroupJoin::kStartStep && !members_.empty()) {
-    // Shard: accepted "not started" (group.h, "Start and resume").
+    // Shard: accepted "not started" (serving_group.h, "Start and resume").
     if (start_step < oldest && !shard()) return Gone(start_step);
     cursor = start_step;
   } else if (members_.empty()) {

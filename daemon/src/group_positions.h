@@ -1,4 +1,4 @@
-// GroupPositions: the step bookkeeping of one Group (group.h), and nothing
+// GroupPositions: the step bookkeeping of one Group (serving_group.h), and nothing
 // else: no threads, no locks, no pipeline, no ring. Group holds it under its
 // mutex and asks it for every decision about steps; this class never waits.
 //
@@ -8,10 +8,10 @@
 //    [slowest, produced) except right after a fetch that raced a move;
 //  * every member's cursors: broadcast members each have a consumed position
 //    and a push cursor; shard members share them with their *position*
-//    p = (rank - F) * R + k (group.h "Modes"), and a position keeps its
+//    p = (rank - F) * R + k (serving_group.h "Modes"), and a position keeps its
 //    cursors when its member leaves (frozen) or before anyone joined it (the
 //    start step);
-//  * the rules over them (group.h gives the reasons): retention (Trim drops
+//  * the rules over them (serving_group.h gives the reasons): retention (Trim drops
 //    held steps below the slowest consumed position), the skew rule
 //    (SkewBlocked), what may be gathered next (FetchTarget: max(produced,
 //    slowest)), the oldest available step, and join / leave / seek with their

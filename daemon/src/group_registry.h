@@ -1,4 +1,4 @@
-// GroupRegistry: the groups of loaderxd's open loaders (group.h), found by
+// GroupRegistry: the groups of loaderxd's open loaders (serving_group.h), found by
 // the sessions that join and leave them.
 //
 // Named groups are keyed by (uid, name): groups never span users, and every
@@ -26,8 +26,8 @@
 #include <utility>
 #include <vector>
 
-#include "group.h"
 #include "loaderx/status.h"
+#include "serving_group.h"
 
 namespace loaderx::daemon {
 

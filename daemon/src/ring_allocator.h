@@ -12,7 +12,7 @@
 // waiting forever.
 // Publish() stamps a finished batch into its slot with a fresh epoch. A
 // batch published `retained` is still held by the daemon (a group keeps it
-// for members that have not taken it yet, group.h) until EndRetain(): while
+// for members that have not taken it yet, serving_group.h) until EndRetain(): while
 // any live slot is retained, a full ring is not a stall, because the daemon
 // side will free room once its slowest member moves on.
 //
@@ -86,7 +86,7 @@ class RingAllocator final : public BatchAllocator,
   // Called after every free of a slot, outside the ring's lock, on the
   // freeing thread (a client's release, a member's drop, a seek). REQUIRES:
   // called once, before any other thread can reach the ring (Free reads it
-  // without the lock); a group's live bound (group.cc) waits on it.
+  // without the lock); a group's live bound (serving_group.cc) waits on it.
   void SetFreeHook(std::function<void()> hook);
 
  private:

@@ -6,7 +6,7 @@
 //  * session.h: one connection (its frames, its worker thread, its requests
 //    and pushes) and lease_ledger.h, what its client holds;
 //  * accounts.h: per-uid sessions and ring memory, and their caps;
-//  * group_registry.h: the groups (group.h) by (uid, name), and solo loaders';
+//  * group_registry.h: the groups (serving_group.h) by (uid, name), and solo loaders';
 //  * store_registry.h: stores shared between clients that passed the same files.
 // This file is the listener: it accepts connections (a socket it was handed,
 // from ListenSeqpacket or systemd's socket activation), handles SIGTERM and

@@ -19,12 +19,12 @@
 #include <variant>
 #include <vector>
 
-#include "group.h"
 #include "lease_ledger.h"
 #include "loaderx/loader.h"
 #include "loaderx/mix.h"
 #include "loaderx/push_queue.h"
 #include "loaderx/sampler.h"
+#include "serving_group.h"
 
 namespace loaderx::daemon {
 
@@ -600,24 +600,41 @@ class SessionImpl final : public Session, public std::enable_shared_from_this<Se
     return Send(err);
   }
 
+  // `open` (docs/protocol.md): checks the request, opens its stores, joins
+  // or creates the group and answers. Each part refuses with the status the
+  // client is sent; the checks run in this order.
   Status DoOpen(const OpenMsg& m, std::vector<UniqueFd> fds) {
     if (group_) return Error(Status::State("a loader is already open on this connection"), m.id);
     if (LoaderClosing()) {
       return Error(Status::State("the loader of this connection was closed; open a new connection"),
                    m.id);
     }
-    Group::MemberSpec spec;
-    spec.mode = m.group.empty() ? GroupMode::kBroadcast : m.group_mode;
+    Result<Group::MemberSpec> spec = MemberSpecOf(m, std::move(fds));
+    if (!spec.ok()) return Error(spec.status(), m.id);
+    const Group::Options options = OptionsOf(m);
+    if (!m.group.empty() && m.group_mode == GroupMode::kShard) AwaitRankHandover(m);
+    // Protocol 1.4: made before the join, so a failure leaves nothing to undo.
+    std::optional<PushQueueWriter> queue;
+    if (m.push_queue) {
+      Result<PushQueueWriter> made = PushQueueWriter::Create(kPushQueueDataBytes);
+      if (!made.ok()) return Error(made.status(), m.id);
+      queue = std::move(made).value();
+    }
+    Result<GroupRegistry::Joined> joined = JoinGroup(m, *spec, options);
+    if (!joined.ok()) return Error(joined.status(), m.id);
+    return SendOpened(m, *spec, options, *joined, std::move(queue));
+  }
+
+  // The stores of the request's streams, in order, from its fds: a
+  // mixture's K parts of one stream arrive as K consecutive entries
+  // (wire.h, StreamRole; the decoder checked the shape).
+  Result<std::vector<std::shared_ptr<const Store>>> OpenStreams(const OpenMsg& m,
+                                                                std::vector<UniqueFd> fds) {
     size_t next_fd = 0;
     auto take = [&] { return std::move(fds[next_fd++]); };
-    // A mixture's K parts of one stream arrive as K consecutive entries
-    // (wire.h, StreamRole; the decoder checked the shape).
     const size_t k = m.mix_datasets != 0 ? m.mix_datasets : m.mix_counts.size();
-    if (k != 0) {
-      Status valid = ValidateMixCounts(m.mix_counts, k);
-      if (!valid.ok()) return Error(valid, m.id);
-      spec.mix_counts = m.mix_counts;
-    }
+    if (k != 0) LX_RETURN_IF_ERROR(ValidateMixCounts(m.mix_counts, k));
+    std::vector<std::shared_ptr<const Store>> streams;
     std::vector<std::shared_ptr<const Store>> parts;
     for (const StreamFilesMsg& s : m.streams) {
       Result<std::shared_ptr<const Store>> store = std::shared_ptr<const Store>();
@@ -639,17 +656,24 @@ class SessionImpl final : public Session, public std::enable_shared_from_this<Se
           parts.clear();
         }
       }
-      if (!store.ok()) return Error(store.status(), m.id);
-      const auto& streams = spec.streams;
+      if (!store.ok()) return store.status();
       if (!streams.empty() && store.value()->size() != streams[0]->size()) {
-        return Error(Status::InvalidArgument("streams differ in length: " + streams[0]->label() +
-                                             " has " + std::to_string(streams[0]->size()) +
-                                             " records, " + store.value()->label() + " has " +
-                                             std::to_string(store.value()->size())),
-                     m.id);
+        return Status::InvalidArgument("streams differ in length: " + streams[0]->label() +
+                                       " has " + std::to_string(streams[0]->size()) + " records, " +
+                                       store.value()->label() + " has " +
+                                       std::to_string(store.value()->size()));
       }
-      spec.streams.push_back(std::move(store).value());
+      streams.push_back(std::move(store).value());
     }
+    return streams;
+  }
+
+  // What the member asks of its group: its streams and sampler, checked.
+  Result<Group::MemberSpec> MemberSpecOf(const OpenMsg& m, std::vector<UniqueFd> fds) {
+    Group::MemberSpec spec;
+    spec.mode = m.group.empty() ? GroupMode::kBroadcast : m.group_mode;
+    if (m.mix_datasets != 0 || !m.mix_counts.empty()) spec.mix_counts = m.mix_counts;
+    LX_ASSIGN_OR_RETURN(spec.streams, OpenStreams(m, std::move(fds)));
     SamplerSpec& ss = spec.sampler;
     ss.n = spec.streams[0]->size();
     ss.batch_size = m.batch_size;
@@ -660,22 +684,23 @@ class SessionImpl final : public Session, public std::enable_shared_from_this<Se
     for (size_t i = 0; i + 2 < m.segments.size(); i += 3) {
       ss.segments.push_back(SamplerSegment{m.segments[i], m.segments[i + 1], m.segments[i + 2]});
     }
-    Status valid = ss.Validate();
-    if (!valid.ok()) return Error(valid, m.id);
+    LX_RETURN_IF_ERROR(ss.Validate());
     spec.ranks_first = m.ranks_first;
     spec.ranks_count = m.ranks_count;
     spec.replicas = m.replicas;
-    valid = spec.Validate();
-    if (!valid.ok()) return Error(valid, m.id);
+    LX_RETURN_IF_ERROR(spec.Validate());
     // The pipeline of a shard group draws the global batch.
     const uint64_t drawn = Group::PipelineSpec(spec).batch_size;
     if (drawn > (uint64_t{1} << 32)) {
-      return Error(
-          Status::InvalidArgument("batch_size " + std::to_string(drawn) +
-                                  (drawn != m.batch_size ? " (batch_size * world_size)" : "") +
-                                  " is too large"),
-          m.id);
+      return Status::InvalidArgument("batch_size " + std::to_string(drawn) +
+                                     (drawn != m.batch_size ? " (batch_size * world_size)" : "") +
+                                     " is too large");
     }
+    return spec;
+  }
+
+  // The group's settings from the request within this daemon's limits.
+  Group::Options OptionsOf(const OpenMsg& m) {
     Group::Options options;
     options.leases = std::clamp<uint32_t>(m.leases, 1, ctx_.config.max_leases);
     options.prefetch = std::clamp<uint32_t>(m.prefetch, 1, ctx_.config.max_prefetch);
@@ -697,23 +722,21 @@ class SessionImpl final : public Session, public std::enable_shared_from_this<Se
     options.session = id_;
     options.start_step = m.start_step;
     options.gathered = &ctx_.counters.batches_gathered;
+    return options;
+  }
 
-    const bool named = !m.group.empty();
-    if (named && m.group_mode == GroupMode::kShard) {
-      // A rank closed and reopened at once: its old member's close or
-      // hang-up may still be unread on the other connection. Give it
-      // kRankHandover to leave (outside groups_mu_, which the leave takes);
-      // a rank still taken then is refused below.
-      std::shared_ptr<Group> existing = ctx_.groups.Find(cred_.uid, m.group);
-      if (existing) (void)existing->AwaitRankFree(m.rank, kRankHandover);
-    }
-    // Protocol 1.4: made before the join, so a failure leaves nothing to undo.
-    std::optional<PushQueueWriter> queue;
-    if (m.push_queue) {
-      Result<PushQueueWriter> made = PushQueueWriter::Create(kPushQueueDataBytes);
-      if (!made.ok()) return Error(made.status(), m.id);
-      queue = std::move(made).value();
-    }
+  // A rank closed and reopened at once: its old member's close or hang-up
+  // may still be unread on the other connection. Gives it kRankHandover to
+  // leave (outside groups_mu_, which the leave takes); a rank still taken
+  // then is refused by the join.
+  void AwaitRankHandover(const OpenMsg& m) {
+    std::shared_ptr<Group> existing = ctx_.groups.Find(cred_.uid, m.group);
+    if (existing) (void)existing->AwaitRankFree(m.rank, kRankHandover);
+  }
+
+  // Joins the request's group, or creates it (a solo loader's is unnamed).
+  Result<GroupRegistry::Joined> JoinGroup(const OpenMsg& m, const Group::MemberSpec& spec,
+                                          const Group::Options& options) {
     GroupRegistry::Joiner who;
     who.uid = cred_.uid;
     who.session = id_;
@@ -722,7 +745,7 @@ class SessionImpl final : public Session, public std::enable_shared_from_this<Se
     who.info.pid = cred_.pid;
     who.info.uid = cred_.uid;
     // A solo loader waits for nobody; a member for its peers, at most this.
-    if (named) {
+    if (!m.group.empty()) {
       who.info.timeout = m.group_timeout_ms != 0 ? std::chrono::milliseconds(m.group_timeout_ms)
                                                  : ctx_.config.group_timeout;
     }
@@ -730,49 +753,51 @@ class SessionImpl final : public Session, public std::enable_shared_from_this<Se
     who.start_step = m.start_step;
     // A new group's ring is charged to this uid before it is made, and the
     // ring owns the charge from then on (accounts.h).
-    Result<GroupRegistry::Joined> joined =
-        ctx_.groups.Join(who, spec, [&]() -> Result<std::shared_ptr<Group>> {
-          LX_ASSIGN_OR_RETURN(RingGeometry geometry, Group::Geometry(spec, options));
-          Result<RingCharge> charge = ctx_.accounts.ChargeRing(cred_.uid, geometry.total_bytes);
-          if (!charge.ok()) {
-            ctx_.counters.refused.fetch_add(1, std::memory_order_relaxed);
-            return charge.status();
-          }
-          LX_ASSIGN_OR_RETURN(std::shared_ptr<Group> made,
-                              Group::Create(m.group, spec, options, std::move(charge).value()));
-          if (made->ring()->geometry().total_bytes != geometry.total_bytes) {
-            return Status::Internal("ring size differs from its estimate");
-          }
-          return made;
-        });
-    if (!joined.ok()) return Error(joined.status(), m.id);
-    const bool created = joined->created;
-    const uint64_t first_step = joined->first_step;
-    std::shared_ptr<Group> group = std::move(joined->group);
-    group_ = std::move(group);
+    return ctx_.groups.Join(who, spec, [&]() -> Result<std::shared_ptr<Group>> {
+      LX_ASSIGN_OR_RETURN(RingGeometry geometry, Group::Geometry(spec, options));
+      Result<RingCharge> charge = ctx_.accounts.ChargeRing(cred_.uid, geometry.total_bytes);
+      if (!charge.ok()) {
+        ctx_.counters.refused.fetch_add(1, std::memory_order_relaxed);
+        return charge.status();
+      }
+      LX_ASSIGN_OR_RETURN(std::shared_ptr<Group> made,
+                          Group::Create(m.group, spec, options, std::move(charge).value()));
+      if (made->ring()->geometry().total_bytes != geometry.total_bytes) {
+        return Status::Internal("ring size differs from its estimate");
+      }
+      return made;
+    });
+  }
+
+  // This session is now the member: records it and sends `opened` with the
+  // ring's fd (and the push queue's).
+  Status SendOpened(const OpenMsg& m, const Group::MemberSpec& spec, const Group::Options& options,
+                    GroupRegistry::Joined joined, std::optional<PushQueueWriter> queue) {
+    const bool named = !m.group.empty();
+    group_ = std::move(joined.group);
     {
       std::lock_guard<std::mutex> lock(mu_);
       member_of_ = group_;
     }
     rank_ = m.rank;
-    // A member may hold at most what the ring was sized for (group.h).
+    // A member may hold at most what the ring was sized for (serving_group.h).
     lease_cap_ = std::min(options.leases, group_->lease_cap());
     OpenedMsg reply;
     reply.id = m.id;
-    reply.n = ss.n;
+    reply.n = spec.sampler.n;
     reply.slot_count = group_->slot_count();
     reply.ring_bytes = group_->ring()->geometry().total_bytes;
     reply.leases = lease_cap_;
-    if (named) reply.step = first_step;  // protocol 1.1: only group opens carry it
+    if (named) reply.step = joined.first_step;  // protocol 1.1: only group opens carry it
     for (const auto& s : spec.streams) {
       const Schema& sc = s->schema();
       reply.streams.push_back(StreamSchemaMsg{static_cast<uint32_t>(sc.kind), sc.dtype.str,
                                               sc.item_shape, sc.ndim, s->size()});
     }
     LX_LOG(kInfo) << "session " << id_ << " (pid " << cred_.pid << ", uid " << cred_.uid
-                  << ") opened a loader over " << spec.streams.size() << " stream(s), n=" << ss.n
-                  << " batch=" << ss.batch_size
-                  << (named ? std::string(created ? " creating" : " joining") + " group '" +
+                  << ") opened a loader over " << spec.streams.size()
+                  << " stream(s), n=" << spec.sampler.n << " batch=" << spec.sampler.batch_size
+                  << (named ? std::string(joined.created ? " creating" : " joining") + " group '" +
                                   m.group + "' (" + GroupModeName(spec.mode) +
                                   (spec.mode == GroupMode::kShard
                                        ? ", rank " + std::to_string(m.rank) + " of " +
@@ -780,7 +805,7 @@ class SessionImpl final : public Session, public std::enable_shared_from_this<Se
                                        : std::string()) +
                                   ")"
                             : std::string())
-                  << " at step " << first_step << " ring=" << reply.ring_bytes
+                  << " at step " << joined.first_step << " ring=" << reply.ring_bytes
                   << "B slots=" << reply.slot_count;
     const int reply_fds[2] = {group_->ring()->fd(), queue ? queue->fd() : -1};
     if (queue) {

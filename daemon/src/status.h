@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "config.h"
-#include "group.h"
+#include "serving_group.h"
 
 namespace loaderx::daemon {
 

@@ -9,11 +9,13 @@
 // record's bytes in order. The Python side prints the same digest
 // (tests/integration/test_cpp_client.py compares them), so this is also a
 // check that both clients see byte-identical batches.
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "loaderx/client.h"
@@ -88,23 +90,26 @@ int main(int argc, char** argv) {
     return 1;
   }
   for (uint64_t s = 0; s < steps; ++s) {
-    auto batch = (*loader)->Next();
-    if (!batch.ok()) {
-      std::fprintf(stderr, "next: %s\n", batch.status().ToString().c_str());
+    // The seam's wait (batch_source.h): a batch, or nullopt once the deadline passed.
+    auto view = (*loader)->NextUntil(loaderx::BatchSource::Clock::now() + std::chrono::seconds(60));
+    if (!view.ok() || !view->has_value()) {
+      std::fprintf(stderr, "next: %s\n",
+                   view.ok() ? "no batch within 60 s" : view.status().ToString().c_str());
       return 1;
     }
-    for (size_t j = 0; j < batch->num_streams(); ++j) {
+    const loaderx::client::Batch batch(std::move(**view), **loader);
+    for (size_t j = 0; j < batch.num_streams(); ++j) {
       uint64_t h = 0xCBF29CE484222325ULL;
       if ((*loader)->streams()[j].kind == loaderx::Kind::kDense) {
-        const auto v = batch->Dense(j);
+        const auto v = batch.Dense(j);
         h = Fnv1a(h, v.data, Bytes(v));
       } else {
-        for (uint64_t k = 0; k < batch->batch_size(); ++k) {
-          const auto v = batch->Record(j, k);
+        for (uint64_t k = 0; k < batch.batch_size(); ++k) {
+          const auto v = batch.Record(j, k);
           h = Fnv1a(h, v.data, Bytes(v));
         }
       }
-      std::printf("step %llu %zu %016llx\n", static_cast<unsigned long long>(batch->step()), j,
+      std::printf("step %llu %zu %016llx\n", static_cast<unsigned long long>(batch.step()), j,
                   static_cast<unsigned long long>(h));
     }
   }

@@ -24,6 +24,10 @@ _Value: TypeAlias = npt.NDArray[Any] | list[npt.NDArray[Any]] | RaggedBatch
 # daemon_stats); those two names are absent otherwise.
 HAVE_DAEMON_CLIENT: bool
 MAX_GROUP_NAME: int
+# The loaderxd client's timeout bounds in seconds (loaderx/timeouts.h), in every build.
+DEFAULT_LIVENESS_TIMEOUT: float
+MIN_LIVENESS_TIMEOUT: float
+MIN_GROUP_TIMEOUT: float
 
 # --- bind_store.cc -----------------------------------------------------------
 
@@ -330,6 +334,7 @@ class LoaderSpec:
         mix_parts: Sequence[Sequence[str]] = ...,
         ranks_first: SupportsIndex = 0,
         ranks_count: SupportsIndex = 0,
+        ranks_step: SupportsIndex = 1,
         replicas: SupportsIndex = 1,
         mix_datasets: SupportsIndex = 0,
         segments: Sequence[tuple[SupportsIndex, SupportsIndex, SupportsIndex]] = ...,
@@ -341,7 +346,8 @@ class LoaderSpec:
         A mixture: ``mix_counts`` (one per dataset) and one ``mix_parts`` entry per stream
         (its parts' store paths; none for the dataset-number stream, whose ``stores``
         entry is '', or for a plain store). A shard group over part of the ranks:
-        ``ranks_first``, ``ranks_count`` (0: all); ``replicas`` members per rank. A
+        ``ranks_first``, ``ranks_count`` (0: all), ``ranks_step`` (the range's step:
+        only 1 is valid); ``replicas`` members per rank. A
         mixture schedule: ``mix_datasets`` (K) with K counts per segment in ``mix_counts``
         and the sampler ``segments`` as ``(start_step, base, size)``."""
 

@@ -90,14 +90,15 @@ __all__ = [
 DEFAULT_LEASES = 16
 
 #: Seconds a wait on loaderxd may pass without any sign of life from it
-#: before ``DaemonError`` (see :class:`DaemonOptions`).
-DEFAULT_LIVENESS_TIMEOUT = 10.0
+#: before ``DaemonError`` (see :class:`DaemonOptions`; the engine's,
+#: loaderx/timeouts.h kDefaultLivenessTimeout).
+DEFAULT_LIVENESS_TIMEOUT: float = _loaderx.DEFAULT_LIVENESS_TIMEOUT
 
-#: Smallest ``liveness_timeout``: four daemon heartbeats (client.h kMinLivenessTimeout).
-MIN_LIVENESS_TIMEOUT = 1.0
+#: Smallest ``liveness_timeout``: four daemon heartbeats (kMinLivenessTimeout).
+MIN_LIVENESS_TIMEOUT: float = _loaderx.MIN_LIVENESS_TIMEOUT
 
-#: Smallest ``DaemonOptions.group_timeout`` in seconds.
-MIN_GROUP_TIMEOUT = 0.1
+#: Smallest ``DaemonOptions.group_timeout`` in seconds (kMinGroupTimeout).
+MIN_GROUP_TIMEOUT: float = _loaderx.MIN_GROUP_TIMEOUT
 
 #: Longest group name in UTF-8 bytes (the protocol's limit, from wire.h).
 MAX_GROUP_NAME: int = _loaderx.MAX_GROUP_NAME
@@ -347,6 +348,7 @@ class DaemonOptions:
             group_timeout=None if self.group_timeout is None else float(self.group_timeout),
             ranks_first=0 if ranks is None else ranks.start,
             ranks_count=0 if ranks is None else len(ranks),
+            ranks_step=1 if ranks is None else ranks.step,
             replicas=self.replicas,
             **loader,
         )
@@ -371,8 +373,6 @@ def _check_types(o: DaemonOptions) -> None:
         raise TypeError(f"group_timeout must be a number of seconds or None, got {type(g).__name__}")
     if o.ranks is not None and not isinstance(o.ranks, range):
         raise TypeError(f"ranks must be a range of data-parallel ranks or None, got {type(o.ranks).__name__}")
-    if o.ranks is not None and o.ranks.step != 1:
-        raise InvalidArgumentError(f"ranks must be a range of consecutive ranks, got {o.ranks!r}")
     for name in ("leases", "ring_bytes", "replicas"):
         value = getattr(o, name)
         if isinstance(value, bool) or not isinstance(value, int):

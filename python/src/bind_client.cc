@@ -21,6 +21,7 @@
 
 #include "bindings.h"
 #include "loaderx/group.h"
+#include "loaderx/timeouts.h"
 #include "loaderx/wire.h"
 #include "py_source.h"
 
@@ -54,7 +55,7 @@ client::LoaderSpec MakeLoaderSpec(
     const std::optional<std::string>& join, bool shared_view, double liveness_timeout,
     std::optional<double> group_timeout, std::vector<uint64_t> mix_counts,
     std::vector<std::vector<std::string>> mix_parts, uint64_t ranks_first, uint64_t ranks_count,
-    uint32_t replicas, uint64_t mix_datasets,
+    int64_t ranks_step, uint32_t replicas, uint64_t mix_datasets,
     const std::vector<std::tuple<uint64_t, uint64_t, uint64_t>>& segments) {
   if (mode > 2) ThrowStatus(Status::InvalidArgument("mode must be 0, 1 or 2"));
   client::LoaderSpec spec;
@@ -100,6 +101,7 @@ client::LoaderSpec MakeLoaderSpec(
   if (group_timeout) spec.group_timeout = Millis("group_timeout", *group_timeout);
   spec.ranks_first = ranks_first;
   spec.ranks_count = ranks_count;
+  spec.ranks_step = ranks_step;
   spec.replicas = replicas;
   return spec;
 }
@@ -176,8 +178,8 @@ before it connects.)doc")
                std::chrono::duration<double>(client::kDefaultLivenessTimeout).count(),
            py::arg("group_timeout") = py::none(), py::arg("mix_counts") = std::vector<uint64_t>(),
            py::arg("mix_parts") = std::vector<std::vector<std::string>>(),
-           py::arg("ranks_first") = 0, py::arg("ranks_count") = 0, py::arg("replicas") = 1,
-           py::arg("mix_datasets") = 0,
+           py::arg("ranks_first") = 0, py::arg("ranks_count") = 0, py::arg("ranks_step") = 1,
+           py::arg("replicas") = 1, py::arg("mix_datasets") = 0,
            py::arg("segments") = std::vector<std::tuple<uint64_t, uint64_t, uint64_t>>{})
       .def(
           "validate_options", [](const client::LoaderSpec& s) { Check(s.ValidateOptions()); },
@@ -214,6 +216,13 @@ shared_view=True. ragged: "list" or "packed", as for Pipeline (see Source).)doc"
 #endif
   // The protocol's group-name limit (loaderx/group.h), so Python checks the same bound.
   m.attr("MAX_GROUP_NAME") = kMaxGroupName;
+  // The client's timeout bounds in seconds (loaderx/timeouts.h), in every build.
+  auto seconds = [](std::chrono::milliseconds ms) {
+    return std::chrono::duration<double>(ms).count();
+  };
+  m.attr("DEFAULT_LIVENESS_TIMEOUT") = seconds(client::kDefaultLivenessTimeout);
+  m.attr("MIN_LIVENESS_TIMEOUT") = seconds(client::kMinLivenessTimeout);
+  m.attr("MIN_GROUP_TIMEOUT") = seconds(client::kMinGroupTimeout);
 }
 
 }  // namespace loaderx::py_bind

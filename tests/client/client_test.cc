@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "client/batch_test_util.h"
 #include "common/store_test_util.h"
 #include "loaderx/memfd.h"
 #include "loaderx/ring.h"
@@ -108,6 +109,25 @@ TEST(LoaderSpecTest, EachRuleNamesTheFieldAndTheValue) {
   s.replicas = 2;
   fails(s, "ranks and replicas are for shard groups");
   s.replicas = 1;
+  // ranks=range(0, 4, 2) in Python: not consecutive, named as Python writes
+  // it, and refused before any other rule (here: the group mode's).
+  s.ranks_first = 0;
+  s.ranks_count = 2;
+  s.ranks_step = 2;
+  EXPECT_EQ(s.ValidateOptions().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(s.ValidateOptions().message(),
+            "ranks must be a range of consecutive ranks, got range(0, 4, 2)");
+  s.ranks_first = 3;
+  s.ranks_count = 3;
+  s.ranks_step = -1;
+  EXPECT_EQ(s.Validate().message(),
+            "ranks must be a range of consecutive ranks, got range(3, 0, -1)");
+  s.ranks_count = 0;
+  s.ranks_step = 2;
+  EXPECT_EQ(s.Validate().message(),
+            "ranks must be a range of consecutive ranks, got range(3, 3, 2)");
+  s.ranks_first = 0;
+  s.ranks_step = 1;
   s.start_step = 7;
   s.join = GroupJoin::kCurrent;
   fails(s, "start_step=7 and join='current' contradict each other");
@@ -232,6 +252,7 @@ client::LoaderSpec SpecWithStore(const TempDir& dir) {
   client::LoaderSpec spec;
   spec.stores = {dir.Sub("s")};
   spec.batch_size = 2;
+  spec.shared_view = true;  // views of the shared ring, never moved out at the cap
   return spec;
 }
 
@@ -300,7 +321,7 @@ TEST(ClientTest, HonestBatchIsReadAndReleasedWhenDropped) {
     FakeDaemon fake([script](int fd) { (*script)(fd); });
     auto c = Client::Connect(fake.path()).value();
     auto loader = c->OpenLoader(SpecWithStore(fake.dir())).value();
-    auto b = loader->Next();
+    auto b = TakeBatch(*loader);
     ASSERT_TRUE(b.ok()) << b.status().ToString();
     EXPECT_EQ(static_cast<const uint32_t*>(b->Dense(0).data)[7], 107u);
     EXPECT_EQ(loader->leases_held(), 1u);
@@ -342,7 +363,7 @@ TEST(ClientTest, MoreBatchesHeldThanLeaseBlocksAreEachValidAndReleasedOnce) {
     for (uint64_t round = 0; round < 2; ++round) {
       std::vector<client::Batch> held;
       for (uint64_t k = 0; k < kHeld; ++k) {
-        auto b = loader->Next();
+        auto b = TakeBatch(*loader);
         ASSERT_TRUE(b.ok()) << b.status().ToString();
         held.push_back(std::move(*b));
       }
@@ -387,7 +408,7 @@ TEST(ClientTest, BatchOutsideTheRingOrNotMatchingItsSlotIsRefusedAndReleased) {
     auto c = Client::Connect(fake.path()).value();
     auto loader = c->OpenLoader(SpecWithStore(fake.dir())).value();
     for (int i = 0; i < 4; ++i) {
-      auto b = loader->Next();
+      auto b = TakeBatch(*loader);
       ASSERT_FALSE(b.ok());
       EXPECT_EQ(b.status().code(), Status::Code::kProtocol) << i;
     }
@@ -419,11 +440,11 @@ TEST(ClientTest, NextForTimesOutAndTheLateBatchIsDeliveredNext) {
   FakeDaemon fake([script](int fd) { (*script)(fd); });
   auto c = Client::Connect(fake.path()).value();
   auto loader = c->OpenLoader(SpecWithStore(fake.dir())).value();
-  auto first = loader->NextFor(std::chrono::milliseconds(20));
+  auto first = TakeBatchFor(*loader, std::chrono::milliseconds(20));
   ASSERT_TRUE(first.ok());
   EXPECT_FALSE(first->has_value());
   EXPECT_EQ(loader->step(), 0u);
-  auto second = loader->Next();  // the late push, nothing asked again
+  auto second = TakeBatch(*loader);  // the late push, nothing asked again
   ASSERT_TRUE(second.ok()) << second.status().ToString();
   EXPECT_EQ(second->step(), 0u);
   EXPECT_EQ(loader->step(), 1u);
@@ -473,7 +494,7 @@ TEST(ClientTest, RaggedShardSliceIsReadRelativeToItsFirstOffsetAndValidated) {
   FakeDaemon fake([script](int fd) { (*script)(fd); });
   auto c = Client::Connect(fake.path()).value();
   auto loader = c->OpenLoader(SpecWithStore(fake.dir())).value();
-  auto b = loader->Next();
+  auto b = TakeBatch(*loader);
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   client::ArrayView r0 = b->Record(0, 0), r1 = b->Record(0, 1);
   EXPECT_EQ(r0.shape, std::vector<uint64_t>({3}));
@@ -484,7 +505,7 @@ TEST(ClientTest, RaggedShardSliceIsReadRelativeToItsFirstOffsetAndValidated) {
   EXPECT_EQ(static_cast<const int16_t*>(r1.data)[0], 3);
   b->Reset();
   for (int i = 0; i < 3; ++i) {
-    auto bad = loader->Next();
+    auto bad = TakeBatch(*loader);
     ASSERT_FALSE(bad.ok()) << i;
     EXPECT_EQ(bad.status().code(), Status::Code::kProtocol) << i;
   }
@@ -527,7 +548,7 @@ TEST(ClientTest, BatchCarriesThePublishStampOfItsSlot) {
   FakeDaemon fake([script](int fd) { (*script)(fd); });
   auto c = Client::Connect(fake.path()).value();
   auto loader = c->OpenLoader(SpecWithStore(fake.dir())).value();
-  auto b = loader->Next();
+  auto b = TakeBatch(*loader);
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   EXPECT_NE(b->publish_ns(), 0u);
   EXPECT_EQ(b->publish_ns(), published->load());
@@ -551,7 +572,7 @@ TEST(ClientTest, SlotWithoutStampOrStampedInTheFutureIsRefusedAndReleased) {
     auto c = Client::Connect(fake.path()).value();
     auto loader = c->OpenLoader(SpecWithStore(fake.dir())).value();
     for (const char* why : {"no publish stamp", "in the future"}) {
-      auto b = loader->Next();
+      auto b = TakeBatch(*loader);
       ASSERT_FALSE(b.ok());
       EXPECT_EQ(b.status().code(), Status::Code::kProtocol);
       EXPECT_NE(b.status().message().find(why), std::string::npos) << b.status().ToString();
@@ -583,13 +604,13 @@ TEST(ClientTest, DaemonPushesUnderTheCreditWithoutBeingAsked) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_EQ(calls->load(), 2);  // both pushed before any Next()
-  auto b0 = loader->Next().value();
-  auto b1 = loader->Next().value();
+  auto b0 = TakeBatch(*loader).value();
+  auto b1 = TakeBatch(*loader).value();
   EXPECT_EQ(b0.step(), 0u);
   EXPECT_EQ(b1.step(), 1u);
-  EXPECT_EQ(loader->Next().status().code(), Status::Code::kResourceExhausted);
+  EXPECT_EQ(TakeBatch(*loader).status().code(), Status::Code::kResourceExhausted);
   b0.Reset();  // a credit back: step 2 comes
-  auto b2 = loader->Next().value();
+  auto b2 = TakeBatch(*loader).value();
   EXPECT_EQ(b2.step(), 2u);
   EXPECT_EQ(loader->step(), 3u);
   loader->Close();
@@ -617,11 +638,11 @@ TEST(ClientTest, SeekReleasesBatchesOfOlderGenerationsUnread) {
   FakeDaemon fake([script](int fd) { (*script)(fd); });
   auto c = Client::Connect(fake.path()).value();
   auto loader = c->OpenLoader(SpecWithStore(fake.dir())).value();
-  auto b0 = loader->Next().value();  // step 0; step 1 is queued or in the socket
+  auto b0 = TakeBatch(*loader).value();  // step 0; step 1 is queued or in the socket
   EXPECT_EQ(b0.step(), 0u);
-  ASSERT_TRUE(loader->Seek(5).ok());
+  ASSERT_TRUE(SeekTo(*loader, 5).ok());
   EXPECT_EQ(loader->step(), 5u);
-  auto b5 = loader->Next();
+  auto b5 = TakeBatch(*loader);
   ASSERT_TRUE(b5.ok()) << b5.status().ToString();
   EXPECT_EQ(b5->step(), 5u);
   b5->Reset();
@@ -647,7 +668,7 @@ TEST(ClientTest, PushedBatchOfAFutureGenerationIsProtocolError) {
   FakeDaemon fake([script](int fd) { (*script)(fd); });
   auto c = Client::Connect(fake.path()).value();
   auto loader = c->OpenLoader(SpecWithStore(fake.dir())).value();
-  auto b = loader->Next();
+  auto b = TakeBatch(*loader);
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(b.status().code(), Status::Code::kProtocol);
   EXPECT_NE(b.status().message().find("generation 3"), std::string::npos) << b.status().ToString();
@@ -672,7 +693,7 @@ TEST(ClientTest, NextOnAnEmptySocketSaysOnceThatTheCallerWaits) {
   int slices = 0;
   std::optional<client::Batch> b0;
   while (!b0) {
-    auto r = loader->NextFor(std::chrono::milliseconds(20));
+    auto r = TakeBatchFor(*loader, std::chrono::milliseconds(20));
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     b0 = std::move(*r);
     ++slices;
@@ -680,7 +701,7 @@ TEST(ClientTest, NextOnAnEmptySocketSaysOnceThatTheCallerWaits) {
   EXPECT_GT(slices, 1);
   EXPECT_EQ(b0->step(), 0u);
   for (int i = 0; i < 3; ++i) {  // nothing comes: three timed-out waits at step 1
-    auto r = loader->NextFor(std::chrono::milliseconds(20));
+    auto r = TakeBatchFor(*loader, std::chrono::milliseconds(20));
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_FALSE(r->has_value());
   }
@@ -740,7 +761,7 @@ TEST(ClientTest, NotesQueuedByAFullSocketAreSentWhileWaitingInOrder) {
   auto c = Client::Connect(fake.path()).value();
   auto loader = c->OpenLoader(SpecWithStore(fake.dir())).value();
   for (uint64_t k = 0; k < kBatches; ++k) {
-    auto b = loader->NextFor(std::chrono::seconds(10));
+    auto b = TakeBatchFor(*loader, std::chrono::seconds(10));
     ASSERT_TRUE(b.ok()) << b.status().ToString();
     ASSERT_TRUE(b->has_value()) << "no step " << k;
     ASSERT_EQ((*b)->step(), k);
@@ -748,7 +769,7 @@ TEST(ClientTest, NotesQueuedByAFullSocketAreSentWhileWaitingInOrder) {
     taken->fetch_add(1);
   }
   // Only the queued notes, once sent, bring the next batch.
-  auto last = loader->NextFor(std::chrono::seconds(10));
+  auto last = TakeBatchFor(*loader, std::chrono::seconds(10));
   ASSERT_TRUE(last.ok()) << last.status().ToString();
   ASSERT_TRUE(last->has_value()) << "the daemon never got the queued releases";
   EXPECT_EQ((*last)->step(), kBatches);
@@ -773,7 +794,7 @@ TEST(ClientTest, ReplyNamingAnIdNeverSentIsProtocolError) {
   FakeDaemon fake([script](int fd) { (*script)(fd); });
   auto c = Client::Connect(fake.path()).value();
   auto loader = c->OpenLoader(SpecWithStore(fake.dir())).value();
-  Status st = loader->Seek(4);
+  Status st = SeekTo(*loader, 4);
   EXPECT_EQ(st.code(), Status::Code::kProtocol) << st.ToString();
   EXPECT_NE(st.message().find("never sent"), std::string::npos) << st.ToString();
   loader->Close();

@@ -18,6 +18,7 @@
 
 #include "loaderx/loader.h"
 #include "loaderx/store.h"
+#include "source_test_util.h"
 #include "store_test_util.h"
 
 namespace loaderx {
@@ -101,7 +102,7 @@ TEST(GatherPriorityTest, GatherThreadsAndOnlyThemRunAtTheIncrement) {
   }
   EXPECT_EQ(OwnNice(), base);
   // And the batches are what they are without the option.
-  auto b = pipe->Next();
+  auto b = testing::NextBatch(*pipe);
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   EXPECT_EQ(b->step, 0u);
   pipe->Close();
@@ -117,7 +118,7 @@ TEST(GatherPriorityTest, ZeroLeavesGatherThreadsAtTheCreatorsPriority) {
   o.num_threads = 2;
   o.gather_nice = 0;
   auto pipe = Pipeline::Create({store}, Spec(store->size()), o).value();
-  ASSERT_TRUE(pipe->Next().ok());  // every thread is past its start-up
+  ASSERT_TRUE(testing::NextBatch(*pipe).ok());  // every thread is past its start-up
   std::map<int, int> fresh = NewThreads(before, 2, base);
   ASSERT_EQ(fresh.size(), 2u);
   for (const auto& [tid, nice] : fresh) EXPECT_EQ(nice, base) << "thread " << tid;

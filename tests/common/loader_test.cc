@@ -16,12 +16,17 @@
 #include <thread>
 
 #include "loaderx/thread_pool.h"
+#include "source_test_util.h"
 #include "store_test_util.h"
 
 namespace loaderx {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::MemoryOf;
+using testing::NextBatch;
+using testing::SeekTo;
+using Clock = BatchSource::Clock;
 
 // Dense: record i is item_elems uint16 values i*7+e. Ragged (ndim 2): record
 // i has shape (1 + i % 3, 2 + i % 4) of int32 values i*1000+e.
@@ -166,34 +171,62 @@ std::vector<uint64_t> IndicesOf(const SamplerSpec& spec, uint64_t step) {
 }
 
 // Checks that `batch` holds exactly the records the sampler names for `step`,
-// laid out as loader.h's diagram says.
-void ExpectBatchIs(const Batch& batch, uint64_t step, const SamplerSpec& spec,
+// laid out as loader.h's diagram says: its views are the planned sections of
+// its memory.
+void ExpectBatchIs(const BatchView& batch, uint64_t step, const SamplerSpec& spec,
                    const std::vector<std::shared_ptr<FakeStore>>& stores) {
   ASSERT_EQ(batch.step, step);
   const auto indices = IndicesOf(spec, step);
-  ASSERT_EQ(batch.indices, indices);
-  const uint8_t* base = batch.memory->data();
+  ASSERT_EQ(batch.batch_size, indices.size());
+  ASSERT_TRUE(batch.writable);
+  const auto layout = PlanBatch(Streams(stores.begin(), stores.end()), indices);
+  ASSERT_TRUE(layout.ok()) << layout.status().ToString();
+  const uint8_t* base = testing::MemoryOf(batch).data();
+  ASSERT_EQ(batch.streams.size(), stores.size());
   for (size_t j = 0; j < stores.size(); ++j) {
-    const StreamLayout& s = batch.layout.streams[j];
+    const StreamLayout& s = layout->streams[j];
+    const StreamView& v = batch.streams[j];
     ASSERT_EQ(s.values_offset % kBatchAlignment, 0u);
+    ASSERT_EQ(v.values, base + s.values_offset);
     uint64_t off = 0;
     for (size_t k = 0; k < indices.size(); ++k) {
       const auto want = stores[j]->ExpectedBytes(indices[k]);
       if (s.kind == Kind::kRagged) {
-        uint64_t offset_k;
-        std::memcpy(&offset_k, base + s.offsets_offset + 8 * k, 8);
-        ASSERT_EQ(offset_k, off);
-        uint64_t dims[2];
-        std::memcpy(dims, base + s.shapes_offset + 16 * k, 16);
-        EXPECT_EQ(dims[0], 1 + indices[k] % 3);
-        EXPECT_EQ(dims[1], 2 + indices[k] % 4);
+        ASSERT_EQ(reinterpret_cast<const uint8_t*>(v.offsets), base + s.offsets_offset);
+        ASSERT_EQ(reinterpret_cast<const uint8_t*>(v.shapes), base + s.shapes_offset);
+        ASSERT_EQ(v.offsets[k], off);
+        EXPECT_EQ(v.shapes[2 * k], 1 + indices[k] % 3);
+        EXPECT_EQ(v.shapes[2 * k + 1], 2 + indices[k] % 4);
       }
-      ASSERT_EQ(std::memcmp(base + s.values_offset + off, want.data(), want.size()), 0)
+      ASSERT_EQ(std::memcmp(v.values + off, want.data(), want.size()), 0)
           << "stream " << j << " record " << k << " of step " << step;
       off += want.size();
     }
     ASSERT_EQ(off, s.values_bytes);
   }
+}
+
+TEST(StreamViewsTest, HoldsFourInPlaceAndAllOnTheHeapBeyond) {
+  std::vector<uint8_t> bytes(8);
+  StreamViews views;
+  for (size_t j = 0; j < 6; ++j) {
+    views.push_back(StreamView{&bytes[j], nullptr, nullptr});
+    ASSERT_EQ(views.size(), j + 1);
+    for (size_t k = 0; k <= j; ++k) ASSERT_EQ(views[k].values, &bytes[k]) << j << " " << k;
+    ASSERT_EQ(views.end() - views.begin(), static_cast<ptrdiff_t>(j + 1));
+  }
+  StreamViews moved = std::move(views);
+  EXPECT_TRUE(views.empty());  // NOLINT(bugprone-use-after-move): a moved-from list is empty
+  EXPECT_EQ(moved.size(), 6u);
+  EXPECT_EQ(moved[5].values, &bytes[5]);
+  StreamViews few;
+  few.push_back(StreamView{&bytes[7], nullptr, nullptr});
+  StreamViews copy = few;
+  few = std::move(moved);
+  EXPECT_EQ(few.size(), 6u);
+  EXPECT_EQ(few[4].values, &bytes[4]);
+  EXPECT_EQ(copy.size(), 1u);
+  EXPECT_EQ(copy[0].values, &bytes[7]);
 }
 
 TEST(PlanBatchTest, SectionsAreAlignedAndSizedFromShapes) {
@@ -352,7 +385,7 @@ TEST(PipelineTest, DeliversStepsInOrderIdenticalToHandGatherForAnyThreadsAndPref
       auto p = MakePipeline({dense, ragged}, spec, opt);
       for (uint64_t k = 0; k < 12; ++k) {
         EXPECT_EQ(p->step(), 5 + k);
-        auto b = p->Next();
+        auto b = NextBatch(*p);
         ASSERT_TRUE(b.ok()) << b.status().ToString();
         ExpectBatchIs(*b, 5 + k, spec, {dense, ragged});
       }
@@ -370,9 +403,10 @@ TEST(PipelineTest, BatchBytesDoNotDependOnThreadsOrPrefetch) {
     opt.prefetch = threads;
     auto p = MakePipeline({ragged}, spec, opt);
     for (size_t k = 0; k < 6; ++k) {
-      auto b = p->Next();
+      auto b = NextBatch(*p);
       ASSERT_TRUE(b.ok());
-      std::vector<uint8_t> bytes(b->memory->data(), b->memory->data() + b->layout.total_bytes);
+      BatchMemory& m = MemoryOf(*b);
+      std::vector<uint8_t> bytes(m.data(), m.data() + m.size());
       if (threads == 1) {
         reference.push_back(std::move(bytes));
       } else {
@@ -389,28 +423,28 @@ TEST(PipelineTest, GatherErrorIsReturnedForItsStepAndPipelineGoesOn) {
   PipelineOptions opt;
   opt.prefetch = 4;
   auto p = MakePipeline({dense}, spec, opt);
-  ASSERT_TRUE(p->Next().ok());
-  ASSERT_TRUE(p->Next().ok());
-  auto bad = p->Next();
+  ASSERT_TRUE(NextBatch(*p).ok());
+  ASSERT_TRUE(NextBatch(*p).ok());
+  auto bad = NextBatch(*p);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), Status::Code::kCorruption);
   EXPECT_NE(bad.status().message().find("step 2"), std::string::npos) << bad.status().message();
   EXPECT_NE(bad.status().message().find("record 12 is bad"), std::string::npos);
   EXPECT_EQ(p->step(), 3u);
-  auto next = p->Next();
+  auto next = NextBatch(*p);
   ASSERT_TRUE(next.ok());
   ExpectBatchIs(*next, 3, spec, {dense});
 }
 
-TEST(PipelineTest, NextForTimesOutWhileTheBatchIsNotReady) {
+TEST(PipelineTest, NextUntilTimesOutWhileTheBatchIsNotReady) {
   auto dense = FakeStore::Dense(50, {4});
   dense->delay = 300ms;
   auto p = MakePipeline({dense}, Spec(50, 5));
-  auto r = p->NextFor(1ms);
+  auto r = p->NextUntil(Clock::now() + 1ms);
   ASSERT_TRUE(r.ok());
   EXPECT_FALSE(r->has_value());
   EXPECT_EQ(p->step(), 0u);
-  auto r2 = p->NextFor(5s);
+  auto r2 = p->NextUntil(Clock::now() + 5s);
   ASSERT_TRUE(r2.ok());
   ASSERT_TRUE(r2->has_value());
   EXPECT_EQ((*r2)->step, 0u);
@@ -420,14 +454,14 @@ TEST(PipelineTest, SeekDeliversTheRequestedStepNext) {
   auto dense = FakeStore::Dense(300, {3});
   const auto spec = Spec(300, 8);
   auto p = MakePipeline({dense}, spec);
-  for (int k = 0; k < 3; ++k) ASSERT_TRUE(p->Next().ok());
-  ASSERT_TRUE(p->Seek(1000).ok());
+  for (int k = 0; k < 3; ++k) ASSERT_TRUE(NextBatch(*p).ok());
+  ASSERT_TRUE(SeekTo(*p, 1000).ok());
   EXPECT_EQ(p->step(), 1000u);
-  auto b = p->Next();
+  auto b = NextBatch(*p);
   ASSERT_TRUE(b.ok());
   ExpectBatchIs(*b, 1000, spec, {dense});
-  ASSERT_TRUE(p->Seek(1).ok());
-  b = p->Next();
+  ASSERT_TRUE(SeekTo(*p, 1).ok());
+  b = NextBatch(*p);
   ASSERT_TRUE(b.ok());
   ExpectBatchIs(*b, 1, spec, {dense});
 }
@@ -441,9 +475,9 @@ TEST(PipelineTest, SeekRacingProductionNeverDeliversStaleBatches) {
   auto p = MakePipeline({dense}, spec, opt);
   for (int round = 0; round < 200; ++round) {
     const uint64_t target = (round * 7919u) % 5000;
-    ASSERT_TRUE(p->Seek(target).ok());
+    ASSERT_TRUE(SeekTo(*p, target).ok());
     for (int k = 0; k < round % 3 + 1; ++k) {
-      auto b = p->Next();
+      auto b = NextBatch(*p);
       ASSERT_TRUE(b.ok());
       ExpectBatchIs(*b, target + k, spec, {dense});
     }
@@ -460,13 +494,13 @@ TEST(PipelineTest, ConcurrentSeekAndNextFromSeveralThreadsStayConsistent) {
   std::atomic<bool> stop{false};
   std::thread seeker([&] {
     for (uint64_t s = 0; !stop.load(); s += 13) {
-      ASSERT_TRUE(p->Seek(s % 1000).ok());
+      ASSERT_TRUE(SeekTo(*p, s % 1000).ok());
       std::this_thread::sleep_for(100us);
     }
   });
   // Whatever step a batch is, its contents must be that step's.
   for (int k = 0; k < 300; ++k) {
-    auto b = p->Next();
+    auto b = NextBatch(*p);
     ASSERT_TRUE(b.ok());
     ExpectBatchIs(*b, b->step, spec, {dense});
   }
@@ -482,7 +516,7 @@ TEST(PipelineTest, CloseWakesABlockedNextWithCancelled) {
   auto p = MakePipeline({dense}, Spec(50, 5), opt);
   std::atomic<int> code{-1};
   std::thread consumer([&] {
-    auto b = p->Next();
+    auto b = NextBatch(*p);
     code = static_cast<int>(b.status().code());
   });
   std::this_thread::sleep_for(20ms);
@@ -503,9 +537,9 @@ TEST(PipelineTest, CloseIsIdempotentAndSafeFromSeveralThreads) {
   for (int t = 0; t < 4; ++t) closers.emplace_back([&] { p->Close(); });
   for (auto& t : closers) t.join();
   p->Close();
-  EXPECT_EQ(p->Next().status().code(), Status::Code::kCancelled);
-  EXPECT_EQ(p->NextFor(1ms).status().code(), Status::Code::kCancelled);
-  EXPECT_EQ(p->Seek(3).code(), Status::Code::kCancelled);
+  EXPECT_EQ(NextBatch(*p).status().code(), Status::Code::kCancelled);
+  EXPECT_EQ(p->NextUntil(Clock::now() + 1ms).status().code(), Status::Code::kCancelled);
+  EXPECT_EQ(p->SeekUntil(3, Clock::now()).status().code(), Status::Code::kCancelled);
 }
 
 TEST(PipelineTest, CloseRacingNextAndSeekFromOtherThreads) {
@@ -515,7 +549,7 @@ TEST(PipelineTest, CloseRacingNextAndSeekFromOtherThreads) {
     std::atomic<bool> done{false};
     std::thread consumer([&] {
       while (true) {
-        auto b = p->Next();
+        auto b = NextBatch(*p);
         if (!b.ok()) {
           EXPECT_EQ(b.status().code(), Status::Code::kCancelled);
           break;
@@ -524,7 +558,7 @@ TEST(PipelineTest, CloseRacingNextAndSeekFromOtherThreads) {
       done = true;
     });
     std::thread seeker([&] {
-      for (uint64_t s = 0; p->Seek(s).ok(); ++s) std::this_thread::yield();
+      for (uint64_t s = 0; SeekTo(*p, s).ok(); ++s) std::this_thread::yield();
     });
     std::this_thread::sleep_for(std::chrono::milliseconds(round % 5));
     p->Close();
@@ -537,10 +571,10 @@ TEST(PipelineTest, CloseRacingNextAndSeekFromOtherThreads) {
 TEST(PipelineTest, BatchMemoryOutlivesThePipeline) {
   auto dense = FakeStore::Dense(100, {8});
   const auto spec = Spec(100, 4);
-  Batch kept;
+  BatchView kept;
   {
     auto p = MakePipeline({dense}, spec);
-    auto b = p->Next();
+    auto b = NextBatch(*p);
     ASSERT_TRUE(b.ok());
     kept = std::move(b).value();
   }  // destructor closes without an explicit Close()
@@ -607,10 +641,10 @@ TEST(PipelineTest, MemoryIsBoundedByPrefetchWithASlowConsumer) {
   std::this_thread::sleep_for(200ms);  // the consumer is idle: production must stop
   EXPECT_EQ(alloc->live.load(), 3);
   for (int k = 0; k < 20; ++k) {
-    auto b = p->Next();
+    auto b = NextBatch(*p);
     ASSERT_TRUE(b.ok());
     if (k % 5 == 0) {
-      ASSERT_TRUE(p->Seek(k * 3).ok());  // seeks must not double memory
+      ASSERT_TRUE(SeekTo(*p, k * 3).ok());  // seeks must not double memory
     }
   }
   // The consumer holds nothing now; at most prefetch batches were ever alive
@@ -648,7 +682,7 @@ TEST(PipelineTest, RecordsAreReadByExactlyTheNumThreadsGatherThreads) {
     {
       auto p = MakePipeline({dense}, spec, {.prefetch = prefetch, .num_threads = kThreads}, alloc);
       for (uint64_t k = 0; k < 30; ++k) {
-        auto b = p->Next();
+        auto b = NextBatch(*p);
         ASSERT_TRUE(b.ok()) << b.status().ToString();
         ExpectBatchIs(*b, k, spec, {dense});
       }
@@ -669,10 +703,10 @@ TEST(PipelineTest, AllocatorErrorIsReturnedForItsStep) {
   auto alloc = std::make_shared<CountingAllocator>();
   alloc->fail_step = 1;
   auto p = MakePipeline({dense}, Spec(100, 8), {}, alloc);
-  EXPECT_TRUE(p->Next().ok());
-  auto b = p->Next();
+  EXPECT_TRUE(NextBatch(*p).ok());
+  auto b = NextBatch(*p);
   EXPECT_EQ(b.status().code(), Status::Code::kResourceExhausted);
-  EXPECT_TRUE(p->Next().ok());
+  EXPECT_TRUE(NextBatch(*p).ok());
 }
 
 TEST(PipelineTest, CloseCancelsAProducerBlockedInTheAllocator) {
@@ -680,7 +714,7 @@ TEST(PipelineTest, CloseCancelsAProducerBlockedInTheAllocator) {
   auto alloc = std::make_shared<CountingAllocator>(/*block=*/true);
   auto p = MakePipeline({dense}, Spec(100, 8), {.prefetch = 2, .num_threads = 2}, alloc);
   while (alloc->waiting.load() < 1) std::this_thread::sleep_for(1ms);
-  std::thread consumer([&] { EXPECT_EQ(p->Next().status().code(), Status::Code::kCancelled); });
+  std::thread consumer([&] { EXPECT_EQ(NextBatch(*p).status().code(), Status::Code::kCancelled); });
   std::this_thread::sleep_for(10ms);
   p->Close();  // would hang forever if Cancel() were not called
   consumer.join();
@@ -706,20 +740,26 @@ TEST(PipelineTest, ShardedRanksConcatenateToTheGlobalBatch) {
   auto dense = FakeStore::Dense(1000, {2});
   SamplerSpec global = Spec(1000, 12);
   auto whole = MakePipeline({dense}, global, {.start_step = 4});
-  auto g = whole->Next();
+  auto g = NextBatch(*whole);
   ASSERT_TRUE(g.ok());
-  std::vector<uint64_t> joined;
+  // Record i's bytes name i (FakeStore): the ranks' values joined are the
+  // global batch's values exactly when their indices are.
+  constexpr uint64_t kRecordBytes = 2 * sizeof(uint16_t);
+  std::vector<uint8_t> joined;
   for (uint64_t r = 0; r < 3; ++r) {
     SamplerSpec part = global;
     part.batch_size = 4;
     part.rank = r;
     part.world_size = 3;
     auto p = MakePipeline({dense}, part, {.start_step = 4});
-    auto b = p->Next();
+    auto b = NextBatch(*p);
     ASSERT_TRUE(b.ok());
-    joined.insert(joined.end(), b->indices.begin(), b->indices.end());
+    ASSERT_EQ(b->batch_size, 4u);
+    const uint8_t* values = b->streams[0].values;
+    joined.insert(joined.end(), values, values + 4 * kRecordBytes);
   }
-  EXPECT_EQ(joined, g->indices);
+  const uint8_t* whole_values = g->streams[0].values;
+  EXPECT_EQ(joined, std::vector<uint8_t>(whole_values, whole_values + 12 * kRecordBytes));
 }
 
 // End to end over real zstd stores written by StoreWriter: every delivered
@@ -758,26 +798,25 @@ TEST(PipelineTest, RealZstdStoresMatchReadRecordOfTheSamplerIndices) {
   for (uint32_t threads : {1u, 2u, 8u}) {
     auto p = MakePipeline(streams, spec, {.start_step = 3, .prefetch = 3, .num_threads = threads});
     for (uint64_t k = 0; k < 8; ++k) {
-      auto b = p->Next();
+      auto b = NextBatch(*p);
       ASSERT_TRUE(b.ok()) << b.status().ToString();
       ASSERT_EQ(b->step, 3 + k);
-      ASSERT_EQ(b->indices, IndicesOf(spec, 3 + k));
-      const uint8_t* base = b->memory->data();
-      const StreamLayout& d = b->layout.streams[0];
-      const StreamLayout& r = b->layout.streams[1];
-      for (size_t j = 0; j < b->indices.size(); ++j) {
-        const uint64_t i = b->indices[j];
-        ASSERT_EQ(std::memcmp(base + d.values_offset + 64 * j, dense_bytes.data() + 64 * i, 64), 0);
-        uint64_t off, next_off, len;
-        std::memcpy(&off, base + r.offsets_offset + 8 * j, 8);
-        std::memcpy(&next_off, base + r.offsets_offset + 8 * (j + 1), 8);
-        std::memcpy(&len, base + r.shapes_offset + 8 * j, 8);
+      const std::vector<uint64_t> indices = IndicesOf(spec, 3 + k);
+      ASSERT_EQ(b->batch_size, indices.size());
+      const StreamView& d = b->streams[0];
+      const StreamView& r = b->streams[1];
+      for (size_t j = 0; j < indices.size(); ++j) {
+        const uint64_t i = indices[j];
+        ASSERT_EQ(std::memcmp(d.values + 64 * j, dense_bytes.data() + 64 * i, 64), 0);
+        const uint64_t off = r.offsets[j];
+        const uint64_t next_off = r.offsets[j + 1];
+        const uint64_t len = r.shapes[j];
         ASSERT_EQ(len, i % 41);
         ASSERT_EQ(next_off - off, len);
         if (len == 0) continue;  // an empty record: nothing to compare
         std::vector<uint8_t> want(len);
         ASSERT_TRUE((*ragged)->ReadRecord(i, want.data(), len).ok());
-        ASSERT_EQ(std::memcmp(base + r.values_offset + off, want.data(), len), 0);
+        ASSERT_EQ(std::memcmp(r.values + off, want.data(), len), 0);
       }
     }
   }

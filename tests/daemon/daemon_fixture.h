@@ -12,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "client/batch_test_util.h"
+#include "common/source_test_util.h"
 #include "common/store_test_util.h"
 #include "config.h"
 #include "loaderx/client.h"
@@ -57,8 +59,15 @@ inline std::string MakeRaggedStore(const std::string& path, uint64_t n) {
 }
 
 // The embedded pipeline's batch of `step` for `spec` (its rank/world too):
-// the reference every daemon batch is compared with.
-inline Batch EmbeddedBatch(const client::LoaderSpec& spec, uint64_t step) {
+// the reference every daemon batch is compared with. `layout` is where its
+// sections lie in its memory (loader.h), planned from the sampler's indices.
+struct EmbeddedRef {
+  BatchView view;
+  BatchLayout layout;
+  const uint8_t* base() const { return MemoryOf(view).data(); }
+};
+
+inline EmbeddedRef EmbeddedBatch(const client::LoaderSpec& spec, uint64_t step) {
   std::vector<std::shared_ptr<const Store>> streams;
   for (auto& p : spec.stores) streams.push_back(Store::Open(p).value());
   SamplerSpec ss{streams[0]->size(), spec.batch_size, spec.mode, spec.seed,
@@ -67,7 +76,13 @@ inline Batch EmbeddedBatch(const client::LoaderSpec& spec, uint64_t step) {
   opt.start_step = step;
   opt.prefetch = 1;
   opt.num_threads = 1;
-  return Pipeline::Create(streams, ss, opt).value()->Next().value();
+  const Sampler sampler = Sampler::Make(ss).value();
+  std::vector<uint64_t> indices(sampler.spec().batch_size);
+  sampler.Fill(step, indices.data());
+  EmbeddedRef ref;
+  ref.view = NextBatch(*Pipeline::Create(streams, ss, opt).value()).value();
+  ref.layout = PlanBatch(streams, indices).value();
+  return ref;
 }
 
 class DaemonFixture : public ::testing::Test {

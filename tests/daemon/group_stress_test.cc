@@ -40,9 +40,9 @@ std::vector<uint8_t> Contents(const client::Batch& b) {
   return out;
 }
 
-std::vector<uint8_t> Contents(const Batch& b) {
+std::vector<uint8_t> Contents(const EmbeddedRef& b) {
   std::vector<uint8_t> out;
-  const uint8_t* base = b.memory->data();
+  const uint8_t* base = b.base();
   for (const StreamLayout& l : b.layout.streams) {
     if (l.kind == Kind::kDense) {
       out.insert(out.end(), base + l.values_offset, base + l.values_offset + l.values_bytes);
@@ -76,6 +76,7 @@ class GroupStressTest : public DaemonFixture {
     s.group = "stress";
     s.group_mode = mode;
     s.prefetch = 2;
+    s.shared_view = true;  // views of the shared ring, never moved out at the cap
     s.leases = 3;
     return s;
   }
@@ -116,7 +117,7 @@ class GroupStressTest : public DaemonFixture {
         if (op < 7) {
           while (held.size() >= l.lease_cap()) held.pop_front();
           const uint64_t step = l.step();
-          auto got = l.NextFor(milliseconds(200));
+          auto got = TakeBatchFor(l, milliseconds(200));
           if (!got.ok()) return fail("next: " + got.status().ToString());
           if (!got->has_value()) continue;  // waiting for the slowest: ask again
           client::Batch& b = **got;
@@ -129,7 +130,7 @@ class GroupStressTest : public DaemonFixture {
         } else {
           const uint64_t from = l.step();
           const uint64_t to = from >= 3 ? from - 3 + rng() % 9 : rng() % 8;
-          Status st = l.Seek(to);
+          Status st = SeekTo(l, to);
           if (st.code() == Status::Code::kIndexError) {
             if (l.step() != from) return fail("a refused seek moved the loader");
           } else if (!st.ok()) {

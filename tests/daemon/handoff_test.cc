@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "daemon/daemon_fixture.h"
-#include "group.h"
 #include "loaderx/push_queue.h"
 #include "loaderx/ring.h"
 #include "loaderx/store.h"
 #include "loaderx/unix_socket.h"
 #include "loaderx/wire.h"
+#include "serving_group.h"
 
 namespace loaderx::testing {
 namespace {
@@ -34,6 +34,7 @@ class HandoffTest : public DaemonFixture {
     s.seed = 11;
     s.prefetch = 2;
     s.leases = leases;
+    s.shared_view = true;  // views of the shared ring, never moved out at the cap
     return s;
   }
   static std::vector<uint32_t> Values(const client::Batch& b) {
@@ -49,7 +50,7 @@ TEST_F(HandoffTest, EveryBatchCarriesAPublishStampFromTheSharedClock) {
   auto loader = c->OpenLoader(Spec()).value();
   uint64_t last = opened_at;
   for (int i = 0; i < 20; ++i) {
-    auto b = loader->Next();
+    auto b = TakeBatch(*loader);
     const uint64_t holding = MonotonicNowNs();
     ASSERT_TRUE(b.ok()) << b.status().ToString();
     // Published after the loader existed, before this process held it, and
@@ -66,8 +67,8 @@ TEST_F(HandoffTest, PushedBatchesAreTheEmbeddedOnesInOrder) {
   auto late = c->OpenLoader(Spec()).value();
   ASSERT_TRUE(WaitStat("slots_held", 2));  // both push windows (one batch each) pushed
   for (uint64_t s = 0; s < 30; ++s) {
-    auto a = eager->Next();
-    auto p = late->Next();
+    auto a = TakeBatch(*eager);
+    auto p = TakeBatch(*late);
     ASSERT_TRUE(a.ok() && p.ok());
     EXPECT_EQ(a->step(), s);
     EXPECT_EQ(p->step(), s);
@@ -81,7 +82,7 @@ TEST_F(HandoffTest, PushedBatchIsPublishedBeforeTheCallerAsks) {
   auto loader = c->OpenLoader(Spec()).value();
   ASSERT_TRUE(WaitStat("slots_held", 1));  // the push window, pushed unasked
   const uint64_t asked = MonotonicNowNs();
-  auto first = loader->Next().value();
+  auto first = TakeBatch(*loader).value();
   EXPECT_EQ(first.step(), 0u);
   EXPECT_LT(first.publish_ns(), asked);
 }
@@ -93,18 +94,18 @@ TEST_F(HandoffTest, PushStopsAtTheCredit) {
   EXPECT_EQ(SettledStat("slots_held", daemon::Group::kPushAhead), daemon::Group::kPushAhead);
   EXPECT_EQ(Stat("batches_gathered"), 1u);
   EXPECT_EQ(Stat("batches_served"), 0u);  // served counts what the caller took
-  auto b0 = loader->Next().value();
-  auto b1 = loader->Next().value();
+  auto b0 = TakeBatch(*loader).value();
+  auto b1 = TakeBatch(*loader).value();
   EXPECT_EQ(b1.step(), 1u);
   // Holding both, the client is at its credit of 2: nothing more is pushed.
   EXPECT_EQ(SettledStat("slots_held", 2), 2u);
   EXPECT_EQ(Stat("batches_gathered"), 2u);
-  auto refused = loader->Next();
+  auto refused = TakeBatch(*loader);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), Status::Code::kResourceExhausted);
   EXPECT_EQ(loader->step(), 2u);
   b0.Reset();  // one credit back, and the take of b1 with it: step 2 is pushed
-  auto b2 = loader->Next();
+  auto b2 = TakeBatch(*loader);
   ASSERT_TRUE(b2.ok()) << b2.status().ToString();
   EXPECT_EQ(b2->step(), 2u);
   // b2 was taken while b1 was held: its take goes with b1's release.
@@ -122,10 +123,10 @@ TEST_F(HandoffTest, PushStopsAtTheCredit) {
 TEST_F(HandoffTest, ATakeWhileHoldingABatchIsReportedWithItsRelease) {
   auto c = Connect();
   auto loader = c->OpenLoader(Spec(/*leases=*/4)).value();
-  auto b0 = loader->Next().value();  // nothing else held: reported at once
+  auto b0 = TakeBatch(*loader).value();  // nothing else held: reported at once
   EXPECT_EQ(SettledStat("batches_served", 1), 1u);
   EXPECT_EQ(SettledStat("slots_held", 2), 2u);  // b0 and step 1 pushed
-  auto b1 = loader->Next().value();             // b0 held: deferred
+  auto b1 = TakeBatch(*loader).value();         // b0 held: deferred
   EXPECT_EQ(b1.step(), 1u);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));  // time to (wrongly) push
   EXPECT_EQ(Stat("batches_served"), 1u);
@@ -135,9 +136,9 @@ TEST_F(HandoffTest, ATakeWhileHoldingABatchIsReportedWithItsRelease) {
   EXPECT_EQ(SettledStat("slots_held", 2), 2u);  // b1 and step 2 pushed
   // Holding b1, take b2 (deferred), then b3 without releasing anything:
   // b3 was not pushed, so next() waits for it; the wait reports b2's take.
-  auto b2 = loader->Next().value();
+  auto b2 = TakeBatch(*loader).value();
   EXPECT_EQ(b2.step(), 2u);
-  auto b3 = loader->Next();
+  auto b3 = TakeBatch(*loader);
   ASSERT_TRUE(b3.ok()) << b3.status().ToString();
   EXPECT_EQ(b3->step(), 3u);
   // From now on takes are reported at once: step 4 is pushed unasked.
@@ -156,7 +157,7 @@ TEST_F(HandoffTest, AMissedDeferralReportsTakesAtOnceForABackOffThatDoublesAndDe
   std::vector<client::Batch> held;
   uint64_t step = 0;  // taken so far
   auto take = [&] {
-    auto b = loader->Next();
+    auto b = TakeBatch(*loader);
     ASSERT_TRUE(b.ok()) << b.status().ToString();
     ASSERT_EQ(b->step(), step);
     ++step;
@@ -287,24 +288,24 @@ TEST_F(HandoffTest, PushQueueCarriesTheBatchesAndWakesAWaitingClient) {
 TEST_F(HandoffTest, SeekReleasesOlderGenerationsUnreadAndReturnsTheSoughtStep) {
   auto c = Connect();
   auto reference = c->OpenLoader(Spec()).value();
-  ASSERT_TRUE(reference->Seek(7).ok());
-  const std::vector<uint32_t> want = Values(reference->Next().value());
+  ASSERT_TRUE(SeekTo(*reference, 7).ok());
+  const std::vector<uint32_t> want = Values(TakeBatch(*reference).value());
   reference->Close();
   ASSERT_TRUE(WaitStat("loaders", 0));
 
   auto loader = c->OpenLoader(Spec()).value();
-  auto b0 = loader->Next().value();
+  auto b0 = TakeBatch(*loader).value();
   ASSERT_TRUE(WaitStat("slots_held", 2));  // b0 and step 1, pushed
   const uint64_t releases = Stat("releases");
-  ASSERT_TRUE(loader->Seek(7).ok());
+  ASSERT_TRUE(SeekTo(*loader, 7).ok());
   EXPECT_EQ(loader->step(), 7u);
   // Step 1 went back unread; 7 is pushed in its place.
   ASSERT_TRUE(WaitStat("releases", releases + 1));
   EXPECT_EQ(SettledStat("slots_held", 2), 2u);
-  auto b7 = loader->Next().value();
+  auto b7 = TakeBatch(*loader).value();
   EXPECT_EQ(b7.step(), 7u);
   EXPECT_EQ(Values(b7), want);
-  EXPECT_EQ(loader->Next().value().step(), 8u);
+  EXPECT_EQ(TakeBatch(*loader).value().step(), 8u);
   EXPECT_EQ(Stat("stale_releases"), 0u);
 }
 
@@ -312,10 +313,10 @@ TEST_F(HandoffTest, ClosingWithPushedBatchesReclaimsEverything) {
   auto c = Connect();
   {
     auto loader = c->OpenLoader(Spec()).value();
-    auto b0 = loader->Next().value();
+    auto b0 = TakeBatch(*loader).value();
     ASSERT_TRUE(WaitStat("slots_held", 2));  // b0 and step 1, pushed
     loader->Close();
-    EXPECT_EQ(loader->Next().status().code(), Status::Code::kCancelled);
+    EXPECT_EQ(TakeBatch(*loader).status().code(), Status::Code::kCancelled);
   }
   EXPECT_TRUE(WaitStat("slots_held", 0));
   EXPECT_TRUE(WaitStat("loaders", 0));

@@ -40,6 +40,7 @@ class RingChargeTest : public DaemonFixture {
     s.seed = 3;
     s.group = group;
     s.group_mode = GroupMode::kBroadcast;
+    s.shared_view = true;  // views of the shared ring, never moved out at the cap
     return s;
   }
   // ring_bytes and uid_ring_bytes, once settled at `want`.
@@ -56,8 +57,8 @@ TEST_F(RingChargeTest, LoaderClosedFirstStaysChargedUntilItsLastLeaseGoes) {
   const uint64_t bytes = loader->ring_bytes();
   ASSERT_GT(bytes, 0u);
   ExpectCharged(bytes);
-  auto first = loader->Next().value();
-  auto second = loader->Next().value();
+  auto first = TakeBatch(*loader).value();
+  auto second = TakeBatch(*loader).value();
   loader->Close();
   EXPECT_TRUE(WaitStat("loaders", 0));
   ExpectCharged(bytes);  // the closed loader's batches still view the ring
@@ -77,7 +78,7 @@ TEST_F(RingChargeTest, LoaderClosedWithoutLeasesGivesItsRingBackAtOnce) {
   auto c = Connect();
   auto loader = c->OpenLoader(Spec()).value();
   ExpectCharged(loader->ring_bytes());
-  loader->Next().value().Reset();
+  TakeBatch(*loader).value().Reset();
   loader->Close();
   ExpectCharged(0);
   EXPECT_EQ(SettledStat("slots_held", 0), 0u);
@@ -99,7 +100,7 @@ TEST_F(RingChargeTest, KilledClientHoldingLeasesGivesItsRingBackOnce) {
     if (!c.ok()) ::_exit(1);
     auto loader = (*c)->OpenLoader(Spec());
     if (!loader.ok()) ::_exit(2);
-    auto held = (*loader)->Next();
+    auto held = TakeBatch(**loader);
     if (!held.ok()) ::_exit(3);
     const uint64_t bytes = (*loader)->ring_bytes();
     if (::write(fd, &bytes, sizeof(bytes)) != sizeof(bytes)) ::_exit(4);
@@ -144,7 +145,7 @@ TEST_F(RingChargeTest, GroupOfTwoStaysChargedWhileALeftMemberStillLeasesABatch) 
   const uint64_t bytes = la->ring_bytes();
   EXPECT_EQ(lb->ring_bytes(), bytes);
   ExpectCharged(bytes);
-  auto held = la->Next().value();
+  auto held = TakeBatch(*la).value();
   la->Close();  // the creator leaves first, holding a batch
   EXPECT_TRUE(WaitStat("group_members", 1));
   ExpectCharged(bytes);
@@ -161,8 +162,8 @@ TEST_F(RingChargeTest, GroupOfTwoBothHoldingBatchesIsGivenBackWithTheLastLease) 
   auto la = a->OpenLoader(Spec("g")).value();
   auto lb = b->OpenLoader(Spec("g")).value();
   const uint64_t bytes = la->ring_bytes();
-  auto xa = la->Next().value();
-  auto xb = lb->Next().value();
+  auto xa = TakeBatch(*la).value();
+  auto xb = TakeBatch(*lb).value();
   lb->Close();  // the joiner leaves first this time
   la->Close();
   EXPECT_TRUE(WaitStat("groups", 0));

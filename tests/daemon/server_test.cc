@@ -22,13 +22,14 @@ class ServerTest : public DaemonFixture {
     s.batch_size = batch;
     s.mode = mode;
     s.seed = 5;
+    s.shared_view = true;  // views of the shared ring, never moved out at the cap
     return s;
   }
   // The embedded pipeline's bytes for `step`, the reference for every check.
   std::vector<uint8_t> EmbeddedBytes(const LoaderSpec& spec, uint64_t step, BatchLayout* layout) {
-    Batch b = EmbeddedBatch(spec, step);
+    EmbeddedRef b = EmbeddedBatch(spec, step);
     *layout = b.layout;
-    return std::vector<uint8_t>(b.memory->data(), b.memory->data() + b.layout.total_bytes);
+    return std::vector<uint8_t>(b.base(), b.base() + b.layout.total_bytes);
   }
   std::vector<uint8_t> BytesOf(const client::Batch& b, uint64_t total) {
     const uint8_t* p = b.lease()->base();
@@ -55,7 +56,7 @@ TEST_F(ServerTest, DenseBatchesAreByteIdenticalToTheEmbeddedPipeline) {
   ASSERT_EQ((*loader)->streams().size(), 1u);
   EXPECT_EQ((*loader)->streams()[0].dtype, "<u4");
   for (uint64_t step = 0; step < 30; ++step) {
-    auto b = (*loader)->Next();
+    auto b = TakeBatch(**loader);
     ASSERT_TRUE(b.ok()) << b.status().ToString();
     EXPECT_EQ(b->step(), step);
     BatchLayout layout;
@@ -78,7 +79,7 @@ TEST_F(ServerTest, RaggedAndDenseStreamsTogetherMatchEmbedded) {
   auto loader = c->OpenLoader(spec);
   ASSERT_TRUE(loader.ok()) << loader.status().ToString();
   for (uint64_t step = 0; step < 10; ++step) {
-    auto b = (*loader)->Next();
+    auto b = TakeBatch(**loader);
     ASSERT_TRUE(b.ok()) << b.status().ToString();
     BatchLayout layout;
     auto want = EmbeddedBytes(spec, step, &layout);
@@ -102,16 +103,16 @@ TEST_F(ServerTest, SeekAndStartStepGiveTheSameBatchesAsEmbedded) {
   auto loader = c->OpenLoader(spec).value();
   EXPECT_EQ(loader->step(), 17u);
   BatchLayout layout;
-  auto b = loader->Next().value();
+  auto b = TakeBatch(*loader).value();
   EXPECT_EQ(b.step(), 17u);
   EXPECT_EQ(BytesOf(b, 64), EmbeddedBytes(spec, 17, &layout));
-  ASSERT_TRUE(loader->Seek(1000).ok());
+  ASSERT_TRUE(SeekTo(*loader, 1000).ok());
   EXPECT_EQ(loader->step(), 1000u);
-  auto s = loader->Next().value();
+  auto s = TakeBatch(*loader).value();
   EXPECT_EQ(s.step(), 1000u);
   EXPECT_EQ(BytesOf(s, 64), EmbeddedBytes(spec, 1000, &layout));
-  ASSERT_TRUE(loader->Seek(3).ok());
-  EXPECT_EQ(loader->Next().value().step(), 3u);
+  ASSERT_TRUE(SeekTo(*loader, 3).ok());
+  EXPECT_EQ(TakeBatch(*loader).value().step(), 3u);
 }
 
 TEST_F(ServerTest, LeaseCapRefusesWithResourceExhaustedAndFreeingRestores) {
@@ -121,15 +122,15 @@ TEST_F(ServerTest, LeaseCapRefusesWithResourceExhaustedAndFreeingRestores) {
   auto loader = c->OpenLoader(spec).value();
   EXPECT_EQ(loader->lease_cap(), 3u);
   std::vector<client::Batch> held;
-  for (int i = 0; i < 3; ++i) held.push_back(loader->Next().value());
+  for (int i = 0; i < 3; ++i) held.push_back(TakeBatch(*loader).value());
   EXPECT_EQ(loader->leases_held(), 3u);
-  auto refused = loader->Next();
+  auto refused = TakeBatch(*loader);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), Status::Code::kResourceExhausted);
   EXPECT_EQ(loader->step(), 3u);  // a refusal does not consume a step
   EXPECT_TRUE(WaitStat("slots_held", 3));
   held.erase(held.begin());
-  auto b = loader->Next();
+  auto b = TakeBatch(*loader);
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   EXPECT_EQ(b->step(), 3u);
 }
@@ -143,12 +144,12 @@ TEST_F(ServerTest, BatchFreedOnAnotherThreadNeverMakesTheNextNextRefused) {
   LoaderSpec spec = DenseSpec();
   spec.leases = 1;
   auto loader = c->OpenLoader(spec).value();
-  auto held = loader->Next().value();
+  auto held = TakeBatch(*loader).value();
   for (uint64_t step = 1; step < 400; ++step) {
     std::thread freer([&] { held.Reset(); });
     while (loader->leases_held() != 0) {
     }
-    auto next = loader->Next();
+    auto next = TakeBatch(*loader);
     freer.join();
     ASSERT_TRUE(next.ok()) << "step " << step << ": " << next.status().ToString();
     ASSERT_EQ(next->step(), step);
@@ -162,10 +163,10 @@ TEST_F(ServerTest, HeldBatchesStayIntactWhileTheLoaderRunsOn) {
   spec.leases = 4;
   spec.prefetch = 2;
   auto loader = c->OpenLoader(spec).value();
-  auto first = loader->Next().value();
+  auto first = TakeBatch(*loader).value();
   auto copy = BytesOf(first, 128);
   for (int i = 0; i < 50; ++i) {
-    auto b = loader->Next();  // dropped at once: its slot is recycled
+    auto b = TakeBatch(*loader);  // dropped at once: its slot is recycled
     ASSERT_TRUE(b.ok());
   }
   EXPECT_EQ(BytesOf(first, 128), copy);  // never overwritten while leased
@@ -176,8 +177,8 @@ TEST_F(ServerTest, ClosingTheLoaderReclaimsItsSlotsAndRing) {
   {
     LoaderSpec spec = DenseSpec();
     auto loader = c->OpenLoader(spec).value();
-    auto b1 = loader->Next().value();
-    auto b2 = loader->Next().value();
+    auto b1 = TakeBatch(*loader).value();
+    auto b2 = TakeBatch(*loader).value();
     // b1 and b2; b2 was taken while b1 was held, so its take waits for the
     // next frame (docs/protocol.md "Consumed positions"): step 2 is not
     // pushed yet.
@@ -189,7 +190,7 @@ TEST_F(ServerTest, ClosingTheLoaderReclaimsItsSlotsAndRing) {
     EXPECT_EQ(static_cast<const uint32_t*>(b1.Dense(0).data)[1] -
                   static_cast<const uint32_t*>(b1.Dense(0).data)[0],
               7u);
-    EXPECT_EQ(loader->Next().status().code(), Status::Code::kCancelled);
+    EXPECT_EQ(TakeBatch(*loader).status().code(), Status::Code::kCancelled);
   }
   EXPECT_TRUE(WaitStat("slots_held", 0));
   EXPECT_TRUE(WaitStat("loaders", 0));
@@ -207,10 +208,10 @@ TEST_F(ServerTest, BatchesHeldPastCloseKeepTheirSlotsUntilFreed) {
     spec.start_step = start;
     auto loader = c->OpenLoader(spec).value();
     std::vector<client::Batch> held;
-    for (int i = 0; i < 2; ++i) held.push_back(loader->Next().value());
+    for (int i = 0; i < 2; ++i) held.push_back(TakeBatch(*loader).value());
     loader->Close();
-    EXPECT_EQ(loader->Next().status().code(), Status::Code::kCancelled);
-    EXPECT_EQ(loader->Seek(0).code(), Status::Code::kCancelled);
+    EXPECT_EQ(TakeBatch(*loader).status().code(), Status::Code::kCancelled);
+    EXPECT_EQ(SeekTo(*loader, 0).code(), Status::Code::kCancelled);
     EXPECT_TRUE(WaitStat("loaders", 0));  // the loader itself is gone at once
     EXPECT_GE(Stat("slots_held"), 2u);    // ...but not the slots viewed here
     EXPECT_GT(Stat("ring_bytes"), 0u);    // whose ring stays charged
@@ -321,7 +322,7 @@ TEST_F(ServerTest, MalformedFramesDropOnlyTheirConnection) {
   }
   EXPECT_EQ(dropped, 300);
   EXPECT_GE(Stat("protocol_errors"), 300u);
-  auto b = loader->Next();  // the good client never noticed
+  auto b = TakeBatch(*loader);  // the good client never noticed
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   EXPECT_EQ(b->step(), 0u);
 }
@@ -354,7 +355,7 @@ TEST_F(ServerTest, FdsWhereNoneAreExpectedOrMissingWhereRequiredDropTheConnectio
 TEST_F(ServerTest, StaleAndForgedReleasesAreIgnored) {
   auto c = Connect();
   auto loader = c->OpenLoader(DenseSpec()).value();
-  auto b = loader->Next().value();
+  auto b = TakeBatch(*loader).value();
   EXPECT_EQ(SettledStat("slots_held", 2), 2u);  // b and step 1, pushed
   auto raw = RawHello();                        // another session cannot release our slot
   ASSERT_TRUE(SendFrame(raw.get(), EncodeMessage(ReleaseMsg{0, 1})).ok());
@@ -373,39 +374,37 @@ TEST_F(ServerTest, StaleAndForgedReleasesAreIgnored) {
 TEST_F(ServerTest, StopUnblocksClientsWithDaemonErrorAndMappedBatchesSurvive) {
   auto c = Connect();
   auto loader = c->OpenLoader(DenseSpec()).value();
-  auto b = loader->Next().value();
+  auto b = TakeBatch(*loader).value();
   auto before = BytesOf(b, 128);
   EXPECT_EQ(SettledStat("slots_held", 2), 2u);  // b and step 1, pushed
   StopDaemon();
   // What was pushed before the stop is still delivered, in order, from the
   // mapped ring; only a Next that has to wait gets the error.
   for (uint64_t step = 1; step < 2; ++step) {
-    auto x = loader->Next();
+    auto x = TakeBatch(*loader);
     ASSERT_TRUE(x.ok()) << "step " << step << ": " << x.status().ToString();
     EXPECT_EQ(x->step(), step);
   }
-  auto next = loader->Next();
+  auto next = TakeBatch(*loader);
   ASSERT_FALSE(next.ok());
   EXPECT_EQ(next.status().code(), Status::Code::kDaemon) << next.status().ToString();
   EXPECT_EQ(BytesOf(b, 128), before);
   EXPECT_EQ(c->Stats().status().code(), Status::Code::kDaemon);
 }
 
-TEST_F(ServerTest, WaitHookAbortKeepsTheReplyForTheNextCall) {
+TEST_F(ServerTest, AWaitThatGivesUpKeepsTheBatchForTheNextCall) {
   auto c = Connect();
   LoaderSpec spec = DenseSpec();
   auto loader = c->OpenLoader(spec).value();
-  auto b0 = loader->Next();  // warm
+  auto b0 = TakeBatch(*loader);  // warm
   ASSERT_TRUE(b0.ok());
-  // A hook that aborts at once: whether or not the reply was already there,
-  // no step is lost or repeated.
-  int calls = 0;
-  auto aborted = loader->Next([&] {
-    ++calls;
-    return Status::Cancelled("interrupted");
-  });
-  uint64_t expect = aborted.ok() ? 2 : 1;
-  auto b = loader->Next();
+  // A wait whose deadline has passed: whether or not the batch was already
+  // there, no step is lost or repeated.
+  auto given_up = loader->NextUntil(BatchSource::Clock::now());
+  ASSERT_TRUE(given_up.ok()) << given_up.status().ToString();
+  if (given_up->has_value()) EXPECT_EQ((*given_up)->step, 1u);
+  const uint64_t expect = given_up->has_value() ? 2 : 1;
+  auto b = TakeBatch(*loader);
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   EXPECT_EQ(b->step(), expect);
 }
@@ -413,11 +412,11 @@ TEST_F(ServerTest, WaitHookAbortKeepsTheReplyForTheNextCall) {
 TEST_F(ServerTest, ForkedChildCannotUseOrHoldTheSession) {
   auto c = Connect();
   auto loader = c->OpenLoader(DenseSpec()).value();
-  auto b = loader->Next().value();
+  auto b = TakeBatch(*loader).value();
   uint32_t first = static_cast<const uint32_t*>(b.Dense(0).data)[0];
   pid_t pid = ::fork();
   if (pid == 0) {
-    auto r = loader->Next();
+    auto r = TakeBatch(*loader);
     bool refused = !r.ok() && r.status().code() == Status::Code::kDaemon;
     bool readable = static_cast<const uint32_t*>(b.Dense(0).data)[0] == first;
     b.Reset();  // must not release the parent's slot
@@ -430,7 +429,7 @@ TEST_F(ServerTest, ForkedChildCannotUseOrHoldTheSession) {
   EXPECT_EQ(SettledStat("slots_held", 2), 2u);
   EXPECT_EQ(Stat("releases"), 0u);
   EXPECT_EQ(Stat("stale_releases"), 0u);
-  auto next = loader->Next();
+  auto next = TakeBatch(*loader);
   ASSERT_TRUE(next.ok()) << next.status().ToString();
   EXPECT_EQ(next->step(), 1u);
 }

@@ -43,7 +43,7 @@ def _run(cmd: list[str]) -> None:
 # socket, memfd and thread-pool headers live in common/internal/ and must not
 # be installed.
 PUBLIC_HEADERS = {"batch_source.h", "client.h", "env.h", "fd.h", "group.h", "loader.h", "mix.h",
-                  "pack.h", "platform.h", "sampler.h", "status.h", "store.h"}
+                  "pack.h", "platform.h", "sampler.h", "status.h", "store.h", "timeouts.h"}
 INTERNAL_HEADERS = {"wire.h", "ring.h", "unix_socket.h", "memfd.h", "thread_pool.h"}
 
 

@@ -55,7 +55,7 @@ says the batch is pushed (it returns at once) or the loader is at its lease
 cap (refused at once). Rules whose effect would depend on timing are not
 issued: a group member takes a batch only while the distinct batches its
 group's clients took and still hold stay within the ring's lease budget,
-the condition under which group.h proves the ring never runs out (the
+the condition under which serving_group.h proves the ring never runs out (the
 batches pushed ahead are among the steps the group holds; hoarding beyond
 the budget may legitimately wait or fail). Solo loaders are unrestricted.
 The daemon runs with ``--group-live-batches 0``: the model is the skew rule's.
@@ -161,7 +161,7 @@ class Spec:
 
 @dataclass
 class GroupModel:
-    """docs/daemon.md "Groups" (and group.h), step for step.
+    """docs/daemon.md "Groups" (and serving_group.h), step for step.
 
     A solo loader is the only member of a private broadcast group with no
     skew. ``held`` are the steps the group keeps (published once, retained
@@ -421,7 +421,7 @@ def run_model(daemon_factory: Callable[..., Any], data: dict) -> None:
         def within_budget(self, lm: LoaderModel) -> bool:
             """Group rings: taking the pushed batch keeps the taken ones in the budget.
 
-            group.h's ring sizing: the held steps (every pushed-unread batch
+            serving_group.h's ring sizing: the held steps (every pushed-unread batch
             among them) fit max_skew + 1 slots; batches the group dropped
             that clients still lease must stay within its `leases`.
             """

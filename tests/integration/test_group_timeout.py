@@ -161,6 +161,19 @@ def test_group_timeout_validation_names_the_argument(kwargs, error, needle) -> N
         DaemonOptions("/nonexistent.sock", **kwargs)
 
 
+def test_the_timeout_bounds_python_names_are_the_ones_the_engine_enforces() -> None:
+    from loaderx.sources import DEFAULT_LIVENESS_TIMEOUT, MIN_GROUP_TIMEOUT, MIN_LIVENESS_TIMEOUT
+
+    assert (MIN_LIVENESS_TIMEOUT, MIN_GROUP_TIMEOUT, DEFAULT_LIVENESS_TIMEOUT) == (1.0, 0.1, 10.0)
+    assert DaemonOptions("/x.sock").liveness_timeout == DEFAULT_LIVENESS_TIMEOUT
+    DaemonOptions("/x.sock", liveness_timeout=MIN_LIVENESS_TIMEOUT)
+    DaemonOptions("/x.sock", group="g", group_timeout=MIN_GROUP_TIMEOUT)
+    with pytest.raises(ValueError, match=r"liveness_timeout must be in 1\.\.86400 seconds, got 0\.999"):
+        DaemonOptions("/x.sock", liveness_timeout=MIN_LIVENESS_TIMEOUT - 0.001)
+    with pytest.raises(ValueError, match=r"group_timeout must be in 0\.1\.\.86400 seconds, got 0\.099"):
+        DaemonOptions("/x.sock", group="g", group_timeout=MIN_GROUP_TIMEOUT - 0.001)
+
+
 @pytest.mark.parametrize(
     ("value", "needle"),
     [("0", "group-timeout: '0' is not a number of seconds in 0.1..86400"),

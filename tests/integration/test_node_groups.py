@@ -168,8 +168,12 @@ def test_ranks_and_replicas_need_a_shard_group() -> None:
         DaemonOptions("/nonexistent", ranks=range(2))
     with pytest.raises(TypeError, match="ranks must be a range"):
         DaemonOptions("/nonexistent", group="g", ranks=[0, 1])
-    with pytest.raises(InvalidArgumentError, match="consecutive"):
+    # The engine's rule (LoaderSpec::ValidateOptions), named as Python writes the range.
+    with pytest.raises(InvalidArgumentError,
+                       match=r"^ranks must be a range of consecutive ranks, got range\(0, 4, 2\)$"):
         DaemonOptions("/nonexistent", group="g", ranks=range(0, 4, 2))
+    with pytest.raises(InvalidArgumentError, match=r"got range\(3, 0, -1\)$"):
+        DaemonOptions("/nonexistent", ranks=range(3, 0, -1))
 
 
 def test_replicas_resumed_by_load_state_dict_before_next_start_together(daemon_factory, stores) -> None:

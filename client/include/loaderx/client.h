@@ -2,15 +2,16 @@
 //
 //   auto client = loaderx::Client::Connect(path);          // hello, version check
 //   auto loader = client->OpenLoader(spec);                // passes store fds
-//   auto batch = loader->Next();                           // a view into the ring
-//   const float* x = static_cast<const float*>(batch->Dense(0).data);
-//   loader->Seek(1000); loader->Close();
+//   auto view = (*loader)->NextUntil(deadline);            // the seam (batch_source.h)
+//   loaderx::client::Batch batch(std::move(**view), **loader);  // typed accessors
+//   const float* x = static_cast<const float*>(batch.Dense(0).data);
+//   (*loader)->SeekUntil(1000, deadline); (*loader)->Close();
 //
 // Each Loader has its own connection and its own ring (a sealed memfd mapped
 // read-only; the members of a group map their group's one ring). The daemon
 // pushes ready batches while this process holds fewer than the loader's
-// lease cap (protocol 1.2), so Next() usually finds its batch already in
-// the socket: one receive, no round trip. A Batch is
+// lease cap (protocol 1.2), so NextUntil usually finds its batch already
+// in the socket: one receive, no round trip. A batch is
 // a set of views into one ring slot plus a Lease; the slot goes back to the
 // daemon when the last holder of the Lease (the Batch, or any zero-copy
 // owner such as a NumPy array's base) lets go. A writable batch of
@@ -18,23 +19,23 @@
 // when `lease_cap()` batches are held and another is asked for, the oldest
 // such batch moves out of the ring into this process's own pages (same
 // address, same bytes) and its slot goes back (`batches_moved_out()`
-// counts them). Batches that stay views of the shared ring (shared_view,
-// or the Batch of Next()) cannot move: asking for more than the cap of
-// those is ResourceExhausted, never a hang. Batches stay readable after Close() and even after the
+// counts them). Batches that stay views of the shared ring (shared_view)
+// cannot move: asking for more than the cap of those is ResourceExhausted,
+// never a hang. Batches stay readable after Close() and even after the
 // daemon died: the mapping belongs to this process.
 //
 // The client opens the store files itself (Store::OpenFileSet) and passes the
 // fds, so the daemon reads nothing this process could not read.
 //
-// Failure: if the daemon dies, a blocked Next() returns Status::Daemon within
+// Failure: if the daemon dies, a blocked NextUntil returns Status::Daemon within
 // kDeadPeerDetection (the socket hangs up; the wait polls every kPollInterval
 // anyway). A forked child inherits nothing usable: every call in the child
 // returns Status::Daemon and the child's copy of the socket is closed at fork,
 // so it can neither keep the parent's session alive nor speak for it.
 //
-// Thread-safety: one thread at a time may call Next/Seek; Close() may be
-// called from any thread, also while Next() blocks (which then returns
-// Cancelled). Batches and Leases may be destroyed on any thread.
+// Thread-safety: one thread at a time may call NextUntil/SeekUntil; Close()
+// may be called from any thread, also while NextUntil blocks (which then
+// returns Cancelled). Batches and Leases may be destroyed on any thread.
 //
 // This header and what it includes are the whole installed API of the
 // client (docs/cpp-client.md): no wire-protocol, ring or socket type
@@ -65,6 +66,7 @@
 #include "loaderx/sampler.h"
 #include "loaderx/status.h"
 #include "loaderx/store.h"
+#include "loaderx/timeouts.h"
 
 namespace loaderx {
 
@@ -76,29 +78,17 @@ inline constexpr std::chrono::milliseconds kPollInterval{50};
 inline constexpr std::chrono::milliseconds kDeadPeerDetection{1000};
 static_assert(kPollInterval * 4 <= kDeadPeerDetection,
               "a blocked wait must notice a dead daemon well within the promise");
-// Liveness (protocol 1.2): a wait that hears nothing from a daemon that
-// announced heartbeats for this long returns Status::Daemon (a SIGSTOPped,
-// deadlocked or swapped-out loaderxd). LoaderSpec::liveness_timeout sets it
-// per loader, at least kMinLivenessTimeout: several heartbeats must fit, so
-// a daemon that is merely busy is never mistaken for a dead one.
-inline constexpr std::chrono::milliseconds kDefaultLivenessTimeout{10000};
-// Four of the daemon's heartbeat intervals (protocol 1.2: 250 ms; client.cc
-// static_asserts the relation against the protocol's constant).
-inline constexpr std::chrono::milliseconds kMinLivenessTimeout{1000};
-static_assert(kMinLivenessTimeout <= kDefaultLivenessTimeout);
-// The shortest LoaderSpec::group_timeout, and the longest of either timeout.
-inline constexpr std::chrono::milliseconds kMinGroupTimeout{100};
-inline constexpr std::chrono::milliseconds kMaxTimeout{86400 * 1000};
+// The timeouts' bounds (kDefaultLivenessTimeout, kMinLivenessTimeout,
+// kMinGroupTimeout, kMaxTimeout) are in loaderx/timeouts.h.
 static_assert(kPollInterval * 4 <= kMinLivenessTimeout,
               "the wait must look at the clock several times within the timeout");
 
 class Connection;  // private (client/src)
 class HeldViews;   // private (client/src)
+class Loader;
 
-// Called every kPollInterval while a call waits for the daemon; a non-OK
-// status aborts the wait and is returned (Python uses it for Ctrl-C). Nothing
-// is lost: pushed batches stay queued for the next call, and an interrupted
-// Seek is settled by the next call (see Seek).
+// Called every kPollInterval while Client::Stats/Report wait for the daemon;
+// a non-OK status aborts the wait and is returned.
 using WaitHook = std::function<Status()>;
 
 using StreamInfo = ::loaderx::StreamInfo;  // label: the store path as passed
@@ -168,14 +158,16 @@ struct LoaderSpec {
   // name what does not fit; a daemon older than 1.5 is refused here.
   uint64_t ranks_first = 0;
   uint64_t ranks_count = 0;
+  // The stride of those ranks, as Python's range has one: only consecutive
+  // ranks (1) are a group's, any other is InvalidArgument.
+  int64_t ranks_step = 1;
   uint32_t replicas = 1;
   // How NextUntil's BatchView sees the slot. false (default): through a
   // private copy-on-write mapping of the slot made per batch, so the values
   // are writable like an embedded batch's (a write copies the page it
   // touches for this process only; the daemon never sees it). true: through
   // the shared ring mapping itself, read-only (no mmap per batch and no page
-  // faults on first touch). Next()/NextFor() Batches always view the shared
-  // ring (read-only).
+  // faults on first touch).
   bool shared_view = false;
   // See kDefaultLivenessTimeout; InvalidArgument below kMinLivenessTimeout.
   std::chrono::milliseconds liveness_timeout = kDefaultLivenessTimeout;
@@ -234,7 +226,6 @@ class Lease {
   friend class Connection;  // describes the batch when it files it
   friend class HeldViews;   // moves a private view out of the ring
   friend class Loader;      // checks the description before any view
-  friend class Batch;
   const StreamLayout& layout(size_t j) const {
     return more_layout_ ? more_layout_[j] : inline_layout_[j];
   }
@@ -309,41 +300,45 @@ struct ArrayView {
   Dims shape;
 };
 
-// Move-only views of one delivered batch.
+// Typed accessors over one batch a Loader's NextUntil returned (a BatchView
+// whose owner is the batch's Lease): its streams as arrays with dtype and
+// shape, its lease and publish stamp. Move-only.
 class Batch {
  public:
   Batch() = default;
+  // REQUIRES: `view` is what loader.NextUntil returned last (publish_ns()
+  // is loader.last_publish_ns()).
+  Batch(BatchView view, const Loader& loader);
   Batch(Batch&&) noexcept = default;
   Batch& operator=(Batch&&) noexcept = default;
   Batch(const Batch&) = delete;
   Batch& operator=(const Batch&) = delete;
 
-  uint64_t step() const { return step_; }
-  uint64_t batch_size() const { return batch_size_; }
+  uint64_t step() const { return view_.step; }
+  uint64_t batch_size() const { return view_.batch_size; }
+  // Whether the values may be written through (BatchView::writable).
+  bool writable() const { return view_.writable; }
   // When the daemon published this batch: CLOCK_MONOTONIC ns (system-wide,
   // so comparable with this process's clock; ring.h MonotonicNowNs). 0 from
   // a daemon whose ring layout predates the stamp (1.0).
   uint64_t publish_ns() const { return publish_ns_; }
-  size_t num_streams() const { return num_streams_; }
+  size_t num_streams() const { return view_.streams.size(); }
   // Dense stream j as one (B, *item_shape) array.
   ArrayView Dense(size_t j) const;
   // Record k of ragged stream j.
   ArrayView Record(size_t j, uint64_t k) const;
   // Raw tables of ragged stream j (see loader.h's layout).
-  const uint8_t* values(size_t j) const;
+  const uint8_t* values(size_t j) const { return view_.streams[j].values; }
   // B + 1 byte offsets; record k starts at values + offsets[k] - offsets[0]
   // (offsets[0] is 0 for a whole batch, not for a shard group's slice).
-  const uint64_t* offsets(size_t j) const;
-  const uint64_t* shapes(size_t j) const;  // B * ndim dims
+  const uint64_t* offsets(size_t j) const { return view_.streams[j].offsets; }
+  const uint64_t* shapes(size_t j) const { return view_.streams[j].shapes; }  // B * ndim dims
   const std::shared_ptr<Lease>& lease() const { return lease_; }
   void Reset() { lease_.reset(); }  // lets the slot go now
 
  private:
-  friend class Loader;
-  uint64_t step_ = 0;
-  uint64_t batch_size_ = 0;
+  BatchView view_;  // its owner moved to lease_
   uint64_t publish_ns_ = 0;
-  size_t num_streams_ = 0;  // the layouts are the lease's (offsets from its base())
   std::shared_ptr<const std::vector<StreamInfo>> streams_;
   std::shared_ptr<Lease> lease_;
 };
@@ -356,26 +351,9 @@ class Loader final : public BatchSource {
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
 
-  // The batch of step(); advances. A gather error of that step is returned
-  // (and the loader still advances, as embedded).
-  Result<Batch> Next(const WaitHook& hook = nullptr);
-  // Like Next() but returns std::nullopt if the batch has not arrived within
-  // `timeout`; it is pushed anyway and the next call picks it up, so nothing
-  // is skipped or duplicated.
-  Result<std::optional<Batch>> NextFor(std::chrono::milliseconds timeout,
-                                       const WaitHook& hook = nullptr);
-  // The next batch is `step`. The daemon answers with a new generation;
-  // batches pushed before it (already in the socket) are released unread.
-  // If the WaitHook interrupts the wait (Ctrl-C), the seek may still take
-  // effect at the daemon: the next Next()/Seek() waits for its answer
-  // first, so Next() then returns the sought step's batch if it was
-  // accepted (step() says which). A refused seek (e.g. IndexError: a group
-  // member asking for a step its group dropped) changes nothing: the next
-  // batch is still step()'s, pushed before or after the seek.
-  Status Seek(uint64_t step, const WaitHook& hook = nullptr);
   uint64_t step() const override;
-  // Closes the loader: Next/Seek return Cancelled from now on (a blocked
-  // one within kPollInterval), pushed batches not yet returned are released,
+  // Closes the loader: NextUntil/SeekUntil return Cancelled from now on (a
+  // blocked one within kPollInterval), pushed batches not yet returned are released,
   // the daemon stops pushing and its pipeline and reclaims everything not
   // leased out. Batches still held stay readable AND
   // unchanged: their slots stay leased (the session lives on, sending only
@@ -399,24 +377,25 @@ class Loader final : public BatchSource {
   // Held batches moved out of the ring so far to stay under the cap.
   uint64_t batches_moved_out() const;
   // Leases alive in this process: batches held by the caller (and their
-  // zero-copy owners) plus pushed batches not yet returned by Next.
+  // zero-copy owners) plus pushed batches not yet returned by NextUntil.
   uint32_t leases_held() const;
   uint64_t ring_bytes() const;
 
  private:
   friend class ::loaderx::Client;
+  friend class Batch;  // shares the stream descriptions
   // The connection, the protocol state and the lock behind it, the step
   // counter and what open answered (client/src/client.cc).
   struct Impl;
   explicit Loader(std::unique_ptr<Impl> impl);
-  Result<std::optional<Batch>> NextImpl(
-      std::optional<std::chrono::steady_clock::time_point> deadline, const WaitHook& hook);
+  // The checked lease of the batch of step() (advancing; a gather error of
+  // that step is returned), null if `deadline` passed first; *publish_ns is
+  // its slot's stamp.
+  Result<std::shared_ptr<Lease>> TakeLease(Clock::time_point deadline, uint64_t* publish_ns);
   // Waits for the answer to the seek in flight, if any (false: `deadline`
   // passed first, it stays in flight). Accepted: step() is its target;
   // *outcome is the daemon's answer (a refusal moved nothing).
-  Result<bool> SettleSeek(const WaitHook& hook,
-                          std::optional<std::chrono::steady_clock::time_point> deadline,
-                          Status* outcome = nullptr);
+  Result<bool> SettleSeek(Clock::time_point deadline, Status* outcome = nullptr);
   // Everything the lease's batch description claims, checked against the
   // ring and the schema (a buggy or hostile daemon cannot make the client
   // read outside the slot); *publish_ns is the slot's stamp.

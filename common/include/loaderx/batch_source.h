@@ -28,11 +28,14 @@
 // thread.
 #pragma once
 
+#include <array>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "loaderx/status.h"
@@ -66,6 +69,54 @@ struct StreamView {
   const uint64_t* shapes = nullptr;   // B * ndim entries; ragged only
 };
 
+// The stream views of one batch, read like a std::vector<StreamView>
+// (size, [], iteration, push_back). Up to kInline of them are held in place,
+// so delivering a batch of that many streams allocates nothing (loaderxd's
+// hand-off is kept free of malloc: docs/benchmarks.md, "The take allocates
+// nothing"); a batch of more streams keeps them all on the heap.
+class StreamViews {
+ public:
+  static constexpr size_t kInline = 4;
+
+  StreamViews() = default;
+  StreamViews(const StreamViews&) = default;
+  StreamViews& operator=(const StreamViews&) = default;
+  // A moved-from list is empty.
+  StreamViews(StreamViews&& o) noexcept
+      : inline_(o.inline_), more_(std::move(o.more_)), n_(std::exchange(o.n_, 0)) {}
+  StreamViews& operator=(StreamViews&& o) noexcept {
+    inline_ = o.inline_;
+    more_ = std::move(o.more_);
+    n_ = std::exchange(o.n_, 0);
+    return *this;
+  }
+
+  size_t size() const { return n_; }
+  bool empty() const { return n_ == 0; }
+  StreamView* data() { return n_ <= kInline ? inline_.data() : more_.data(); }
+  const StreamView* data() const { return n_ <= kInline ? inline_.data() : more_.data(); }
+  StreamView& operator[](size_t j) { return data()[j]; }
+  const StreamView& operator[](size_t j) const { return data()[j]; }
+  StreamView* begin() { return data(); }
+  StreamView* end() { return data() + n_; }
+  const StreamView* begin() const { return data(); }
+  const StreamView* end() const { return data() + n_; }
+  void push_back(const StreamView& v) {
+    if (n_ < kInline) {
+      inline_[n_++] = v;
+      return;
+    }
+    if (n_ == kInline) more_.assign(inline_.begin(), inline_.end());
+    more_.push_back(v);
+    ++n_;
+  }
+
+ private:
+  std::array<StreamView, kInline> inline_{};  // [0, n_) while n_ <= kInline
+  std::vector<StreamView> more_;              // all n_ once n_ > kInline
+  size_t n_ = 0;
+};
+
 // One delivered batch: views into memory kept alive by `owner`. Every view
 // stays valid, and its bytes unchanged by anyone else, for as long as any
 // copy of `owner` lives. `writable`: the values may be written through (the
@@ -75,7 +126,7 @@ struct BatchView {
   uint64_t step = 0;
   uint64_t batch_size = 0;
   bool writable = true;
-  std::vector<StreamView> streams;
+  StreamViews streams;
   std::shared_ptr<const void> owner;
 };
 

@@ -38,27 +38,25 @@
 //    Allocate (ring credit) holds no pool worker.
 //  * Per step: Sampler::Fill -> PlanBatch -> allocator->Allocate -> FillBatch.
 //    An error of a step (bad record, allocation failure) is returned by the
-//    Next() for that step, which still advances: the pipeline goes on.
-//  * Seek(step) discards ready and in-flight work; a generation counter makes
-//    sure a stale result is never delivered.
-//  * Close() is idempotent, wakes a blocked Next() with Cancelled, cancels the
-//    allocator, joins the producers (each finishes at most the batch it is
-//    making) and then the pool. Next/NextFor/Seek after Close return
+//    NextUntil for that step, which still advances: the pipeline goes on.
+//  * SeekUntil(step) discards ready and in-flight work; a generation counter
+//    makes sure a stale result is never delivered.
+//  * Close() is idempotent, wakes a blocked NextUntil with Cancelled, cancels
+//    the allocator, joins the producers (each finishes at most the batch it
+//    is making) and then the pool. NextUntil/SeekUntil after Close return
 //    Cancelled. The destructor implies Close().
 //
 // Ownership: the Pipeline shares ownership of the stores and the allocator.
-// A Batch owns its memory through `memory` (shared_ptr), which may outlive the
-// Pipeline.
+// A delivered BatchView owns its BatchMemory (BatchView::owner), which may
+// outlive the Pipeline.
 //
 // Thread-safety: Pipeline methods may be called from any thread; Close() may
-// race with a blocked Next() (which then returns Cancelled). The stores must
+// race with a blocked NextUntil (which then returns Cancelled). The stores must
 // be safe for concurrent const calls (store.h guarantees it).
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <vector>
 
 #include "loaderx/batch_source.h"
@@ -102,6 +100,10 @@ Status FillBatch(const std::vector<std::shared_ptr<const Store>>& streams,
                  const std::vector<uint64_t>& indices, const BatchLayout& layout, uint8_t* base,
                  ThreadPool* pool);
 
+// The view of a stream whose sections lie at `base` as `layout` says: the one
+// layout-to-view rule of both hosts (Pipeline, client::Loader).
+StreamView StreamViewAt(uint8_t* base, const StreamLayout& layout);
+
 // Owner of one batch's bytes. Freed (or returned to its ring) on destruction.
 class BatchMemory {
  public:
@@ -125,13 +127,6 @@ class BatchAllocator {
 // Thread-safe; batches may outlive the allocator.
 std::shared_ptr<BatchAllocator> HeapAllocator();
 
-struct Batch {
-  uint64_t step = 0;
-  std::vector<uint64_t> indices;  // this rank's sampler indices for `step`
-  BatchLayout layout;
-  std::shared_ptr<BatchMemory> memory;
-};
-
 inline constexpr int kMaxGatherNice = 19;  // the span of Linux nice values
 
 struct PipelineOptions {
@@ -146,35 +141,23 @@ struct PipelineOptions {
   // contended core over a gather running ahead. Lowering one's own priority
   // needs no privilege; if setpriority fails anyway the thread keeps its
   // priority (advisory). 0..kMaxGatherNice, else InvalidArgument.
-  // loaderxd passes its --gather-nice (daemon/src/group.h Options).
+  // loaderxd passes its --gather-nice (daemon/src/serving_group.h Options).
   int gather_nice = 0;
 };
 
-// A Pipeline is the embedded BatchSource (batch_source.h): NextUntil returns writable views of
-// a batch's memory, and BatchView::owner is that BatchMemory (loaderxd's groups rely on it).
+// A Pipeline is the embedded BatchSource (batch_source.h), the only way to
+// wait for and seek its batches: NextUntil returns writable views of a
+// batch's memory, and BatchView::owner is that BatchMemory (loaderxd's groups
+// rely on it). SeekUntil never waits for anything but in-flight batch frees,
+// so it ignores the deadline and returns true.
 class Pipeline : public BatchSource {
  public:
   static Result<std::unique_ptr<Pipeline>> Create(
       std::vector<std::shared_ptr<const Store>> streams, const SamplerSpec& sampler,
       const PipelineOptions& options, std::shared_ptr<BatchAllocator> allocator = nullptr);
-  virtual ~Pipeline() = default;  // implies Close()
+  ~Pipeline() override = default;  // implies Close()
 
-  // Blocks until the batch of step() is ready, returns it and advances.
-  // A gather error for that step is returned as its Status (the pipeline then
-  // continues with the next step). Cancelled after Close().
-  virtual Result<Batch> Next() = 0;
-  // Like Next() but gives up after `timeout`, returning std::nullopt, so a
-  // caller can poll for signals.
-  virtual Result<std::optional<Batch>> NextFor(std::chrono::milliseconds timeout) = 0;
-  // Discards in-flight work; the next batch is `step`.
-  virtual Status Seek(uint64_t step) = 0;
-  uint64_t step() const override = 0;
   void Close() override = 0;  // idempotent; never blocks longer than one gather task
-
-  // BatchSource. SeekUntil never waits for anything but in-flight batch
-  // frees, so it ignores the deadline.
-  Result<std::optional<BatchView>> NextUntil(Clock::time_point deadline) override;
-  Result<bool> SeekUntil(uint64_t step, Clock::time_point deadline) override;
   const std::vector<StreamInfo>& streams() const override { return stream_info_; }
 
  private:

@@ -1,7 +1,7 @@
 // Uses the public C++ API the way a trainer would, from installed headers
 // only: Store (loaderx::common), Client::Connect/hello/Report, a broadcast
-// group loader (loaderx/group.h) read through Next() and through the
-// BatchSource interface.
+// group loader (loaderx/group.h) read through the BatchSource interface,
+// once as a client::Batch over the view and once as the view itself.
 //
 //   loaderx_surface SOCKET LABELS_STORE
 //
@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include "loaderx/batch_source.h"
 #include "loaderx/client.h"
@@ -52,18 +53,23 @@ int main(int argc, char** argv) {
   spec.join = loaderx::GroupJoin::kCurrent;
   auto loader = (*client)->OpenLoader(spec);
   if (!loader.ok()) return Fail("open loader", loader.status());
-  auto first = (*loader)->Next();
-  if (!first.ok()) return Fail("next", first.status());
   loaderx::BatchSource& source = **loader;
+  auto view = source.NextUntil(loaderx::BatchSource::Clock::now() + std::chrono::seconds(10));
+  if (!view.ok()) return Fail("next until", view.status());
+  if (!view->has_value()) {
+    std::fprintf(stderr, "next until: no batch within 10 s\n");
+    return 1;
+  }
+  const loaderx::client::Batch first(std::move(**view), **loader);
   auto second = source.NextUntil(loaderx::BatchSource::Clock::now() + std::chrono::seconds(10));
   if (!second.ok()) return Fail("next until", second.status());
   if (!second->has_value()) {
     std::fprintf(stderr, "next until: no batch within 10 s\n");
     return 1;
   }
-  const auto* a = static_cast<const int64_t*>(first->Dense(0).data);
+  const auto* a = static_cast<const int64_t*>(first.Dense(0).data);
   const auto* b = reinterpret_cast<const int64_t*>((*second)->streams[0].values);
-  std::printf("step %llu %lld %lld %lld %lld\n", static_cast<unsigned long long>(first->step()),
+  std::printf("step %llu %lld %lld %lld %lld\n", static_cast<unsigned long long>(first.step()),
               static_cast<long long>(a[0]), static_cast<long long>(a[1]),
               static_cast<long long>(a[2]), static_cast<long long>(a[3]));
   std::printf("step %llu %lld %lld %lld %lld\n", static_cast<unsigned long long>((*second)->step),

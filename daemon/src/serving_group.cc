@@ -1,4 +1,4 @@
-#include "group.h"
+#include "serving_group.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -45,7 +45,7 @@ std::string Seconds(std::chrono::steady_clock::duration d) {
 
 }  // namespace
 
-// The allocator of a group with a live bound (group.h "Live bound"): a
+// The allocator of a group with a live bound (serving_group.h "Live bound"): a
 // producer passes to the ring only while fewer than `max_live` slots are
 // live (those the ring counts plus producers admitted but not yet in it),
 // or for a step up to the one the group holds the gate open for, or once
@@ -198,7 +198,7 @@ Result<RingGeometry> Group::Geometry(const MemberSpec& spec, const Options& opti
     // k live regions of at most M bytes leave k + 1 holes, each of which can
     // be just short of the next request, so only (2k + 1) * M bytes
     // guarantee a fit. With at most slots - 1 regions live beside the one
-    // being allocated that is (2 * slots - 1) * M (group.h, "Ring sizing").
+    // being allocated that is (2 * slots - 1) * M (serving_group.h, "Ring sizing").
     bool ragged = false;
     for (const auto& st : spec.streams) ragged |= st->schema().kind == Kind::kRagged;
     payload = batch * (ragged ? 2 * uint64_t{slots} - 1 : slots);

@@ -1,6 +1,6 @@
 // loaderxd groups end to end: C++ clients sharing one pipeline of an
 // in-process daemon (docs/daemon.md "Groups").
-#include "group.h"
+#include "serving_group.h"
 
 #include <chrono>
 #include <cstring>
@@ -47,6 +47,7 @@ class GroupTest : public DaemonFixture {
     s.group = "g";
     s.group_mode = mode;
     s.prefetch = 2;
+    s.shared_view = true;  // views of the shared ring, never moved out at the cap
     return s;
   }
 
@@ -63,10 +64,11 @@ class GroupTest : public DaemonFixture {
   }
 
   // Asserts that the daemon batch holds exactly the embedded batch's arrays.
-  void ExpectSameArrays(const client::Batch& got, const Batch& want, const std::string& what) {
-    ASSERT_EQ(got.step(), want.step) << what;
+  void ExpectSameArrays(const client::Batch& got, const EmbeddedRef& want,
+                        const std::string& what) {
+    ASSERT_EQ(got.step(), want.view.step) << what;
     ASSERT_EQ(got.batch_size(), want.layout.batch_size) << what;
-    const uint8_t* base = want.memory->data();
+    const uint8_t* base = want.base();
     for (size_t j = 0; j < want.layout.streams.size(); ++j) {
       const StreamLayout& l = want.layout.streams[j];
       if (l.kind == Kind::kDense) {
@@ -101,7 +103,7 @@ class GroupTest : public DaemonFixture {
     }
     for (uint64_t step = 0; step < 12; ++step) {
       for (uint64_t r = 0; r < world; ++r) {
-        auto b = ranks[r]->Next();
+        auto b = TakeBatch(*ranks[r]);
         ASSERT_TRUE(b.ok()) << b.status().ToString();
         ExpectSameArrays(*b, EmbeddedBatch(Spec(GroupMode::kShard, r, world, ragged), step),
                          "rank " + std::to_string(r) + " step " + std::to_string(step));
@@ -141,7 +143,7 @@ TEST_F(GroupTest, BroadcastMembersShareOneRingAndOneGatherPerStep) {
   for (uint64_t step = 0; step < 15; ++step) {
     std::vector<client::Batch> got;
     for (auto& m : members) {
-      auto b = m->Next();
+      auto b = TakeBatch(*m);
       ASSERT_TRUE(b.ok()) << b.status().ToString();
       ExpectSameArrays(*b, EmbeddedBatch(Spec(GroupMode::kBroadcast, 0, 1, true), step), "member");
       got.push_back(std::move(b).value());
@@ -157,17 +159,17 @@ TEST_F(GroupTest, BroadcastMembersShareOneRingAndOneGatherPerStep) {
 
 TEST_F(GroupTest, LateBroadcastJoinerStartsAtTheCurrentStepByDefault) {
   auto a = Open(Spec(GroupMode::kBroadcast));
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(a->Next().ok());
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(TakeBatch(*a).ok());
   auto b = Open(Spec(GroupMode::kBroadcast));
   EXPECT_EQ(b->step(), 5u);
-  auto got = b->Next();
+  auto got = TakeBatch(*b);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   ExpectSameArrays(*got, EmbeddedBatch(Spec(GroupMode::kBroadcast), 5), "joiner");
 }
 
 TEST_F(GroupTest, LateJoinerAtAStepTheGroupDroppedIsOutOfRange) {
   auto a = Open(Spec(GroupMode::kBroadcast));
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(a->Next().ok());
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(TakeBatch(*a).ok());
   LoaderSpec late = Spec(GroupMode::kBroadcast);
   late.join = GroupJoin::kStartStep;
   late.start_step = 3;
@@ -179,18 +181,18 @@ TEST_F(GroupTest, LateJoinerAtAStepTheGroupDroppedIsOutOfRange) {
 
 TEST_F(GroupTest, LateJoinerAheadOfProductionWaitsForItsStartStep) {
   auto a = Open(Spec(GroupMode::kBroadcast));
-  ASSERT_TRUE(a->Next().ok());  // a at step 1
+  ASSERT_TRUE(TakeBatch(*a).ok());  // a at step 1
   LoaderSpec ahead = Spec(GroupMode::kBroadcast);
   ahead.join = GroupJoin::kStartStep;
   ahead.start_step = 1 + kSkew;  // within the skew of a
   auto b = Open(ahead);
   EXPECT_EQ(b->step(), 1u + kSkew);
-  auto got = b->Next();
+  auto got = TakeBatch(*b);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   ExpectSameArrays(*got, EmbeddedBatch(ahead, 1 + kSkew), "ahead");
   // a still gets every step in between (the group held them for it).
   for (uint64_t step = 1; step <= 2 + kSkew; ++step) {
-    auto x = a->Next();
+    auto x = TakeBatch(*a);
     ASSERT_TRUE(x.ok());
     EXPECT_EQ(x->step(), step);
   }
@@ -198,11 +200,11 @@ TEST_F(GroupTest, LateJoinerAheadOfProductionWaitsForItsStartStep) {
 
 TEST_F(GroupTest, LateShardRankGetsTheBatchesKeptForItFromTheStart) {
   auto r0 = Open(Spec(GroupMode::kShard, 0, 2));
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(r0->Next().ok());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(TakeBatch(*r0).ok());
   auto r1 = Open(Spec(GroupMode::kShard, 1, 2));  // join=start_step 0 by default
   EXPECT_EQ(r1->step(), 0u);
   for (uint64_t step = 0; step < 6; ++step) {
-    auto b = r1->Next();
+    auto b = TakeBatch(*r1);
     ASSERT_TRUE(b.ok()) << b.status().ToString();
     ExpectSameArrays(*b, EmbeddedBatch(Spec(GroupMode::kShard, 1, 2), step), "late rank");
   }
@@ -324,8 +326,8 @@ TEST_F(GroupTest, BroadcastMemberLeavingMidRunLetsTheOthersGoOn) {
   // Alone, a is pushed its window (step 0) before b joins.
   EXPECT_EQ(SettledStat("slots_held", 1), 1u);
   auto b = Open(Spec(GroupMode::kBroadcast));  // joins at 0: the group holds 0
-  auto held = b->Next().value();
-  auto mine = a->Next().value();
+  auto held = TakeBatch(*b).value();
+  auto mine = TakeBatch(*a).value();
   // Each took step 0 (one slot, leased by both) and is pushed step 1.
   EXPECT_EQ(SettledStat("slots_held", 4), 4u);
   mine.Reset();
@@ -336,7 +338,7 @@ TEST_F(GroupTest, BroadcastMemberLeavingMidRunLetsTheOthersGoOn) {
   // its window (step 1) beyond its position 1: 1 + 1 leases.
   EXPECT_EQ(SettledStat("slots_held", 2), 2u);
   for (uint64_t step = 1; step < 1 + 5 * kSkew; ++step) {
-    auto x = a->NextFor(milliseconds(5000));
+    auto x = TakeBatchFor(*a, milliseconds(5000));
     ASSERT_TRUE(x.ok() && x->has_value()) << "step " << step;
     EXPECT_EQ((*x)->step(), step);
   }
@@ -351,15 +353,15 @@ TEST_F(GroupTest, BroadcastMemberLeavingMidRunLetsTheOthersGoOn) {
 TEST_F(GroupTest, ShardRankLeavingFreezesItsCursorUntilTheRankRejoins) {
   auto r0 = Open(Spec(GroupMode::kShard, 0, 2));
   auto r1 = Open(Spec(GroupMode::kShard, 1, 2));
-  ASSERT_TRUE(r1->Next().ok());
+  ASSERT_TRUE(TakeBatch(*r1).ok());
   r1->Close();  // rank 1 frozen at step 1
   EXPECT_TRUE(WaitStat("group_members", 1));
   for (uint64_t step = 0; step <= 1 + kSkew; ++step) {
-    auto x = r0->NextFor(milliseconds(5000));
+    auto x = TakeBatchFor(*r0, milliseconds(5000));
     ASSERT_TRUE(x.ok() && x->has_value()) << "step " << step;
   }
   // Now kSkew + 1 ahead of the frozen rank: rank 0 waits, without error.
-  auto waiting = r0->NextFor(milliseconds(300));
+  auto waiting = TakeBatchFor(*r0, milliseconds(300));
   ASSERT_TRUE(waiting.ok()) << waiting.status().ToString();
   EXPECT_FALSE(waiting->has_value());
   // A process rejoining as rank 1 at its frozen step lets both go on.
@@ -368,11 +370,11 @@ TEST_F(GroupTest, ShardRankLeavingFreezesItsCursorUntilTheRankRejoins) {
   auto r1b = Open(back);
   ASSERT_TRUE(r1b);
   for (uint64_t step = 1; step < 4 + kSkew; ++step) {
-    auto b = r1b->Next();
+    auto b = TakeBatch(*r1b);
     ASSERT_TRUE(b.ok()) << b.status().ToString();
     ExpectSameArrays(*b, EmbeddedBatch(back, step), "rejoined rank");
   }
-  auto x = r0->Next();  // the request that waited is answered now
+  auto x = TakeBatch(*r0);  // the request that waited is answered now
   ASSERT_TRUE(x.ok()) << x.status().ToString();
   EXPECT_EQ(x->step(), 2u + kSkew);
 }
@@ -388,19 +390,19 @@ TEST_F(GroupTest, GroupTimeoutCountsOnlyTheTimeTheCallerIsBlockedInNext) {
   auto r0 = Open(s0);
   auto r1 = Open(Spec(GroupMode::kShard, 1, 2));  // stays at step 0 for now
   for (uint64_t step = 0; step <= kSkew; ++step) {
-    auto b = r0->Next();
+    auto b = TakeBatch(*r0);
     ASSERT_TRUE(b.ok()) << b.status().ToString();
     EXPECT_EQ(b->step(), step);
   }
   // Step kSkew + 1 needs rank 1 at step 1. Rank 0's caller pauses.
   std::this_thread::sleep_for(milliseconds(900));
-  ASSERT_TRUE(r1->Next().ok());  // rank 1 takes step 0
-  auto b = r0->NextFor(milliseconds(5000));
+  ASSERT_TRUE(TakeBatch(*r1).ok());  // rank 1 takes step 0
+  auto b = TakeBatchFor(*r0, milliseconds(5000));
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   ASSERT_TRUE(b->has_value());
   EXPECT_EQ((*b)->step(), kSkew + 1);
   // Blocked in next() for step kSkew + 2 (rank 1 is at 1): the timeout.
-  auto timed_out = r0->NextFor(milliseconds(5000));
+  auto timed_out = TakeBatchFor(*r0, milliseconds(5000));
   ASSERT_FALSE(timed_out.ok());
   EXPECT_EQ(timed_out.status().code(), Status::Code::kTimeout) << timed_out.status().ToString();
   EXPECT_NE(timed_out.status().message().find("rank 0 waited its group_timeout of 0.3 s for step " +
@@ -409,8 +411,8 @@ TEST_F(GroupTest, GroupTimeoutCountsOnlyTheTimeTheCallerIsBlockedInNext) {
       << timed_out.status().ToString();
   EXPECT_EQ(r0->step(), kSkew + 2);  // nothing moved
   // Rank 1 moves on: rank 0's next next() gets the step.
-  ASSERT_TRUE(r1->Next().ok());
-  auto after = r0->NextFor(milliseconds(5000));
+  ASSERT_TRUE(TakeBatch(*r1).ok());
+  auto after = TakeBatchFor(*r0, milliseconds(5000));
   ASSERT_TRUE(after.ok()) << after.status().ToString();
   ASSERT_TRUE(after->has_value());
   EXPECT_EQ((*after)->step(), kSkew + 2);
@@ -418,8 +420,8 @@ TEST_F(GroupTest, GroupTimeoutCountsOnlyTheTimeTheCallerIsBlockedInNext) {
 
 TEST_F(GroupTest, CloseUnblocksAMemberWaitingOnSkew) {
   auto r0 = Open(Spec(GroupMode::kShard, 0, 2));  // rank 1 never joins
-  for (uint64_t step = 0; step <= kSkew; ++step) ASSERT_TRUE(r0->Next().ok());
-  auto pending = std::async(std::launch::async, [&] { return r0->Next().status(); });
+  for (uint64_t step = 0; step <= kSkew; ++step) ASSERT_TRUE(TakeBatch(*r0).ok());
+  auto pending = std::async(std::launch::async, [&] { return TakeBatch(*r0).status(); });
   EXPECT_EQ(pending.wait_for(milliseconds(300)), std::future_status::timeout);  // waits
   r0->Close();
   ASSERT_EQ(pending.wait_for(milliseconds(3000)), std::future_status::ready);
@@ -431,8 +433,8 @@ TEST_F(GroupTest, LastMemberLeavingClosesTheGroupAndFreesItsRing) {
   {
     auto a = Open(Spec(GroupMode::kBroadcast));
     auto b = Open(Spec(GroupMode::kBroadcast));
-    auto x = a->Next().value();
-    auto y = b->Next().value();
+    auto x = TakeBatch(*a).value();
+    auto y = TakeBatch(*b).value();
     EXPECT_GT(Stat("ring_bytes"), 0u);
     a->Close();
     EXPECT_TRUE(WaitStat("group_members", 1));
@@ -449,21 +451,21 @@ TEST_F(GroupTest, LastMemberLeavingClosesTheGroupAndFreesItsRing) {
 
 TEST_F(GroupTest, OnlyMemberSeekMovesThePipelineOthersMoveTheirCursor) {
   auto a = Open(Spec(GroupMode::kBroadcast));
-  ASSERT_TRUE(a->Seek(50).ok());  // alone: exact resume anywhere
-  auto x = a->Next().value();
+  ASSERT_TRUE(SeekTo(*a, 50).ok());  // alone: exact resume anywhere
+  auto x = TakeBatch(*a).value();
   ExpectSameArrays(x, EmbeddedBatch(Spec(GroupMode::kBroadcast), 50), "sought");
   auto b = Open(Spec(GroupMode::kBroadcast));
   EXPECT_EQ(b->step(), 51u);
   // Two members: a seek only moves that member, within what the group holds.
-  ASSERT_TRUE(a->Seek(53).ok());
-  auto y = a->Next().value();
+  ASSERT_TRUE(SeekTo(*a, 53).ok());
+  auto y = TakeBatch(*a).value();
   ExpectSameArrays(y, EmbeddedBatch(Spec(GroupMode::kBroadcast), 53), "cursor seek");
-  Status gone = a->Seek(10);
+  Status gone = SeekTo(*a, 10);
   EXPECT_EQ(gone.code(), Status::Code::kIndexError) << gone.ToString();
   EXPECT_NE(gone.message().find("oldest step it still holds is 51"), std::string::npos)
       << gone.message();
   EXPECT_EQ(a->step(), 54u);  // a refused seek does not move
-  auto z = b->Next().value();
+  auto z = TakeBatch(*b).value();
   ExpectSameArrays(z, EmbeddedBatch(Spec(GroupMode::kBroadcast), 51), "b unaffected");
 }
 
@@ -473,28 +475,28 @@ TEST_F(GroupTest, RefusedSeekWithBatchesPushedBeforeItSkipsNothing) {
   // refused; it must be the next batch, not dropped.
   auto a = Open(Spec(GroupMode::kBroadcast));
   EXPECT_EQ(SettledStat("batches_gathered", 1), 1u);  // alone: its push window, 0
-  ASSERT_TRUE(a->Seek(50).ok());
+  ASSERT_TRUE(SeekTo(*a, 50).ok());
   // Then (generation 1) 50.
   EXPECT_EQ(SettledStat("batches_gathered", 2), 2u);
   auto b = Open(Spec(GroupMode::kBroadcast));  // joins at 50: the group holds 50..
-  auto x = a->Next().value();                  // 50
+  auto x = TakeBatch(*a).value();              // 50
   ExpectSameArrays(x, EmbeddedBatch(Spec(GroupMode::kBroadcast), 50), "before the seek");
   // a keeps x and is pushed 51; b (consumed 50) is pushed 50. Only x was
   // taken.
   EXPECT_EQ(SettledStat("slots_held", 3), 3u);
   EXPECT_EQ(Stat("batches_served"), 1u);
   EXPECT_EQ(a->step(), 51u);
-  Status gone = a->Seek(10);
+  Status gone = SeekTo(*a, 10);
   EXPECT_EQ(gone.code(), Status::Code::kIndexError) << gone.ToString();
   EXPECT_EQ(a->step(), 51u);
-  auto y = a->Next().value();
+  auto y = TakeBatch(*a).value();
   ExpectSameArrays(y, EmbeddedBatch(Spec(GroupMode::kBroadcast), 51), "after the refused seek");
   EXPECT_EQ(a->step(), 52u);
   // An accepted seek releases what was pushed before it, unread.
-  ASSERT_TRUE(a->Seek(51).ok());
-  auto z = a->Next().value();
+  ASSERT_TRUE(SeekTo(*a, 51).ok());
+  auto z = TakeBatch(*a).value();
   ExpectSameArrays(z, EmbeddedBatch(Spec(GroupMode::kBroadcast), 51), "after the seek");
-  auto w = b->Next().value();
+  auto w = TakeBatch(*b).value();
   ExpectSameArrays(w, EmbeddedBatch(Spec(GroupMode::kBroadcast), 50), "b unaffected");
 }
 
@@ -503,7 +505,7 @@ TEST_F(GroupTest, CloseReleasesPushedBatchesNotTaken) {
   spec.leases = 3;
   auto a = Open(spec);
   auto b = Open(spec);
-  { auto x = a->Next().value(); }               // 0, freed; 1 pushed
+  { auto x = TakeBatch(*a).value(); }           // 0, freed; 1 pushed
   EXPECT_EQ(SettledStat("slots_held", 2), 2u);  // a: 1; b: 0 (their push windows)
   a->Close();  // nothing viewed here: the session ends, the pushed lease with it
   EXPECT_TRUE(WaitStat("slots_held", 1));
@@ -522,14 +524,15 @@ TEST_F(GroupTest, CursorSeekDuringARefetchNeverLandsBelowTheRefetchedStep) {
     LoaderSpec spec = Spec(GroupMode::kBroadcast);
     spec.group = "race" + std::to_string(attempt);
     auto a = Open(spec);
-    ASSERT_TRUE(a->Seek(5).ok());  // alone: produced = 5, nothing held
-    auto b = Open(spec);           // joins at 5
+    ASSERT_TRUE(SeekTo(*a, 5).ok());  // alone: produced = 5, nothing held
+    auto b = Open(spec);              // joins at 5
     ASSERT_EQ(b->step(), 5u);
-    ASSERT_TRUE(a->Seek(10).ok());  // cursor seeks, both ahead of production
-    ASSERT_TRUE(b->Seek(12).ok());
-    auto fetched = std::async(std::launch::async, [&] { return a->NextFor(milliseconds(5000)); });
+    ASSERT_TRUE(SeekTo(*a, 10).ok());  // cursor seeks, both ahead of production
+    ASSERT_TRUE(SeekTo(*b, 12).ok());
+    auto fetched =
+        std::async(std::launch::async, [&] { return TakeBatchFor(*a, milliseconds(5000)); });
     std::this_thread::sleep_for(std::chrono::microseconds(200 * (attempt % 5)));
-    Status st = b->Seek(6);
+    Status st = SeekTo(*b, 6);
     auto x = fetched.get();
     ASSERT_TRUE(x.ok() && x->has_value()) << x.status().ToString();
     ExpectSameArrays(**x, EmbeddedBatch(spec, 10), "a");
@@ -538,7 +541,7 @@ TEST_F(GroupTest, CursorSeekDuringARefetchNeverLandsBelowTheRefetchedStep) {
       ++refused;
       continue;
     }
-    auto y = b->NextFor(milliseconds(5000));
+    auto y = TakeBatchFor(*b, milliseconds(5000));
     ASSERT_TRUE(y.ok() && y->has_value()) << "attempt " << attempt << ": " << y.status().ToString();
     ExpectSameArrays(**y, EmbeddedBatch(spec, 6), "b");
   }
@@ -548,10 +551,10 @@ TEST_F(GroupTest, CursorSeekDuringARefetchNeverLandsBelowTheRefetchedStep) {
 TEST_F(GroupTest, SeekingBackToAHeldStepRedeliversTheSameSlotSafely) {
   auto a = Open(Spec(GroupMode::kBroadcast));
   auto b = Open(Spec(GroupMode::kBroadcast));  // keeps steps 0.. held
-  auto first = a->Next().value();
+  auto first = TakeBatch(*a).value();
   auto copy = BytesOf(first);
-  ASSERT_TRUE(a->Seek(0).ok());
-  auto again = a->Next().value();
+  ASSERT_TRUE(SeekTo(*a, 0).ok());
+  auto again = TakeBatch(*a).value();
   EXPECT_EQ(again.step(), 0u);
   EXPECT_EQ(again.lease()->base(), first.lease()->base());  // the same slot
   // a: first and again (one slot, two leases) and step 1 pushed (its
@@ -563,8 +566,8 @@ TEST_F(GroupTest, SeekingBackToAHeldStepRedeliversTheSameSlotSafely) {
   EXPECT_EQ(SettledStat("slots_held", 3), 3u);
   EXPECT_TRUE(WaitStat("stale_releases", 0));
   for (int i = 0; i < 30; ++i) {  // everyone moves on; the slot must not be reused
-    ASSERT_TRUE(b->NextFor(milliseconds(5000)).ok());
-    ASSERT_TRUE(a->NextFor(milliseconds(5000)).ok());
+    ASSERT_TRUE(TakeBatchFor(*b, milliseconds(5000)).ok());
+    ASSERT_TRUE(TakeBatchFor(*a, milliseconds(5000)).ok());
   }
   EXPECT_EQ(BytesOf(again), copy);
 }
@@ -579,14 +582,14 @@ TEST_F(GroupTest, SlowestMemberAlwaysProgressesWhileOthersRunAheadHoldingLeases)
     // fast runs as far ahead as the skew allows, keeping its last 2 batches.
     while (true) {
       if (fast_held.size() == 2) fast_held.pop_front();
-      auto f = fast->NextFor(milliseconds(100));
+      auto f = TakeBatchFor(*fast, milliseconds(100));
       ASSERT_TRUE(f.ok()) << f.status().ToString();
       if (!f->has_value()) break;  // waiting for slow: the skew bound
       EXPECT_LE((*f)->step(), step + kSkew);
       fast_held.push_back(std::move(**f));
     }
     if (slow_held.size() == 2) slow_held.pop_front();
-    auto s = slow->NextFor(milliseconds(5000));
+    auto s = TakeBatchFor(*slow, milliseconds(5000));
     ASSERT_TRUE(s.ok()) << "step " << step << ": " << s.status().ToString();
     ASSERT_TRUE(s->has_value()) << "slowest member stalled at step " << step;
     EXPECT_EQ((*s)->step(), step);

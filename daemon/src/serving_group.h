@@ -192,7 +192,7 @@
 
 namespace loaderx::daemon {
 
-class LiveGate;  // group.cc: the allocator of a group with a live bound
+class LiveGate;  // serving_group.cc: the allocator of a group with a live bound
 
 // One batch as handed to one member: its slice of a held batch.
 struct Delivery {
