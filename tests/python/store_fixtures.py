@@ -24,6 +24,10 @@ def _tokens(i: int) -> np.ndarray:
     return ((np.arange(n, dtype=np.int64) * 31 + i) % 1000).astype(np.int32)
 
 
+def _block(i: int) -> np.ndarray:
+    return ((np.arange(16, dtype=np.int64) * 37 + i * 11) % 700 - (i % 3) * 200).astype(np.int32)
+
+
 def _grid(i: int) -> np.ndarray:
     h, w = 1 + i % 5, 1 + (i * 3) % 4
     return (np.arange(h * w, dtype=np.float32) + i).reshape(h, w)
@@ -37,6 +41,10 @@ def dense_records(name: str) -> np.ndarray:
         return np.stack([_photo(i) for i in range(60)])
     if name == "floats_zstd":
         return np.stack([np.full(33, i, np.float64) + np.arange(33) for i in range(300)])
+    if name == "blocks_zstd":
+        return np.stack([_block(i) for i in range(400)])
+    if name == "blocks_dict":
+        return np.stack([_block(i) for i in range(400)]).astype(np.int64)
     raise KeyError(name)
 
 
@@ -61,12 +69,22 @@ FIXTURES: dict[str, tuple[str, Codec, int]] = {
     "grid_zstd": ("ragged", "zstd", 1),
 }
 
+# Integer stores of compressed codecs, written by the format 1.1 writer (before
+# on-disk integer narrowing, format 1.2) into tests/data/zrecord-1.1/ with
+# ``python tests/python/store_fixtures.py --v11 tests/data/zrecord-1.1``; their
+# values would be narrowed by the current writer.
+FIXTURES_1_1: dict[str, tuple[str, Codec, int]] = {
+    "tokens_zstd": ("ragged", "zstd", 3),
+    "blocks_zstd": ("dense", "zstd", 2),
+    "blocks_dict": ("dense", "zstd_dict", 1),
+}
 
-def write_all(root: str) -> None:
+
+def write_all(root: str, fixtures: dict[str, tuple[str, Codec, int]] = FIXTURES) -> None:
     from loaderx.utils import train_dict
     from loaderx.zrecord import Dense, Ragged
 
-    for name, (kind, codec, shards) in FIXTURES.items():
+    for name, (kind, codec, shards) in fixtures.items():
         path = os.path.join(root, name)
         if kind == "dense":
             recs = dense_records(name)
@@ -84,4 +102,7 @@ def write_all(root: str) -> None:
 
 
 if __name__ == "__main__":
-    write_all(sys.argv[1])
+    if sys.argv[1] == "--v11":
+        write_all(sys.argv[2], FIXTURES_1_1)
+    else:
+        write_all(sys.argv[1])
