@@ -183,10 +183,12 @@ Result<Metadata> DecodeMetadata(std::string_view bytes, const std::string& label
     return bad(std::string("malformed metadata: ") + e.what());
   }
   if (!seen_magic) return bad("not a Zrecord store (no magic)");
-  if (m.major != kFormatMajor) {
+  if (m.major != kFormatMajor || m.minor > kFormatMinor) {
+    // A newer minor may store records this reader would decode wrongly
+    // (1.2: narrowed integers), so it is refused like another major.
     return bad("unsupported format version " + std::to_string(m.major) + "." +
                std::to_string(m.minor) + " (this reader supports " + std::to_string(kFormatMajor) +
-               ".x)");
+               ".0 to " + std::to_string(kFormatMajor) + "." + std::to_string(kFormatMinor) + ")");
   }
   if (kind == "dense") {
     m.schema.kind = Kind::kDense;

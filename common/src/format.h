@@ -23,7 +23,13 @@ static_assert(std::endian::native == std::endian::little,
 
 inline constexpr std::string_view kMagic = "zrecord";
 inline constexpr uint32_t kFormatMajor = 1;
-inline constexpr uint32_t kFormatMinor = 1;  // 1.1: compact layouts, data block sums
+// The newest minor this code reads; a store of a newer minor is refused at open.
+// 1.1: compact layouts, data block sums; 1.2: narrowed integer records.
+inline constexpr uint32_t kFormatMinor = 2;
+// The minor of stores that cannot hold narrowed records (every store but the
+// compressed ones of narrowable integer dtypes), so older builds read them.
+inline constexpr uint32_t kPlainMinor = 1;
+inline constexpr uint32_t kNarrowMinor = 2;
 
 inline constexpr char kMetaFile[] = "meta";
 inline constexpr char kIndexFile[] = "index";
@@ -85,10 +91,26 @@ inline uint64_t ComputedShardBytes(uint64_t n, uint64_t run_records, uint32_t sh
   return records * item;
 }
 
-// 1.1 kEnds entry: bit 63 = the record is one zstd frame, bits 0..62 = the
-// offset one past its last byte in its shard file.
+// kEnds entry: bit 63 = the record is one zstd frame; 1.2: bits 61..62 = the
+// width code of its stored values (0 = the dtype's itemsize, 1/2/3 = 1/2/4
+// bytes), bits 0..60 = the offset one past its last byte in its shard file
+// (1.1: bits 0..62, with 61..62 always 0 since no shard file reaches 2^61).
 inline constexpr size_t kEndEntryBytes = 8;
 inline constexpr uint64_t kEndCompressedBit = uint64_t{1} << 63;
+inline constexpr int kEndWidthShift = 61;
+inline constexpr uint64_t kEndWidthMask = uint64_t{3} << kEndWidthShift;
+inline constexpr uint64_t kEndOffsetMask = (uint64_t{1} << kEndWidthShift) - 1;
+// A shard file must stay below this many bytes (the end offset's 61 bits).
+inline constexpr uint64_t kMaxShardBytes = uint64_t{1} << kEndWidthShift;
+inline constexpr uint32_t WidthOfCode(uint64_t code) { return code == 0 ? 0 : 1u << (code - 1); }
+inline constexpr uint64_t CodeOfWidth(uint32_t w) { return w == 1 ? 1 : w == 2 ? 2 : 3; }
+// Dtypes whose records a compressed 1.2 store may narrow: little-endian
+// integers of 2, 4 or 8 bytes (docs/format.md, section 3).
+inline bool NarrowableDType(const DType& d) {
+  return (d.kind == 'i' || d.kind == 'u') &&
+         (d.itemsize == 2 || d.itemsize == 4 || d.itemsize == 8) && !d.str.empty() &&
+         d.str[0] == '<';
+}
 // 1.1 data files are checksummed in blocks of this many bytes; the sums sit
 // at the end of `index`, after its own block table.
 inline constexpr uint64_t kDataBlockBytes = uint64_t{64} << 10;
@@ -150,7 +172,7 @@ struct FileInfo {
 // little-endian XXH3-64 of the map's bytes.
 struct Metadata {
   uint32_t major = kFormatMajor;
-  uint32_t minor = kFormatMinor;
+  uint32_t minor = kPlainMinor;
   Schema schema;
   Codec codec = Codec::kRaw;
   int level = 0;

@@ -17,6 +17,7 @@
 #include "loaderx/env.h"
 #include "loaderx/store.h"
 #include "loaderx/thread_pool.h"
+#include "narrow.h"
 
 namespace loaderx {
 namespace {
@@ -240,7 +241,7 @@ class StoreImpl final : public Store {
     uint64_t group = 0;
     for (size_t k = 0; k < indices.size(); ++k) {
       const RecordRef& r = refs[k];
-      if (!r.compressed && r.raw_len > kSplitBytes && pool != nullptr) {
+      if (!r.compressed && r.width == 0 && r.raw_len > kSplitBytes && pool != nullptr) {
         for (uint64_t off = 0; off < r.raw_len; off += kSplitBytes) {
           tasks.push_back({k, k + 1, off, std::min(r.raw_len, off + kSplitBytes)});
         }
@@ -334,14 +335,15 @@ class StoreImpl final : public Store {
         return Status::Corruption(what() + ": checksum mismatch");
       }
       if (!r.compressed) continue;
-      if (r.raw_len <= kVerifyOneShot) {
-        scratch.resize(r.raw_len);
+      // A narrowed record decodes to its values at their stored width.
+      const uint64_t decoded = DecodedLen(r);
+      if (decoded <= kVerifyOneShot) {
+        scratch.resize(decoded);
         LX_RETURN_IF_ERROR(codec::Decompress(src, r.stored_len, dict_.get(), scratch.data(),
-                                             r.raw_len, what(), frames_));
+                                             decoded, what(), frames_));
       } else {
         LX_RETURN_IF_ERROR(codec::DecompressStream(
-            src, r.stored_len, dict_.get(), r.raw_len, [](const void*, size_t) {}, what(),
-            frames_));
+            src, r.stored_len, dict_.get(), decoded, [](const void*, size_t) {}, what(), frames_));
       }
     }
     return Status::OK();
@@ -437,12 +439,28 @@ class StoreImpl final : public Store {
     if (format::PrevInShard(i, meta_.run_records, meta_.data_shards, &prev)) {
       LX_ASSIGN_OR_RETURN(const uint8_t* prow, index_.Row(prev));
       std::memcpy(&start, prow, 8);
-      start &= ~format::kEndCompressedBit;
+      start &= format::kEndOffsetMask;
     }
-    const uint64_t end = e & ~format::kEndCompressedBit;
+    const uint64_t end = e & format::kEndOffsetMask;
     RecordRef r;
     r.shard = format::RunShard(i, meta_.run_records, meta_.data_shards);
     r.compressed = (e & format::kEndCompressedBit) != 0;
+    if (const uint64_t code = (e & format::kEndWidthMask) >> format::kEndWidthShift; code != 0) {
+      // Width codes exist only in 1.2 stores of narrowable dtypes (a 1.1
+      // store's entries have bits 61..62 clear), and only narrower than the
+      // dtype (docs/format.md, section 3).
+      if (!width_refusal_.empty()) {
+        return BadEntry(i, "width code " + std::to_string(code) + " in " + width_refusal_);
+      }
+      r.width = format::WidthOfCode(code);
+      if (r.width >= meta_.schema.dtype.itemsize) {
+        return BadEntry(i, "stored width " + std::to_string(r.width) +
+                               " bytes is not below the itemsize " +
+                               std::to_string(meta_.schema.dtype.itemsize));
+      }
+    }
+    // Bytes per stored value: what the stored bytes decode to is a multiple of it.
+    const uint64_t unit = r.width != 0 ? r.width : meta_.schema.dtype.itemsize;
     if (end < start) {
       return BadEntry(
           i, "ends at " + std::to_string(end) + ", before its start " + std::to_string(start));
@@ -459,24 +477,27 @@ class StoreImpl final : public Store {
       r.raw_len = item_bytes_;
     } else if (has_shapes_) {
       LX_ASSIGN_OR_RETURN(r.raw_len, RecordBytes(i));
-    } else if (!r.compressed) {
-      r.raw_len = r.stored_len;
-      if (r.raw_len % meta_.schema.dtype.itemsize != 0) {
-        return BadEntry(i, "length " + std::to_string(r.raw_len) +
-                               " is not a multiple of the "
-                               "itemsize");
-      }
     } else {
-      auto n = codec::FrameContentSize(data_maps_[r.shard].data() + r.offset, r.stored_len,
-                                       codec::Frames::kCompact);
-      if (!n.ok()) {
-        return Status::Corruption(files_.label + ": record " + std::to_string(i) + " (" +
-                                  format::DataFileName(r.shard) + "): " + n.status().message());
+      // Rank 1 without a shape table: the length follows from the stored
+      // bytes (raw) or the frame header, over the stored value width.
+      uint64_t n = r.stored_len;
+      if (r.compressed) {
+        auto c = codec::FrameContentSize(data_maps_[r.shard].data() + r.offset, r.stored_len,
+                                         codec::Frames::kCompact);
+        if (!c.ok()) {
+          return Status::Corruption(files_.label + ": record " + std::to_string(i) + " (" +
+                                    format::DataFileName(r.shard) + "): " + c.status().message());
+        }
+        n = *c;
       }
-      r.raw_len = *n;
-      if (r.raw_len % meta_.schema.dtype.itemsize != 0) {
-        return BadEntry(i, "frame content size " + std::to_string(r.raw_len) +
-                               " is not a multiple of the itemsize");
+      if (n % unit != 0) {
+        return BadEntry(i, std::string(r.compressed ? "frame content size " : "length ") +
+                               std::to_string(n) + " is not a multiple of " +
+                               (r.width != 0 ? "the stored width " + std::to_string(r.width)
+                                             : std::string("the itemsize")));
+      }
+      if (format::MulOverflow(n / unit, meta_.schema.dtype.itemsize, &r.raw_len)) {
+        return BadEntry(i, "frame content size " + std::to_string(n) + " overflows");
       }
     }
     LX_RETURN_IF_ERROR(CheckRef(i, r));
@@ -492,15 +513,24 @@ class StoreImpl final : public Store {
                              format::DataFileName(r.shard) + " (" + std::to_string(file_size) +
                              " bytes)");
     }
-    if (!r.compressed && r.stored_len != r.raw_len) {
-      return BadEntry(i, "stored length " + std::to_string(r.stored_len) + " != record length " +
-                             std::to_string(r.raw_len));
+    const uint64_t decoded = DecodedLen(r);
+    if (!r.compressed && r.stored_len != decoded) {
+      return BadEntry(i,
+                      "stored length " + std::to_string(r.stored_len) + " != record length " +
+                          std::to_string(decoded) +
+                          (r.width != 0 ? " (" + std::to_string(r.width) + "-byte values)" : ""));
     }
     if (r.compressed &&
-        (r.stored_len == 0 || r.stored_len >= r.raw_len || meta_.codec == Codec::kRaw)) {
+        (r.stored_len == 0 || r.stored_len >= decoded || meta_.codec == Codec::kRaw)) {
       return BadEntry(i, "inconsistent compressed entry");
     }
     return Status::OK();
+  }
+
+  // What the stored bytes of a located record decode to: raw_len, or for a
+  // narrowed record its values at their stored width.
+  uint64_t DecodedLen(const RecordRef& r) const {
+    return r.width == 0 ? r.raw_len : r.raw_len / meta_.schema.dtype.itemsize * r.width;
   }
 
   static uint64_t Cost(const RecordRef& r) {
@@ -599,7 +629,37 @@ class StoreImpl final : public Store {
   }
 
   Status Decode(uint64_t i, const RecordRef& r, void* out) const {
+    if (r.width != 0) return DecodeNarrowed(i, r, out);
     if (!r.compressed) return CopyRaw(i, r, 0, r.raw_len, out);
+    return DecodeFrame(i, r, out, r.raw_len);
+  }
+
+  // A narrowed record (format 1.2): its w-byte values are copied or decoded
+  // into a per-thread scratch buffer, then widened into the output.
+  Status DecodeNarrowed(uint64_t i, const RecordRef& r, void* out) const {
+    const uint64_t decoded = DecodedLen(r);
+    thread_local std::vector<uint8_t> scratch;
+    std::vector<uint8_t> large;  // above kMaxPreadFrameBytes: freed after the record
+    uint8_t* values = nullptr;
+    if (decoded > kMaxPreadFrameBytes) {
+      large.resize(decoded);
+      values = large.data();
+    } else {
+      if (scratch.size() < decoded) scratch.resize(decoded);
+      values = scratch.data();
+    }
+    if (r.compressed) {
+      LX_RETURN_IF_ERROR(DecodeFrame(i, r, values, decoded));
+    } else {
+      LX_RETURN_IF_ERROR(CopyRaw(i, r, 0, decoded, values));
+    }
+    narrow::Widen(values, decoded / r.width, meta_.schema.dtype.itemsize,
+                  meta_.schema.dtype.kind == 'i', r.width, static_cast<uint8_t*>(out));
+    return Status::OK();
+  }
+
+  // Decodes record i's frame into out, which takes exactly `len` bytes.
+  Status DecodeFrame(uint64_t i, const RecordRef& r, void* out, uint64_t len) const {
     const uint8_t* src = data_maps_[r.shard].data() + r.offset;
     if (r.stored_len >= kPreadFrameBytes && r.stored_len <= kMaxPreadFrameBytes) {
       thread_local std::vector<uint8_t> scratch;
@@ -612,7 +672,7 @@ class StoreImpl final : public Store {
     // The message names the record only on failure: building it for every
     // record would cost an allocation per small record.
     static const std::string kFrame = "frame";
-    Status st = codec::Decompress(src, r.stored_len, dict_.get(), out, r.raw_len, kFrame, frames_);
+    Status st = codec::Decompress(src, r.stored_len, dict_.get(), out, len, kFrame, frames_);
     if (st.ok()) return st;
     return st.WithContext(files_.label + ": record " + std::to_string(i));
   }
@@ -633,6 +693,9 @@ class StoreImpl final : public Store {
   codec::Frames frames_ = codec::Frames::kStandard;
   bool has_shapes_ = false;
   uint64_t sums_offset_ = 0, sums_count_ = 0;  // 1.1: data block sums in `index`
+  // Why an entry may not carry a width code ("a format 1.1 store", ...), or
+  // empty in a 1.2 compressed store of a narrowable dtype.
+  std::string width_refusal_;
 };
 
 Status StoreImpl::LoadTable(Table* t, const char* name, int fd, uint64_t rows, uint64_t row_bytes,
@@ -696,6 +759,13 @@ Result<std::shared_ptr<Store>> StoreImpl::Make(StoreFiles files, Env* env) {
   };
   const bool ragged = format::HasShapeTable(m);
   s->has_shapes_ = ragged;
+  if (m.minor < format::kNarrowMinor) {
+    s->width_refusal_ = "a format 1." + std::to_string(m.minor) + " store";
+  } else if (m.codec == Codec::kRaw) {
+    s->width_refusal_ = "a raw store";
+  } else if (!format::NarrowableDType(m.schema.dtype)) {
+    s->width_refusal_ = "a store of dtype '" + m.schema.dtype.str + "'";
+  }
   s->frames_ =
       m.layout == format::Layout::kEntries ? codec::Frames::kStandard : codec::Frames::kCompact;
   if (s->files_.data.size() != m.data_shards) {

@@ -23,6 +23,7 @@
 #include "loaderx/env.h"
 #include "loaderx/store.h"
 #include "loaderx/thread_pool.h"
+#include "narrow.h"
 #include "xxh.h"
 
 namespace loaderx {
@@ -366,6 +367,8 @@ class StoreWriterImpl final : public StoreWriter {
                     ? format::Layout::kComputed
                     : format::Layout::kEnds),
         shape_table_(schema_.kind == Kind::kRagged && schema_.ndim > 1),
+        narrow_(opt_.narrow_integers && opt_.codec != Codec::kRaw &&
+                format::NarrowableDType(schema_.dtype)),
         index_(format::kEndEntryBytes),
         shapes_(schema_.kind == Kind::kRagged ? schema_.ndim * 8 : 8) {}
 
@@ -619,27 +622,44 @@ class StoreWriterImpl final : public StoreWriter {
         o.buf.data = std::make_unique_for_overwrite<uint8_t[]>(cap);
         uint8_t* out = o.buf.data.get();
         uint64_t pos = 0, src_pos = 0;
+        std::vector<uint8_t> narrowed;  // the narrowed values of one record
+        const uint32_t itemsize = schema_.dtype.itemsize;
+        const bool is_signed = schema_.dtype.kind == 'i';
         for (uint64_t k = p.first; k < p.end; ++k) {
           const uint64_t len = Len(lens, uniform, k);
           const uint8_t* src = ptrs != nullptr ? ptrs[k] : in + src_pos;
-          uint64_t stored = len, flag = 0;
-          if (len > codec::MinFrameBytes(codec::Frames::kCompact)) {
-            auto c = codec::Compress(src, len, opt_.level, dict_.get(), out + pos,
-                                     codec::CompressBound(len));
+          src_pos += len;
+          // Narrowing (format 1.2): the values in the fewest bytes that hold
+          // them all; then compressed (or stored raw) as any record.
+          uint64_t width_bits = 0, n = len;
+          if (narrow_ && len > 0) {
+            const uint64_t count = len / itemsize;
+            const uint32_t w = narrow::Width(src, count, itemsize, is_signed);
+            if (w < itemsize) {
+              narrowed.resize(count * w);
+              narrow::Narrow(src, count, itemsize, w, narrowed.data());
+              src = narrowed.data();
+              n = count * w;
+              width_bits = format::CodeOfWidth(w) << format::kEndWidthShift;
+            }
+          }
+          uint64_t stored = n, flag = 0;
+          if (n > codec::MinFrameBytes(codec::Frames::kCompact)) {
+            auto c = codec::Compress(src, n, opt_.level, dict_.get(), out + pos,
+                                     codec::CompressBound(n));
             if (!c.ok()) {
               o.st = c.status();
               return;
             }
-            if (*c < len) {
+            if (*c < n) {
               stored = *c;
               flag = format::kEndCompressedBit;
             }
           }
           // Incompressible: store it raw so zstd never loses to raw on size.
-          if (flag == 0 && len > 0) std::memcpy(out + pos, src, len);
+          if (flag == 0 && n > 0) std::memcpy(out + pos, src, n);
           pos += stored;
-          src_pos += len;
-          o.ends[k - p.first] = pos | flag;
+          o.ends[k - p.first] = pos | flag | width_bits;
         }
         o.buf.size = pos;
         o.spans.emplace_back(out, pos);
@@ -661,11 +681,15 @@ class StoreWriterImpl final : public StoreWriter {
         uint64_t at = f.size();
         for (size_t pi : by_shard[active[ai]]) {
           PieceOut& o = outs[pi];
-          for (uint64_t& e : o.ends) e += at;
+          for (uint64_t& e : o.ends) e += at;  // below the width and compressed bits
           for (const Span& sp : o.spans) {
             spans.push_back(sp);
             at += sp.second;
           }
+        }
+        if (at >= format::kMaxShardBytes) {
+          sts[ai] = ShardTooLarge(active[ai]);
+          return;
         }
         sts[ai] = f.AppendSpans(spans.data(), spans.size());
       });
@@ -708,6 +732,7 @@ class StoreWriterImpl final : public StoreWriter {
       }
     }
     if (stored_raw) LX_RETURN_IF_ERROR(f.Append(in, len));
+    if (f.size() >= format::kMaxShardBytes) return ShardTooLarge(ShardOf(count_));
     if (layout_ == format::Layout::kEnds) {
       const uint64_t e = f.size() | flag;
       LX_RETURN_IF_ERROR(index_.AppendRows(&e, 1));
@@ -718,8 +743,16 @@ class StoreWriterImpl final : public StoreWriter {
     return Status::OK();
   }
 
+  // Entries hold end offsets below 2^61 (docs/format.md, section 3).
+  Status ShardTooLarge(uint32_t shard) const {
+    return Status::ResourceExhausted(path_ + "/" + format::DataFileName(shard) +
+                                     ": a data file cannot reach 2^61 bytes (use more "
+                                     "data_shards)");
+  }
+
   Status DoPublish() {
     format::Metadata m;
+    m.minor = narrow_ ? format::kNarrowMinor : format::kPlainMinor;
     m.schema = schema_;
     m.codec = opt_.codec;
     m.level = opt_.codec == Codec::kRaw ? 0 : opt_.level;
@@ -794,6 +827,9 @@ class StoreWriterImpl final : public StoreWriter {
   ThreadPool* const pool_;
   const format::Layout layout_;
   const bool shape_table_;
+  // Records are narrowed (format 1.2): compressed stores of narrowable
+  // integer dtypes, unless WriteOptions::narrow_integers is off.
+  const bool narrow_;
   std::shared_ptr<const codec::ZstdDictionary> dict_;
   format::FileInfo dict_info_;
   std::vector<std::unique_ptr<SeqFile>> shards_;

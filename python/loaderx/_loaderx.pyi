@@ -47,6 +47,7 @@ class StoreWriter:
         dict_bytes: bytes | None,
         level: SupportsIndex = 3,
         metadata: str = "",
+        narrow: bool = True,
     ) -> None:
         """Creates the store's temporary files; ``item_shape`` is used for dense, ``ndim`` for ragged."""
 

@@ -452,7 +452,7 @@ class Dense(_Stream):
     @classmethod
     def create(cls, path: PathLike, dtype: Any, item_shape: Any, *, codec: Codec,
                data_shards: int = 4, dict_bytes: bytes | None = None,
-               metadata: dict[str, Any] | None = None) -> Dense:
+               metadata: dict[str, Any] | None = None, narrow: bool = True) -> Dense:
         """Starts building a new store at ``path`` (which must not exist).
 
         Args:
@@ -466,6 +466,12 @@ class Dense(_Stream):
                 :func:`loaderx.utils.train_dict`).
             metadata: a dict of JSON values kept in the store (checksummed with
                 its metadata) and returned by ``.metadata``; at most 512 KiB as JSON.
+            narrow: with ``"zstd"`` / ``"zstd_dict"`` and an integer dtype of 2, 4
+                or 8 bytes, store each record's values in the fewest bytes (1, 2
+                or 4) that hold them all; reads widen them back, so nothing
+                changes for readers but the size (format 1.2). ``False`` writes
+                every value at full width, format 1.1, which loaderx builds
+                older than format 1.2 read too.
 
         Returns:
             An append-only builder; ``close()`` (or leaving ``with``) publishes.
@@ -478,7 +484,7 @@ class Dense(_Stream):
         meta = _check_metadata(metadata)
         _take_empty_dir(p)
         w = _loaderx.StoreWriter(p, "dense", dt.str, list(shape), len(shape), codec, shards, d,
-                                 metadata=meta)
+                                 metadata=meta, narrow=narrow)
         return cls(_TOKEN, p, writer=w, dtype=dt, codec=codec, data_shards=shards,
                    item_shape=shape, ndim=len(shape), metadata=meta)
 
@@ -567,14 +573,14 @@ class Ragged(_Stream):
     @classmethod
     def create(cls, path: PathLike, dtype: Any, ndim: int, *, codec: Codec,
                data_shards: int = 4, dict_bytes: bytes | None = None,
-               metadata: dict[str, Any] | None = None) -> Ragged:
+               metadata: dict[str, Any] | None = None, narrow: bool = True) -> Ragged:
         """Starts building a new ragged store at ``path`` (which must not exist).
 
         Args:
             path: the new store directory; missing parents are created.
             dtype: dtype of every record (see :meth:`Dense.create`).
             ndim: rank of every record, >= 1 (scalars: use Dense with ``item_shape=()``).
-            codec, data_shards, dict_bytes, metadata: as for :meth:`Dense.create`.
+            codec, data_shards, dict_bytes, metadata, narrow: as for :meth:`Dense.create`.
         """
         dt = _check_dtype(dtype)
         if not _is_int(ndim):
@@ -588,7 +594,8 @@ class Ragged(_Stream):
         p = os.fspath(path)
         meta = _check_metadata(metadata)
         _take_empty_dir(p)
-        w = _loaderx.StoreWriter(p, "ragged", dt.str, [], int(ndim), codec, shards, d, metadata=meta)
+        w = _loaderx.StoreWriter(p, "ragged", dt.str, [], int(ndim), codec, shards, d, metadata=meta,
+                                 narrow=narrow)
         return cls(_TOKEN, p, writer=w, dtype=dt, codec=codec, data_shards=shards, ndim=int(ndim),
                    metadata=meta)
 

@@ -169,7 +169,7 @@ void BindStore(py::module_& m) {
       .def(py::init([](const std::string& path, const std::string& kind, const std::string& dtype,
                        std::vector<uint64_t> item_shape, uint32_t ndim, const std::string& codec,
                        uint32_t data_shards, std::optional<py::bytes> dict_bytes, int level,
-                       const std::string& metadata) {
+                       const std::string& metadata, bool narrow) {
              Schema schema;
              if (kind == "dense") {
                schema.kind = Kind::kDense;
@@ -188,13 +188,14 @@ void BindStore(py::module_& m) {
              opt.level = level;
              if (dict_bytes) opt.dictionary = std::string(*dict_bytes);
              opt.user_metadata = metadata;
+             opt.narrow_integers = narrow;
              auto w = std::make_unique<PyWriter>();
              w->writer = Unwrap(WithoutGil([&] { return StoreWriter::Create(path, schema, opt); }));
              return w;
            }),
            py::arg("path"), py::arg("kind"), py::arg("dtype"), py::arg("item_shape"),
            py::arg("ndim"), py::arg("codec"), py::arg("data_shards"), py::arg("dict_bytes"),
-           py::arg("level") = 3, py::arg("metadata") = "")
+           py::arg("level") = 3, py::arg("metadata") = "", py::arg("narrow").noconvert() = true)
       .def(
           "append_dense",
           [](PyWriter& w, const py::array& data, uint64_t n) {

@@ -95,6 +95,12 @@ struct WriteOptions {
   // User metadata: JSON text stored (and checksummed) in `meta`, at most
   // 512 KiB; empty = none. The writer does not parse it.
   std::string user_metadata;
+  // true (default): a zstd / zstd_dict store of a little-endian integer dtype
+  // of 2, 4 or 8 bytes stores each record's values in the fewest bytes (1, 2
+  // or 4) that hold them all, widened again on read (format 1.2,
+  // docs/format.md section 5). false: every record at full width, format
+  // 1.1, which builds older than 1.2 read. Other stores are 1.1 either way.
+  bool narrow_integers = true;
 };
 
 class StoreWriter {
@@ -135,6 +141,9 @@ struct RecordRef {
   uint64_t stored_len = 0;
   uint64_t raw_len = 0;  // decoded length in bytes
   bool compressed = false;
+  // 1.2: bytes per stored value of a narrowed record (1, 2 or 4; the stored
+  // bytes decode to raw_len / itemsize * width), 0 = the dtype's itemsize.
+  uint32_t width = 0;
   uint64_t checksum = 0;  // format 1.0: low 32 bits of XXH3 of the stored bytes; 1.1: 0
 };
 

@@ -1,0 +1,418 @@
+// On-disk integer narrowing (format 1.2, docs/format.md sections 3 and 5):
+// records of every integer dtype round-trip exactly at every stored width,
+// the index carries the expected width codes, and hostile width codes are
+// Corruption naming the record.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "format.h"
+#include "loaderx/store.h"
+#include "loaderx/thread_pool.h"
+#include "store_test_util.h"
+
+namespace loaderx {
+namespace {
+
+using testing::DenseSchema;
+using testing::RaggedSchema;
+using testing::ReadFileBytes;
+using testing::TempDir;
+using testing::WriteFileBytes;
+
+// The smallest of 1, 2, 4 bytes (below the itemsize) holding every value, as
+// docs/format.md states it: unsigned max < 2^(8w); signed -2^(8w-1) <= v <
+// 2^(8w-1). 0 (the width code of "full width") when none does or no values.
+template <typename T>
+uint32_t ExpectedWidth(const std::vector<T>& v) {
+  if (v.empty()) return 0;
+  for (uint32_t w = 1; w < sizeof(T); w *= 2) {
+    bool fits = true;
+    for (T x : v) {
+      if constexpr (std::is_signed_v<T>) {
+        const __int128 lo = -(__int128{1} << (8 * w - 1)), hi = __int128{1} << (8 * w - 1);
+        fits = fits && x >= lo && x < hi;
+      } else {
+        fits = fits &&
+               static_cast<unsigned __int128>(x) < (static_cast<unsigned __int128>(1) << (8 * w));
+      }
+    }
+    if (fits) return w;
+  }
+  return 0;
+}
+
+// The width code of each entry of a kEnds index (bits 61..62).
+std::vector<uint32_t> IndexWidths(const std::string& store, uint64_t n) {
+  const std::string idx = ReadFileBytes(store + "/index");
+  std::vector<uint32_t> widths;
+  for (uint64_t k = 0; k < n; ++k) {
+    uint64_t e;
+    std::memcpy(&e, idx.data() + k * 8, 8);
+    const uint64_t code = (e >> 61) & 3;
+    widths.push_back(code == 0 ? 0 : 1u << (code - 1));
+  }
+  return widths;
+}
+
+// Records (all of 16 values) at every width boundary of T, mixed in one store.
+template <typename T>
+std::vector<std::vector<T>> BoundaryRecords() {
+  using L = std::numeric_limits<T>;
+  std::vector<int64_t> sgn = {0,      1,     -1,    127,        128,        -128,
+                              -129,   255,   256,   32767,      32768,      -32768,
+                              -32769, 65535, 65536, 2147483647, -2147483648};
+  std::vector<std::vector<T>> recs;
+  std::mt19937_64 rng(5);
+  for (int64_t b : sgn) {
+    if (b < static_cast<int64_t>(L::min()) ||
+        (b > 0 && static_cast<uint64_t>(b) > static_cast<uint64_t>(L::max())))
+      continue;
+    std::vector<T> r(16);
+    for (size_t k = 0; k < r.size(); ++k) r[k] = static_cast<T>(k % 3 == 0 ? b : (k % 7));
+    recs.push_back(r);
+  }
+  // 2^31 (an int64 needing 8 bytes), the extremes of T, one record each.
+  if constexpr (sizeof(T) == 8)
+    recs.push_back(std::vector<T>(16, static_cast<T>(int64_t{1} << 31)));
+  recs.push_back(std::vector<T>(16, L::max()));
+  recs.push_back(std::vector<T>(16, L::min()));
+  // Incompressible: random values that fit 16 bits (T's own width for int16).
+  std::vector<T> noise(600);
+  for (T& x : noise)
+    x = static_cast<T>(std::is_signed_v<T> ? static_cast<int16_t>(rng())
+                                           : static_cast<uint16_t>(rng()));
+  recs.push_back(noise);
+  return recs;
+}
+
+template <typename T>
+void RoundTrip(const std::string& dtype, Codec codec, bool dense) {
+  SCOPED_TRACE(dtype + (dense ? " dense " : " ragged ") + CodecName(codec));
+  TempDir dir;
+  const std::string path = dir.Sub("s");
+  std::vector<std::vector<T>> recs = BoundaryRecords<T>();
+  if (dense) {
+    for (auto& r : recs) r.resize(16);  // the noise record too: every record has 16 values
+  } else {
+    recs.insert(recs.begin() + 3, std::vector<T>{});  // an empty record
+  }
+  WriteOptions o;
+  o.codec = codec;
+  o.data_shards = 2;
+  if (codec == Codec::kZstdDict) o.dictionary = testing::TestDictionary();
+  {
+    auto w =
+        StoreWriter::Create(path, dense ? DenseSchema(dtype, {16}) : RaggedSchema(dtype, 1), o);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    std::vector<T> flat;
+    std::vector<uint64_t> shapes;
+    for (const auto& r : recs) {
+      flat.insert(flat.end(), r.begin(), r.end());
+      shapes.push_back(r.size());
+    }
+    // Two appends: the second continues the first's runs.
+    const uint64_t half = recs.size() / 2;
+    uint64_t half_values = 0;
+    for (uint64_t k = 0; k < half; ++k) half_values += recs[k].size();
+    if (dense) {
+      ASSERT_TRUE((*w)->AppendDense(flat.data(), half).ok());
+      ASSERT_TRUE((*w)->AppendDense(flat.data() + half_values, recs.size() - half).ok());
+    } else {
+      ASSERT_TRUE((*w)->AppendRagged(flat.data(), shapes.data(), half).ok());
+      ASSERT_TRUE(
+          (*w)->AppendRagged(flat.data() + half_values, shapes.data() + half, recs.size() - half)
+              .ok());
+    }
+    ASSERT_TRUE((*w)->Publish().ok());
+  }
+  std::vector<uint32_t> want_widths;
+  for (const auto& r : recs) want_widths.push_back(ExpectedWidth(r));
+  EXPECT_EQ(IndexWidths(path, recs.size()), want_widths);
+  // Every width occurs below the itemsize (the boundary records cover them).
+  for (uint32_t w = 1; w < sizeof(T); w *= 2) {
+    EXPECT_NE(std::find(want_widths.begin(), want_widths.end(), w), want_widths.end()) << w;
+  }
+
+  auto s = Store::Open(path);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ((*s)->format_version(), (std::pair<uint32_t, uint32_t>{1, 2}));
+  ASSERT_TRUE((*s)->Verify(nullptr).ok());
+  // Gathered in reverse order, with and without the pool; and one by one.
+  for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &ThreadPool::Default()}) {
+    std::vector<uint64_t> idx;
+    std::vector<std::vector<T>> got(recs.size());
+    std::vector<void*> outs;
+    for (uint64_t k = recs.size(); k-- > 0;) {
+      idx.push_back(k);
+      got[k].assign(recs[k].size() + 1, T{0x5A});  // one guard value past the end
+      outs.push_back(got[k].data());
+    }
+    ASSERT_TRUE((*s)->Gather(idx, outs, pool).ok());
+    for (uint64_t k = 0; k < recs.size(); ++k) {
+      EXPECT_EQ(got[k].back(), T{0x5A}) << k;
+      got[k].pop_back();
+      EXPECT_EQ(got[k], recs[k]) << "record " << k;
+      EXPECT_EQ((*s)->RecordBytes(k).value(), recs[k].size() * sizeof(T));
+    }
+  }
+}
+
+TEST(NarrowTest, EveryIntegerDTypeRoundTripsAtEveryWidth) {
+  for (Codec c : {Codec::kZstd, Codec::kZstdDict}) {
+    for (bool dense : {true, false}) {
+      RoundTrip<int16_t>("<i2", c, dense);
+      RoundTrip<uint16_t>("<u2", c, dense);
+      RoundTrip<int32_t>("<i4", c, dense);
+      RoundTrip<uint32_t>("<u4", c, dense);
+      RoundTrip<int64_t>("<i8", c, dense);
+      RoundTrip<uint64_t>("<u8", c, dense);
+    }
+  }
+}
+
+// Writes `n` int32 records of `values` values each; record k holds k * mult + j.
+std::string WriteInts(const TempDir& dir, const std::string& name, const std::string& dtype,
+                      Codec codec, uint64_t n, uint64_t values, int64_t mult, bool narrow,
+                      uint64_t stream_threshold = uint64_t{32} << 20) {
+  const std::string path = dir.Sub(name);
+  WriteOptions o;
+  o.codec = codec;
+  o.narrow_integers = narrow;
+  o.stream_threshold = stream_threshold;
+  auto w = StoreWriter::Create(path, RaggedSchema(dtype, 1), o);
+  EXPECT_TRUE(w.ok()) << w.status().ToString();
+  const uint32_t item = DType::Parse(dtype).value().itemsize;
+  std::vector<uint8_t> flat(n * values * item);
+  std::vector<uint64_t> shapes(n, values);
+  for (uint64_t k = 0; k < n; ++k) {
+    for (uint64_t j = 0; j < values; ++j) {
+      const int64_t v = static_cast<int64_t>(k) * mult + static_cast<int64_t>(j % 97);
+      std::memcpy(flat.data() + (k * values + j) * item, &v, item);  // little-endian low bytes
+    }
+  }
+  EXPECT_TRUE((*w)->AppendRagged(flat.data(), shapes.data(), n).ok());
+  EXPECT_TRUE((*w)->Publish().ok());
+  return path;
+}
+
+TEST(NarrowTest, NarrowOffWritesFormat11WithoutWidthCodes) {
+  TempDir dir;
+  const std::string path = WriteInts(dir, "off", "<i4", Codec::kZstd, 50, 40, 0, false);
+  auto s = Store::Open(path);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ((*s)->format_version(), (std::pair<uint32_t, uint32_t>{1, 1}));
+  EXPECT_EQ(IndexWidths(path, 50), std::vector<uint32_t>(50, 0));
+  const std::string on = WriteInts(dir, "on", "<i4", Codec::kZstd, 50, 40, 0, true);
+  EXPECT_EQ(IndexWidths(on, 50), std::vector<uint32_t>(50, 1));
+  EXPECT_LT(ReadFileBytes(on + "/data-000").size(), ReadFileBytes(path + "/data-000").size());
+}
+
+TEST(NarrowTest, RawFloatByteAndBigEndianStoresStayFormat11) {
+  TempDir dir;
+  struct Case {
+    const char* dtype;
+    Codec codec;
+  };
+  int k = 0;
+  for (const Case& c :
+       {Case{"<i4", Codec::kRaw}, Case{"<f4", Codec::kZstd}, Case{"|u1", Codec::kZstd},
+        Case{"|i1", Codec::kZstd}, Case{">i4", Codec::kZstd}, Case{"<M8[s]", Codec::kZstd}}) {
+    const std::string path =
+        WriteInts(dir, "s" + std::to_string(k++), c.dtype, c.codec, 20, 64, 1, true);
+    auto s = Store::Open(path);
+    ASSERT_TRUE(s.ok()) << c.dtype;
+    EXPECT_EQ((*s)->format_version(), (std::pair<uint32_t, uint32_t>{1, 1})) << c.dtype;
+    EXPECT_EQ(IndexWidths(path, 20), std::vector<uint32_t>(20, 0)) << c.dtype;
+  }
+}
+
+TEST(NarrowTest, LargeNarrowedRecordsTakeEveryReadPath) {
+  // Narrowed records decoded through the pread scratch (16 KiB .. 4 MiB
+  // frames), above it (> 4 MiB of narrowed values), stored raw (incompressible,
+  // read with pread), and one above the streaming threshold (not narrowed).
+  TempDir dir;
+  const std::string path = dir.Sub("big");
+  WriteOptions o;
+  o.codec = Codec::kZstd;
+  o.stream_threshold = 12 << 20;
+  auto w = StoreWriter::Create(path, RaggedSchema("<i8", 1), o);
+  ASSERT_TRUE(w.ok());
+  std::mt19937_64 rng(9);
+  std::vector<std::vector<int64_t>> recs;
+  recs.emplace_back(1'100'000);  // 8.8 MB, 20-bit random values: 4.4 MB narrowed, compressed
+  for (int64_t& v : recs.back()) v = static_cast<int64_t>(rng() % (1 << 20));
+  recs.emplace_back(200'000);  // 2-byte random values: 400 KB narrowed, stored raw
+  for (int64_t& v : recs.back()) v = static_cast<int16_t>(rng());
+  recs.emplace_back(2'000'000);  // 16 MB, above the threshold: full width
+  for (int64_t& v : recs.back()) v = static_cast<int8_t>(rng());
+  recs.emplace_back(300'000);  // compressible 1-byte values
+  for (size_t j = 0; j < recs.back().size(); ++j)
+    recs.back()[j] = static_cast<int64_t>(j % 50) - 25;
+  for (const auto& r : recs) {
+    const uint64_t shape = r.size();
+    ASSERT_TRUE((*w)->AppendRagged(r.data(), &shape, 1).ok());
+  }
+  ASSERT_TRUE((*w)->Publish().ok());
+  EXPECT_EQ(IndexWidths(path, 4), (std::vector<uint32_t>{4, 2, 0, 1}));
+  auto s = Store::Open(path);
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE((*s)->Verify(nullptr).ok());
+  EXPECT_TRUE((*s)->Locate(0).value().compressed);
+  EXPECT_FALSE((*s)->Locate(1).value().compressed);  // incompressible: raw, narrowed
+  EXPECT_EQ((*s)->Locate(1).value().width, 2u);
+  EXPECT_EQ((*s)->Locate(1).value().stored_len, 400'000u);
+  std::vector<std::vector<int64_t>> got(recs.size());
+  std::vector<void*> outs;
+  std::vector<uint64_t> idx;
+  for (size_t k = 0; k < recs.size(); ++k) {
+    got[k].resize(recs[k].size());
+    outs.push_back(got[k].data());
+    idx.push_back(k);
+  }
+  ASSERT_TRUE((*s)->Gather(idx, outs, &ThreadPool::Default()).ok());
+  for (size_t k = 0; k < recs.size(); ++k) EXPECT_EQ(got[k], recs[k]) << k;
+}
+
+// Rewrites entry `k` of a kEnds index with `edit` applied, every checksum
+// rebuilt: a consistent but hostile store.
+void EditEntry(const std::string& path, uint64_t n, uint64_t k,
+               const std::function<uint64_t(uint64_t)>& edit) {
+  std::string idx = ReadFileBytes(path + "/index");
+  uint64_t e;
+  std::memcpy(&e, idx.data() + k * 8, 8);
+  e = edit(e);
+  std::memcpy(idx.data() + k * 8, &e, 8);
+  const uint64_t blocks = format::NumBlocks(n);
+  const uint64_t b = k / format::kBlockRecords;
+  const uint64_t rows = std::min(n, (b + 1) * format::kBlockRecords) - b * format::kBlockRecords;
+  const uint64_t h = format::Hash64(idx.data() + b * format::kBlockRecords * 8, rows * 8);
+  std::memcpy(idx.data() + n * 8 + b * 8, &h, 8);
+  WriteFileBytes(path + "/index", idx);
+  auto m = format::DecodeMetadata(ReadFileBytes(path + "/meta"), "meta");
+  ASSERT_TRUE(m.ok());
+  m->index_table_xxh3 = format::Hash64(idx.data() + n * 8, blocks * 8);
+  m->files["index"] = {idx.size(), format::Hash64(idx.data(), idx.size())};
+  WriteFileBytes(path + "/meta", format::EncodeMetadata(*m));
+}
+
+void ExpectRecordCorruption(const Store& s, uint64_t k, const std::string& needle) {
+  const std::string rec = "record " + std::to_string(k) + ": ";
+  auto r = s.Locate(k);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Status::Code::kCorruption);
+  EXPECT_NE(r.status().message().find(rec + needle), std::string::npos) << r.status().ToString();
+  std::vector<uint8_t> out(4096);
+  std::vector<uint64_t> idx = {k};
+  std::vector<void*> outs = {out.data()};
+  Status g = s.Gather(idx, outs, nullptr);
+  EXPECT_EQ(g.code(), Status::Code::kCorruption);
+  EXPECT_NE(g.message().find(rec + needle), std::string::npos) << g.ToString();
+  Status v = s.Verify(nullptr);
+  EXPECT_EQ(v.code(), Status::Code::kCorruption);
+  EXPECT_NE(v.message().find(rec + needle), std::string::npos) << v.ToString();
+}
+
+constexpr uint64_t kWidth1 = uint64_t{1} << 61, kWidth2 = uint64_t{2} << 61;
+
+TEST(NarrowTest, WidthCodeInAFormat11StoreIsCorruption) {
+  TempDir dir;
+  const std::string path = WriteInts(dir, "s", "<i4", Codec::kZstd, 30, 40, 3, false);
+  EditEntry(path, 30, 7, [](uint64_t e) { return e | kWidth1; });
+  auto s = Store::Open(path);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ExpectRecordCorruption(**s, 7, "width code 1 in a format 1.1 store");
+}
+
+TEST(NarrowTest, WidthNotBelowTheItemsizeIsCorruption) {
+  TempDir dir;
+  const std::string path = WriteInts(dir, "s", "<i2", Codec::kZstd, 30, 40, 300, true);
+  EXPECT_EQ(IndexWidths(path, 30)[0], 1u);  // record 0 holds 0..96
+  EditEntry(path, 30, 0, [](uint64_t e) { return (e & ~(uint64_t{3} << 61)) | kWidth2; });
+  auto s = Store::Open(path);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  ExpectRecordCorruption(**s, 0, "stored width 2 bytes is not below the itemsize 2");
+}
+
+TEST(NarrowTest, WidthCodeOnAFloatOrRawStoreIsCorruption) {
+  // As written (format 1.1), then claiming format 1.2: neither may narrow.
+  TempDir dir;
+  struct Case {
+    const char* dtype;
+    Codec codec;
+    const char* why;
+  };
+  int n = 0;
+  for (const Case& c : {Case{"<f4", Codec::kZstd, "in a store of dtype '<f4'"},
+                        Case{"<i4", Codec::kRaw, "in a raw store"}}) {
+    for (bool claim_12 : {false, true}) {
+      SCOPED_TRACE(std::string(c.dtype) + (claim_12 ? " 1.2" : " 1.1"));
+      const std::string path =
+          WriteInts(dir, "s" + std::to_string(n++), c.dtype, c.codec, 30, 40, 0, true);
+      EditEntry(path, 30, 4, [](uint64_t e) { return e | kWidth1; });
+      if (claim_12) {
+        auto m = format::DecodeMetadata(ReadFileBytes(path + "/meta"), "meta");
+        ASSERT_TRUE(m.ok());
+        m->minor = 2;
+        WriteFileBytes(path + "/meta", format::EncodeMetadata(*m));
+      }
+      auto s = Store::Open(path);
+      ASSERT_TRUE(s.ok()) << s.status().ToString();
+      ExpectRecordCorruption(
+          **s, 4, std::string("width code 1 ") + (claim_12 ? c.why : "in a format 1.1 store"));
+    }
+  }
+}
+
+TEST(NarrowTest, DecodedLengthOtherThanCountTimesWidthIsCorruption) {
+  // A dense store: record 5's frame holds 64 one-byte values; its width code
+  // rewritten to 2 bytes asks for 128 bytes from that frame.
+  TempDir dir;
+  const std::string path = dir.Sub("d");
+  WriteOptions o;
+  o.codec = Codec::kZstd;
+  auto w = StoreWriter::Create(path, DenseSchema("<u4", {64}), o);
+  ASSERT_TRUE(w.ok());
+  std::vector<uint32_t> v(64 * 10);
+  for (size_t j = 0; j < v.size(); ++j) v[j] = static_cast<uint32_t>(j / 64 + 100);
+  ASSERT_TRUE((*w)->AppendDense(v.data(), 10).ok());
+  ASSERT_TRUE((*w)->Publish().ok());
+  ASSERT_EQ(IndexWidths(path, 10), std::vector<uint32_t>(10, 1));
+  EditEntry(path, 10, 5, [](uint64_t e) { return (e & ~(uint64_t{3} << 61)) | kWidth2; });
+  auto s = Store::Open(path);
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE((*s)->Locate(5).value().compressed);
+  std::vector<uint32_t> out(64);
+  Status st = (*s)->ReadRecord(5, out.data(), 256);
+  EXPECT_EQ(st.code(), Status::Code::kCorruption) << st.ToString();
+  EXPECT_NE(st.message().find("record 5"), std::string::npos) << st.ToString();
+  Status v2 = (*s)->Verify(nullptr);
+  EXPECT_EQ(v2.code(), Status::Code::kCorruption) << v2.ToString();
+  EXPECT_NE(v2.message().find("record 5"), std::string::npos) << v2.ToString();
+}
+
+TEST(NarrowTest, UnknownMinorIsRefusedAtOpen) {
+  TempDir dir;
+  const std::string path = WriteInts(dir, "s", "<i4", Codec::kZstd, 30, 40, 3, true);
+  auto m = format::DecodeMetadata(ReadFileBytes(path + "/meta"), "meta");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->minor, 2u);
+  m->minor = 3;
+  WriteFileBytes(path + "/meta", format::EncodeMetadata(*m));
+  auto s = Store::Open(path);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), Status::Code::kCorruption);
+  EXPECT_NE(
+      s.status().message().find("unsupported format version 1.3 (this reader supports 1.0 to 1.2)"),
+      std::string::npos)
+      << s.status().ToString();
+}
+
+}  // namespace
+}  // namespace loaderx
