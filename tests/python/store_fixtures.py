@@ -80,7 +80,8 @@ FIXTURES_1_1: dict[str, tuple[str, Codec, int]] = {
 }
 
 
-def write_all(root: str, fixtures: dict[str, tuple[str, Codec, int]] = FIXTURES) -> None:
+def write_all(root: str, fixtures: dict[str, tuple[str, Codec, int]] = FIXTURES,
+              narrow: bool = True) -> None:
     from loaderx.utils import train_dict
     from loaderx.zrecord import Dense, Ragged
 
@@ -90,13 +91,14 @@ def write_all(root: str, fixtures: dict[str, tuple[str, Codec, int]] = FIXTURES)
             recs = dense_records(name)
             d = train_dict(recs, size=1024) if codec == "zstd_dict" else None
             with Dense.create(path, recs.dtype, recs.shape[1:], codec=codec,
-                              data_shards=shards, dict_bytes=d) as ds:
+                              data_shards=shards, dict_bytes=d, narrow=narrow) as ds:
                 # Two appends: a run boundary that is not a chunk boundary.
                 ds.append(recs[: len(recs) // 3])
                 ds.append(recs[len(recs) // 3:])
         else:
             rr = ragged_records(name)
-            with Ragged.create(path, rr[0].dtype, rr[0].ndim, codec=codec, data_shards=shards) as rs:
+            with Ragged.create(path, rr[0].dtype, rr[0].ndim, codec=codec, data_shards=shards,
+                               narrow=narrow) as rs:
                 rs.append(rr[:7])
                 rs.append(rr[7:])
 
