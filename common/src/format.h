@@ -93,15 +93,18 @@ inline uint64_t ComputedShardBytes(uint64_t n, uint64_t run_records, uint32_t sh
 
 // kEnds entry: bit 63 = the record is one zstd frame; 1.2: bits 61..62 = the
 // width code of its stored values (0 = the dtype's itemsize, 1/2/3 = 1/2/4
-// bytes), bits 0..60 = the offset one past its last byte in its shard file
-// (1.1: bits 0..62, with 61..62 always 0 since no shard file reaches 2^61).
+// bytes), bit 60 = a signed dtype's narrowed values are unsigned (widened by
+// zero-extension, not sign-extension), bits 0..59 = the offset one past its
+// last byte in its shard file (1.1: bits 0..62, with 60..62 always 0 since no
+// shard file reaches 2^60).
 inline constexpr size_t kEndEntryBytes = 8;
 inline constexpr uint64_t kEndCompressedBit = uint64_t{1} << 63;
 inline constexpr int kEndWidthShift = 61;
 inline constexpr uint64_t kEndWidthMask = uint64_t{3} << kEndWidthShift;
-inline constexpr uint64_t kEndOffsetMask = (uint64_t{1} << kEndWidthShift) - 1;
-// A shard file must stay below this many bytes (the end offset's 61 bits).
-inline constexpr uint64_t kMaxShardBytes = uint64_t{1} << kEndWidthShift;
+inline constexpr uint64_t kEndZeroExtendBit = uint64_t{1} << 60;
+inline constexpr uint64_t kEndOffsetMask = kEndZeroExtendBit - 1;
+// A shard file must stay below this many bytes (the end offset's 60 bits).
+inline constexpr uint64_t kMaxShardBytes = kEndZeroExtendBit;
 inline constexpr uint32_t WidthOfCode(uint64_t code) { return code == 0 ? 0 : 1u << (code - 1); }
 inline constexpr uint64_t CodeOfWidth(uint32_t w) { return w == 1 ? 1 : w == 2 ? 2 : 3; }
 // Dtypes whose records a compressed 1.2 store may narrow: little-endian

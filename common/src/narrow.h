@@ -1,8 +1,8 @@
 // On-disk integer narrowing of format 1.2 (docs/format.md, section 5): a
 // record of a little-endian integer dtype whose values all fit in fewer bytes
 // is stored with each value truncated to w in {1, 2, 4} bytes, and widened
-// back on read (zero-extension for unsigned dtypes, sign-extension for
-// signed ones).
+// back on read (zero-extension for unsigned values, sign-extension for
+// signed ones; a signed record without negative values is stored unsigned).
 //
 // Private to common/. Thread-safety: pure functions. Values are loaded and
 // stored with memcpy: record buffers need not be aligned to the itemsize.
@@ -22,30 +22,35 @@ inline T Load(const uint8_t* p) {
   return v;
 }
 
-// OR of every value's magnitude bits: the value itself (unsigned), or
-// v ^ (v >> (bits - 1)) (signed: v for v >= 0, -v - 1 below), so one
-// branch-free, vectorizable pass bounds every value. Stops early, a block
-// at a time, once the values need the full width.
+// One branch-free, vectorizable pass over the values: `all` is the OR of
+// their bits (its top bit is set iff one is negative) and `mag` the OR of
+// their magnitude bits, v ^ (v >> (bits - 1)) (v for v >= 0, -v - 1 below).
+// Stops early, a block at a time, once no narrower width can hold them.
 template <typename T>
-inline uint64_t MagnitudeOr(const uint8_t* src, uint64_t n) {
+struct Bounds {
+  std::make_unsigned_t<T> all = 0, mag = 0;
+};
+template <typename T>
+inline Bounds<T> ValueBounds(const uint8_t* src, uint64_t n) {
   using U = std::make_unsigned_t<T>;
   constexpr uint64_t kBlock = 1024;
-  // The bound of the widest narrower width (half the itemsize).
-  constexpr U kTop = U{1} << (sizeof(T) * 4 - (std::is_signed_v<T> ? 1 : 0));
-  U acc = 0;
+  // Half the itemsize: the widest narrower width, unsigned and signed.
+  constexpr U kTopUnsigned = U{1} << (sizeof(T) * 4);
+  constexpr U kTopSigned = U{1} << (sizeof(T) * 4 - 1);
+  Bounds<T> b;
   for (uint64_t k0 = 0; k0 < n; k0 += kBlock) {
     const uint64_t k1 = n - k0 < kBlock ? n : k0 + kBlock;
+    U all = b.all, mag = b.mag;
     for (uint64_t k = k0; k < k1; ++k) {
       const T v = Load<T>(src + k * sizeof(T));
-      if constexpr (std::is_signed_v<T>) {
-        acc |= static_cast<U>(v ^ (v >> (sizeof(T) * 8 - 1)));
-      } else {
-        acc |= v;
-      }
+      all |= static_cast<U>(v);
+      if constexpr (std::is_signed_v<T>) mag |= static_cast<U>(v ^ (v >> (sizeof(T) * 8 - 1)));
     }
-    if (acc >= kTop) break;  // no narrower width can hold the record
+    b.all = all;
+    b.mag = mag;
+    if (b.all >= kTopUnsigned && (!std::is_signed_v<T> || b.mag >= kTopSigned)) break;
   }
-  return acc;
+  return b;
 }
 
 template <typename From, typename To>
@@ -69,17 +74,25 @@ inline void NarrowAs(const uint8_t* src, uint64_t n, uint32_t w, uint8_t* dst) {
 }
 
 template <typename Wide>
-inline void WidenAs(const uint8_t* src, uint64_t n, uint32_t w, uint8_t* dst) {
-  constexpr bool kSigned = std::is_signed_v<Wide>;
-  using N1 = std::conditional_t<kSigned, int8_t, uint8_t>;
-  using N2 = std::conditional_t<kSigned, int16_t, uint16_t>;
-  using N4 = std::conditional_t<kSigned, int32_t, uint32_t>;
-  if (w == 1) Convert<N1, Wide>(src, n, dst);
-  if constexpr (sizeof(Wide) > 2) {
-    if (w == 2) Convert<N2, Wide>(src, n, dst);
-  }
-  if constexpr (sizeof(Wide) > 4) {
-    if (w == 4) Convert<N4, Wide>(src, n, dst);
+inline void WidenAs(const uint8_t* src, uint64_t n, uint32_t w, bool zero_extend, uint8_t* dst) {
+  using U = std::make_unsigned_t<Wide>;
+  using S = std::make_signed_t<Wide>;
+  if (zero_extend || std::is_unsigned_v<Wide>) {
+    if (w == 1) Convert<uint8_t, U>(src, n, dst);
+    if constexpr (sizeof(Wide) > 2) {
+      if (w == 2) Convert<uint16_t, U>(src, n, dst);
+    }
+    if constexpr (sizeof(Wide) > 4) {
+      if (w == 4) Convert<uint32_t, U>(src, n, dst);
+    }
+  } else {
+    if (w == 1) Convert<int8_t, S>(src, n, dst);
+    if constexpr (sizeof(Wide) > 2) {
+      if (w == 2) Convert<int16_t, S>(src, n, dst);
+    }
+    if constexpr (sizeof(Wide) > 4) {
+      if (w == 4) Convert<int32_t, S>(src, n, dst);
+    }
   }
 }
 
@@ -102,17 +115,31 @@ inline void ByType(uint32_t itemsize, bool is_signed, F&& f) {
 
 }  // namespace detail
 
-// The smallest w in {1, 2, 4}, w < itemsize, such that every one of the n
-// values at src fits in w bytes; itemsize when none does.
-inline uint32_t Width(const uint8_t* src, uint64_t n, uint32_t itemsize, bool is_signed) {
-  uint64_t acc = 0;
-  detail::ByType(itemsize, is_signed,
-                 [&](auto t) { acc = detail::MagnitudeOr<decltype(t)>(src, n); });
-  const int sign = is_signed ? 1 : 0;
+// How a record is narrowed: `width` bytes per value (itemsize: not
+// narrowed); `zero_extend`: a signed record whose values are all >= 0, kept
+// as unsigned w-byte values (so int32 tokens below 65,536 take 2 bytes).
+struct Plan {
+  uint32_t width = 0;
+  bool zero_extend = false;
+};
+
+// The smallest w in {1, 2, 4}, w < itemsize, holding every one of the n
+// values at src: unsigned values (an unsigned dtype, or a signed one with no
+// negative value) below 2^(8w), else signed ones in [-2^(8w-1), 2^(8w-1)).
+inline Plan Choose(const uint8_t* src, uint64_t n, uint32_t itemsize, bool is_signed) {
+  uint64_t all = 0, mag = 0;
+  detail::ByType(itemsize, is_signed, [&](auto t) {
+    const auto b = detail::ValueBounds<decltype(t)>(src, n);
+    all = b.all;
+    mag = b.mag;
+  });
+  const bool negative = is_signed && (all >> (8 * itemsize - 1)) != 0;
+  const uint64_t bound = negative ? mag : all;
+  const int sign = negative ? 1 : 0;
   for (uint32_t w = 1; w < itemsize; w *= 2) {
-    if (acc >> (8 * w - sign) == 0) return w;
+    if (bound >> (8 * w - sign) == 0) return {w, is_signed && !negative};
   }
-  return itemsize;
+  return {itemsize, false};
 }
 
 // Stores the low w bytes of each of the n values at src (n * w bytes at dst).
@@ -120,11 +147,12 @@ inline void Narrow(const uint8_t* src, uint64_t n, uint32_t itemsize, uint32_t w
   detail::ByType(itemsize, false, [&](auto t) { detail::NarrowAs<decltype(t)>(src, n, w, dst); });
 }
 
-// The inverse: n values of w bytes at src, extended to itemsize bytes at dst.
+// The inverse: n values of w bytes at src, extended to itemsize bytes at dst
+// (zero-extended for unsigned dtypes or with zero_extend, else sign-extended).
 inline void Widen(const uint8_t* src, uint64_t n, uint32_t itemsize, bool is_signed, uint32_t w,
-                  uint8_t* dst) {
+                  bool zero_extend, uint8_t* dst) {
   detail::ByType(itemsize, is_signed,
-                 [&](auto t) { detail::WidenAs<decltype(t)>(src, n, w, dst); });
+                 [&](auto t) { detail::WidenAs<decltype(t)>(src, n, w, zero_extend, dst); });
 }
 
 }  // namespace loaderx::narrow

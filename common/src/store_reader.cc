@@ -445,18 +445,27 @@ class StoreImpl final : public Store {
     RecordRef r;
     r.shard = format::RunShard(i, meta_.run_records, meta_.data_shards);
     r.compressed = (e & format::kEndCompressedBit) != 0;
-    if (const uint64_t code = (e & format::kEndWidthMask) >> format::kEndWidthShift; code != 0) {
+    if ((e & (format::kEndWidthMask | format::kEndZeroExtendBit)) != 0) {
       // Width codes exist only in 1.2 stores of narrowable dtypes (a 1.1
-      // store's entries have bits 61..62 clear), and only narrower than the
-      // dtype (docs/format.md, section 3).
+      // store's entries have bits 60..62 clear), and only narrower than the
+      // dtype; the zero-extension bit only with one, on a signed dtype
+      // (docs/format.md, section 3).
+      const uint64_t code = (e & format::kEndWidthMask) >> format::kEndWidthShift;
       if (!width_refusal_.empty()) {
-        return BadEntry(i, "width code " + std::to_string(code) + " in " + width_refusal_);
+        return BadEntry(i, (code != 0 ? "width code " + std::to_string(code)
+                                      : std::string("zero-extension bit")) +
+                               " in " + width_refusal_);
       }
       r.width = format::WidthOfCode(code);
+      r.zero_extend = (e & format::kEndZeroExtendBit) != 0;
       if (r.width >= meta_.schema.dtype.itemsize) {
         return BadEntry(i, "stored width " + std::to_string(r.width) +
                                " bytes is not below the itemsize " +
                                std::to_string(meta_.schema.dtype.itemsize));
+      }
+      if (r.zero_extend && (r.width == 0 || meta_.schema.dtype.kind != 'i')) {
+        return BadEntry(i, r.width == 0 ? "zero-extension bit without a width code"
+                                        : "zero-extension bit on an unsigned dtype");
       }
     }
     // Bytes per stored value: what the stored bytes decode to is a multiple of it.
@@ -654,7 +663,8 @@ class StoreImpl final : public Store {
       LX_RETURN_IF_ERROR(CopyRaw(i, r, 0, decoded, values));
     }
     narrow::Widen(values, decoded / r.width, meta_.schema.dtype.itemsize,
-                  meta_.schema.dtype.kind == 'i', r.width, static_cast<uint8_t*>(out));
+                  meta_.schema.dtype.kind == 'i', r.width, r.zero_extend,
+                  static_cast<uint8_t*>(out));
     return Status::OK();
   }
 

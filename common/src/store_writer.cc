@@ -634,13 +634,14 @@ class StoreWriterImpl final : public StoreWriter {
           uint64_t width_bits = 0, n = len;
           if (narrow_ && len > 0) {
             const uint64_t count = len / itemsize;
-            const uint32_t w = narrow::Width(src, count, itemsize, is_signed);
-            if (w < itemsize) {
-              narrowed.resize(count * w);
-              narrow::Narrow(src, count, itemsize, w, narrowed.data());
+            const narrow::Plan plan = narrow::Choose(src, count, itemsize, is_signed);
+            if (plan.width < itemsize) {
+              narrowed.resize(count * plan.width);
+              narrow::Narrow(src, count, itemsize, plan.width, narrowed.data());
               src = narrowed.data();
-              n = count * w;
-              width_bits = format::CodeOfWidth(w) << format::kEndWidthShift;
+              n = count * plan.width;
+              width_bits = format::CodeOfWidth(plan.width) << format::kEndWidthShift |
+                           (plan.zero_extend ? format::kEndZeroExtendBit : 0);
             }
           }
           uint64_t stored = n, flag = 0;
@@ -743,10 +744,10 @@ class StoreWriterImpl final : public StoreWriter {
     return Status::OK();
   }
 
-  // Entries hold end offsets below 2^61 (docs/format.md, section 3).
+  // Entries hold end offsets below 2^60 (docs/format.md, section 3).
   Status ShardTooLarge(uint32_t shard) const {
     return Status::ResourceExhausted(path_ + "/" + format::DataFileName(shard) +
-                                     ": a data file cannot reach 2^61 bytes (use more "
+                                     ": a data file cannot reach 2^60 bytes (use more "
                                      "data_shards)");
   }
 

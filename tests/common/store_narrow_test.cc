@@ -26,26 +26,40 @@ using testing::ReadFileBytes;
 using testing::TempDir;
 using testing::WriteFileBytes;
 
-// The smallest of 1, 2, 4 bytes (below the itemsize) holding every value, as
-// docs/format.md states it: unsigned max < 2^(8w); signed -2^(8w-1) <= v <
-// 2^(8w-1). 0 (the width code of "full width") when none does or no values.
+// How docs/format.md says a record is stored: the smallest w of 1, 2, 4 bytes
+// (below the itemsize) holding every value, as unsigned values below 2^(8w)
+// when none is negative (zero_extend for a signed dtype), else as signed ones
+// in [-2^(8w-1), 2^(8w-1)). {0, false} (full width) when none does or no values.
 template <typename T>
-uint32_t ExpectedWidth(const std::vector<T>& v) {
-  if (v.empty()) return 0;
+std::pair<uint32_t, bool> ExpectedPlan(const std::vector<T>& v) {
+  if (v.empty()) return {0, false};
+  const bool negative = std::any_of(v.begin(), v.end(), [](T x) { return x < T{0}; });
   for (uint32_t w = 1; w < sizeof(T); w *= 2) {
     bool fits = true;
     for (T x : v) {
-      if constexpr (std::is_signed_v<T>) {
-        const __int128 lo = -(__int128{1} << (8 * w - 1)), hi = __int128{1} << (8 * w - 1);
-        fits = fits && x >= lo && x < hi;
-      } else {
-        fits = fits &&
-               static_cast<unsigned __int128>(x) < (static_cast<unsigned __int128>(1) << (8 * w));
-      }
+      const __int128 lo = negative ? -(__int128{1} << (8 * w - 1)) : 0;
+      const __int128 hi = negative ? __int128{1} << (8 * w - 1) : __int128{1} << (8 * w);
+      fits = fits && static_cast<__int128>(x) >= lo && static_cast<__int128>(x) < hi;
     }
-    if (fits) return w;
+    if (fits) return {w, std::is_signed_v<T> && !negative};
   }
-  return 0;
+  return {0, false};
+}
+template <typename T>
+uint32_t ExpectedWidth(const std::vector<T>& v) {
+  return ExpectedPlan(v).first;
+}
+
+// Bit 60 of each entry of a kEnds index: values zero-extended.
+std::vector<bool> IndexZeroExtend(const std::string& store, uint64_t n) {
+  const std::string idx = ReadFileBytes(store + "/index");
+  std::vector<bool> z;
+  for (uint64_t k = 0; k < n; ++k) {
+    uint64_t e;
+    std::memcpy(&e, idx.data() + k * 8, 8);
+    z.push_back(((e >> 60) & 1) != 0);
+  }
+  return z;
 }
 
 // The width code of each entry of a kEnds index (bits 61..62).
@@ -133,8 +147,19 @@ void RoundTrip(const std::string& dtype, Codec codec, bool dense) {
     ASSERT_TRUE((*w)->Publish().ok());
   }
   std::vector<uint32_t> want_widths;
-  for (const auto& r : recs) want_widths.push_back(ExpectedWidth(r));
+  std::vector<bool> want_zero;
+  for (const auto& r : recs) {
+    want_widths.push_back(ExpectedPlan(r).first);
+    want_zero.push_back(ExpectedPlan(r).second);
+  }
   EXPECT_EQ(IndexWidths(path, recs.size()), want_widths);
+  EXPECT_EQ(IndexZeroExtend(path, recs.size()), want_zero);
+  if constexpr (std::is_signed_v<T>) {  // both kinds of narrowed records occur
+    EXPECT_NE(std::find(want_zero.begin(), want_zero.end(), true), want_zero.end());
+    bool sign_extended = false;
+    for (size_t k = 0; k < recs.size(); ++k) sign_extended |= want_widths[k] != 0 && !want_zero[k];
+    EXPECT_TRUE(sign_extended);
+  }
   // Every width occurs below the itemsize (the boundary records cover them).
   for (uint32_t w = 1; w < sizeof(T); w *= 2) {
     EXPECT_NE(std::find(want_widths.begin(), want_widths.end(), w), want_widths.end()) << w;
@@ -368,6 +393,49 @@ TEST(NarrowTest, WidthCodeOnAFloatOrRawStoreIsCorruption) {
           **s, 4, std::string("width code 1 ") + (claim_12 ? c.why : "in a format 1.1 store"));
     }
   }
+}
+
+TEST(NarrowTest, MisplacedZeroExtensionBitIsCorruption) {
+  constexpr uint64_t kZero = uint64_t{1} << 60;
+  TempDir dir;
+  // Without a width code (record 0 of a full-width store).
+  const std::string a = WriteInts(dir, "a", "<i4", Codec::kZstd, 30, 40, 1 << 20, true);
+  ASSERT_EQ(IndexWidths(a, 30)[29], 0u);
+  EditEntry(a, 30, 29, [](uint64_t e) { return e | kZero; });
+  auto s = Store::Open(a);
+  ASSERT_TRUE(s.ok());
+  ExpectRecordCorruption(**s, 29, "zero-extension bit without a width code");
+  // On an unsigned dtype (its values are always zero-extended).
+  const std::string b = WriteInts(dir, "b", "<u4", Codec::kZstd, 30, 40, 0, true);
+  ASSERT_EQ(IndexWidths(b, 30)[3], 1u);
+  EditEntry(b, 30, 3, [](uint64_t e) { return e | kZero; });
+  auto s2 = Store::Open(b);
+  ASSERT_TRUE(s2.ok());
+  ExpectRecordCorruption(**s2, 3, "zero-extension bit on an unsigned dtype");
+  // In a format 1.1 store.
+  const std::string c = WriteInts(dir, "c", "<i4", Codec::kZstd, 30, 40, 0, false);
+  EditEntry(c, 30, 5, [](uint64_t e) { return e | kZero; });
+  auto s3 = Store::Open(c);
+  ASSERT_TRUE(s3.ok());
+  ExpectRecordCorruption(**s3, 5, "zero-extension bit in a format 1.1 store");
+}
+
+TEST(NarrowTest, SignedTokensBelow65536TakeTwoBytesZeroExtended) {
+  // int32 tokens as a GPT-2 tokenizer makes them (0..50256): records 33..39
+  // hold values above 32767, which a sign-extended 2-byte value cannot.
+  TempDir dir;
+  const std::string path = WriteInts(dir, "t", "<i4", Codec::kZstd, 40, 48, 1000, true);
+  // Record k holds k * 1000 + 0..47: 1 byte for k = 0, 2 bytes from 1 on,
+  // always zero-extended.
+  std::vector<uint32_t> want(40, 2);
+  want[0] = 1;
+  EXPECT_EQ(IndexWidths(path, 40), want);
+  EXPECT_EQ(IndexZeroExtend(path, 40), std::vector<bool>(40, true));
+  auto s = Store::Open(path);
+  ASSERT_TRUE(s.ok());
+  std::vector<int32_t> got(48);
+  ASSERT_TRUE((*s)->ReadRecord(39, got.data(), 48 * 4).ok());
+  for (int j = 0; j < 48; ++j) EXPECT_EQ(got[j], 39000 + j % 97);
 }
 
 TEST(NarrowTest, DecodedLengthOtherThanCountTimesWidthIsCorruption) {

@@ -29,25 +29,40 @@ BOUNDARIES = [0, 1, -1, 127, 128, -128, -129, 255, 256, 32767, 32768, -32768, -3
               65535, 65536, 2**31 - 1, 2**31, -(2**31), -(2**31) - 1]
 
 
-def expected_width(values: np.ndarray) -> int:
-    """Bytes per stored value as docs/format.md states the rule; 0 = full width."""
+def expected_plan(values: np.ndarray) -> tuple[int, bool]:
+    """(bytes per stored value, zero-extended) as docs/format.md states the rule:
+    unsigned values below 2**(8w) when none is negative (zero-extended for a signed
+    dtype), else signed ones in [-2**(8w-1), 2**(8w-1)); (0, False) = full width."""
     if values.size == 0:
-        return 0
+        return 0, False
     lo, hi = int(values.min()), int(values.max())
     for w in (1, 2, 4):
         if w >= values.dtype.itemsize:
             break
-        signed = values.dtype.kind == "i"
-        if (signed and -(2 ** (8 * w - 1)) <= lo and hi < 2 ** (8 * w - 1)) or \
-                (not signed and hi < 2 ** (8 * w)):
-            return w
-    return 0
+        if (lo >= 0 and hi < 2 ** (8 * w)) or (lo < 0 and -(2 ** (8 * w - 1)) <= lo and
+                                                 hi < 2 ** (8 * w - 1)):
+            return w, values.dtype.kind == "i" and lo >= 0
+    return 0, False
+
+
+def expected_width(values: np.ndarray) -> int:
+    return expected_plan(values)[0]
+
+
+def index_entries(path: Path, n: int) -> np.ndarray:
+    return np.fromfile(path / "index", dtype="<u8", count=n)
 
 
 def index_widths(path: Path, n: int) -> list[int]:
     """The width code of every entry (bits 61..62 of each 8-byte entry), as bytes."""
-    entries = np.fromfile(path / "index", dtype="<u8", count=n)
-    return [0 if c == 0 else 1 << (int(c) - 1) for c in (entries >> np.uint64(61)) & np.uint64(3)]
+    codes = (index_entries(path, n) >> np.uint64(61)) & np.uint64(3)
+    return [0 if c == 0 else 1 << (int(c) - 1) for c in codes]
+
+
+def index_plans(path: Path, n: int) -> list[tuple[int, bool]]:
+    """(width, bit 60: zero-extended) of every entry."""
+    zero = (index_entries(path, n) >> np.uint64(60)) & np.uint64(1)
+    return [(w, bool(z)) for w, z in zip(index_widths(path, n), zero, strict=True)]
 
 
 def boundary_records(dt: type) -> list[np.ndarray]:
@@ -84,7 +99,7 @@ def test_ragged_integer_store_round_trips_at_every_width(tmp_path: Path, dt: typ
         rs.append(recs[:5])
         rs.append(recs[5:])
     widths = [expected_width(r) for r in recs]
-    assert index_widths(tmp_path / "s", len(recs)) == widths
+    assert index_plans(tmp_path / "s", len(recs)) == [expected_plan(r) for r in recs]
     assert {w for w in widths if w} == {w for w in (1, 2, 4) if w < np.dtype(dt).itemsize}
     assert tuple(_loaderx.Store.open(str(tmp_path / "s")).format_version) == (1, 2)
     with Ragged.open(tmp_path / "s") as rs:
@@ -115,7 +130,7 @@ def test_dense_integer_store_round_trips_at_every_width(tmp_path: Path, dt: type
     with Dense.create(tmp_path / "s", dt, (4, 4), codec=codec, data_shards=2, dict_bytes=d) as ds:
         ds.append(want[:4])
         ds.append(want[4:])
-    assert index_widths(tmp_path / "s", len(want)) == [expected_width(r) for r in want]
+    assert index_plans(tmp_path / "s", len(want)) == [expected_plan(r) for r in want]
     assert tuple(_loaderx.Store.open(str(tmp_path / "s")).format_version) == (1, 2)
     with Dense.open(tmp_path / "s") as ds:
         got = ds[0:len(ds)]
@@ -196,7 +211,7 @@ def rewrite_meta(path: Path, **changes: object) -> None:
 
 
 def set_width_code(path: Path, n: int, k: int, code: int) -> None:
-    """Sets entry k's width code, with the index's block checksums and ``meta`` rebuilt:
+    """Sets entry k's width code (bits 61..62), with the index's block checksums and ``meta`` rebuilt:
     a consistent but hostile store."""
     idx = bytearray((path / "index").read_bytes())
     e = int.from_bytes(idx[8 * k: 8 * k + 8], "little")
@@ -245,6 +260,19 @@ def test_width_code_on_a_float_store_is_corruption_naming_the_record(tmp_path: P
     expect_corrupt_record(tmp_path / "s", 4, "width code 1 in a format 1.1 store")
     rewrite_meta(tmp_path / "s", minor=2)  # claiming 1.2 does not make floats narrowable
     expect_corrupt_record(tmp_path / "s", 4, "width code 1 in a store of dtype '<f4'")
+
+
+def test_signed_tokens_below_65536_take_two_bytes_and_read_back(tmp_path: Path) -> None:
+    # GPT-2 token ids (0..50256) in int32: a sign-extended 2-byte value stops at 32767.
+    recs = [np.array([50256, 32768, 0, 7], np.int32), np.array([32767, 1], np.int32),
+            np.array([40000, -1], np.int32)]
+    with Ragged.create(tmp_path / "s", np.int32, 1, codec="zstd") as rs:
+        rs.append(recs)
+    assert index_plans(tmp_path / "s", 3) == [(2, True), (2, True), (0, False)]
+    with Ragged.open(tmp_path / "s") as rs:
+        for got, want in zip(rs[[0, 1, 2]], recs, strict=True):
+            assert got.dtype == np.int32
+            np.testing.assert_array_equal(got, want)
 
 
 def test_a_newer_minor_is_refused_at_open(tmp_path: Path) -> None:

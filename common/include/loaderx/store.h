@@ -144,6 +144,9 @@ struct RecordRef {
   // 1.2: bytes per stored value of a narrowed record (1, 2 or 4; the stored
   // bytes decode to raw_len / itemsize * width), 0 = the dtype's itemsize.
   uint32_t width = 0;
+  // 1.2, a narrowed record of a signed dtype: its values are unsigned
+  // (zero-extended on read) instead of signed (sign-extended).
+  bool zero_extend = false;
   uint64_t checksum = 0;  // format 1.0: low 32 bits of XXH3 of the stored bytes; 1.1: 0
 };
 
