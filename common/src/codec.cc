@@ -9,6 +9,7 @@
 
 #include "format.h"
 #include "loaderx/store.h"
+#include "narrow.h"
 
 namespace loaderx::codec {
 namespace {
@@ -243,7 +244,8 @@ Status DecompressStream(const void* src, uint64_t n, const ZstdDictionary* dict,
 
 namespace loaderx {
 
-Result<std::string> TrainDictionary(const std::vector<std::string_view>& samples, size_t capacity) {
+Result<std::string> TrainDictionary(const std::vector<std::string_view>& samples, size_t capacity,
+                                    const DType* narrow_as) {
   if (capacity < 256) {
     return Status::InvalidArgument("dictionary size " + std::to_string(capacity) +
                                    " is too small (minimum 256 bytes)");
@@ -251,8 +253,21 @@ Result<std::string> TrainDictionary(const std::vector<std::string_view>& samples
   std::string joined;
   std::vector<size_t> sizes;
   sizes.reserve(samples.size());
+  const bool narrow = narrow_as != nullptr && format::NarrowableDType(*narrow_as);
+  const uint32_t item = narrow ? narrow_as->itemsize : 1;
+  std::vector<uint8_t> narrowed;
   for (auto s : samples) {
     if (s.empty()) continue;  // ZDICT rejects empty samples
+    if (narrow && s.size() % item == 0) {
+      const auto* p = reinterpret_cast<const uint8_t*>(s.data());
+      const uint64_t n = s.size() / item;
+      const narrow::Plan plan = narrow::Choose(p, n, item, narrow_as->kind == 'i');
+      if (plan.width < item) {
+        narrowed.resize(n * plan.width);
+        narrow::Narrow(p, n, item, plan.width, narrowed.data());
+        s = {reinterpret_cast<const char*>(narrowed.data()), narrowed.size()};
+      }
+    }
     joined.append(s);
     sizes.push_back(s.size());
   }

@@ -145,9 +145,12 @@ def mix_source_store(counts: list[int], datasets: int = 0) -> Store:
     """Dense int64 scalars: the dataset number of every mixture position."""
 
 def train_dictionary(
-    samples: Sequence[Buffer | npt.NDArray[Any]], capacity: SupportsIndex
+    samples: Sequence[Buffer | npt.NDArray[Any]], capacity: SupportsIndex, narrow_as: str = ""
 ) -> bytes:
-    """Trains a zstd dictionary of at most ``capacity`` bytes from C-contiguous sample buffers."""
+    """Trains a zstd dictionary of at most ``capacity`` bytes from C-contiguous sample buffers.
+
+    With ``narrow_as`` (a dtype string), samples are narrowed as a store of that dtype
+    narrows its records."""
 
 # --- bind_pack.cc ------------------------------------------------------------
 

@@ -80,12 +80,13 @@ def _from_store(s: Dense | Ragged, budget: int) -> Iterator[np.ndarray]:
                 yield _as_bytes(r)
 
 
-def _from_iterable(it: Iterable[Any], budget: int) -> Iterator[np.ndarray]:
+def _from_iterable(it: Iterable[Any], budget: int, dtypes: set[str]) -> Iterator[np.ndarray]:
     used = 0
     for k, r in enumerate(it):
         if not isinstance(r, np.ndarray):
             raise SchemaError(f"train_dict: item {k} is a {type(r).__name__}, not a numpy.ndarray")
         _check_dtype(r.dtype)
+        dtypes.add(r.dtype.str)
         if r.size:
             b = _as_bytes(r)
             yield b
@@ -95,7 +96,7 @@ def _from_iterable(it: Iterable[Any], budget: int) -> Iterator[np.ndarray]:
 
 
 def train_dict(source: Source, *, path: str | os.PathLike[str] | None = None,
-               size: int = DEFAULT_DICT_SIZE) -> bytes:
+               size: int = DEFAULT_DICT_SIZE, narrow: bool = True) -> bytes:
     """Trains a zstd dictionary for ``codec="zstd_dict"``.
 
     Args:
@@ -106,6 +107,10 @@ def train_dict(source: Source, *, path: str | os.PathLike[str] | None = None,
             sample each). At most about ``100 * size`` bytes are sampled.
         path: if given, the dictionary is also written to this file.
         size: dictionary capacity in bytes (>= 256); default 110 KiB.
+        narrow: samples of an integer dtype that stores narrow (2, 4 or 8
+            bytes, see ``narrow`` of :meth:`Dense.create`) are narrowed as the
+            store will narrow its records, so the dictionary learns the bytes
+            it will compress. ``False`` for a store created with ``narrow=False``.
 
     Returns:
         The dictionary bytes: zstd ``ZDICT`` format (with a non-zero id) when
@@ -125,19 +130,22 @@ def train_dict(source: Source, *, path: str | os.PathLike[str] | None = None,
     if size < 256:
         raise InvalidArgumentError(f"dictionary size must be >= 256 bytes, got {size}")
     budget = size * _SAMPLE_FACTOR
+    dtypes: set[str] = set()
     if isinstance(source, (Dense, Ragged)):
+        dtypes.add(source.dtype.str)
         if not source._is_reader:
             raise InvalidArgumentError(f"train_dict: {source.path} is a builder; close() it and "
                                        "train on the store opened with open()")
         source._live_store()  # a closed store is no source
         samples = list(_from_store(source, budget))
     elif isinstance(source, np.ndarray):
+        dtypes.add(source.dtype.str)
         samples = list(_from_array(source, budget))
     elif isinstance(source, (bytes, bytearray, memoryview, str)):
         raise SchemaError(f"train_dict takes arrays or a store, not {type(source).__name__}; "
                           "convert with np.frombuffer first")
     elif isinstance(source, Iterable):
-        samples = list(_from_iterable(source, budget))
+        samples = list(_from_iterable(source, budget, dtypes))
     else:
         raise SchemaError(f"train_dict takes an ndarray, a Dense/Ragged store or an iterable of "
                           f"ndarrays, not {type(source).__name__}")
@@ -147,7 +155,9 @@ def train_dict(source: Source, *, path: str | os.PathLike[str] | None = None,
     d = None
     if len(samples) >= _MIN_SAMPLES:
         try:
-            d = _loaderx.train_dictionary(samples, size)
+            # One dtype: samples are narrowed as its stores narrow records.
+            narrow_as = next(iter(dtypes)) if narrow and len(dtypes) == 1 else ""
+            d = _loaderx.train_dictionary(samples, size, narrow_as)
         except InvalidArgumentError:
             d = None  # zstd could not learn from it: raw content below
     if d is None:

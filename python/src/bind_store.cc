@@ -342,7 +342,9 @@ void BindStore(py::module_& m) {
 
   m.def(
       "train_dictionary",
-      [](const std::vector<py::buffer>& samples, size_t capacity) {
+      [](const std::vector<py::buffer>& samples, size_t capacity, const std::string& narrow_as) {
+        std::optional<DType> dt;
+        if (!narrow_as.empty()) dt = Unwrap(DType::Parse(narrow_as));
         std::vector<py::buffer_info> infos;
         infos.reserve(samples.size());
         std::vector<std::string_view> views;
@@ -352,10 +354,13 @@ void BindStore(py::module_& m) {
           views.emplace_back(static_cast<const char*>(i.ptr),
                              static_cast<size_t>(i.size * i.itemsize));
         }
-        return py::bytes(Unwrap(WithoutGil([&] { return TrainDictionary(views, capacity); })));
+        return py::bytes(Unwrap(
+            WithoutGil([&] { return TrainDictionary(views, capacity, dt ? &*dt : nullptr); })));
       },
-      py::arg("samples"), py::arg("capacity"),
-      "Trains a zstd dictionary of at most `capacity` bytes from C-contiguous sample buffers.");
+      py::arg("samples"), py::arg("capacity"), py::arg("narrow_as") = "",
+      "Trains a zstd dictionary of at most `capacity` bytes from C-contiguous sample buffers; "
+      "with `narrow_as` (a dtype string), samples are narrowed as stores of that dtype narrow "
+      "records.");
 }
 
 }  // namespace loaderx::py_bind

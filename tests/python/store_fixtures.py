@@ -81,7 +81,9 @@ FIXTURES_1_1: dict[str, tuple[str, Codec, int]] = {
 
 
 def write_all(root: str, fixtures: dict[str, tuple[str, Codec, int]] = FIXTURES,
-              narrow: bool = True) -> None:
+              narrow: bool = False) -> None:
+    """Writes ``fixtures`` under ``root``: format 1.1 stores, or with ``narrow`` the
+    format 1.2 stores the current writer makes by default."""
     from loaderx.utils import train_dict
     from loaderx.zrecord import Dense, Ragged
 
@@ -89,7 +91,7 @@ def write_all(root: str, fixtures: dict[str, tuple[str, Codec, int]] = FIXTURES,
         path = os.path.join(root, name)
         if kind == "dense":
             recs = dense_records(name)
-            d = train_dict(recs, size=1024) if codec == "zstd_dict" else None
+            d = train_dict(recs, size=1024, narrow=narrow) if codec == "zstd_dict" else None
             with Dense.create(path, recs.dtype, recs.shape[1:], codec=codec,
                               data_shards=shards, dict_bytes=d, narrow=narrow) as ds:
                 # Two appends: a run boundary that is not a chunk boundary.

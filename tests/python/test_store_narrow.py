@@ -171,7 +171,7 @@ def test_format_1_1_integer_stores_of_the_previous_writer_read_exactly() -> None
 def test_narrow_false_writes_the_format_1_1_store_of_the_previous_writer(tmp_path: Path) -> None:
     # The same content with narrow=False: byte for byte the files the 1.1 writer wrote.
     write_all(str(tmp_path / "off"), FIXTURES_1_1, narrow=False)
-    write_all(str(tmp_path / "on"), FIXTURES_1_1)
+    write_all(str(tmp_path / "on"), FIXTURES_1_1, narrow=True)
     for name in FIXTURES_1_1:
         files = sorted(os.listdir(V11 / name))
         assert sorted(os.listdir(tmp_path / "off" / name)) == files
@@ -287,3 +287,17 @@ def test_narrow_must_be_a_bool(tmp_path: Path) -> None:
     with pytest.raises(TypeError):
         Ragged.create(tmp_path / "s", np.int32, 1, codec="zstd", narrow=1)  # type: ignore[arg-type]
     assert not (tmp_path / "s").exists()
+
+
+def test_train_dict_learns_the_narrowed_bytes_of_integer_records() -> None:
+    # int32 records of 0..50000 (each above 255) are stored as 2-byte unsigned values:
+    # the dictionary trained on them is the one trained on those 2-byte values (all
+    # records are sampled either way: 240 KB, below the 100 * size sampling budget).
+    rng = np.random.default_rng(6)
+    recs = [np.append(rng.integers(0, 50_000, int(n)), 40_000).astype(np.int32)
+            for n in rng.integers(20, 200, 500)]
+    assert sum(r.nbytes for r in recs) < 100 * 4096
+    narrowed = [r.astype(np.uint16) for r in recs]
+    d = train_dict(recs, size=4096)
+    assert d == train_dict(narrowed, size=4096, narrow=False)
+    assert d != train_dict(recs, size=4096, narrow=False)

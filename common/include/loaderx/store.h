@@ -210,7 +210,11 @@ class Store {
   virtual Status Verify(const std::function<void(uint64_t, uint64_t)>& progress) const = 0;
 };
 
-// Trains a zstd dictionary of at most `capacity` bytes from samples.
-Result<std::string> TrainDictionary(const std::vector<std::string_view>& samples, size_t capacity);
+// Trains a zstd dictionary of at most `capacity` bytes from samples. With
+// `narrow_as` (the records' dtype), each sample of a dtype StoreWriter
+// narrows (WriteOptions::narrow_integers) is narrowed as a record of it is
+// stored, so the dictionary learns the bytes the store's frames will hold.
+Result<std::string> TrainDictionary(const std::vector<std::string_view>& samples, size_t capacity,
+                                    const DType* narrow_as = nullptr);
 
 }  // namespace loaderx
