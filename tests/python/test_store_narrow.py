@@ -25,8 +25,27 @@ from store_fixtures import FIXTURES_1_1, dense_records, ragged_records, write_al
 
 V11 = Path(__file__).resolve().parent.parent / "data" / "zrecord-1.1"
 INT_DTYPES = [np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64]
-BOUNDARIES = [0, 1, -1, 127, 128, -128, -129, 255, 256, 32767, 32768, -32768, -32769,
-              65535, 65536, 2**31 - 1, 2**31, -(2**31), -(2**31) - 1]
+BOUNDARIES = [
+    0,
+    1,
+    -1,
+    127,
+    128,
+    -128,
+    -129,
+    255,
+    256,
+    32767,
+    32768,
+    -32768,
+    -32769,
+    65535,
+    65536,
+    2**31 - 1,
+    2**31,
+    -(2**31),
+    -(2**31) - 1,
+]
 
 
 def expected_plan(values: np.ndarray) -> tuple[int, bool]:
@@ -39,8 +58,9 @@ def expected_plan(values: np.ndarray) -> tuple[int, bool]:
     for w in (1, 2, 4):
         if w >= values.dtype.itemsize:
             break
-        if (lo >= 0 and hi < 2 ** (8 * w)) or (lo < 0 and -(2 ** (8 * w - 1)) <= lo and
-                                                 hi < 2 ** (8 * w - 1)):
+        if (lo >= 0 and hi < 2 ** (8 * w)) or (
+            lo < 0 and -(2 ** (8 * w - 1)) <= lo and hi < 2 ** (8 * w - 1)
+        ):
             return w, values.dtype.kind == "i" and lo >= 0
     return 0, False
 
@@ -79,8 +99,11 @@ def boundary_records(dt: type) -> list[np.ndarray]:
     recs.append(np.full(16, info.min, dt))
     rng = np.random.default_rng(1)
     noise_dt = np.int16 if info.min < 0 else np.uint16
-    recs.append(rng.integers(np.iinfo(noise_dt).min, np.iinfo(noise_dt).max, 600,
-                             endpoint=True).astype(noise_dt).astype(dt))
+    recs.append(
+        rng.integers(np.iinfo(noise_dt).min, np.iinfo(noise_dt).max, 600, endpoint=True)
+        .astype(noise_dt)
+        .astype(dt)
+    )
     return recs
 
 
@@ -90,8 +113,9 @@ def make_dict(recs: list[np.ndarray]) -> bytes:
 
 @pytest.mark.parametrize("codec", ["zstd", "zstd_dict"])
 @pytest.mark.parametrize("dt", INT_DTYPES, ids=lambda d: np.dtype(d).name)
-def test_ragged_integer_store_round_trips_at_every_width(tmp_path: Path, dt: type,
-                                                         codec: str) -> None:
+def test_ragged_integer_store_round_trips_at_every_width(
+    tmp_path: Path, dt: type, codec: str
+) -> None:
     recs = boundary_records(dt)
     recs.insert(2, np.zeros(0, dt))
     d = make_dict(recs) if codec == "zstd_dict" else None
@@ -110,8 +134,10 @@ def test_ragged_integer_store_round_trips_at_every_width(tmp_path: Path, dt: typ
             np.testing.assert_array_equal(got, recs[k])
         np.testing.assert_array_equal(rs[len(recs) - 1], recs[-1])
         rs.verify()
-    with Ragged.open(tmp_path / "s") as rs, \
-            DataLoader({"t": rs}, batch_size=len(recs), mode=Sampler.Mode.Sequential) as loader:
+    with (
+        Ragged.open(tmp_path / "s") as rs,
+        DataLoader({"t": rs}, batch_size=len(recs), mode=Sampler.Mode.Sequential) as loader,
+    ):
         batch = next(loader)["t"]
     assert len(batch) == len(recs)
     for got, want in zip(batch, recs, strict=True):
@@ -121,8 +147,9 @@ def test_ragged_integer_store_round_trips_at_every_width(tmp_path: Path, dt: typ
 
 @pytest.mark.parametrize("codec", ["zstd", "zstd_dict"])
 @pytest.mark.parametrize("dt", INT_DTYPES, ids=lambda d: np.dtype(d).name)
-def test_dense_integer_store_round_trips_at_every_width(tmp_path: Path, dt: type,
-                                                        codec: str) -> None:
+def test_dense_integer_store_round_trips_at_every_width(
+    tmp_path: Path, dt: type, codec: str
+) -> None:
     recs = [r[:16] for r in boundary_records(dt)]
     recs.append(boundary_records(dt)[-1][100:116])  # 16 random values fitting 16 bits
     want = np.stack(recs).reshape(len(recs), 4, 4)
@@ -133,14 +160,16 @@ def test_dense_integer_store_round_trips_at_every_width(tmp_path: Path, dt: type
     assert index_plans(tmp_path / "s", len(want)) == [expected_plan(r) for r in want]
     assert tuple(_loaderx.Store.open(str(tmp_path / "s")).format_version) == (1, 2)
     with Dense.open(tmp_path / "s") as ds:
-        got = ds[0:len(ds)]
+        got = ds[0 : len(ds)]
         assert got.dtype == np.dtype(dt) and got.shape == want.shape
         np.testing.assert_array_equal(got, want)
         order = np.random.default_rng(3).permutation(len(want))
         np.testing.assert_array_equal(ds[order], want[order])
         ds.verify()
-    with Dense.open(tmp_path / "s") as ds, \
-            DataLoader({"x": ds}, batch_size=len(want), mode=Sampler.Mode.Sequential) as loader:
+    with (
+        Dense.open(tmp_path / "s") as ds,
+        DataLoader({"x": ds}, batch_size=len(want), mode=Sampler.Mode.Sequential) as loader,
+    ):
         batch = next(loader)["x"]
     assert batch.dtype == np.dtype(dt)
     np.testing.assert_array_equal(batch, want)
@@ -154,7 +183,7 @@ def test_format_1_1_integer_stores_of_the_previous_writer_read_exactly() -> None
             want = dense_records(name)
             with Dense.open(path) as ds:
                 assert (ds.codec, ds.data_shards) == (codec, shards)
-                got = ds[0:len(ds)]
+                got = ds[0 : len(ds)]
                 assert got.dtype == want.dtype
                 np.testing.assert_array_equal(got, want)
                 ds.verify()
@@ -176,21 +205,26 @@ def test_narrow_false_writes_the_format_1_1_store_of_the_previous_writer(tmp_pat
         files = sorted(os.listdir(V11 / name))
         assert sorted(os.listdir(tmp_path / "off" / name)) == files
         for f in files:
-            assert (tmp_path / "off" / name / f).read_bytes() == (V11 / name / f).read_bytes(), \
-                (name, f)
+            assert (tmp_path / "off" / name / f).read_bytes() == (V11 / name / f).read_bytes(), (
+                name,
+                f,
+            )
         assert tuple(_loaderx.Store.open(str(tmp_path / "off" / name)).format_version) == (1, 1)
         assert set(index_widths(tmp_path / "off" / name, 200)) == {0}
         # Narrowed, the same store is 1.2 and smaller.
         assert tuple(_loaderx.Store.open(str(tmp_path / "on" / name)).format_version) == (1, 2)
-        size = {v: sum(p.stat().st_size for p in (tmp_path / v / name).iterdir())
-                for v in ("on", "off")}
+        size = {
+            v: sum(p.stat().st_size for p in (tmp_path / v / name).iterdir()) for v in ("on", "off")
+        }
         assert size["on"] < size["off"], name
 
 
-@pytest.mark.parametrize("dt,codec", [(np.int32, "raw"), (np.float32, "zstd"),
-                                      (np.uint8, "zstd"), (">i4", "zstd")])
-def test_raw_float_byte_and_big_endian_stores_stay_format_1_1(tmp_path: Path, dt: object,
-                                                              codec: str) -> None:
+@pytest.mark.parametrize(
+    "dt,codec", [(np.int32, "raw"), (np.float32, "zstd"), (np.uint8, "zstd"), (">i4", "zstd")]
+)
+def test_raw_float_byte_and_big_endian_stores_stay_format_1_1(
+    tmp_path: Path, dt: object, codec: str
+) -> None:
     recs = [np.arange(40, dtype=np.int64).astype(dt) for _ in range(10)]
     with Ragged.create(tmp_path / "s", dt, 1, codec=codec) as rs:
         rs.append(recs)
@@ -214,17 +248,18 @@ def set_width_code(path: Path, n: int, k: int, code: int) -> None:
     """Sets entry k's width code (bits 61..62), with the index's block checksums and ``meta`` rebuilt:
     a consistent but hostile store."""
     idx = bytearray((path / "index").read_bytes())
-    e = int.from_bytes(idx[8 * k: 8 * k + 8], "little")
+    e = int.from_bytes(idx[8 * k : 8 * k + 8], "little")
     e = (e & ~(3 << 61)) | (code << 61)
-    idx[8 * k: 8 * k + 8] = e.to_bytes(8, "little")
+    idx[8 * k : 8 * k + 8] = e.to_bytes(8, "little")
     assert n <= 4096  # one entry block
-    idx[8 * n: 8 * n + 8] = xxhash.xxh3_64_intdigest(bytes(idx[:8 * n])).to_bytes(8, "little")
+    idx[8 * n : 8 * n + 8] = xxhash.xxh3_64_intdigest(bytes(idx[: 8 * n])).to_bytes(8, "little")
     (path / "index").write_bytes(bytes(idx))
     raw = (path / "meta").read_bytes()
     files = msgpack.unpackb(raw[:-8])["files"]
     files["index"] = [len(idx), xxhash.xxh3_64_intdigest(bytes(idx))]
-    rewrite_meta(path, index_table_xxh3=xxhash.xxh3_64_intdigest(bytes(idx[8 * n: 8 * n + 8])),
-                 files=files)
+    rewrite_meta(
+        path, index_table_xxh3=xxhash.xxh3_64_intdigest(bytes(idx[8 * n : 8 * n + 8])), files=files
+    )
 
 
 def write_tokens(path: Path, dt: object, narrow: bool = True) -> None:
@@ -264,8 +299,11 @@ def test_width_code_on_a_float_store_is_corruption_naming_the_record(tmp_path: P
 
 def test_signed_tokens_below_65536_take_two_bytes_and_read_back(tmp_path: Path) -> None:
     # GPT-2 token ids (0..50256) in int32: a sign-extended 2-byte value stops at 32767.
-    recs = [np.array([50256, 32768, 0, 7], np.int32), np.array([32767, 1], np.int32),
-            np.array([40000, -1], np.int32)]
+    recs = [
+        np.array([50256, 32768, 0, 7], np.int32),
+        np.array([32767, 1], np.int32),
+        np.array([40000, -1], np.int32),
+    ]
     with Ragged.create(tmp_path / "s", np.int32, 1, codec="zstd") as rs:
         rs.append(recs)
     assert index_plans(tmp_path / "s", 3) == [(2, True), (2, True), (0, False)]
@@ -278,8 +316,10 @@ def test_signed_tokens_below_65536_take_two_bytes_and_read_back(tmp_path: Path) 
 def test_a_newer_minor_is_refused_at_open(tmp_path: Path) -> None:
     write_tokens(tmp_path / "s", np.int32)
     rewrite_meta(tmp_path / "s", minor=3)
-    with pytest.raises(CorruptStoreError,
-                       match=r"unsupported format version 1\.3 \(this reader supports 1\.0 to 1\.2\)"):
+    with pytest.raises(
+        CorruptStoreError,
+        match=r"unsupported format version 1\.3 \(this reader supports 1\.0 to 1\.2\)",
+    ):
         Ragged.open(tmp_path / "s")
 
 
@@ -294,8 +334,10 @@ def test_train_dict_learns_the_narrowed_bytes_of_integer_records() -> None:
     # the dictionary trained on them is the one trained on those 2-byte values (all
     # records are sampled either way: 240 KB, below the 100 * size sampling budget).
     rng = np.random.default_rng(6)
-    recs = [np.append(rng.integers(0, 50_000, int(n)), 40_000).astype(np.int32)
-            for n in rng.integers(20, 200, 500)]
+    recs = [
+        np.append(rng.integers(0, 50_000, int(n)), 40_000).astype(np.int32)
+        for n in rng.integers(20, 200, 500)
+    ]
     assert sum(r.nbytes for r in recs) < 100 * 4096
     narrowed = [r.astype(np.uint16) for r in recs]
     d = train_dict(recs, size=4096)
