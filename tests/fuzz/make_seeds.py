@@ -73,11 +73,25 @@ def store_seeds(tmp: Path) -> dict[str, bytes]:
                        metadata={"names": ["a", "b"], "layout": "HW"}) as w:
         w.append([np.full((i % 3 + 1, 2), i, dtype=np.uint16) for i in range(9)])
     seeds[p.name] = pack(p)
+    # Format 1.2: narrowed records of every width, zero- and sign-extended.
+    p = tmp / "ragged-zstd-narrow"
+    with Ragged.create(str(p), np.int64, ndim=1, codec="zstd", data_shards=2) as w:
+        w.append([np.array([v, 1, 2, 3, 4, 5, 6, 7], dtype=np.int64)
+                  for v in (0, 200, -100, 40000, -30000, 2**31, -(2**31) - 1, 2**40)])
+    seeds[p.name] = pack(p)
+    p = tmp / "dense-zstd_dict-narrow"
+    blocks = (np.arange(40 * 32, dtype=np.int32).reshape(40, 32) * 37) % 50257
+    with Dense.create(str(p), np.int32, (32,), codec="zstd_dict",
+                      dict_bytes=train_dict(blocks, size=1024)) as w:
+        w.append(blocks[:10])
+    seeds[p.name] = pack(p)
     # Seeds are named by the format version that wrote them; older versions'
     # seeds stay in the corpus (every version is still read).
-    major, minor = _loaderx.Store.open(str(tmp / "labels-raw")).format_version
-    version = f"v{major}.{minor}"
-    return {f"{name}-{version}": b for name, b in seeds.items()}
+    named = {}
+    for name, b in seeds.items():
+        major, minor = _loaderx.Store.open(str(tmp / name)).format_version
+        named[f"{name}-v{major}.{minor}"] = b
+    return named
 
 
 def wire_seeds() -> dict[str, bytes]:
