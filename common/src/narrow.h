@@ -56,6 +56,8 @@ inline Bounds<T> ValueBounds(const uint8_t* src, uint64_t n) {
 template <typename From, typename To>
 inline void Convert(const uint8_t* src, uint64_t n, uint8_t* dst) {
   for (uint64_t k = 0; k < n; ++k) {
+    // From int8_t this sign-extends on purpose (narrowed signed values).
+    // NOLINTNEXTLINE(bugprone-signed-char-misuse)
     const To v = static_cast<To>(Load<From>(src + k * sizeof(From)));
     std::memcpy(dst + k * sizeof(To), &v, sizeof(To));
   }

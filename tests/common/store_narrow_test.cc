@@ -206,7 +206,7 @@ TEST(NarrowTest, EveryIntegerDTypeRoundTripsAtEveryWidth) {
 std::string WriteInts(const TempDir& dir, const std::string& name, const std::string& dtype,
                       Codec codec, uint64_t n, uint64_t values, int64_t mult, bool narrow,
                       uint64_t stream_threshold = uint64_t{32} << 20) {
-  const std::string path = dir.Sub(name);
+  std::string path = dir.Sub(name);
   WriteOptions o;
   o.codec = codec;
   o.narrow_integers = narrow;
@@ -276,7 +276,7 @@ TEST(NarrowTest, LargeNarrowedRecordsTakeEveryReadPath) {
   recs.emplace_back(200'000);  // 2-byte random values: 400 KB narrowed, stored raw
   for (int64_t& v : recs.back()) v = static_cast<int16_t>(rng());
   recs.emplace_back(2'000'000);  // 16 MB, above the threshold: full width
-  for (int64_t& v : recs.back()) v = static_cast<int8_t>(rng());
+  for (int64_t& v : recs.back()) v = static_cast<int64_t>(rng() % 256) - 128;
   recs.emplace_back(300'000);  // compressible 1-byte values
   for (size_t j = 0; j < recs.back().size(); ++j)
     recs.back()[j] = static_cast<int64_t>(j % 50) - 25;
@@ -434,7 +434,7 @@ TEST(NarrowTest, SignedTokensBelow65536TakeTwoBytesZeroExtended) {
   auto s = Store::Open(path);
   ASSERT_TRUE(s.ok());
   std::vector<int32_t> got(48);
-  ASSERT_TRUE((*s)->ReadRecord(39, got.data(), 48 * 4).ok());
+  ASSERT_TRUE((*s)->ReadRecord(39, got.data(), got.size() * sizeof(int32_t)).ok());
   for (int j = 0; j < 48; ++j) EXPECT_EQ(got[j], 39000 + j % 97);
 }
 
@@ -447,7 +447,7 @@ TEST(NarrowTest, DecodedLengthOtherThanCountTimesWidthIsCorruption) {
   o.codec = Codec::kZstd;
   auto w = StoreWriter::Create(path, DenseSchema("<u4", {64}), o);
   ASSERT_TRUE(w.ok());
-  std::vector<uint32_t> v(64 * 10);
+  std::vector<uint32_t> v(size_t{64} * 10);
   for (size_t j = 0; j < v.size(); ++j) v[j] = static_cast<uint32_t>(j / 64 + 100);
   ASSERT_TRUE((*w)->AppendDense(v.data(), 10).ok());
   ASSERT_TRUE((*w)->Publish().ok());
