@@ -269,7 +269,8 @@ def _cmd_convert(args: argparse.Namespace) -> int:
     dataset = _dataset(args)
     out = convert(dataset, args.output, codec=args.codec, image_layout=args.image_layout,
                   image_mode=args.image_mode, data_shards=args.data_shards,
-                  dict_bytes=dict_bytes, progress=False if args.quiet else None)
+                  dict_bytes=dict_bytes, progress=False if args.quiet else None,
+                  narrow=not args.no_narrow)
     if not args.quiet:
         n = sum(len(ds) for ds in dataset.values())
         print(f"{out}: {len(dataset)} split(s), {n} records")
@@ -289,7 +290,7 @@ def _cmd_train_dict(args: argparse.Namespace) -> int:
     native = _open(args.store)
     cls = Dense if native.kind == "dense" else Ragged
     with cls.open(args.store) as store:
-        d = train_dict(store, size=args.size)
+        d = train_dict(store, size=args.size, narrow=not args.no_narrow)
     out = Path(args.output)
     if out.exists():
         from .errors import StoreExistsError
@@ -579,6 +580,9 @@ def _parser() -> argparse.ArgumentParser:
     pc.add_argument("--image-layout", choices=("HWC", "CHW"), default="HWC")
     pc.add_argument("--image-mode", help="PIL mode every image is converted to, e.g. RGB")
     pc.add_argument("--data-shards", type=_positive, default=4)
+    pc.add_argument("--no-narrow", action="store_true",
+                    help="store integer values at full width (format 1.1, for loaderx builds "
+                         "older than format 1.2)")
     pc.add_argument("-q", "--quiet", action="store_true",
                     help="no progress bars and nothing printed on success")
     pc.set_defaults(func=_cmd_convert)
@@ -587,6 +591,8 @@ def _parser() -> argparse.ArgumentParser:
     pt.add_argument("store")
     pt.add_argument("output", help="file to write the dictionary to (must not exist)")
     pt.add_argument("--size", type=_positive, default=110 * 1024, help="capacity in bytes")
+    pt.add_argument("--no-narrow", action="store_true",
+                    help="train on full-width integer values (for stores written with --no-narrow)")
     pt.set_defaults(func=_cmd_train_dict)
 
     pb = sub.add_parser("bench", parents=[common], help="quick random-gather benchmark of a store beside NumPy")

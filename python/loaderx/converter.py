@@ -377,12 +377,12 @@ def _column_metadata(col: _Column, layout: str) -> dict[str, Any]:
 
 
 def _create_store(col: _Column, path: Path, codec: str, data_shards: int,
-                  dict_bytes: bytes | None, metadata: dict[str, Any]) -> Any:
+                  dict_bytes: bytes | None, metadata: dict[str, Any], narrow: bool) -> Any:
     """Opens the builder for one column, with the column's metadata recorded in the store."""
     from .zrecord import Dense, Ragged
 
     kwargs: dict[str, Any] = {"codec": codec, "data_shards": data_shards,
-                              "dict_bytes": dict_bytes, "metadata": metadata}
+                              "dict_bytes": dict_bytes, "metadata": metadata, "narrow": narrow}
     if col.kind == "dense":
         return Dense.create(path, col.dtype, col.shape, **kwargs)
     return Ragged.create(path, col.dtype, ndim=col.ndim, **kwargs)
@@ -426,7 +426,7 @@ def _batches(ds: Any, columns: list[_Column], step: int) -> Iterator[dict[str, A
 
 def _write_split(ds: Any, target: Path, columns: list[_Column], layout: str, codec: str,
                  data_shards: int, dict_bytes: bytes | None, progress: bool | None,
-                 desc: str) -> None:
+                 desc: str, narrow: bool) -> None:
     n = None if _is_streamed(ds) else len(ds)
     step = _decode_records(columns)
     bar = _progress_bar(progress, n, desc)
@@ -434,7 +434,7 @@ def _write_split(ds: Any, target: Path, columns: list[_Column], layout: str, cod
         with ExitStack() as stack:
             writers = {c.name: stack.enter_context(
                 _create_store(c, target / c.name, codec, data_shards, dict_bytes,
-                              _column_metadata(c, layout))) for c in columns}
+                              _column_metadata(c, layout), narrow)) for c in columns}
             pending: dict[str, list[np.ndarray]] = {c.name: [] for c in columns}
             pending_bytes = 0
             lo = 0
@@ -523,7 +523,8 @@ def _flush(columns: list[_Column], writers: dict[str, Any],
 def convert(dataset: Any, output: str | os.PathLike[str], *, codec: str,
             image_layout: str = "HWC", image_mode: str | None = None,
             encoders: Mapping[str, Encoder] | None = None, data_shards: int = 4,
-            dict_bytes: bytes | None = None, progress: bool | None = None) -> Path:
+            dict_bytes: bytes | None = None, progress: bool | None = None,
+            narrow: bool = True) -> Path:
     """Writes every split and column of ``dataset`` under ``output``; returns ``output``.
 
     Args:
@@ -546,6 +547,10 @@ def convert(dataset: Any, output: str | os.PathLike[str], *, codec: str,
         data_shards: data files per store (1..255).
         progress: a progress bar per split on stderr; ``None`` (default): only
             when stderr is a terminal.
+        narrow: integer columns of compressed stores keep each record's values
+            in the fewest bytes that hold them (format 1.2, see ``narrow`` of
+            :meth:`loaderx.zrecord.Dense.create`); ``False`` writes format 1.1
+            stores, which loaderx builds older than format 1.2 read.
 
     Raises:
         StoreExistsError: ``output`` exists.
@@ -594,7 +599,7 @@ def convert(dataset: Any, output: str | os.PathLike[str], *, codec: str,
             target = tmp if split is None else tmp / split
             target.mkdir(exist_ok=True)
             _write_split(ds, target, plans[split], image_layout, codec, data_shards, dict_bytes,
-                         progress, split or output.name)
+                         progress, split or output.name, narrow)
         if output.exists():
             raise StoreExistsError(f"{output}: was created during the conversion")
         os.rename(tmp, output)

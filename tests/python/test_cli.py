@@ -15,6 +15,7 @@ from typing import Any
 import loaderx
 import numpy as np
 import pytest
+from loaderx import _loaderx
 from loaderx.zrecord import Dense, Ragged
 
 PKG_ROOT = str(Path(loaderx.__file__).resolve().parent.parent)
@@ -511,3 +512,38 @@ def test_convert_accepts_every_codec_of_the_api(tmp_path: Path) -> None:
             "--dict", str(tmp_path / "d.dict"))
     assert r.returncode == 1 and "dict_bytes is only used with codec 'zstd_dict'" in r.stderr
     assert not (tmp_path / "zd2").exists() and not (tmp_path / "zd3").exists()
+
+
+def test_convert_narrows_integer_columns_unless_no_narrow(tmp_path: Path) -> None:
+    src = hf_small(tmp_path / "hf_small")
+    for flag, version in (((), (1, 2)), (("--no-narrow",), (1, 1))):
+        out = tmp_path / f"out{len(flag)}"
+        r = run("convert", str(src), str(out), "--codec", "zstd", *flag)
+        assert r.returncode == 0, r.stderr
+        for store, n in CONV_STORES:
+            assert tuple(_loaderx.Store.open(str(out / store)).format_version) == version, store
+            cls = Dense if store.endswith("label") else Ragged
+            with cls.open(out / store) as s:
+                assert len(s) == n
+        with Ragged.open(out / "train" / "x") as rs:
+            got = rs[:]
+        assert [g.dtype for g in got] == [np.dtype(np.int16)] * 5
+        assert [g.tolist() for g in got] == [list(range(k)) for k in range(5)]
+
+
+def test_train_dict_narrows_integer_records_unless_no_narrow(tmp_path: Path) -> None:
+    # Token-like int32 records (0..50000): narrowed, they are 2-byte values, so the
+    # dictionary equals one trained on the uint16 records themselves.
+    rng = np.random.default_rng(2)
+    recs = [np.append(rng.integers(0, 50_000, 40), 40_000).astype(np.int32) for _ in range(600)]
+    with Ragged.create(tmp_path / "tok", np.int32, 1, codec="raw") as rs:
+        rs.append(recs)
+    with Ragged.create(tmp_path / "u16", np.uint16, 1, codec="raw") as rs:
+        rs.append([r.astype(np.uint16) for r in recs])
+    for src, out, flag in (("tok", "n.dict", ()), ("tok", "w.dict", ("--no-narrow",)),
+                           ("u16", "u.dict", ())):
+        r = run("train-dict", str(tmp_path / src), str(tmp_path / out), "--size", "4096", *flag)
+        assert r.returncode == 0, r.stderr
+    narrowed = (tmp_path / "n.dict").read_bytes()
+    assert narrowed == (tmp_path / "u.dict").read_bytes()
+    assert narrowed != (tmp_path / "w.dict").read_bytes()
