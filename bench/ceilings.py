@@ -12,7 +12,8 @@ beside:
   these bytes can be durable sooner.
 * **zstd**: the compressor alone: every record compressed as its own frame
   with the store's frame parameters and level (or dictionary), in a tight loop
-  on all cores, no I/O. bench_store.py also reports it plus the raw ceiling of
+  on all cores, no I/O; integer records narrowed first as the store narrows
+  them (format 1.2), outside the timed loop. bench_store.py also reports it plus the raw ceiling of
   the compressed store's bytes (compress, then write: the best a writer that
   does not overlap the two can do).
 """
@@ -60,30 +61,63 @@ def raw_ceiling(nbytes: int, shards: int, where: Path, repeat: int = 3) -> RawCe
     return best
 
 
-def _record_files(w: DenseWorkload | RaggedWorkload, d: Path) -> tuple[Path, Path]:
-    """The workload's records back to back and their uint64 end offsets, as the tool reads them."""
+def narrowed(rec: np.ndarray) -> np.ndarray:
+    """The values a store of format 1.2 compresses for ``rec`` (docs/format.md, "Narrowing"):
+    a record of a 2-, 4- or 8-byte integer dtype in the smallest width w in {1, 2, 4} bytes
+    (w < itemsize) that holds every value, unsigned if none is negative; else ``rec``."""
+    dt = rec.dtype
+    if dt.kind not in "iu" or dt.itemsize not in (2, 4, 8) or rec.size == 0:
+        return rec
+    lo, hi = int(rec.min()), int(rec.max())
+    for w in (1, 2, 4):
+        if w >= dt.itemsize:
+            break
+        if lo >= 0 and hi < 1 << (8 * w):
+            return rec.astype(f"<u{w}")
+        if -(1 << (8 * w - 1)) <= lo and hi < 1 << (8 * w - 1):
+            return rec.astype(f"<i{w}")
+    return rec
+
+
+def _record_files(w: DenseWorkload | RaggedWorkload, d: Path, narrow: bool) -> tuple[Path, Path]:
+    """The workload's records back to back (narrowed as the store narrows them when
+    ``narrow``) and their uint64 end offsets, as the tool reads them."""
     records, ends = d / "records.bin", d / "ends.bin"
-    if isinstance(w, DenseWorkload):
-        step = max(1, (64 << 20) // max(1, w.record_bytes))
-        with open(records, "wb") as f:
-            f.writelines(np.ascontiguousarray(w.array[a:a + step]).tobytes() for a in range(0, w.n, step))
-        e = np.arange(1, w.n + 1, dtype=np.uint64) * np.uint64(w.record_bytes)
+    n = w.n
+    dtype = w.array.dtype if isinstance(w, DenseWorkload) else w.dtype
+    if not (narrow and dtype.kind in "iu" and dtype.itemsize in (2, 4, 8)):
+        # Nothing narrows: the records' bytes as they are, in big pieces.
+        if isinstance(w, DenseWorkload):
+            step = max(1, (64 << 20) // max(1, w.record_bytes))
+            with open(records, "wb") as f:
+                f.writelines(np.ascontiguousarray(w.array[a:a + step]).tobytes() for a in range(0, n, step))
+            e = np.arange(1, n + 1, dtype=np.uint64) * np.uint64(w.record_bytes)
+        else:
+            with open(records, "wb") as f:
+                f.write(np.ascontiguousarray(w.values[: int(w.offsets[-1])]).tobytes())
+            e = w.offsets[1:].astype(np.uint64) * np.uint64(w.dtype.itemsize)
     else:
+        e = np.empty(n, dtype=np.uint64)
+        at = 0
         with open(records, "wb") as f:
-            f.write(np.ascontiguousarray(w.values[: int(w.offsets[-1])]).tobytes())
-        e = (w.offsets[1:].astype(np.uint64) * np.uint64(w.dtype.itemsize))
+            for k in range(n):
+                r = w.array[k] if isinstance(w, DenseWorkload) else w.record(k)
+                b = np.ascontiguousarray(narrowed(np.asarray(r))).tobytes()
+                f.write(b)
+                at += len(b)
+                e[k] = at
     e.astype("<u8").tofile(ends)
     return records, ends
 
 
 def zstd_ceiling(w: DenseWorkload | RaggedWorkload, where: Path, level: int = 3,
-                 dict_bytes: bytes | None = None, repeat: int = 3) -> ZstdCeiling:
+                 dict_bytes: bytes | None = None, repeat: int = 3, narrow: bool = True) -> ZstdCeiling:
     """The compressor's best time for ``w``'s records, one frame per record, on all cores."""
     exe = bench_binary("loaderx_write_ceiling")
     threads = os.cpu_count() or 1
     where.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=where, prefix=".ceiling-") as d:
-        records, ends = _record_files(w, Path(d))
+        records, ends = _record_files(w, Path(d), narrow)
         args: list[object] = ["zstd", "--records", records, "--ends", ends, "--level", level,
                               "--threads", threads, "--repeat", repeat]
         if dict_bytes is not None:

@@ -524,3 +524,27 @@ def test_raw_ceiling_writes_through_every_pattern_and_leaves_nothing(tmp_path):
     assert got.seconds > 0
     assert got.pattern in {f"{f} file{'s' if f > 1 else ''}, {p} MiB pieces" for f in (1, 3) for p in (1, 8)}
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("codec", ["zstd", "zstd_dict"])
+def test_zstd_ceiling_narrows_integer_records_as_the_store_does(tmp_path, monkeypatch, codec):
+    import ceilings
+    from loaderx.utils import train_dict
+    from loaderx.zrecord import Ragged
+
+    rng = np.random.default_rng(5)
+    recs = [np.zeros(0, np.int32), np.array([255, 0], np.int32), np.array([256, 3], np.int32),
+            np.array([-128, 127], np.int32), np.array([-129, 5], np.int32), np.array([65535, 1], np.int32),
+            np.array([-32769, 0], np.int32), np.array([2**31 - 1, 0], np.int32),
+            *[rng.integers(0, 50257, n, dtype=np.int32) for n in range(16, 900, 37)],
+            *[rng.integers(-200, 200, n, dtype=np.int32) for n in range(16, 400, 53)]]
+    assert [ceilings.narrowed(r).dtype.str for r in recs[1:8]] == ["|u1", "<u2", "|i1", "<i2", "<u2", "<i4", "<i4"]
+    w = _ragged(tmp_path, monkeypatch, recs)
+    dict_bytes = train_dict(recs[8:], size=1024) if codec == "zstd_dict" else None
+    store = tmp_path / "store"
+    with Ragged.create(str(store), np.int32, ndim=1, codec=codec, data_shards=1, dict_bytes=dict_bytes) as rs:
+        rs.append(recs)
+    got = ceilings.zstd_ceiling(w, tmp_path / "work", dict_bytes=dict_bytes, repeat=1)
+    assert got.out_bytes == _data_bytes(store)
+    wide = ceilings.zstd_ceiling(w, tmp_path / "work", dict_bytes=dict_bytes, repeat=1, narrow=False)
+    assert wide.out_bytes > got.out_bytes
