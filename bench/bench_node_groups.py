@@ -10,7 +10,10 @@ raw and a zstd store of ``uint8[3,224,224]`` photo crops
 (b) ``solo``: every rank is a solo loaderxd client (one pipeline each);
 (c) ``node``: the node's ranks are one loaderxd node group (a shard group
     with ``ranks=range(4)`` of world 8: the node's rows of every global
-    batch gathered once, each rank maps its own);
+    batch gathered once, each rank maps its own), writable batches (the
+    default: copy-on-write views);
+(c') ``node-shared``: the same with ``shared_view=True`` (read-only views of
+    the group's ring);
 (d) ``torch``: every rank runs a ``torch.utils.data.DataLoader`` with
     ``--torch-workers`` (2) forked workers (bench_groups.py's map-style
     dataset and default collate);
@@ -63,8 +66,8 @@ from bench_groups import (
 from benchlib import DATA, DOCS, Daemon, machine_line, markdown_table, update_doc_section
 
 SEED = 7
-SETUPS = ("embedded", "solo", "node", "torch", "node-tp", "solo-tp", "embedded-node")
-LABEL = {"embedded": "(a) embedded", "solo": "(b) solo clients", "node": "(c) node group",
+SETUPS = ("embedded", "solo", "node", "node-shared", "torch", "node-tp", "solo-tp", "embedded-node")
+LABEL = {"embedded": "(a) embedded", "solo": "(b) solo clients", "node": "(c) node group", "node-shared": "(c') node group, shared_view=True",
          "torch": "(d) torch DataLoader", "node-tp": "(e) node group, TP 2", "solo-tp": "(f) solo clients, TP 2",
          "embedded-node": "(g) one embedded loader, node's 4 slices"}
 CODECS = ("raw", "zstd")
@@ -98,9 +101,10 @@ def trainer(args: argparse.Namespace) -> int:
         daemon = None
         if args.setup in ("solo", "solo-tp"):
             daemon = DaemonOptions(args.socket)
-        elif args.setup in ("node", "node-tp"):
+        elif args.setup in ("node", "node-shared", "node-tp"):
             daemon = DaemonOptions(args.socket, group=f"bench-{args.setup}", group_mode="shard",
-                                   ranks=range(per_node), replicas=2 if args.setup == "node-tp" else 1)
+                                   ranks=range(per_node), replicas=2 if args.setup == "node-tp" else 1,
+                                   shared_view=args.setup == "node-shared")
         loader = DataLoader({"image": store}, batch_size=batch, seed=SEED, rank=rank, world_size=world,
                             daemon=daemon)
 
@@ -165,6 +169,7 @@ def goals(results: dict[tuple[str, str], dict[str, Any]], codecs: list[str], ran
     for c in codecs:
         a, cg, g = results[(c, "embedded")], results[(c, "node")], results[(c, "embedded-node")]
         e, f = results[(c, "node-tp")], results[(c, "solo-tp")]
+        cs = results[(c, "node-shared")]
         one = a["max_trainer_pss_mib"]
         loaders = cg["pss_mib"] - ranks * bare
         lines.append(
@@ -174,7 +179,10 @@ def goals(results: dict[tuple[str, str], dict[str, Any]], codecs: list[str], ran
             f"{one - bare:.0f} MiB; node CPU per step "
             f"{cg['cpu_per_step_ms']:.1f} ms = {_x(cg['cpu_per_step_ms'], g['cpu_per_step_ms'])} (g)'s "
             f"{g['cpu_per_step_ms']:.1f} ms (goal <= 1.15x); per-rank {cg['rate_mean']:.1f} batches/s = "
-            f"{_x(cg['rate_mean'], a['rate_mean'])} (a)'s (goal >= 1x). (e) node CPU per step "
+            f"{_x(cg['rate_mean'], a['rate_mean'])} (a)'s (goal >= 1x). (c') with read-only views: total PSS "
+            f"{cs['pss_mib']:.0f} MiB = {_x(cs['pss_mib'], one)}, node CPU per step {cs['cpu_per_step_ms']:.1f} ms = "
+            f"{_x(cs['cpu_per_step_ms'], g['cpu_per_step_ms'])} (g)'s, per-rank {cs['rate_mean']:.1f} batches/s = "
+            f"{_x(cs['rate_mean'], a['rate_mean'])} (a)'s. (e) node CPU per step "
             f"{e['cpu_per_step_ms']:.1f} ms = {_x(e['cpu_per_step_ms'], f['cpu_per_step_ms'])} (f)'s "
             f"{f['cpu_per_step_ms']:.1f} ms (goal <= 0.55x).")
     return lines
@@ -235,7 +243,7 @@ def main() -> int:
         for codec in codecs:
             store = build_store(root, src, codec)
             for setup in SETUPS:
-                daemon = Daemon(exe) if setup in ("solo", "node", "node-tp", "solo-tp") else None
+                daemon = Daemon(exe) if setup in ("solo", "node", "node-shared", "node-tp", "solo-tp") else None
                 try:
                     results[(codec, setup)] = run_setup(args, setup, store, daemon)
                 finally:

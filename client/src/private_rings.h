@@ -47,8 +47,12 @@ class PrivateRings {
   // A view of ring bytes [offset, offset + bytes) in a private mapping, or a
   // null base if every mapping is taken there.
   Result<Pages> Acquire(uint64_t offset, uint64_t bytes);
-  // The view of [first, end) in mapping `ring` ended: its pages are dropped
-  // (MADV_DONTNEED: copies discarded, the next read sees the ring again).
+  // The view of [first, end) in mapping `ring` ended: its private copies
+  // (pages the view wrote) are dropped (MADV_DONTNEED: the next read sees the
+  // ring again). Pages it only read stay mapped: they are the ring's own
+  // pages, so they show whatever the daemon writes there next, and the next
+  // view of them reads without a page fault. Which pages are copies is read
+  // from /proc/self/pagemap; without it every page of the view is dropped.
   // Call it before the release that lets the daemon reuse the bytes.
   void Release(uint32_t ring, uint64_t first, uint64_t end);
 
@@ -62,6 +66,13 @@ class PrivateRings {
   int ring_fd_ = -1;
   uint64_t ring_bytes_ = 0;
   std::array<Mapping, kCount> rings_;
+  // /proc/self/pagemap (opened by Attach; invalid if it cannot be read) and
+  // the entries of the view being released (reused).
+  UniqueFd pagemap_;
+  std::vector<uint64_t> entries_;
+  // Drops the private copies among [begin, begin + bytes): false if a drop
+  // failed. REQUIRES mu_.
+  bool DropCopiesLocked(uint8_t* begin, uint64_t bytes);
   // A drop failed: pages may hold stale copies, so no new view uses the
   // private mappings any more (each batch gets a mapping of its own).
   bool broken_ = false;
