@@ -162,40 +162,85 @@ py::list GatherRagged(const Store& s, const py::array& idx_arr) {
 
 const char* KindName(Kind k) { return k == Kind::kDense ? "dense" : "ragged"; }
 
-}  // namespace
+// StoreWriter(path, kind, dtype, item_shape, ndim, codec, data_shards, dict_bytes, level,
+// metadata, narrow): the schema and options, checked by the engine.
+std::unique_ptr<PyWriter> MakeWriter(const std::string& path, const std::string& kind,
+                                     const std::string& dtype, std::vector<uint64_t> item_shape,
+                                     uint32_t ndim, const std::string& codec, uint32_t data_shards,
+                                     std::optional<py::bytes> dict_bytes, int level,
+                                     const std::string& metadata, bool narrow) {
+  Schema schema;
+  if (kind == "dense") {
+    schema.kind = Kind::kDense;
+    schema.item_shape = std::move(item_shape);
+    schema.ndim = static_cast<uint32_t>(schema.item_shape.size());
+  } else if (kind == "ragged") {
+    schema.kind = Kind::kRagged;
+    schema.ndim = ndim;
+  } else {
+    ThrowStatus(Status::InvalidArgument("kind must be 'dense' or 'ragged'"));
+  }
+  schema.dtype = Unwrap(DType::Parse(dtype));
+  WriteOptions opt;
+  opt.codec = Unwrap(ParseCodec(codec));
+  opt.data_shards = data_shards;
+  opt.level = level;
+  if (dict_bytes) opt.dictionary = std::string(*dict_bytes);
+  opt.user_metadata = metadata;
+  opt.narrow_integers = narrow;
+  auto w = std::make_unique<PyWriter>();
+  w->writer = Unwrap(WithoutGil([&] { return StoreWriter::Create(path, schema, opt); }));
+  return w;
+}
 
-void BindStore(py::module_& m) {
+// StoreWriter.append_ragged_batch: validates then appends a list of ndarrays;
+// the index of the first record that is not an ndarray of `dt` and rank
+// `ndim` (nothing appended), else -1.
+py::ssize_t AppendRaggedBatch(PyWriter& w, const py::list& batch, const py::dtype& dt,
+                              uint32_t ndim) {
+  // Validate the whole batch first: a rejected batch writes nothing.
+  const size_t n = batch.size();
+  std::vector<py::array> arrs;
+  arrs.reserve(n);
+  for (size_t k = 0; k < n; ++k) {
+    py::handle obj = batch[k];
+    if (!py::isinstance<py::array>(obj)) return static_cast<py::ssize_t>(k);
+    auto a = py::reinterpret_borrow<py::array>(obj);
+    py::dtype adt = a.dtype();
+    if (adt.ptr() != dt.ptr() && (!adt.equal(dt) || adt.attr("str").cast<std::string>() !=
+                                                        dt.attr("str").cast<std::string>())) {
+      return static_cast<py::ssize_t>(k);
+    }
+    if (static_cast<uint32_t>(a.ndim()) != ndim) return static_cast<py::ssize_t>(k);
+    if (!(a.flags() & py::array::c_style)) {
+      a = py::array::ensure(a, py::array::c_style);
+      if (!a) throw py::error_already_set();
+    }
+    arrs.push_back(std::move(a));
+  }
+  std::vector<const void*> ptrs(n);
+  std::vector<uint64_t> shapes(n * ndim);
+  for (size_t k = 0; k < n; ++k) {
+    ptrs[k] = arrs[k].data();
+    for (uint32_t d = 0; d < ndim; ++d) shapes[k * ndim + d] = arrs[k].shape(d);
+  }
+  // `arrs` keeps every buffer alive while the GIL is released; the
+  // writer reads each record from its own buffer (no gathering copy).
+  Check(WithoutGil([&] {
+    std::lock_guard<std::mutex> lock(w.mu);
+    return w.writer ? w.writer->AppendRaggedRecords(ptrs.data(), shapes.data(), n)
+                    : Status::State("builder is closed");
+  }));
+  return -1;
+}
+
+// loaderx._loaderx.StoreWriter: the builder behind Dense/Ragged.create.
+void BindWriter(py::module_& m) {
   py::class_<PyWriter>(m, "StoreWriter", "Native Zrecord builder (use loaderx.zrecord).")
-      .def(py::init([](const std::string& path, const std::string& kind, const std::string& dtype,
-                       std::vector<uint64_t> item_shape, uint32_t ndim, const std::string& codec,
-                       uint32_t data_shards, std::optional<py::bytes> dict_bytes, int level,
-                       const std::string& metadata, bool narrow) {
-             Schema schema;
-             if (kind == "dense") {
-               schema.kind = Kind::kDense;
-               schema.item_shape = std::move(item_shape);
-               schema.ndim = static_cast<uint32_t>(schema.item_shape.size());
-             } else if (kind == "ragged") {
-               schema.kind = Kind::kRagged;
-               schema.ndim = ndim;
-             } else {
-               ThrowStatus(Status::InvalidArgument("kind must be 'dense' or 'ragged'"));
-             }
-             schema.dtype = Unwrap(DType::Parse(dtype));
-             WriteOptions opt;
-             opt.codec = Unwrap(ParseCodec(codec));
-             opt.data_shards = data_shards;
-             opt.level = level;
-             if (dict_bytes) opt.dictionary = std::string(*dict_bytes);
-             opt.user_metadata = metadata;
-             opt.narrow_integers = narrow;
-             auto w = std::make_unique<PyWriter>();
-             w->writer = Unwrap(WithoutGil([&] { return StoreWriter::Create(path, schema, opt); }));
-             return w;
-           }),
-           py::arg("path"), py::arg("kind"), py::arg("dtype"), py::arg("item_shape"),
-           py::arg("ndim"), py::arg("codec"), py::arg("data_shards"), py::arg("dict_bytes"),
-           py::arg("level") = 3, py::arg("metadata") = "", py::arg("narrow").noconvert() = true)
+      .def(py::init(&MakeWriter), py::arg("path"), py::arg("kind"), py::arg("dtype"),
+           py::arg("item_shape"), py::arg("ndim"), py::arg("codec"), py::arg("data_shards"),
+           py::arg("dict_bytes"), py::arg("level") = 3, py::arg("metadata") = "",
+           py::arg("narrow").noconvert() = true)
       .def(
           "append_dense",
           [](PyWriter& w, const py::array& data, uint64_t n) {
@@ -225,49 +270,10 @@ void BindStore(py::module_& m) {
             }));
           },
           py::arg("values"), py::arg("shapes"), py::arg("count"))
-      .def(
-          "append_ragged_batch",
-          [](PyWriter& w, const py::list& batch, const py::dtype& dt,
-             uint32_t ndim) -> py::ssize_t {
-            // Validate the whole batch first: a rejected batch writes nothing.
-            const size_t n = batch.size();
-            std::vector<py::array> arrs;
-            arrs.reserve(n);
-            for (size_t k = 0; k < n; ++k) {
-              py::handle obj = batch[k];
-              if (!py::isinstance<py::array>(obj)) return static_cast<py::ssize_t>(k);
-              auto a = py::reinterpret_borrow<py::array>(obj);
-              py::dtype adt = a.dtype();
-              if (adt.ptr() != dt.ptr() &&
-                  (!adt.equal(dt) ||
-                   adt.attr("str").cast<std::string>() != dt.attr("str").cast<std::string>())) {
-                return static_cast<py::ssize_t>(k);
-              }
-              if (static_cast<uint32_t>(a.ndim()) != ndim) return static_cast<py::ssize_t>(k);
-              if (!(a.flags() & py::array::c_style)) {
-                a = py::array::ensure(a, py::array::c_style);
-                if (!a) throw py::error_already_set();
-              }
-              arrs.push_back(std::move(a));
-            }
-            std::vector<const void*> ptrs(n);
-            std::vector<uint64_t> shapes(n * ndim);
-            for (size_t k = 0; k < n; ++k) {
-              ptrs[k] = arrs[k].data();
-              for (uint32_t d = 0; d < ndim; ++d) shapes[k * ndim + d] = arrs[k].shape(d);
-            }
-            // `arrs` keeps every buffer alive while the GIL is released; the
-            // writer reads each record from its own buffer (no gathering copy).
-            Check(WithoutGil([&] {
-              std::lock_guard<std::mutex> lock(w.mu);
-              return w.writer ? w.writer->AppendRaggedRecords(ptrs.data(), shapes.data(), n)
-                              : Status::State("builder is closed");
-            }));
-            return -1;
-          },
-          py::arg("batch"), py::arg("dtype"), py::arg("ndim"),
-          "Validates then appends a list of ndarrays; returns the index of the first record "
-          "that is not an ndarray of `dtype` and rank `ndim` (nothing appended), else -1.")
+      .def("append_ragged_batch", &AppendRaggedBatch, py::arg("batch"), py::arg("dtype"),
+           py::arg("ndim"),
+           "Validates then appends a list of ndarrays; returns the index of the first record "
+           "that is not an ndarray of `dtype` and rank `ndim` (nothing appended), else -1.")
       .def("publish",
            [](PyWriter& w) {
              Check(WithoutGil([&] {
@@ -288,7 +294,10 @@ void BindStore(py::module_& m) {
           return w.writer ? w.writer->size() : 0;
         });
       });
+}
 
+// loaderx._loaderx.Store: an open store's schema, reads, gathers and verify.
+void BindReader(py::module_& m) {
   py::class_<Store, std::shared_ptr<Store>>(m, "Store",
                                             "Native read-only Zrecord store (use loaderx.zrecord).")
       .def_static(
@@ -339,7 +348,9 @@ void BindStore(py::module_& m) {
             }));
           },
           py::arg("progress") = py::none());
+}
 
+void BindTrainDictionary(py::module_& m) {
   m.def(
       "train_dictionary",
       [](const std::vector<py::buffer>& samples, size_t capacity, const std::string& narrow_as) {
@@ -361,6 +372,14 @@ void BindStore(py::module_& m) {
       "Trains a zstd dictionary of at most `capacity` bytes from C-contiguous sample buffers; "
       "with `narrow_as` (a dtype string), samples are narrowed as stores of that dtype narrow "
       "records.");
+}
+
+}  // namespace
+
+void BindStore(py::module_& m) {
+  BindWriter(m);
+  BindReader(m);
+  BindTrainDictionary(m);
 }
 
 }  // namespace loaderx::py_bind
