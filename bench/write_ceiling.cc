@@ -168,7 +168,7 @@ struct Work {
 
 // Compresses records [first, end) one frame each; returns the stored bytes.
 uint64_t CompressRange(const Work& w, ZSTD_CCtx* c, uint8_t* out) {
-  uint64_t stored = 0, pos = 0;
+  uint64_t pos = 0;  // the frames (and raw records) back to back: the stored bytes
   for (uint64_t k = w.first; k < w.end; ++k) {
     const uint64_t begin = k == 0 ? 0 : w.ends[k - 1];
     const uint64_t len = w.ends[k] - begin;
@@ -179,9 +179,8 @@ uint64_t CompressRange(const Work& w, ZSTD_CCtx* c, uint8_t* out) {
       got = std::min<uint64_t>(r, len);
     }
     pos += got;
-    stored += got;
   }
-  return stored;
+  return pos;
 }
 
 int Zstd(const std::map<std::string, std::string>& a) {

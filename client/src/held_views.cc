@@ -1,23 +1,18 @@
 #include "held_views.h"
 
-#include <unistd.h>
-
 #include <atomic>
 #include <cstdint>
 
+#include "private_rings.h"
+
 namespace loaderx::client {
 namespace {
-
-uintptr_t PageBytes() {
-  static const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  return page;
-}
 
 // Writes every page of [begin, end) with the value it holds (a CAS that
 // succeeds, so a concurrent writer's bytes stay theirs): each page of a
 // private file mapping becomes an anonymous copy, no longer the file's.
 void CopyPagesOut(uint8_t* begin, uint8_t* end) {
-  const uintptr_t page = PageBytes();
+  const auto page = static_cast<uintptr_t>(PrivateRings::PageBytes());
   for (uintptr_t p = reinterpret_cast<uintptr_t>(begin) & ~(page - 1);
        p < reinterpret_cast<uintptr_t>(end); p += page) {
     std::atomic_ref<uint64_t> word(*reinterpret_cast<uint64_t*>(p));

@@ -9,14 +9,10 @@
 
 namespace loaderx::client {
 
-namespace {
-
-uint64_t PageBytes() {
+uint64_t PrivateRings::PageBytes() {
   static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   return page;
 }
-
-}  // namespace
 
 PrivateRings::PageRange PrivateRings::PagesOf(uint64_t offset, uint64_t bytes) {
   const uint64_t page = PageBytes();

@@ -39,6 +39,8 @@ class PrivateRings {
     PageRange pages;          // PagesOf(offset, bytes)
   };
 
+  // The page size views are made of (sysconf, read once).
+  static uint64_t PageBytes();
   // The pages holding ring bytes [offset, offset + max(bytes, 1)).
   static PageRange PagesOf(uint64_t offset, uint64_t bytes);
 

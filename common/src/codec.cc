@@ -261,10 +261,7 @@ Result<std::string> TrainDictionary(const std::vector<std::string_view>& samples
     if (narrow && s.size() % item == 0) {
       const auto* p = reinterpret_cast<const uint8_t*>(s.data());
       const uint64_t n = s.size() / item;
-      const narrow::Plan plan = narrow::Choose(p, n, item, narrow_as->kind == 'i');
-      if (plan.width < item) {
-        narrowed.resize(n * plan.width);
-        narrow::Narrow(p, n, item, plan.width, narrowed.data());
+      if (narrow::NarrowRecord(p, n, item, narrow_as->kind == 'i', &narrowed).width < item) {
         s = {reinterpret_cast<const char*>(narrowed.data()), narrowed.size()};
       }
     }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 namespace loaderx::narrow {
 namespace detail {
@@ -147,6 +148,18 @@ inline Plan Choose(const uint8_t* src, uint64_t n, uint32_t itemsize, bool is_si
 // Stores the low w bytes of each of the n values at src (n * w bytes at dst).
 inline void Narrow(const uint8_t* src, uint64_t n, uint32_t itemsize, uint32_t w, uint8_t* dst) {
   detail::ByType(itemsize, false, [&](auto t) { detail::NarrowAs<decltype(t)>(src, n, w, dst); });
+}
+
+// A record as a 1.2 store keeps it: Choose, then, if a narrower width holds
+// its n values, those values narrowed into *out (resized to n * width).
+inline Plan NarrowRecord(const uint8_t* src, uint64_t n, uint32_t itemsize, bool is_signed,
+                         std::vector<uint8_t>* out) {
+  const Plan plan = Choose(src, n, itemsize, is_signed);
+  if (plan.width < itemsize) {
+    out->resize(n * plan.width);
+    Narrow(src, n, itemsize, plan.width, out->data());
+  }
+  return plan;
 }
 
 // The inverse: n values of w bytes at src, extended to itemsize bytes at dst

@@ -634,10 +634,9 @@ class StoreWriterImpl final : public StoreWriter {
           uint64_t width_bits = 0, n = len;
           if (narrow_ && len > 0) {
             const uint64_t count = len / itemsize;
-            const narrow::Plan plan = narrow::Choose(src, count, itemsize, is_signed);
+            const narrow::Plan plan =
+                narrow::NarrowRecord(src, count, itemsize, is_signed, &narrowed);
             if (plan.width < itemsize) {
-              narrowed.resize(count * plan.width);
-              narrow::Narrow(src, count, itemsize, plan.width, narrowed.data());
               src = narrowed.data();
               n = count * plan.width;
               width_bits = format::CodeOfWidth(plan.width) << format::kEndWidthShift |

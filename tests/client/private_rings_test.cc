@@ -20,7 +20,7 @@ namespace {
 
 constexpr uint64_t kPages = 16;
 
-uint64_t Page() { return static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)); }
+uint64_t Page() { return PrivateRings::PageBytes(); }
 
 // Whether the page at `p` is mapped in this process, and whether it is a file
 // (ring) page rather than a private copy; nullopt if pagemap cannot be read.
