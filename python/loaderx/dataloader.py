@@ -606,12 +606,20 @@ class DataLoader:
         taken: tuple[int, Any, Future[Any] | None] | None = None
         try:
             with self._lock:
+                # The batch stays where the source or the transform queue left
+                # it until the step is counted. Counting is two stores with no
+                # call between them, where CPython never raises a pending
+                # signal; _give_back undoes it when an exception lands after.
                 if self._pool is None:
                     taken = self._next_untransformed()
-                    self._stash[0] = None  # counted: the batch is in `taken`
+                    after = self._skips.first_from(taken[0] + 1)
+                    self._step = after
+                    self._stash[0] = None
                 else:  # the stash is _fetch's: it may hold a later step not queued yet
                     taken = self._next_transformed()
-                self._step = self._skips.first_from(taken[0] + 1)
+                    after = self._skips.first_from(taken[0] + 1)
+                    self._step = after
+                    self._pending.popleft()
             value, future = taken[1], taken[2]
             if future is not None:
                 value = future.result()  # the transform's value, or its exception and traceback
@@ -622,15 +630,18 @@ class DataLoader:
             raise
 
     def _give_back(self, taken: tuple[int, Any, Future[Any] | None]) -> None:
+        """Undoes the counting of ``taken`` (idempotent: the exception may have
+        landed before the batch left the stash or the queue)."""
         step, raw, future = taken
         with self._lock:
             if self._closed or self._step != self._skips.first_from(step + 1):
-                # a seek or another thread came between
+                # not counted yet (it is still in place), or a seek or another
+                # thread came between
                 return
             self._step = step
             if future is None:
                 self._stash[0] = (step, raw)
-            else:
+            elif not (self._pending and self._pending[0][1] is future):
                 self._pending.appendleft((step, future))
 
     def _source_target(self) -> int | None:
@@ -688,8 +699,7 @@ class DataLoader:
         self._check_open()  # a close() from another thread cancels the futures
         if future.cancelled():  # close() raced in after the check above
             raise LoaderClosedError("the DataLoader is closed")
-        self._pending.popleft()
-        return step, None, future
+        return step, None, future  # still first in the queue: _deliver takes it off
 
     def _top_up(self) -> None:
         """Submits every raw batch that is ready, up to the transform window."""

@@ -476,3 +476,53 @@ def test_keyboard_interrupt_in_next_at_the_seek_past_a_skipped_range_consumes_no
         assert source.interrupt == {2, 3, 4}
         assert source.seeks == [5]
         assert loader.step == 7
+
+
+def _interrupt_at(n: int, files: tuple[str, ...]) -> Any:
+    """A profile function raising KeyboardInterrupt at the `n`-th point of a
+    frame of `files` where CPython raises a pending Ctrl-C: the entry of a
+    Python function and the return of a call to a C function."""
+    seen = [0]
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event in ("call", "c_return") and frame.f_code.co_filename.endswith(files):
+            seen[0] += 1
+            if seen[0] == n:
+                raise KeyboardInterrupt
+
+    return profile
+
+
+@pytest.mark.parametrize("transform", [None, lambda b: b])
+def test_an_interrupt_at_any_point_of_the_loaders_frames_consumes_no_step(
+    stores: dict[str, Any], transform: Any
+) -> None:
+    # A Ctrl-C is raised at the next point where CPython checks for signals,
+    # which may be any function entry or call return of the loader's own
+    # Python frames between the source's hand-over and the return of next()
+    # (a signal that arrived just after the native wait last looked). Raise
+    # it at each such point in turn: every interrupted next() consumes
+    # nothing, and the batches that follow are exactly the next steps.
+    files = ("loaderx/dataloader.py", "loaderx/sources.py")
+    with DataLoader(stores, batch_size=4, transform=transform, prefetch=2) as loader:
+        step, n, interrupts = 0, 1, 0
+        while True:
+            sys.setprofile(_interrupt_at(n, files))
+            try:
+                batch = next(loader)
+            except KeyboardInterrupt:
+                interrupts += 1
+                assert loader.step == step == loader.state_dict()["step"], (n, loader.step, step)
+            else:
+                assert_batch_equal(batch, expected_batch(stores, step, 4))
+                step += 1
+                if sys.getprofile() is not None:  # past the last point of a next(): every one was hit
+                    sys.setprofile(None)
+                    break
+            finally:
+                sys.setprofile(None)
+            assert_batch_equal(next(loader), expected_batch(stores, step, 4))
+            step += 1
+            n += 1
+        assert interrupts == n - 1 > 5
+        assert loader.step == step
