@@ -187,6 +187,16 @@ def test_a_section_writes_exactly_its_goals(tmp_path):
     assert goals.load_results(tmp_path)["groups"]["goals"][0]["parts"] == [
         {"label": "raw", "value": 0.86, "limit": 1.3, "shown": "0.86x", "met": True}]
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left
+    doc = goals.section_result("daemon", "2026-12-03 12:38 UTC, x", {
+        "daemon-cpp-ready": [Part("~1 KiB", 16.6, limit=26.7)], "daemon-cpp-warm": [Part("~1 KiB", 16.3)],
+        "daemon-py-next": [Part("~1 KiB", -17.0)], "daemon-throughput": [Part("37 MiB", 0.995)],
+        "daemon-cpu-share": [Part("37 MiB", 0.015)]}, {"daemon-cpp-ready": "floor 16.7 µs"})
+    assert goals.bullets(doc) == [
+        f"* {goals.BY_ID['daemon-cpp-ready'].text}: **met** (~1 KiB 16.6 µs; floor 16.7 µs)",
+        f"* {goals.BY_ID['daemon-cpp-warm'].text}: **met** (~1 KiB 16.3 µs)",
+        f"* {goals.BY_ID['daemon-py-next'].text}: **met** (~1 KiB -17 µs)",
+        f"* {goals.BY_ID['daemon-throughput'].text}: **not met** (37 MiB 0.99x)",
+        f"* {goals.BY_ID['daemon-cpu-share'].text}: **met** (37 MiB 1.5 %)"]
 
 
 # --------------------------------------------------------------------------
