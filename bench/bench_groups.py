@@ -61,6 +61,7 @@ from benchlib import (
     tree_pids,
     update_doc_section,
 )
+from goals import Part, write_section
 
 SOURCE = DATA / "vision_dense.npy"
 SEED = 7
@@ -378,6 +379,16 @@ def plot(path: Path, results: dict[tuple[str, str], dict[str, Any]], trainers: i
     plt.close(fig)
 
 
+def groups_goals(results: dict[tuple[str, str], dict[str, float]], codecs: list[str]) -> dict[str, list[Part]]:
+    """The groups' goal figures (bench/goals.py): (b)'s total PSS over one embedded trainer's, per codec."""
+
+    def pss(c: str) -> float | None:
+        a, b = results.get((c, "embedded")), results.get((c, "broadcast"))
+        return b["pss_mib"] / a["max_trainer_pss_mib"] if c in codecs and a and b else None
+
+    return {"groups-broadcast-pss": [Part(c, pss(c)) for c in CODECS]}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trainer", action="store_true", help=argparse.SUPPRESS)
@@ -461,9 +472,10 @@ def main() -> int:
             line += (f" (b) per-trainer {b['rate_mean']:.1f} batches/s = {b['rate_mean'] / a['rate_mean']:.2f}x "
                      f"(a)'s {a['rate_mean']:.1f} with zstd (goal >= 2x).")
         goals.append(line)
+    machine = machine_line()
     body = (
         "### loaderxd groups with processes\n\n"
-        f"{machine_line()}\n\n"
+        f"{machine}\n\n"
         f"`bench/bench_groups.py`: {args.trainers} trainer processes each draw {args.steps} IID batches of "
         f"{args.batch} uint8[3,224,224] images ({what}, {len(src)} records), touching every page; (a) "
         f"embedded loaders, (b) members of one loaderxd broadcast group, (c) torch DataLoaders with "
@@ -481,6 +493,7 @@ def main() -> int:
     if not args.no_doc:
         plot(DOCS / "bench_groups.png", results, args.trainers)
         update_doc_section("groups-processes", body, DOCS / "benchmarks.md")
+        write_section("groups", machine, groups_goals(results, codecs))
     return 0
 
 

@@ -69,6 +69,7 @@ from benchlib import (
     snapshot_loaderx,
     update_doc_section,
 )
+from goals import Part, write_section
 
 BATCH = 256
 CHECK = 3
@@ -539,6 +540,22 @@ def render(rows: list[tuple[dict, dict]], batches: int) -> tuple[str, list[str]]
     return markdown_table(headers, table, "lllrrrrrr"), notes
 
 
+def loader_goals(rows: list[tuple[dict, dict]]) -> dict[str, list[Part]]:
+    """The loader's goal figures (bench/goals.py), from the rows of its table (first runs only)."""
+    ref = {c["label"]: r for c, r in rows if "error" not in r}
+    torch4 = ref.get("torch fork 4w")
+
+    def ratio(a: str, b: dict | None, key: str) -> float | None:
+        return ref[a][key] / b[key] if a in ref and b else None
+
+    return {
+        "loader-wheel": [Part(c, ratio(f"loaderx {c}", ref.get(f"reference 2.5.4 {c}"), "batches_s"))
+                         for c in ("raw", "zstd")],
+        "loader-torch": [Part("raw", ratio("loaderx raw", torch4, "batches_s"))],
+        "loader-pss-torch": [Part(c, ratio(f"loaderx {c}", torch4, "peak_pss")) for c in ("raw", "zstd")],
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--child", help=argparse.SUPPRESS)
@@ -613,6 +630,7 @@ def main() -> int:
                 f"(clean page cache, e.g. a memory-mapped store).\n\n{md}\n\n"
                 + "\n".join("- " + n for n in notes) + f"\n\n![loader batches/s]({png.name})\n")
         update_doc_section("loader", body)
+        write_section("loader", machine, loader_goals(rows))
     return 0
 
 

@@ -64,6 +64,7 @@ from bench_groups import (
     torch_draw,
 )
 from benchlib import DATA, DOCS, Daemon, machine_line, markdown_table, update_doc_section
+from goals import Part, write_section
 
 SEED = 7
 SETUPS = ("embedded", "solo", "node", "node-shared", "torch", "node-tp", "solo-tp", "embedded-node")
@@ -188,6 +189,24 @@ def goals(results: dict[tuple[str, str], dict[str, Any]], codecs: list[str], ran
     return lines
 
 
+def node_goals(results: dict[tuple[str, str], dict[str, Any]], codecs: list[str]) -> dict[str, list[Part]]:
+    """The node groups' goal figures (bench/goals.py), from the numbers of the table: (c) and (c')
+    against one embedded rank's PSS, (g)'s CPU and (a)'s batches/s; (e) against (f)."""
+
+    def ratio(c: str, top: str, bottom: str, key: str, bottom_key: str | None = None) -> float | None:
+        t, b = results.get((c, top)), results.get((c, bottom))
+        return t[key] / b[bottom_key or key] if c in codecs and t and b else None
+
+    both = [(c, s, lab) for c in CODECS for s, lab in (("node", "(c)"), ("node-shared", "(c') shared_view"))]
+    return {
+        "node-group-pss": [Part(f"{c} {lab}", ratio(c, s, "embedded", "pss_mib", "max_trainer_pss_mib"))
+                           for c, s, lab in both],
+        "node-group-cpu": [Part(f"{c} {lab}", ratio(c, s, "embedded-node", "cpu_per_step_ms")) for c, s, lab in both],
+        "node-group-rate": [Part(f"{c} {lab}", ratio(c, s, "embedded", "rate_mean")) for c, s, lab in both],
+        "node-group-tp": [Part(c, ratio(c, "node-tp", "solo-tp", "cpu_per_step_ms")) for c in CODECS],
+    }
+
+
 def plot(path: Path, results: dict[tuple[str, str], dict[str, Any]], codecs: list[str]) -> None:
     import matplotlib
 
@@ -260,9 +279,10 @@ def main() -> int:
             for c in codecs for s in SETUPS for r in [results[(c, s)]]]
     table = markdown_table(["codec", "set-up", "batches/s per rank (mean)", "slowest rank", "node CPU ms per step",
                             "total PSS MiB", "of which loaderxd CPU s"], rows, align="llrrrrr")
+    machine = machine_line()
     body = (
         "### Node groups with processes (bench/bench_node_groups.py)\n\n"
-        f"{machine_line()}\n\n"
+        f"{machine}\n\n"
         f"Node 0 of a {args.nodes}-node job with {args.per_node} ranks per node (one node at a time on this box), "
         f"batch {args.batch} per rank, {args.steps} IID steps of uint8[3,224,224] images ({what}, {len(src)} "
         "records), every page of every batch touched; each rank's first batch checked against the embedded "
@@ -274,6 +294,7 @@ def main() -> int:
     if not args.no_doc:
         plot(DOCS / "bench_node_groups.png", results, codecs)
         update_doc_section("node-groups", body, DOCS / "benchmarks.md")
+        write_section("node-groups", machine, node_goals(results, codecs))
     return 0
 
 

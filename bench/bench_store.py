@@ -59,6 +59,7 @@ from benchlib import (
     warm_files,
 )
 from ceilings import raw_ceiling, zstd_ceiling
+from goals import Part, write_section
 
 BATCH = 256
 BASELINE = "numpy-memmap"
@@ -483,6 +484,67 @@ def summary(results: dict[str, tuple[Workload, list[Row]]]) -> str:
     return markdown_table(headers, table)
 
 
+# The goals' workload sets (bench/goals.py): small compressed records, token stores,
+# and the dense workloads whose records are large enough to be held to memcpy.
+SMALL_ZSTD = ("tokens-dense", "tokens-ragged", "fmnist")
+TOKENS = ("tokens-dense", "tokens-ragged")
+MEMCPY = ("vision-dense", "tokens-dense", "fmnist")
+
+
+def store_goals(names: list[str], results: dict[str, tuple[Workload, list[Row]]],
+                memcpy: dict[int, float]) -> dict[str, list[Part]]:
+    """The store's goal figures (bench/goals.py), from the numbers its tables print: one part per
+    workload (of ``names``, every workload of the suite) and codec; None where this run lacks it."""
+
+    def row(wname: str, backend: str) -> Row | None:
+        rows = results.get(wname, (None, []))[1]
+        return next((r for r in rows if r.backend == backend and r.mibs), None)
+
+    def ref(wname: str, c: str) -> Row | None:
+        rows = results.get(wname, (None, []))[1]
+        return next((r for r in rows if r.backend.startswith("reference-") and r.backend.endswith("-" + c)
+                     and r.mibs), None)
+
+    def ratio(a: Row | None, b: Row | None, f: Callable[[Row], float]) -> float | None:
+        return f(a) / f(b) if a and b and f(b) > 0 else None
+
+    def durable(wname: str) -> Callable[[Row], float]:
+        return lambda r: durable_mibs(results[wname][0], r)
+
+    def gather(r: Row) -> float:
+        return med(r.mibs)
+
+    def fraction(wname: str, c: str, which: str) -> float | None:
+        a = row(wname, f"loaderx-{c}")
+        got = dict(ceiling_fractions(results[wname][0], a)) if a else {}
+        return got.get(which)
+
+    raw_zstd = [(w, c) for w in names for c in ("raw", "zstd")]
+    zstds = [(w, c) for w in names for c in ("zstd", "zstd_dict")]
+    labels = row("labels", "loaderx-raw")
+    return {
+        "store-gather-wheel": [Part(f"{w} {c}", ratio(row(w, f"loaderx-{c}"), ref(w, c), gather))
+                               for w, c in raw_zstd],
+        "store-small-zstd-wheel": [Part(w, ratio(row(w, "loaderx-zstd"), ref(w, "zstd"), gather))
+                                   for w in SMALL_ZSTD],
+        "store-disk-wheel": [Part(f"{w} {c}", ratio(ref(w, c), row(w, f"loaderx-{c}"), lambda r: r.disk))
+                             for w, c in raw_zstd],
+        "store-labels-disk": [Part("labels raw", labels.disk / results["labels"][0].nbytes if labels else None)],
+        "store-token-disk-parquet": [Part(f"{w} {c}", ratio(row(w, f"loaderx-{c}"), row(w, "parquet-zstd"),
+                                                            lambda r: r.disk)) for w in TOKENS
+                                     for c in ("zstd_dict", "zstd")],
+        "store-raw-write-ceiling": [Part(w, fraction(w, "raw", "raw write") if w in results else None)
+                                    for w in names],
+        "store-zstd-write-ceiling": [Part(f"{w} {c}", fraction(w, c, "compressor alone") if w in results else None)
+                                     for w, c in zstds],
+        "store-raw-write-wheel": [Part(w, ratio(row(w, "loaderx-raw"), ref(w, "raw"), durable(w))
+                                       if w in results else None) for w in names],
+        "store-gather-memcpy": [Part(f"{w}, {n} thread{'s' if n > 1 else ''}",
+                                     gather(a) / bw if (a := row(w, "loaderx-raw")) else None)
+                                for w in MEMCPY for n, bw in sorted(memcpy.items())],
+    }
+
+
 def reference_rows(wname: str, args: argparse.Namespace) -> list[Row]:
     """Runs the PyPI reference loaderx (raw, zstd) on workload ``wname`` in its own
     venv (same import name as ours), with the same plan, checks and timing."""
@@ -587,6 +649,8 @@ def main() -> int:
                     f"logical; IID batches of {BATCH}.\nRun: {machine}.\n\n{md}\n\n"
                     + (notes + "\n\n" if notes else "") + f"![{wname} gather]({png.name})\n")
             update_doc_section(f"store-{wname}", body)
+    if not args.no_doc:
+        write_section("store", machine, store_goals(names, results, memcpy))
     if len(results) > 1:
         table = summary(results)
         print("\n## summary\n" + table)
