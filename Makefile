@@ -130,7 +130,18 @@ bench: build
 	PYTHONPATH=python $(PY) bench/run_all.py
 
 clean:
-	rm -rf build build-asan build-tsan build-fuzz build-mingw dist python/loaderx/_loaderx*.so
+	rm -rf build build-asan build-tsan build-fuzz build-mingw build-noclient build-wheel-aarch64 dist python/loaderx/_loaderx*.so
+
+# The extension without the loaderxd client, as macOS and Windows build it
+# (docs/platforms.md, "The extension without the client"): _loaderx alone
+# into build-noclient with -DLOADERX_PYTHON_CLIENT=OFF, its symbols checked
+# with nm and its import, an embedded round trip, daemon= refused and
+# daemon="auto" falling back run against build/'s loaderxd
+# (scripts/test_noclient.sh, tests/integration/test_noclient.py).
+.PHONY: test-noclient
+test-noclient: build
+	@CMAKE=$(CMAKE) CMAKE_ARGS="$(CMAKE_COMMON)" JOBS=$(JOBS) PY=$(PY) LOADERXD=$(CURDIR)/build/daemon/loaderxd \
+	  scripts/test_noclient.sh
 
 # The embedded engine on Windows (docs/platforms.md, "Windows"): its portable
 # gtests cross-compiled with mingw-w64 into build-mingw/ and run under wine64.
