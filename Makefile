@@ -117,8 +117,20 @@ tidy: build
 # and an sdist carrying .deps/zstd-1.5.7. tests/python/test_packaging.py builds
 # one wheel in the default suite (pip, from a plain clone); `make test-install`
 # also builds and installs the sdist (a second compile).
+#
+# `make wheel ARCH=aarch64`: the same for Linux aarch64, cross-compiled with
+# cmake/aarch64-linux-gnu.cmake against the arm64 Debian root of
+# test-aarch64 (made first if missing; as root), built in build-wheel-aarch64
+# (docs/platforms.md, "An aarch64 wheel"). `make test-wheel-aarch64` installs
+# it into a bare venv inside that root and runs the README there under qemu.
+ARCH ?=
 wheel: setup
-	$(PY) scripts/wheel.py dist
+	@$(if $(filter aarch64,$(ARCH)),ROOT_ONLY=1 CMAKE=$(CMAKE) scripts/test_aarch64.sh &&) \
+	  CMAKE_BUILD_PARALLEL_LEVEL=$(JOBS) $(PY) scripts/wheel.py dist $(if $(ARCH),--arch $(ARCH))
+
+.PHONY: test-wheel-aarch64
+test-wheel-aarch64: setup
+	@JOBS=$(JOBS) scripts/test_wheel_aarch64.sh
 
 sdist: setup
 	$(PY) -c "from scikit_build_core.build import build_sdist; print('dist/' + build_sdist('dist'))"
@@ -130,7 +142,18 @@ bench: build
 	PYTHONPATH=python $(PY) bench/run_all.py
 
 clean:
-	rm -rf build build-asan build-tsan build-fuzz build-mingw dist python/loaderx/_loaderx*.so
+	rm -rf build build-asan build-tsan build-fuzz build-mingw build-noclient build-wheel-aarch64 dist python/loaderx/_loaderx*.so
+
+# The extension without the loaderxd client, as macOS and Windows build it
+# (docs/platforms.md, "The extension without the client"): _loaderx alone
+# into build-noclient with -DLOADERX_PYTHON_CLIENT=OFF, its symbols checked
+# with nm and its import, an embedded round trip, daemon= refused and
+# daemon="auto" falling back run against build/'s loaderxd
+# (scripts/test_noclient.sh, tests/integration/test_noclient.py).
+.PHONY: test-noclient
+test-noclient: build
+	@CMAKE=$(CMAKE) CMAKE_ARGS="$(CMAKE_COMMON)" JOBS=$(JOBS) PY=$(PY) LOADERXD=$(CURDIR)/build/daemon/loaderxd \
+	  scripts/test_noclient.sh
 
 # The embedded engine on Windows (docs/platforms.md, "Windows"): its portable
 # gtests cross-compiled with mingw-w64 into build-mingw/ and run under wine64.

@@ -18,7 +18,8 @@
 #     aarch64 loaderxd.
 #
 # Environment: CMAKE, CMAKE_ARGS (generator, launchers), JOBS, CTEST_ARGS
-# (default: every test, 600 s each), SKIP_PYTHON=1 (steps 1-5 only),
+# (default: every test, 600 s each), ROOT_ONLY=1 (steps 1-3 only: the root,
+# as scripts/wheel_aarch64.sh needs it), SKIP_PYTHON=1 (steps 1-5 only),
 # PYTEST_SECONDS (the bound of step 7, default 1800).
 # Must run as root (debootstrap, binfmt_misc). Idempotent: a second run
 # rebuilds only what changed.
@@ -52,7 +53,7 @@ fi
 
 # 3. The arm64 root. Made in root.tmp and renamed when complete, so a run
 #    stopped half-way leaves no root that looks finished.
-ROOT_PACKAGES=python3,python3-numpy,python3-dev,libc6-dev,libstdc++-12-dev,libxxhash-dev,libgtest-dev,libmsgpack-cxx-dev,python3-pytest,python3-pytest-timeout,python3-msgpack,python3-tqdm,python3-hypothesis
+ROOT_PACKAGES=python3,python3-numpy,python3-dev,python3-venv,libc6-dev,libstdc++-12-dev,libxxhash-dev,libgtest-dev,libmsgpack-cxx-dev,python3-pytest,python3-pytest-timeout,python3-msgpack,python3-tqdm,python3-hypothesis
 rootdir=$src/build-aarch64-root
 root=$rootdir/root
 if [ ! -f "$rootdir/packages" ] || [ "$(cat "$rootdir/packages")" != "$ROOT_PACKAGES" ] || [ ! -x "$root/usr/bin/python3" ]; then
@@ -66,6 +67,7 @@ if [ ! -f "$rootdir/packages" ] || [ "$(cat "$rootdir/packages")" != "$ROOT_PACK
   echo "$ROOT_PACKAGES" > "$rootdir/packages"
 fi
 export QEMU_LD_PREFIX=$root
+[ "${ROOT_ONLY:-0}" = 1 ] && { stage "done (ROOT_ONLY=1: $root)"; exit 0; }
 
 # 4. Cross build of the engine, loaderxd, the client and the gtests.
 stage "building build-aarch64 (engine, loaderxd, client, gtests)"

@@ -77,9 +77,10 @@ def _ok(r: subprocess.CompletedProcess[str]) -> str:
     return r.stdout
 
 
-def _venv(path: Path) -> Path:
+def _venv(path: Path, system_site_packages: bool = False) -> Path:
     """A fresh venv with pip (the base interpreter's, as a user gets); its bin/."""
-    subprocess.run([sys.executable, "-m", "venv", str(path)], check=True, timeout=300, env=_env())
+    site = ["--system-site-packages"] if system_site_packages else []
+    subprocess.run([sys.executable, "-m", "venv", *site, str(path)], check=True, timeout=300, env=_env())
     return path / "bin"
 
 
@@ -165,11 +166,21 @@ def test_the_manylinux_wheel_runs_the_readme_in_a_bare_venv(clone_wheel: tuple[P
     assert any(re.fullmatch(r"loaderx_engine\.libs/libxxhash-\w+\.so[.\d]*", n) for n in names), names
     assert {"loaderx_engine.scripts/loaderxd", f"loaderx_engine-{__version__}.data/scripts/loaderxd"} <= set(names)
 
-    bindir = _venv(tmp_path / "bare")
+    _readme_in_a_bare_venv(wheel, tmp_path)
+
+
+def _readme_in_a_bare_venv(wheel: Path, tmp_path: Path, offline: bool = False) -> None:
+    """Installs ``wheel`` into a fresh venv with no compiler on PATH and runs the
+    README example embedded and through the wheel's own ``loaderxd``. ``offline``:
+    no package index; NumPy, msgpack and tqdm come from the interpreter's own
+    site-packages (Debian's python3-numpy and the rest, in the arm64 root)."""
+    bindir = _venv(tmp_path / "bare", system_site_packages=offline)
     path = str(bindir)  # no compiler, no /usr/bin: nothing can be built
     for tool in ("cc", "gcc", "g++", "c++", "cmake", "ninja"):
         assert shutil.which(tool, path=path) is None, tool
-    _ok(_run([bindir / "python", "-m", "pip", "install", "-q", "--only-binary", ":all:", wheel], path=path))
+    index = ["--no-index"] if offline else []
+    _ok(_run([bindir / "python", "-m", "pip", "install", "-q", *index, "--only-binary", ":all:", wheel],
+             path=path))
     _round_trip(bindir, tmp_path, path)
 
     sock = tmp_path / "d.sock"
@@ -191,6 +202,22 @@ def test_the_manylinux_wheel_runs_the_readme_in_a_bare_venv(clone_wheel: tuple[P
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(30)
+
+
+@pytest.mark.skipif(not os.environ.get("LOADERX_TEST_WHEEL"),
+                    reason="a wheel built beforehand: `make test-wheel-aarch64` runs it (LOADERX_TEST_WHEEL)")
+def test_a_built_wheel_runs_the_readme_in_a_bare_venv(tmp_path: Path) -> None:
+    # LOADERX_TEST_WHEEL: a repaired wheel for this machine (the aarch64 one in the
+    # arm64 root, under qemu); LOADERX_TEST_WHEEL_OFFLINE=1: no package index.
+    wheel = Path(os.environ["LOADERX_TEST_WHEEL"])
+    machine = os.uname().machine
+    assert re.fullmatch(rf"loaderx_engine-{re.escape(__version__)}-cp{sys.version_info[0]}{sys.version_info[1]}"
+                        rf"-cp\d+-manylinux_2_\d+_{machine}(\.manylinux\w+)*\.whl", wheel.name), wheel.name
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+    assert any(re.fullmatch(rf"loaderx/_loaderx\.cpython-3\d+-{machine}-linux-gnu\.so", n) for n in names), names
+    assert "loaderx_engine.scripts/loaderxd" in names
+    _readme_in_a_bare_venv(wheel, tmp_path, offline=os.environ.get("LOADERX_TEST_WHEEL_OFFLINE") == "1")
 
 
 def _sdist(out: Path) -> Path:
