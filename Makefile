@@ -142,7 +142,7 @@ bench: build
 	PYTHONPATH=python $(PY) bench/run_all.py
 
 clean:
-	rm -rf build build-asan build-tsan build-fuzz build-mingw build-noclient build-wheel-aarch64 dist python/loaderx/_loaderx*.so
+	rm -rf build build-asan build-tsan build-tsan-py build-fuzz build-mingw build-noclient build-wheel-aarch64 dist python/loaderx/_loaderx*.so
 
 # The extension without the loaderxd client, as macOS and Windows build it
 # (docs/platforms.md, "The extension without the client"): _loaderx alone
@@ -150,6 +150,12 @@ clean:
 # with nm and its import, an embedded round trip, daemon= refused and
 # daemon="auto" falling back run against build/'s loaderxd
 # (scripts/test_noclient.sh, tests/integration/test_noclient.py).
+# The Python thread stress test with _loaderx and loaderxd built under
+# ThreadSanitizer (docs/platforms.md, "Thread safety"; in CI).
+.PHONY: test-tsan-py
+test-tsan-py: setup
+	@CMAKE=$(CMAKE) CMAKE_ARGS="$(CMAKE_COMMON)" JOBS=$(JOBS) PY=$(PY) scripts/test_tsan_py.sh
+
 .PHONY: test-noclient
 test-noclient: build
 	@CMAKE=$(CMAKE) CMAKE_ARGS="$(CMAKE_COMMON)" JOBS=$(JOBS) PY=$(PY) LOADERXD=$(CURDIR)/build/daemon/loaderxd \
