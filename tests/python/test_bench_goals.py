@@ -249,6 +249,7 @@ def test_groups_and_node_goal_functions_measure_the_table_ratios():
         res[(c, "node")] = s(75.0, 13.1 * k, 502.0)
         res[(c, "node-shared")] = s(101.0, 11.5 * k, 260.0)
         res[(c, "node-tp")] = s(0.0, 5.4 * k, 0.0)
+        res[(c, "node-tp-shared")] = s(0.0, 5.6 * k, 0.0)
         res[(c, "solo-tp")] = s(0.0, 10.0 * k, 0.0)
     got = _judged("node-groups", bench_node_groups.node_goals(res, ["raw", "zstd"]))
     assert got["node-group-pss"]["measured"] == (
@@ -257,7 +258,17 @@ def test_groups_and_node_goal_functions_measure_the_table_ratios():
         "raw (c) 1.31x (not met), raw (c') shared_view 1.15x, zstd (c) 1.31x (not met), zstd (c') shared_view 1.15x")
     assert got["node-group-rate"]["measured"] == (
         "raw (c) 0.75x (not met), raw (c') shared_view 1.01x, zstd (c) 0.75x (not met), zstd (c') shared_view 1.01x")
-    assert got["node-group-tp"]["measured"] == "raw 0.54x, zstd 0.54x" and got["node-group-tp"]["status"] == "met"
+    assert got["node-group-tp"]["measured"] == (
+        "raw (e) 0.54x, raw (e') shared_view 0.56x (not met), zstd (e) 0.54x, zstd (e') shared_view 0.56x (not met)")
+    assert got["node-group-tp"]["status"] == "not met"
+    for c, k in (("raw", 1.0), ("zstd", 2.0)):
+        res[(c, "node-tp-shared")] = s(0.0, 5.0 * k, 0.0)
+    got = _judged("node-groups", bench_node_groups.node_goals(res, ["raw", "zstd"]))
+    assert got["node-group-tp"]["status"] == "met"
+    res[("raw", "embedded-node")]["pss_mib"] = 1004.0
+    assert bench_node_groups.node_notes(res, ["raw"]) == {
+        "node-group-pss": "against (g), one embedded loader of the node's 4 slices: raw 0.50x"}
+    assert bench_node_groups.node_notes(res, []) == {}
 
 
 def test_store_goal_function_measures_the_table_ratios_and_names_missing_workloads():
