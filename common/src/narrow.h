@@ -27,12 +27,14 @@ inline T Load(const uint8_t* p) {
 // their bits (its top bit is set iff one is negative) and `mag` the OR of
 // their magnitude bits, v ^ (v >> (bits - 1)) (v for v >= 0, -v - 1 below).
 // Stops early, a block at a time, once no narrower width can hold them.
+// With W (an unsigned type narrower than T), the same pass also stores each
+// value's low sizeof(W) bytes at dst (those before an early stop).
 template <typename T>
 struct Bounds {
   std::make_unsigned_t<T> all = 0, mag = 0;
 };
-template <typename T>
-inline Bounds<T> ValueBounds(const uint8_t* src, uint64_t n) {
+template <typename T, typename W = void>
+inline Bounds<T> ValueBounds(const uint8_t* src, uint64_t n, uint8_t* dst = nullptr) {
   using U = std::make_unsigned_t<T>;
   constexpr uint64_t kBlock = 1024;
   // Half the itemsize: the widest narrower width, unsigned and signed.
@@ -46,6 +48,10 @@ inline Bounds<T> ValueBounds(const uint8_t* src, uint64_t n) {
       const T v = Load<T>(src + k * sizeof(T));
       all |= static_cast<U>(v);
       if constexpr (std::is_signed_v<T>) mag |= static_cast<U>(v ^ (v >> (sizeof(T) * 8 - 1)));
+      if constexpr (!std::is_void_v<W>) {
+        const W w = static_cast<W>(static_cast<U>(v));
+        std::memcpy(dst + k * sizeof(W), &w, sizeof(W));
+      }
     }
     b.all = all;
     b.mag = mag;
@@ -126,16 +132,11 @@ struct Plan {
   bool zero_extend = false;
 };
 
-// The smallest w in {1, 2, 4}, w < itemsize, holding every one of the n
-// values at src: unsigned values (an unsigned dtype, or a signed one with no
-// negative value) below 2^(8w), else signed ones in [-2^(8w-1), 2^(8w-1)).
-inline Plan Choose(const uint8_t* src, uint64_t n, uint32_t itemsize, bool is_signed) {
-  uint64_t all = 0, mag = 0;
-  detail::ByType(itemsize, is_signed, [&](auto t) {
-    const auto b = detail::ValueBounds<decltype(t)>(src, n);
-    all = b.all;
-    mag = b.mag;
-  });
+// The smallest w in {1, 2, 4}, w < itemsize, holding values whose bits OR
+// to `all` and magnitude bits to `mag` (detail::ValueBounds): unsigned
+// values (an unsigned dtype, or a signed one with no negative value) below
+// 2^(8w), else signed ones in [-2^(8w-1), 2^(8w-1)).
+inline Plan PlanOf(uint64_t all, uint64_t mag, uint32_t itemsize, bool is_signed) {
   const bool negative = is_signed && (all >> (8 * itemsize - 1)) != 0;
   const uint64_t bound = negative ? mag : all;
   const int sign = negative ? 1 : 0;
@@ -145,17 +146,50 @@ inline Plan Choose(const uint8_t* src, uint64_t n, uint32_t itemsize, bool is_si
   return {itemsize, false};
 }
 
+// The Plan of the n values at src.
+inline Plan Choose(const uint8_t* src, uint64_t n, uint32_t itemsize, bool is_signed) {
+  uint64_t all = 0, mag = 0;
+  detail::ByType(itemsize, is_signed, [&](auto t) {
+    const auto b = detail::ValueBounds<decltype(t)>(src, n);
+    all = b.all;
+    mag = b.mag;
+  });
+  return PlanOf(all, mag, itemsize, is_signed);
+}
+
 // Stores the low w bytes of each of the n values at src (n * w bytes at dst).
 inline void Narrow(const uint8_t* src, uint64_t n, uint32_t itemsize, uint32_t w, uint8_t* dst) {
   detail::ByType(itemsize, false, [&](auto t) { detail::NarrowAs<decltype(t)>(src, n, w, dst); });
 }
 
-// A record as a 1.2 store keeps it: Choose, then, if a narrower width holds
+// A record as a 1.2 store keeps it: its Plan, and, if a narrower width holds
 // its n values, those values narrowed into *out (resized to n * width).
+// `guess` (1, 2 or 4 below itemsize; else none): the width expected, e.g. the
+// previous record's. The values are then narrowed to it in the same pass that
+// finds the Plan, so a record of that width is read once; a record of
+// another width is narrowed again. The result never depends on the guess.
 inline Plan NarrowRecord(const uint8_t* src, uint64_t n, uint32_t itemsize, bool is_signed,
-                         std::vector<uint8_t>* out) {
-  const Plan plan = Choose(src, n, itemsize, is_signed);
-  if (plan.width < itemsize) {
+                         std::vector<uint8_t>* out, uint32_t guess = 0) {
+  if (guess != 1 && guess != 2 && guess != 4) guess = itemsize;
+  uint64_t all = 0, mag = 0;
+  if (guess < itemsize) out->resize(n * guess);
+  detail::ByType(itemsize, is_signed, [&](auto t) {
+    using T = decltype(t);
+    detail::Bounds<T> b;
+    if (guess == 1) {
+      b = detail::ValueBounds<T, uint8_t>(src, n, out->data());
+    } else if (guess == 2 && sizeof(T) > 2) {
+      b = detail::ValueBounds<T, uint16_t>(src, n, out->data());
+    } else if (guess == 4 && sizeof(T) > 4) {
+      b = detail::ValueBounds<T, uint32_t>(src, n, out->data());
+    } else {
+      b = detail::ValueBounds<T>(src, n);
+    }
+    all = b.all;
+    mag = b.mag;
+  });
+  const Plan plan = PlanOf(all, mag, itemsize, is_signed);
+  if (plan.width < itemsize && plan.width != guess) {
     out->resize(n * plan.width);
     Narrow(src, n, itemsize, plan.width, out->data());
   }

@@ -689,6 +689,12 @@ class StoreImpl final : public Store {
 
   Status LoadTable(Table* t, const char* name, int fd, uint64_t rows, uint64_t row_bytes,
                    uint64_t table_xxh3, uint64_t trailer_bytes);
+  Status CheckFileSizes();
+  Status LoadTables();
+  Status LoadDictionary();
+  Status MapDataFiles();
+  // "<label>/<name>": a file of the store, as messages name it.
+  std::string NameOf(const std::string& name) const { return files_.label + "/" + name; }
 
   Env* env_ = nullptr;  // not owned (Store::Open: outlives the store)
   StoreFiles files_;
@@ -737,38 +743,22 @@ Status StoreImpl::LoadTable(Table* t, const char* name, int fd, uint64_t rows, u
   return Status::OK();
 }
 
+// Opening a store is Make's steps in order: the metadata, every listed file's
+// size (CheckFileSizes), the index and shape tables (LoadTables), the
+// dictionary (LoadDictionary), the data mappings (MapDataFiles).
 Result<std::shared_ptr<Store>> StoreImpl::Make(StoreFiles files, Env* env) {
   auto s = std::shared_ptr<StoreImpl>(new StoreImpl());
   s->env_ = env;
   s->files_ = std::move(files);
   const std::string& label = s->files_.label;
-  auto name_of = [&](const std::string& f) { return label + "/" + f; };
   if (!s->files_.meta.valid() || !s->files_.index.valid()) {
     return Status::InvalidArgument(label + ": incomplete file set");
   }
-  LX_ASSIGN_OR_RETURN(s->meta_, ReadMeta(*env, s->files_.meta.get(), name_of(format::kMetaFile)));
+  const std::string meta_name = s->NameOf(format::kMetaFile);
+  LX_ASSIGN_OR_RETURN(s->meta_, ReadMeta(*env, s->files_.meta.get(), meta_name));
   const format::Metadata& m = s->meta_;
-  LX_ASSIGN_OR_RETURN(s->stored_bytes_,
-                      FileSize(*env, s->files_.meta.get(), name_of(format::kMetaFile)));
-
-  // Every file the metadata lists must be present with exactly its size.
-  auto check_size = [&](int fd, const std::string& name) -> Status {
-    auto it = m.files.find(name);
-    if (it == m.files.end()) {
-      return Status::Corruption(name_of(format::kMetaFile) + ": no entry for file '" + name + "'");
-    }
-    if (fd < 0) return Status::Corruption(name_of(name) + ": missing");
-    LX_ASSIGN_OR_RETURN(uint64_t size, FileSize(*env, fd, name_of(name)));
-    if (size != it->second.size) {
-      return Status::Corruption(name_of(name) + ": size " + std::to_string(size) +
-                                " bytes, expected " + std::to_string(it->second.size) +
-                                " (truncated or extended)");
-    }
-    s->stored_bytes_ += size;
-    return Status::OK();
-  };
-  const bool ragged = format::HasShapeTable(m);
-  s->has_shapes_ = ragged;
+  LX_ASSIGN_OR_RETURN(s->stored_bytes_, FileSize(*env, s->files_.meta.get(), meta_name));
+  s->has_shapes_ = format::HasShapeTable(m);
   if (m.minor < format::kNarrowMinor) {
     s->width_refusal_ = "a format 1." + std::to_string(m.minor) + " store";
   } else if (m.codec == Codec::kRaw) {
@@ -778,23 +768,56 @@ Result<std::shared_ptr<Store>> StoreImpl::Make(StoreFiles files, Env* env) {
   }
   s->frames_ =
       m.layout == format::Layout::kEntries ? codec::Frames::kStandard : codec::Frames::kCompact;
-  if (s->files_.data.size() != m.data_shards) {
-    return Status::Corruption(label + ": " + std::to_string(s->files_.data.size()) +
+  LX_RETURN_IF_ERROR(s->CheckFileSizes());
+  LX_RETURN_IF_ERROR(s->LoadTables());
+  if (m.codec == Codec::kZstdDict) LX_RETURN_IF_ERROR(s->LoadDictionary());
+  LX_RETURN_IF_ERROR(s->MapDataFiles());
+  return std::shared_ptr<Store>(std::move(s));
+}
+
+// Every file the metadata lists must be present with exactly its size; adds
+// their sizes to stored_bytes_.
+Status StoreImpl::CheckFileSizes() {
+  const format::Metadata& m = meta_;
+  auto check_size = [&](int fd, const std::string& name) -> Status {
+    auto it = m.files.find(name);
+    if (it == m.files.end()) {
+      return Status::Corruption(NameOf(format::kMetaFile) + ": no entry for file '" + name + "'");
+    }
+    if (fd < 0) return Status::Corruption(NameOf(name) + ": missing");
+    LX_ASSIGN_OR_RETURN(uint64_t size, FileSize(*env_, fd, NameOf(name)));
+    if (size != it->second.size) {
+      return Status::Corruption(NameOf(name) + ": size " + std::to_string(size) +
+                                " bytes, expected " + std::to_string(it->second.size) +
+                                " (truncated or extended)");
+    }
+    stored_bytes_ += size;
+    return Status::OK();
+  };
+  if (files_.data.size() != m.data_shards) {
+    return Status::Corruption(files_.label + ": " + std::to_string(files_.data.size()) +
                               " data files, metadata says " + std::to_string(m.data_shards));
   }
-  LX_RETURN_IF_ERROR(check_size(s->files_.index.get(), format::kIndexFile));
-  if (ragged) LX_RETURN_IF_ERROR(check_size(s->files_.shapes.get(), format::kShapesFile));
-  if (m.codec == Codec::kZstdDict)
-    LX_RETURN_IF_ERROR(check_size(s->files_.dict.get(), format::kDictFile));
-  for (uint32_t i = 0; i < m.data_shards; ++i) {
-    LX_RETURN_IF_ERROR(check_size(s->files_.data[i].get(), format::DataFileName(i)));
+  LX_RETURN_IF_ERROR(check_size(files_.index.get(), format::kIndexFile));
+  if (has_shapes_) LX_RETURN_IF_ERROR(check_size(files_.shapes.get(), format::kShapesFile));
+  if (m.codec == Codec::kZstdDict) {
+    LX_RETURN_IF_ERROR(check_size(files_.dict.get(), format::kDictFile));
   }
+  for (uint32_t i = 0; i < m.data_shards; ++i) {
+    LX_RETURN_IF_ERROR(check_size(files_.data[i].get(), format::DataFileName(i)));
+  }
+  return Status::OK();
+}
 
+// The dense record size (checked against nbytes), the computed data file
+// sizes, where the data block sums start, then the index and shape tables.
+Status StoreImpl::LoadTables() {
+  const format::Metadata& m = meta_;
   if (m.schema.kind == Kind::kDense) {
-    s->item_bytes_ = m.schema.DenseItemBytes();
+    item_bytes_ = m.schema.DenseItemBytes();
     uint64_t total;
-    if (format::MulOverflow(s->item_bytes_, m.count, &total) || total != m.nbytes) {
-      return Status::Corruption(name_of(format::kMetaFile) + ": nbytes inconsistent with count");
+    if (format::MulOverflow(item_bytes_, m.count, &total) || total != m.nbytes) {
+      return Status::Corruption(NameOf(format::kMetaFile) + ": nbytes inconsistent with count");
     }
   }
   uint64_t index_rows = m.count, entry_bytes = format::kEntryBytes;
@@ -803,42 +826,52 @@ Result<std::shared_ptr<Store>> StoreImpl::Make(StoreFiles files, Env* env) {
     if (m.layout == format::Layout::kComputed) index_rows = 0;
     for (uint32_t i = 0; i < m.data_shards; ++i) {
       const uint64_t size = m.files.at(format::DataFileName(i)).size;
-      if (m.layout == format::Layout::kComputed &&
-          size != format::ComputedShardBytes(m.count, m.run_records, m.data_shards, i,
-                                             s->item_bytes_)) {
-        return Status::Corruption(name_of(format::DataFileName(i)) + ": size " +
-                                  std::to_string(size) + " bytes, expected " +
-                                  std::to_string(format::ComputedShardBytes(
-                                      m.count, m.run_records, m.data_shards, i, s->item_bytes_)) +
-                                  " for " + std::to_string(m.count) + " records");
+      if (m.layout == format::Layout::kComputed) {
+        const uint64_t want =
+            format::ComputedShardBytes(m.count, m.run_records, m.data_shards, i, item_bytes_);
+        if (size != want) {
+          return Status::Corruption(NameOf(format::DataFileName(i)) + ": size " +
+                                    std::to_string(size) + " bytes, expected " +
+                                    std::to_string(want) + " for " + std::to_string(m.count) +
+                                    " records");
+        }
       }
-      s->sums_count_ += format::NumDataBlocks(size, m.data_block);
+      sums_count_ += format::NumDataBlocks(size, m.data_block);
     }
-    s->sums_offset_ = index_rows * entry_bytes + format::NumBlocks(index_rows) * 8;
+    sums_offset_ = index_rows * entry_bytes + format::NumBlocks(index_rows) * 8;
   }
-  LX_RETURN_IF_ERROR(s->LoadTable(&s->index_, format::kIndexFile, s->files_.index.get(), index_rows,
-                                  entry_bytes, m.index_table_xxh3, s->sums_count_ * 8));
-  if (ragged) {
-    LX_RETURN_IF_ERROR(s->LoadTable(&s->shapes_, format::kShapesFile, s->files_.shapes.get(),
-                                    m.count, uint64_t{m.schema.ndim} * 8, m.shapes_table_xxh3, 0));
+  LX_RETURN_IF_ERROR(LoadTable(&index_, format::kIndexFile, files_.index.get(), index_rows,
+                               entry_bytes, m.index_table_xxh3, sums_count_ * 8));
+  if (has_shapes_) {
+    LX_RETURN_IF_ERROR(LoadTable(&shapes_, format::kShapesFile, files_.shapes.get(), m.count,
+                                 uint64_t{m.schema.ndim} * 8, m.shapes_table_xxh3, 0));
   }
-  if (m.codec == Codec::kZstdDict) {
-    const std::string what = name_of(format::kDictFile);
-    const format::FileInfo& info = m.files.at(format::kDictFile);
-    LX_ASSIGN_OR_RETURN(std::string bytes, ReadWhole(*env, s->files_.dict.get(), info.size, what));
-    if (format::Hash64(bytes.data(), bytes.size()) != info.xxh3) {
-      return Status::Corruption(what + ": checksum mismatch");
-    }
-    auto d = codec::ZstdDictionary::Create(std::move(bytes), m.level);
-    if (!d.ok()) return Status::Corruption(what + ": " + d.status().message());
-    if ((*d)->id() != m.dict_id) {
-      return Status::Corruption(what + ": dictionary id " + std::to_string((*d)->id()) +
-                                " != metadata dict_id " + std::to_string(m.dict_id));
-    }
-    s->dict_ = std::move(*d);
+  return Status::OK();
+}
+
+// The zstd_dict store's dictionary, checked against its checksum and id.
+Status StoreImpl::LoadDictionary() {
+  const format::Metadata& m = meta_;
+  const std::string what = NameOf(format::kDictFile);
+  const format::FileInfo& info = m.files.at(format::kDictFile);
+  LX_ASSIGN_OR_RETURN(std::string bytes, ReadWhole(*env_, files_.dict.get(), info.size, what));
+  if (format::Hash64(bytes.data(), bytes.size()) != info.xxh3) {
+    return Status::Corruption(what + ": checksum mismatch");
   }
-  // Huge pages for the data mappings of a store that fits in RAM
-  // (huge_pages.h: the rule and why it is enough).
+  auto d = codec::ZstdDictionary::Create(std::move(bytes), m.level);
+  if (!d.ok()) return Status::Corruption(what + ": " + d.status().message());
+  if ((*d)->id() != m.dict_id) {
+    return Status::Corruption(what + ": dictionary id " + std::to_string((*d)->id()) +
+                              " != metadata dict_id " + std::to_string(m.dict_id));
+  }
+  dict_ = std::move(*d);
+  return Status::OK();
+}
+
+// Maps every data file, with huge pages for those of a store that fits in
+// RAM (huge_pages.h: the rule and why it is enough).
+Status StoreImpl::MapDataFiles() {
+  const format::Metadata& m = meta_;
   uint64_t data_bytes = 0;
   for (uint32_t i = 0; i < m.data_shards; ++i)
     data_bytes += m.files.at(format::DataFileName(i)).size;
@@ -849,15 +882,15 @@ Result<std::shared_ptr<Store>> StoreImpl::Make(StoreFiles files, Env* env) {
   }
   for (uint32_t i = 0; i < m.data_shards; ++i) {
     const uint64_t size = m.files.at(format::DataFileName(i)).size;
-    s->data_sizes_.push_back(size);
-    s->data_names_.push_back(name_of(format::DataFileName(i)));
-    auto r = env->Map(s->files_.data[i].get(), size);
-    if (!r.ok()) return r.status().WithContext(s->data_names_.back());
+    data_sizes_.push_back(size);
+    data_names_.push_back(NameOf(format::DataFileName(i)));
+    auto r = env_->Map(files_.data[i].get(), size);
+    if (!r.ok()) return r.status().WithContext(data_names_.back());
     // A hint: a kernel without THP refuses it (EINVAL) and reads as before.
     if (hugepages::ShouldAdvise(size, data_bytes, mem_available)) (void)r->AdviseHugePages();
-    s->data_maps_.push_back(std::move(*r));
+    data_maps_.push_back(std::move(*r));
   }
-  return std::shared_ptr<Store>(std::move(s));
+  return Status::OK();
 }
 
 Result<UniqueFd> OpenPart(Env& env, const std::string& dir, const std::string& name) {

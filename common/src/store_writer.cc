@@ -12,9 +12,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <functional>
+#include <memory>
+#include <mutex>
 #include <random>
 
 #include "codec.h"
@@ -35,10 +39,9 @@ namespace fs = std::filesystem;
 // input; runs go to the shards round-robin (docs/format.md, placement), so a
 // gather of neighbours touches every shard and a run is one contiguous write.
 constexpr uint64_t kRunBytes = uint64_t{256} << 10;
-// Raw input compressed per parallel round: bounds the writer's buffers.
-constexpr uint64_t kChunkBytes = uint64_t{64} << 20;
 // Record caps, so tiny (or zero-byte) records cannot blow up the per-round
-// index entries that the byte caps above do not see; kRunMaxRecords also caps
+// index entries that the byte caps (kRunBytes, WriteOptions::chunk_bytes) do
+// not see; kRunMaxRecords also caps
 // R, the records per run.
 constexpr uint64_t kRunMaxRecords = uint64_t{16} << 10;
 constexpr uint64_t kChunkMaxRecords = uint64_t{1} << 20;
@@ -351,6 +354,64 @@ struct Buffer {
   uint64_t size = 0;
 };
 
+// One task run by a pool worker beside the caller, or by the caller itself
+// when it needs the result and no worker has taken the task yet: a writer
+// called from a pool worker, every other worker busy, cannot deadlock on it.
+// At most one task at a time; the destructor waits for it. Thread-safety:
+// Start and Wait from one thread (the owner); the task runs on one thread.
+class BackgroundTask {
+ public:
+  BackgroundTask() = default;
+  BackgroundTask(const BackgroundTask&) = delete;
+  BackgroundTask& operator=(const BackgroundTask&) = delete;
+  ~BackgroundTask() { (void)Wait(); }
+
+  // REQUIRES: no task pending (Wait returned since the last Start).
+  void Start(ThreadPool* pool, std::function<Status()> fn) {
+    state_ = std::make_shared<State>();
+    state_->fn = std::move(fn);
+    pool->Submit([s = state_] {
+      {
+        std::lock_guard<std::mutex> lock(s->mu);
+        if (s->claimed) return;  // the owner ran it: fn may reference gone objects
+        s->claimed = true;
+      }
+      Status st = s->fn();
+      {
+        std::lock_guard<std::mutex> lock(s->mu);
+        s->st = std::move(st);
+        s->done = true;
+      }
+      s->cv.notify_all();
+    });
+  }
+
+  // The pending task's Status, once it has run (here, if no worker took
+  // it); OK when none is pending.
+  Status Wait() {
+    if (!state_) return Status::OK();
+    const std::shared_ptr<State> s = std::move(state_);
+    std::unique_lock<std::mutex> lock(s->mu);
+    if (!s->claimed) {
+      s->claimed = true;
+      lock.unlock();
+      return s->fn();
+    }
+    s->cv.wait(lock, [&] { return s->done; });
+    return s->st;
+  }
+
+ private:
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool claimed = false, done = false;  // guarded by mu
+    Status st;                           // guarded by mu
+    std::function<Status()> fn;          // run by whoever claimed it
+  };
+  std::shared_ptr<State> state_;
+};
+
 class StoreWriterImpl final : public StoreWriter {
  public:
   StoreWriterImpl(std::string path, std::string parent, std::string tmp, UniqueFd tmp_lock,
@@ -405,13 +466,15 @@ class StoreWriterImpl final : public StoreWriter {
     uint64_t total;
     if (format::MulOverflow(item, n, &total))
       return Status::InvalidArgument("record count overflows");
-    return Guard(WriteRecords(static_cast<const uint8_t*>(data), n, nullptr, item, nullptr));
+    return Guard(
+        WriteRecords({static_cast<const uint8_t*>(data), n, nullptr, item, nullptr, nullptr}));
   }
 
   Status AppendRagged(const void* data, const uint64_t* shapes, uint64_t count) override {
     LX_RETURN_IF_ERROR(CheckWritable());
     LX_ASSIGN_OR_RETURN(std::vector<uint64_t> lens, RaggedLens("AppendRagged", shapes, count));
-    return Guard(WriteRecords(static_cast<const uint8_t*>(data), count, lens.data(), 0, shapes));
+    return Guard(
+        WriteRecords({static_cast<const uint8_t*>(data), count, lens.data(), 0, shapes, nullptr}));
   }
 
   Status AppendRaggedRecords(const void* const* records, const uint64_t* shapes,
@@ -419,8 +482,8 @@ class StoreWriterImpl final : public StoreWriter {
     LX_RETURN_IF_ERROR(CheckWritable());
     LX_ASSIGN_OR_RETURN(std::vector<uint64_t> lens,
                         RaggedLens("AppendRaggedRecords", shapes, count));
-    return Guard(WriteRecords(nullptr, count, lens.data(), 0, shapes,
-                              reinterpret_cast<const uint8_t* const*>(records)));
+    return Guard(WriteRecords({nullptr, count, lens.data(), 0, shapes,
+                               reinterpret_cast<const uint8_t* const*>(records)}));
   }
 
   Status Publish() override {
@@ -543,169 +606,238 @@ class StoreWriterImpl final : public StoreWriter {
     }
   }
 
-  // Records are cut into pieces: consecutive records of one run within one
-  // chunk, at most kRunBytes (or one record) of input. Pieces are compressed
-  // in parallel, then each shard appends its pieces in order, shards in
-  // parallel. A run cut by a chunk (or an append) boundary goes on in the
-  // next one: its shard file has received nothing else meanwhile.
-  // The input is `data` (records back to back) or, when `ptrs` is set,
-  // record k at ptrs[k] (`data` unused).
-  Status WriteRecords(const uint8_t* data, uint64_t count, const uint64_t* lens, uint64_t uniform,
-                      const uint64_t* shapes, const uint8_t* const* ptrs = nullptr) {
-    if (count == 0) return Status::OK();
-    if (run_records_ == 0) ChooseRunRecords(lens, uniform, count);
-    struct Piece {
-      uint64_t first, end, in_off, bytes;  // local record range [first, end)
-      uint32_t shard;
-    };
-    uint64_t j = 0, in_off = 0;
+  // The records of one append: `data` (records back to back) or, when `ptrs`
+  // is set, record k at ptrs[k] (`data` unused); record k is Len(k) bytes
+  // (lens[k], or `uniform` when lens is null); `shapes`: ndim per record.
+  struct Input {
+    const uint8_t* data;
+    uint64_t count;
+    const uint64_t* lens;
+    uint64_t uniform;
+    const uint64_t* shapes;
+    const uint8_t* const* ptrs;
+    uint64_t Len(uint64_t k) const { return lens != nullptr ? lens[k] : uniform; }
+  };
+
+  // Consecutive records [first, end) of one run within one chunk; `in_off`:
+  // the first one's offset in Input::data; `bytes`: their input size.
+  struct Piece {
+    uint64_t first, end, in_off, bytes;
+    uint32_t shard;
+  };
+  // A piece ready to append.
+  struct PieceOut {
+    Buffer buf;
+    // What the shard appends, in order: (pointer, bytes) spans.
+    std::vector<Span> spans;
+    std::vector<uint64_t> ends;  // kEnds entries, relative to the piece's start
+    Status st;
+  };
+  // One chunk: its pieces and, once compressed, their output.
+  struct Round {
     std::vector<Piece> pieces;
-    while (j < count) {
-      if (Len(lens, uniform, j) > opt_.stream_threshold) {
-        const uint64_t len = Len(lens, uniform, j);
-        LX_RETURN_IF_ERROR(WriteLarge(ptrs != nullptr ? ptrs[j] : data + in_off, len,
-                                      shapes != nullptr ? shapes + j * schema_.ndim : nullptr));
+    std::vector<PieceOut> outs;
+  };
+
+  // Records are cut into chunks of at most WriteOptions::chunk_bytes of input
+  // and chunks into pieces (CutChunk). A chunk's pieces are compressed in
+  // parallel (CompressRound), then each shard appends its pieces in order,
+  // shards in parallel (WriteRound). The two stages overlap: chunk k is
+  // written by one pool task while chunk k+1 is compressed, so the writer
+  // holds the output of at most two chunks (docs/format.md, Writing). Every
+  // write completes before the next one starts and before this returns, so
+  // the bytes and their order are those of compressing and writing each chunk
+  // in turn. A run cut by a chunk (or an append) boundary goes on in the next
+  // one: its shard file has received nothing else meanwhile. On an error,
+  // the first in record order is returned, after every task has finished.
+  Status WriteRecords(const Input& in) {
+    if (in.count == 0) return Status::OK();
+    if (run_records_ == 0) ChooseRunRecords(in.lens, in.uniform, in.count);
+    const uint64_t base = count_;  // global index = base + local index
+    Round rounds[2];
+    size_t cur = 0;
+    BackgroundTask writing;  // the write of rounds[cur ^ 1], if any
+    uint64_t j = 0, in_off = 0;
+    while (j < in.count) {
+      if (in.Len(j) > opt_.stream_threshold) {
+        LX_RETURN_IF_ERROR(writing.Wait());
+        const uint64_t len = in.Len(j);
+        LX_RETURN_IF_ERROR(
+            WriteLarge(in.ptrs != nullptr ? in.ptrs[j] : in.data + in_off, len,
+                       in.shapes != nullptr ? in.shapes + j * schema_.ndim : nullptr));
         in_off += len;
         ++j;
         continue;
       }
-      pieces.clear();
-      uint64_t chunk = 0;
-      const uint64_t chunk_first = j;
-      const uint64_t base = count_ - chunk_first;  // global index = base + local index
-      while (j < count && chunk < kChunkBytes && j - chunk_first < kChunkMaxRecords &&
-             Len(lens, uniform, j) <= opt_.stream_threshold) {
-        const uint64_t run_end = ((base + j) / run_records_ + 1) * run_records_ - base;
-        Piece p{j, j, in_off, 0, ShardOf(base + j)};
-        while (j < count && j < run_end && Len(lens, uniform, j) <= opt_.stream_threshold &&
-               (j == p.first || p.bytes + Len(lens, uniform, j) <= kRunBytes)) {
-          p.bytes += Len(lens, uniform, j);
-          ++j;
-        }
-        p.end = j;
-        in_off += p.bytes;
-        chunk += p.bytes;
-        pieces.push_back(p);
+      Round& r = rounds[cur];
+      CutChunk(in, base, &j, &in_off, &r.pieces);
+      const Status compressed = CompressRound(in, &r);
+      LX_RETURN_IF_ERROR(writing.Wait());  // the previous chunk's write, which overlapped
+      LX_RETURN_IF_ERROR(compressed);
+      writing.Start(pool_, [this, &in, &r] { return WriteRound(in, &r); });
+      cur ^= 1;
+    }
+    return writing.Wait();
+  }
+
+  // Cuts the next chunk, from record *j (at *in_off in Input::data) on, into
+  // *pieces: at most chunk_bytes (or one record) and kChunkMaxRecords records
+  // of input, stopping before a record above stream_threshold; a piece is at
+  // most kRunBytes (or one record) of one run. Where pieces end changes
+  // nothing on disk (each record is its own frame).
+  void CutChunk(const Input& in, uint64_t base, uint64_t* j, uint64_t* in_off,
+                std::vector<Piece>* pieces) const {
+    pieces->clear();
+    uint64_t chunk = 0;
+    const uint64_t chunk_first = *j;
+    while (*j < in.count && chunk < opt_.chunk_bytes && *j - chunk_first < kChunkMaxRecords &&
+           in.Len(*j) <= opt_.stream_threshold) {
+      const uint64_t run_end = ((base + *j) / run_records_ + 1) * run_records_ - base;
+      const uint64_t cap = std::min(kRunBytes, opt_.chunk_bytes - chunk);
+      Piece p{*j, *j, *in_off, 0, ShardOf(base + *j)};
+      while (*j < in.count && *j < run_end && in.Len(*j) <= opt_.stream_threshold &&
+             (*j == p.first || p.bytes + in.Len(*j) <= cap)) {
+        p.bytes += in.Len(*j);
+        ++*j;
       }
+      p.end = *j;
+      *in_off += p.bytes;
+      chunk += p.bytes;
+      pieces->push_back(p);
+    }
+  }
 
-      // Compress every piece in parallel (order is kept by position).
-      struct PieceOut {
-        Buffer buf;
-        // What the shard appends, in order: (pointer, bytes) spans.
-        std::vector<Span> spans;
-        std::vector<uint64_t> ends;  // kEnds entries, relative to the piece's start
-        Status st;
-      };
-      std::vector<PieceOut> outs(pieces.size());
-      const bool want_ends = layout_ == format::Layout::kEnds;
-      pool_->ParallelFor(pieces.size(), [&](size_t pi) {
-        const Piece& p = pieces[pi];
-        PieceOut& o = outs[pi];
-        const uint8_t* in = ptrs != nullptr ? nullptr : data + p.in_off;
-        if (want_ends) o.ends.resize(p.end - p.first);
-        if (opt_.codec == Codec::kRaw) {
-          uint64_t pos = 0;
-          for (uint64_t k = p.first; k < p.end && want_ends; ++k) {
-            pos += Len(lens, uniform, k);
-            o.ends[k - p.first] = pos;
-          }
-          if (ptrs == nullptr) {
-            o.spans.emplace_back(in, p.bytes);  // straight from the caller's buffer
-          } else {
-            RawSpans(ptrs, lens, p.first, p.end, p.bytes, &o.buf, &o.spans);
-          }
-          return;
-        }
-        uint64_t cap = 0;
-        for (uint64_t k = p.first; k < p.end; ++k)
-          cap += codec::CompressBound(Len(lens, uniform, k));
-        o.buf.data = std::make_unique_for_overwrite<uint8_t[]>(cap);
-        uint8_t* out = o.buf.data.get();
-        uint64_t pos = 0, src_pos = 0;
-        std::vector<uint8_t> narrowed;  // the narrowed values of one record
-        const uint32_t itemsize = schema_.dtype.itemsize;
-        const bool is_signed = schema_.dtype.kind == 'i';
-        for (uint64_t k = p.first; k < p.end; ++k) {
-          const uint64_t len = Len(lens, uniform, k);
-          const uint8_t* src = ptrs != nullptr ? ptrs[k] : in + src_pos;
-          src_pos += len;
-          // Narrowing (format 1.2): the values in the fewest bytes that hold
-          // them all; then compressed (or stored raw) as any record.
-          uint64_t width_bits = 0, n = len;
-          if (narrow_ && len > 0) {
-            const uint64_t count = len / itemsize;
-            const narrow::Plan plan =
-                narrow::NarrowRecord(src, count, itemsize, is_signed, &narrowed);
-            if (plan.width < itemsize) {
-              src = narrowed.data();
-              n = count * plan.width;
-              width_bits = format::CodeOfWidth(plan.width) << format::kEndWidthShift |
-                           (plan.zero_extend ? format::kEndZeroExtendBit : 0);
-            }
-          }
-          uint64_t stored = n, flag = 0;
-          if (n > codec::MinFrameBytes(codec::Frames::kCompact)) {
-            auto c = codec::Compress(src, n, opt_.level, dict_.get(), out + pos,
-                                     codec::CompressBound(n));
-            if (!c.ok()) {
-              o.st = c.status();
-              return;
-            }
-            if (*c < n) {
-              stored = *c;
-              flag = format::kEndCompressedBit;
-            }
-          }
-          // Incompressible: store it raw so zstd never loses to raw on size.
-          if (flag == 0 && n > 0) std::memcpy(out + pos, src, n);
-          pos += stored;
-          o.ends[k - p.first] = pos | flag | width_bits;
-        }
-        o.buf.size = pos;
-        o.spans.emplace_back(out, pos);
-      });
-      for (auto& o : outs) LX_RETURN_IF_ERROR(o.st);
-
-      // Write each shard's pieces in order; shards in parallel.
-      std::vector<std::vector<size_t>> by_shard(opt_.data_shards);
-      for (size_t pi = 0; pi < pieces.size(); ++pi) by_shard[pieces[pi].shard].push_back(pi);
-      std::vector<uint32_t> active;
-      for (uint32_t s = 0; s < opt_.data_shards; ++s) {
-        if (!by_shard[s].empty()) active.push_back(s);
+  // Compresses (or, raw, lays out) every piece of `r` in parallel; order is
+  // kept by position. The first error of a piece, in order.
+  Status CompressRound(const Input& in, Round* r) const {
+    r->outs.clear();
+    r->outs.resize(r->pieces.size());
+    pool_->ParallelFor(r->pieces.size(), [&](size_t pi) {
+      const Piece& p = r->pieces[pi];
+      PieceOut& o = r->outs[pi];
+      if (opt_.codec == Codec::kRaw) {
+        RawPiece(in, p, &o);
+      } else {
+        o.st = CompressPiece(in, p, &o);
       }
-      std::vector<Status> sts(active.size());
-      // One call per shard, so its pieces go out in whole huge pages (SeqFile).
-      pool_->ParallelFor(active.size(), [&](size_t ai) {
-        SeqFile& f = *shards_[active[ai]];
-        std::vector<Span> spans;
-        uint64_t at = f.size();
-        for (size_t pi : by_shard[active[ai]]) {
-          PieceOut& o = outs[pi];
-          for (uint64_t& e : o.ends) e += at;  // below the width and compressed bits
-          for (const Span& sp : o.spans) {
-            spans.push_back(sp);
-            at += sp.second;
-          }
-        }
-        if (at >= format::kMaxShardBytes) {
-          sts[ai] = ShardTooLarge(active[ai]);
-          return;
-        }
-        sts[ai] = f.AppendSpans(spans.data(), spans.size());
-      });
-      for (auto& st : sts) LX_RETURN_IF_ERROR(st);
+    });
+    for (const PieceOut& o : r->outs) LX_RETURN_IF_ERROR(o.st);
+    return Status::OK();
+  }
 
-      for (size_t pi = 0; pi < pieces.size(); ++pi) {
-        const Piece& p = pieces[pi];
-        if (want_ends)
-          LX_RETURN_IF_ERROR(index_.AppendRows(outs[pi].ends.data(), outs[pi].ends.size()));
-        if (shape_table_) {
-          LX_RETURN_IF_ERROR(shapes_.AppendRows(shapes + p.first * schema_.ndim, p.end - p.first));
-        }
-        nbytes_ += p.bytes;
-        count_ += p.end - p.first;
+  // A raw piece: its end entries and spans, straight from the caller's
+  // buffer (or RawSpans for one pointer per record).
+  void RawPiece(const Input& in, const Piece& p, PieceOut* o) const {
+    if (layout_ == format::Layout::kEnds) {
+      o->ends.resize(p.end - p.first);
+      uint64_t pos = 0;
+      for (uint64_t k = p.first; k < p.end; ++k) {
+        pos += in.Len(k);
+        o->ends[k - p.first] = pos;
       }
     }
+    if (in.ptrs == nullptr) {
+      o->spans.emplace_back(in.data + p.in_off, p.bytes);  // straight from the caller's buffer
+    } else {
+      RawSpans(in.ptrs, in.lens, p.first, p.end, p.bytes, &o->buf, &o->spans);
+    }
+  }
+
+  // A compressed piece: each record narrowed (format 1.2: the values in the
+  // fewest bytes that hold them all) and compressed as its own frame, or
+  // stored raw when that is not smaller, back to back in o->buf. Narrowing
+  // runs here, on the piece's pool thread, record by record: a record whose
+  // width is its predecessor's is read once (its width found and its values
+  // narrowed in one pass), and its narrowed copy is compressed while in cache.
+  Status CompressPiece(const Input& in, const Piece& p, PieceOut* o) const {
+    o->ends.resize(p.end - p.first);
+    uint64_t cap = 0;
+    for (uint64_t k = p.first; k < p.end; ++k) cap += codec::CompressBound(in.Len(k));
+    o->buf.data = std::make_unique_for_overwrite<uint8_t[]>(cap);
+    uint8_t* out = o->buf.data.get();
+    uint64_t pos = 0, src_pos = 0;
+    std::vector<uint8_t> narrowed;  // the narrowed values of one record
+    uint32_t guess = 0;             // the previous record's width (NarrowRecord)
+    const uint32_t itemsize = schema_.dtype.itemsize;
+    const bool is_signed = schema_.dtype.kind == 'i';
+    for (uint64_t k = p.first; k < p.end; ++k) {
+      const uint64_t len = in.Len(k);
+      const uint8_t* src = in.ptrs != nullptr ? in.ptrs[k] : in.data + p.in_off + src_pos;
+      src_pos += len;
+      uint64_t width_bits = 0, n = len;
+      if (narrow_ && len > 0) {
+        const uint64_t count = len / itemsize;
+        const narrow::Plan plan =
+            narrow::NarrowRecord(src, count, itemsize, is_signed, &narrowed, guess);
+        guess = plan.width;
+        if (plan.width < itemsize) {
+          src = narrowed.data();
+          n = count * plan.width;
+          width_bits = format::CodeOfWidth(plan.width) << format::kEndWidthShift |
+                       (plan.zero_extend ? format::kEndZeroExtendBit : 0);
+        }
+      }
+      uint64_t stored = n, flag = 0;
+      if (n > codec::MinFrameBytes(codec::Frames::kCompact)) {
+        LX_ASSIGN_OR_RETURN(const uint64_t c, codec::Compress(src, n, opt_.level, dict_.get(),
+                                                              out + pos, codec::CompressBound(n)));
+        if (c < n) {
+          stored = c;
+          flag = format::kEndCompressedBit;
+        }
+      }
+      // Incompressible: store it raw so zstd never loses to raw on size.
+      if (flag == 0 && n > 0) std::memcpy(out + pos, src, n);
+      pos += stored;
+      o->ends[k - p.first] = pos | flag | width_bits;
+    }
+    o->buf.size = pos;
+    o->spans.emplace_back(out, pos);
+    return Status::OK();
+  }
+
+  // Appends a compressed round: each shard its pieces in order (one call per
+  // shard, so its pieces go out in whole huge pages: SeqFile), shards in
+  // parallel; then the index and shape rows in record order.
+  Status WriteRound(const Input& in, Round* r) {
+    std::vector<std::vector<size_t>> by_shard(opt_.data_shards);
+    for (size_t pi = 0; pi < r->pieces.size(); ++pi) by_shard[r->pieces[pi].shard].push_back(pi);
+    std::vector<uint32_t> active;
+    for (uint32_t s = 0; s < opt_.data_shards; ++s) {
+      if (!by_shard[s].empty()) active.push_back(s);
+    }
+    std::vector<Status> sts(active.size());
+    pool_->ParallelFor(active.size(), [&](size_t ai) {
+      SeqFile& f = *shards_[active[ai]];
+      std::vector<Span> spans;
+      uint64_t at = f.size();
+      for (size_t pi : by_shard[active[ai]]) {
+        PieceOut& o = r->outs[pi];
+        for (uint64_t& e : o.ends) e += at;  // below the width and compressed bits
+        for (const Span& sp : o.spans) {
+          spans.push_back(sp);
+          at += sp.second;
+        }
+      }
+      if (at >= format::kMaxShardBytes) {
+        sts[ai] = ShardTooLarge(active[ai]);
+        return;
+      }
+      sts[ai] = f.AppendSpans(spans.data(), spans.size());
+    });
+    for (auto& st : sts) LX_RETURN_IF_ERROR(st);
+    for (size_t pi = 0; pi < r->pieces.size(); ++pi) {
+      const Piece& p = r->pieces[pi];
+      if (layout_ == format::Layout::kEnds) {
+        LX_RETURN_IF_ERROR(index_.AppendRows(r->outs[pi].ends.data(), r->outs[pi].ends.size()));
+      }
+      if (shape_table_) {
+        LX_RETURN_IF_ERROR(shapes_.AppendRows(in.shapes + p.first * schema_.ndim, p.end - p.first));
+      }
+      nbytes_ += p.bytes;
+      count_ += p.end - p.first;
+    }
+    r->outs.clear();  // frees the chunk's output now, not when the round is reused
     return Status::OK();
   }
 
@@ -883,6 +1015,7 @@ Status ValidateOptions(const WriteOptions& o) {
                                    std::to_string(o.level));
   }
   if (o.stream_threshold == 0) return Status::InvalidArgument("stream_threshold must be > 0");
+  if (o.chunk_bytes == 0) return Status::InvalidArgument("chunk_bytes must be > 0");
   if (o.user_metadata.size() > format::kMaxUserMetadataBytes) {
     return Status::InvalidArgument("metadata is " + std::to_string(o.user_metadata.size()) +
                                    " bytes of JSON; at most " +

@@ -247,6 +247,51 @@ TEST(StoreFaultTest, EioOnEveryFdatasyncFailsNamingTheFileAndDoesNotPublish) {
   ExpectEveryCallFails(Op::kDataSync, "fdatasync", EIO);
 }
 
+// One append cut into chunks of about 1 KiB, data files written as their
+// pieces come: each chunk's data-file pwrite runs while the next chunk is
+// compressed (docs/format.md, Writing). Whichever of them fails, the append
+// fails naming the file and the call, after the compression in flight has
+// finished, and no store or temporary directory is left.
+TEST(StoreFaultTest, AFailingDataWriteWhileTheNextChunkIsCompressedLeavesNothing) {
+  const auto write = [](const std::string& path, Env* env) -> Status {
+    ThreadPool pool(2);
+    WriteOptions o = Options(env, &pool);
+    o.huge_page_writes = false;
+    o.chunk_bytes = 1024;
+    const Content& c = TheContent();
+    auto w = StoreWriter::Create(path, RaggedSchema("<i4", 2), o);
+    if (!w.ok()) return w.status();
+    LX_RETURN_IF_ERROR((*w)->AppendRagged(c.values.data(), c.shapes.data(), kRecords));
+    return (*w)->Publish();
+  };
+  int data_writes = 0;
+  {
+    TempDir dir;
+    FaultEnv env(dir.path());
+    ASSERT_TRUE(write(dir.Sub("s"), &env).ok());
+    ExpectWholeStore(dir.Sub("s"));
+    for (const std::string& e : env.log()) {
+      data_writes += e.rfind("pwrite ", 0) == 0 && e.find("/data-") != std::string::npos;
+    }
+  }
+  EXPECT_GE(data_writes, 50);  // about 90 KiB of input in 1 KiB chunks
+  for (int n = 1; n <= data_writes; ++n) {
+    SCOPED_TRACE("data pwrite " + std::to_string(n));
+    for (int err : {ENOSPC, EIO}) {
+      TempDir dir;
+      FaultEnv env(dir.path());
+      env.AddRule({.op = Op::kPWrite, .path_part = "/data-", .nth = n, .err = err});
+      const Status st = write(dir.Sub("s"), &env);
+      EXPECT_EQ(st.code(), Status::Code::kIOError) << st.ToString();
+      EXPECT_TRUE(Contains(st, "/data-000")) << st.ToString();
+      EXPECT_TRUE(Contains(st, "pwrite: " + std::string(std::strerror(err)))) << st.ToString();
+      EXPECT_EQ(env.Matches(0), n);  // nothing was written after the failing call
+      EXPECT_FALSE(Exists(dir.Sub("s")));
+      EXPECT_EQ(Others(dir.path(), {}), std::set<std::string>{}) << st.ToString();
+    }
+  }
+}
+
 TEST(StoreFaultTest, EioOnTheTemporaryDirectoryFsyncDoesNotPublish) {
   Status st = FailedCreate(Op::kSync, 1, EIO);
   EXPECT_EQ(st.code(), Status::Code::kIOError) << st.ToString();

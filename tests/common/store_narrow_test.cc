@@ -10,11 +10,13 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "format.h"
 #include "loaderx/store.h"
 #include "loaderx/thread_pool.h"
+#include "narrow.h"
 #include "store_test_util.h"
 
 namespace loaderx {
@@ -187,6 +189,72 @@ void RoundTrip(const std::string& dtype, Codec codec, bool dense) {
       EXPECT_EQ((*s)->RecordBytes(k).value(), recs[k].size() * sizeof(T));
     }
   }
+}
+
+// narrow::NarrowRecord against a plain reference, for every guess of the
+// width (none, right, too narrow, too wide): the width, the zero-extension
+// and the narrowed bytes never depend on the guess. Records cross the
+// 1,024-value blocks of the bounds pass, with their widest value first, in
+// the middle or last.
+template <typename T>
+void ExpectNarrowRecordIgnoresTheGuess() {
+  constexpr uint32_t kItem = sizeof(T);
+  std::mt19937_64 rng(kItem * 2 + std::is_signed_v<T>);
+  std::vector<int64_t> tops{0, 1, 127, 128, 255, 256, 32767, 32768, 65535, 65536};
+  if (kItem > 4) tops.insert(tops.end(), {int64_t{1} << 31, int64_t{1} << 32, int64_t{1} << 40});
+  for (int64_t top : tops) {
+    for (bool negative : {false, true}) {
+      if (negative && !std::is_signed_v<T>) continue;
+      if (static_cast<uint64_t>(top) > static_cast<uint64_t>(std::numeric_limits<T>::max()))
+        continue;
+      for (uint64_t n : {uint64_t{1}, uint64_t{7}, uint64_t{3000}}) {
+        for (uint64_t at : {uint64_t{0}, n / 2, n - 1}) {
+          std::vector<T> vals(n);
+          for (uint64_t k = 0; k < n; ++k) vals[k] = static_cast<T>(rng() % (top / 2 + 1));
+          vals[at] = static_cast<T>(negative ? -top - 1 : top);  // the widest value
+          // The reference: the smallest width holding every value.
+          uint32_t want = kItem;
+          for (uint32_t w = 4; w >= 1; w /= 2) {
+            if (w >= kItem) continue;
+            const int64_t lo = negative ? -(int64_t{1} << (8 * w - 1)) : 0;
+            const int64_t hi = negative ? (int64_t{1} << (8 * w - 1)) : (int64_t{1} << (8 * w));
+            bool fits = true;
+            for (T v : vals)
+              fits = fits && static_cast<int64_t>(v) >= lo && static_cast<int64_t>(v) < hi;
+            if (fits) want = w;
+          }
+          std::vector<uint8_t> want_bytes;
+          for (T v : vals) {
+            const uint8_t* p = reinterpret_cast<const uint8_t*>(&v);  // little-endian host
+            want_bytes.insert(want_bytes.end(), p, p + want);
+          }
+          for (uint32_t guess : {0u, 1u, 2u, 4u, 8u}) {
+            SCOPED_TRACE("top " + std::to_string(top) + (negative ? " negative" : "") + " n " +
+                         std::to_string(n) + " at " + std::to_string(at) + " guess " +
+                         std::to_string(guess));
+            std::vector<uint8_t> out(5, 0xee);  // stale bytes from a previous record
+            const narrow::Plan plan =
+                narrow::NarrowRecord(reinterpret_cast<const uint8_t*>(vals.data()), n, kItem,
+                                     std::is_signed_v<T>, &out, guess);
+            ASSERT_EQ(plan.width, want);
+            EXPECT_EQ(plan.zero_extend, std::is_signed_v<T> && !negative && want < kItem);
+            if (want < kItem) {
+              EXPECT_EQ(out, want_bytes);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(NarrowTest, NarrowRecordGivesTheSameResultWhateverTheGuessedWidth) {
+  ExpectNarrowRecordIgnoresTheGuess<int16_t>();
+  ExpectNarrowRecordIgnoresTheGuess<uint16_t>();
+  ExpectNarrowRecordIgnoresTheGuess<int32_t>();
+  ExpectNarrowRecordIgnoresTheGuess<uint32_t>();
+  ExpectNarrowRecordIgnoresTheGuess<int64_t>();
+  ExpectNarrowRecordIgnoresTheGuess<uint64_t>();
 }
 
 TEST(NarrowTest, EveryIntegerDTypeRoundTripsAtEveryWidth) {

@@ -443,6 +443,94 @@ TEST(StoreRoundTrip, RaggedRecordsFromScatteredBuffersWriteTheStoreOfOnePackedBu
   }
 }
 
+// Token-like int32 records for the chunking test: small values (narrowed to 1
+// or 2 bytes), some negative or wide ones (4 bytes), zero-length records, and
+// records above the stream threshold below; record i's values start at i, so
+// a reordered or dropped record changes the bytes.
+std::vector<std::vector<int32_t>> ChunkTestRecords(uint64_t n) {
+  std::mt19937_64 rng(11);
+  std::vector<std::vector<int32_t>> recs(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    const uint64_t len = i % 17 == 3 ? 0 : i % 211 == 100 ? 12000 : 1 + rng() % 700;
+    const int32_t span = i % 5 == 0 ? 200 : i % 7 == 0 ? 1 << 20 : 50000;
+    for (uint64_t k = 0; k < len; ++k) {
+      int32_t v = static_cast<int32_t>(i) + static_cast<int32_t>(rng() % span);
+      if (i % 11 == 4 && k % 3 == 0) v = -v;
+      recs[i].push_back(v);
+    }
+  }
+  return recs;
+}
+
+// Chunks overlap (one is written while the next is compressed) and a piece
+// ends at a chunk boundary, but the bytes on disk are those of writing all the
+// input as one chunk: every file equal, for both append calls, every codec,
+// with records streamed between chunks and with or without huge-page writes.
+TEST(StoreRoundTrip, ManySmallChunksWriteTheStoreOfOneChunk) {
+  const std::vector<std::vector<int32_t>> recs = ChunkTestRecords(1500);
+  const uint64_t n = recs.size();
+  std::vector<int32_t> packed;
+  std::vector<const void*> ptrs;
+  std::vector<uint64_t> shapes;
+  for (const auto& r : recs) {
+    packed.insert(packed.end(), r.begin(), r.end());
+    ptrs.push_back(r.data());
+    shapes.push_back(r.size());
+  }
+  const uint64_t total = packed.size() * 4;
+  for (Codec c : {Codec::kRaw, Codec::kZstd, Codec::kZstdDict}) {
+    for (bool scattered : {false, true}) {
+      for (bool huge : {false, true}) {
+        SCOPED_TRACE(std::string(CodecName(c)) + (scattered ? " scattered" : " packed") +
+                     (huge ? " huge pages" : ""));
+        TempDir dir;
+        for (const char* name : {"one", "many"}) {
+          WriteOptions o = Options(c, 3);
+          o.huge_page_writes = huge;
+          o.stream_threshold = 40000;  // the 48,000-byte records are streamed
+          // "one": more than the whole input; "many": hundreds of chunks.
+          o.chunk_bytes = std::string(name) == "one" ? total + 1 : 3000;
+          auto w = StoreWriter::Create(dir.Sub(name), RaggedSchema("<i4", 1), o);
+          ASSERT_TRUE(w.ok()) << w.status().ToString();
+          const Status st = scattered ? (*w)->AppendRaggedRecords(ptrs.data(), shapes.data(), n)
+                                      : (*w)->AppendRagged(packed.data(), shapes.data(), n);
+          ASSERT_TRUE(st.ok()) << st.ToString();
+          ASSERT_TRUE((*w)->Publish().ok());
+        }
+        size_t files = 0;
+        for (const auto& e : std::filesystem::directory_iterator(dir.Sub("one"))) {
+          const std::string name = e.path().filename().string();
+          const std::vector<uint8_t> one = FileBytes(e.path().string());
+          EXPECT_EQ(one, FileBytes(dir.Sub("many") + "/" + name)) << name;
+          EXPECT_GT(one.size(), 0u) << name;
+          ++files;
+        }
+        EXPECT_EQ(files, c == Codec::kZstdDict ? 6u : 5u);  // meta, index, 3 data, dict
+        auto s = Store::Open(dir.Sub("many"));
+        ASSERT_TRUE(s.ok()) << s.status().ToString();
+        ASSERT_EQ((*s)->size(), n);
+        EXPECT_EQ((*s)->nbytes(), total);
+        for (uint64_t i = 0; i < n; ++i) {
+          std::vector<int32_t> out(recs[i].size());
+          ASSERT_TRUE((*s)->ReadRecord(i, out.data(), out.size() * 4).ok()) << i;
+          ASSERT_EQ(out, recs[i]) << "record " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(StoreRoundTrip, ZeroChunkBytesIsInvalid) {
+  TempDir dir;
+  WriteOptions o = Options(Codec::kZstd, 1);
+  o.chunk_bytes = 0;
+  auto w = StoreWriter::Create(dir.Sub("s"), RaggedSchema("<i4", 1), o);
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(w.status().message(), "chunk_bytes must be > 0");
+  EXPECT_FALSE(std::filesystem::exists(dir.Sub("s")));
+}
+
 TEST(StoreRoundTrip, RaggedRecordsOnADenseStoreIsASchemaError) {
   TempDir dir;
   auto w = StoreWriter::Create(dir.Sub("d"), DenseSchema("<i4", {2}), WriteOptions{});

@@ -84,6 +84,13 @@ struct WriteOptions {
   // streaming straight into their shard file, so writer memory stays bounded
   // for records of any size (> 4 GiB included). Tests lower it.
   uint64_t stream_threshold = uint64_t{32} << 20;
+  // Input compressed per parallel round (> 0). A round is written while the
+  // next one of the same append call is compressed, so the writer holds the
+  // output of at most two rounds: about 2 x chunk_bytes (plus zstd's
+  // worst-case bound) beside the caller's input (docs/format.md, Writing).
+  // Small enough that the 64 MiB slices of a Python Dense.append are four
+  // rounds. The bytes on disk do not depend on it. Tests lower it.
+  uint64_t chunk_bytes = uint64_t{16} << 20;
   // true: data files are written in whole 2 MiB-aligned pieces, so their
   // page cache is in 2 MiB folios that readers map with 2 MiB pages
   // (docs/format.md, Writing). false (default): pieces as they come (at
