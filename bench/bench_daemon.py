@@ -378,8 +378,21 @@ def p50_99(samples: list[float], digits: int = 0) -> str:
     return f"{pct(samples, 50):.{digits}f} / {pct(samples, 99):.{digits}f}"
 
 
-def main() -> int:
-    t_start = time.monotonic()
+@dataclass
+class Measured:
+    """What one run measured: the floor, the hand-off draws per size, the warm draws, the throughput
+    rounds ((embedded b/s, CPU s/batch), (daemon b/s, CPU s/batch)), and the load around them."""
+
+    calib: dict[str, Any]
+    floor: float
+    rows: list[Row]
+    warm: Any
+    runs: list[tuple[tuple[float, float], tuple[float, float]]]
+    load_before: float
+    load_after: float
+
+
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--loaderxd")
     ap.add_argument("--handoff-bench", help="the loaderx_handoff_bench binary")
@@ -397,11 +410,12 @@ def main() -> int:
     args = ap.parse_args()
     if args.quick:
         args.samples, args.batches, args.repeats, args.no_doc = 20, 10, 1, True
-    ensure_stores()
-    load_before = os.getloadavg()[0]
-    exe = loaderxd_binary(args.loaderxd)
-    cpp = bench_binary("loaderx_handoff_bench", args.handoff_bench)
+    return args
 
+
+def measure(args: argparse.Namespace, exe: str, cpp: str) -> Measured:
+    """The floor, then every size's hand-off draws, the warm draws and the throughput rounds."""
+    load_before = os.getloadavg()[0]
     calib = run_cpp(cpp, "--calibrate", "--samples", args.samples, "--pause-ms", args.pause * 1e3)
     floor = pct(calib["queued_cold_recv"], 50)
     print(f"floor: cold queued recvmsg p50 {floor:.1f} us, SEQPACKET wake-up p50"
@@ -441,7 +455,40 @@ def main() -> int:
     finally:
         daemon.close()
     load_after = os.getloadavg()[0]
+    return Measured(calib, floor, rows, warm, runs, load_before, load_after)
 
+
+def medians(runs: list[tuple[tuple[float, float], tuple[float, float]]]) -> tuple[float, float, float, float]:
+    """Embedded b/s, daemon b/s, embedded CPU s/batch, daemon CPU s/batch: medians over the rounds."""
+
+    def med(i: int, j: int) -> float:
+        return statistics.median(run[i][j] for run in runs)
+
+    return med(0, 0), med(1, 0), med(0, 1), med(1, 1)
+
+
+def goal_result(m: Measured, machine: str) -> dict:
+    """The loaderxd goals of bench/goals.py from this run's figures."""
+    floor, rows, runs = m.floor, m.rows, m.runs
+    e, d, ec, dc = medians(runs)
+    sizes = [size for size, _, _, _ in CASES]
+    ratios = [dd / ee for (ee, _), (dd, _) in runs]
+    return section_result("daemon", machine, {
+        "daemon-cpp-ready": [Part(s, pct(c.queued, 50), limit=floor + BY_ID["daemon-cpp-ready"].limit)
+                             for s, (_, c, _) in zip(sizes, rows)],
+        "daemon-cpp-warm": [Part(s, pct(c.warm, 50)) for s, (_, c, _) in zip(sizes, rows)],
+        "daemon-py-next": [Part(s, pct(lat.daemon, 50) - pct(lat.embedded, 50)) for s, (lat, _, _) in zip(sizes, rows)],
+        "daemon-throughput": [Part("37 MiB", d / e)],
+        "daemon-cpu-share": [Part("37 MiB", dc / ec)],
+    }, {"daemon-cpp-ready": f"floor {floor:.1f} µs",
+        "daemon-throughput": f"median of {len(runs)} rounds, {min(ratios):.2f}x-{max(ratios):.2f}x",
+        "daemon-cpu-share": f"median of {len(runs)} rounds"})
+
+
+
+def tables(m: Measured) -> tuple[list[list[str]], list[list[str]], list[list[str]]]:
+    """The rows of the C++ client, Python client and throughput tables."""
+    floor, rows, runs = m.floor, m.rows, m.runs
     py_rows, cpp_rows = [], []
     for (size, what, _, _), (lat, c, c_sock) in zip(CASES, rows):
         over = pct(lat.daemon, 50) - pct(lat.embedded, 50)
@@ -458,35 +505,24 @@ def main() -> int:
     for r, ((e, ec), (d, dc)) in enumerate(runs, 1):
         tp_rows.append([str(r), f"{e:.1f}", f"{d:.1f} ({d / e:.2f}x)", f"{ec * 1e3:.2f}",
                         f"{dc * 1e3:.3f} ({dc / ec:.1%})"])
-
-    def med(i: int, j: int) -> float:
-        return statistics.median(run[i][j] for run in runs)
-
-    e, d, ec, dc = med(0, 0), med(1, 0), med(0, 1), med(1, 1)
+    e, d, ec, dc = medians(runs)
     tp_rows.append(["median", f"{e:.1f}", f"{d:.1f} ({d / e:.2f}x)", f"{ec * 1e3:.2f}",
                     f"{dc * 1e3:.3f} ({dc / ec:.1%})"])
-    sizes = [size for size, _, _, _ in CASES]
-    ratios = [dd / ee for (ee, _), (dd, _) in runs]
-    machine = machine_line()
-    goal_doc = section_result("daemon", machine, {
-        "daemon-cpp-ready": [Part(s, pct(c.queued, 50), limit=floor + BY_ID["daemon-cpp-ready"].limit)
-                             for s, (_, c, _) in zip(sizes, rows)],
-        "daemon-cpp-warm": [Part(s, pct(c.warm, 50)) for s, (_, c, _) in zip(sizes, rows)],
-        "daemon-py-next": [Part(s, pct(lat.daemon, 50) - pct(lat.embedded, 50)) for s, (lat, _, _) in zip(sizes, rows)],
-        "daemon-throughput": [Part("37 MiB", d / e)],
-        "daemon-cpu-share": [Part("37 MiB", dc / ec)],
-    }, {"daemon-cpp-ready": f"floor {floor:.1f} µs",
-        "daemon-throughput": f"median of {len(runs)} rounds, {min(ratios):.2f}x-{max(ratios):.2f}x",
-        "daemon-cpu-share": f"median of {len(runs)} rounds"})
+    return cpp_rows, py_rows, tp_rows
 
+
+def render(args: argparse.Namespace, m: Measured, machine: str, goal_doc: dict, minutes: float) -> str:
+    """The docs section of this run."""
+    calib, warm, load_before, load_after = m.calib, m.warm, m.load_before, m.load_after
+    cpp_rows, py_rows, tp_rows = tables(m)
     def stage(name: str) -> str:
         return f"{pct(calib[name], 50):.2f}"
 
-    body = "\n".join([
+    return "\n".join([
         "## loaderxd (bench/bench_daemon.py)",
         "",
         (f"One run on {machine}; 1-minute load average {load_before:.1f} before the run"
-         f" and {load_after:.1f} after; {(time.monotonic() - t_start) / 60:.1f} minutes. Protocol"
+         f" and {load_after:.1f} after; {minutes:.1f} minutes. Protocol"
          " 1.4: the daemon pushes the next ready batch one ahead of what the caller took (the"
          " push window), into the loader's shared-memory push queue, while the client holds fewer"
          " than its credit, and a take while the"
@@ -555,14 +591,25 @@ def main() -> int:
         markdown_table(["round", "embedded b/s", "daemon b/s", "embedded CPU ms", "daemon CPU ms"],
                        tp_rows, "lrrrr"),
     ])
+
+
+def main() -> int:
+    t_start = time.monotonic()
+    args = parse_args()
+    ensure_stores()
+    exe = loaderxd_binary(args.loaderxd)
+    cpp = bench_binary("loaderx_handoff_bench", args.handoff_bench)
+    m = measure(args, exe, cpp)
+    machine = machine_line()
+    goal_doc = goal_result(m, machine)
+    body = render(args, m, machine, goal_doc, (time.monotonic() - t_start) / 60)
     if not args.no_doc:
-        plot(rows, floor, PLOT)
+        plot(m.rows, m.floor, PLOT)
         update_doc_section("daemon", body)
         write_result(goal_doc)
     print(body)
     print(f"bench_daemon.py took {(time.monotonic() - t_start) / 60:.1f} min", flush=True)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

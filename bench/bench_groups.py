@@ -389,7 +389,7 @@ def groups_goals(results: dict[tuple[str, str], dict[str, float]], codecs: list[
     return {"groups-broadcast-pss": [Part(c, pss(c)) for c in CODECS]}
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trainer", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--setup", choices=(*SETUPS, "idle", "idle-torch"), help=argparse.SUPPRESS)
@@ -411,6 +411,62 @@ def main() -> int:
                     help="smoke run: batch 16, 5 steps, 512 records; never writes docs")
     ap.add_argument("--no-doc", action="store_true")
     args = ap.parse_args()
+    return args
+
+
+def render(args: argparse.Namespace, results: dict[tuple[str, str], dict[str, Any]], codecs: list[str],
+           setups: list[str], what: str, records: int, machine: str) -> str:
+    """The docs section of this run: the table and the goal lines."""
+    base = {s: idle_pss(s) / 2**20 for s in setups}
+    rows = []
+    for codec in codecs:
+        for setup in setups:
+            r = results[(codec, setup)]
+            rows.append([codec, setup, f"{r['rate_mean']:.1f}", f"{r['rate_min']:.1f}", f"{r['pss_mib']:.0f}",
+                         f"{r['pss_mib'] - args.trainers * base[setup]:.0f}", f"{r['shmem_mib']:.0f}",
+                         f"{r['file_mib']:.0f}", f"{r['cpu_s']:.1f}",
+                         f"{r['daemon_cpu_s']:.1f}"])
+    table = markdown_table(["codec", "set-up", "batches/s per trainer (mean)", "slowest trainer",
+                            "total PSS MiB", f"minus {args.trainers} bare trainer processes, MiB",
+                            "of which shared memory, MiB", "of which mapped files, MiB", "total CPU s",
+                            "of which loaderxd"], rows, align="llrrrrrrrr")
+    goals = []
+    for codec in codecs:
+        if ("embedded" not in setups or "broadcast" not in setups):
+            break
+        a, b = results[(codec, "embedded")], results[(codec, "broadcast")]
+        one = a["max_trainer_pss_mib"]
+        bare = base["broadcast"]
+        loaders = b["pss_mib"] - args.trainers * bare
+        line = (f"{codec}: (b) total PSS {b['pss_mib']:.0f} MiB = {b['pss_mib'] / one:.2f}x one embedded "
+                f"trainer's {one:.0f} MiB (goal <= 1.3x); without the {args.trainers} bare trainer processes "
+                f"({bare:.0f} MiB each: interpreter, NumPy and loaderx imported, no loader) it is "
+                f"{loaders:.0f} MiB = {loaders / max(one - bare, 1e-9):.2f}x one embedded loader's "
+                f"{one - bare:.0f} MiB.")
+        if codec == "zstd":
+            line += (f" (b) per-trainer {b['rate_mean']:.1f} batches/s = {b['rate_mean'] / a['rate_mean']:.2f}x "
+                     f"(a)'s {a['rate_mean']:.1f} with zstd (goal >= 2x).")
+        goals.append(line)
+    return (
+        "### loaderxd groups with processes\n\n"
+        f"{machine}\n\n"
+        f"`bench/bench_groups.py`: {args.trainers} trainer processes each draw {args.steps} IID batches of "
+        f"{args.batch} uint8[3,224,224] images ({what}, {records} records), touching every page; (a) "
+        f"embedded loaders, (b) members of one loaderxd broadcast group, (c) torch DataLoaders with "
+        f"{args.torch_workers} forked workers each. Every trainer's first batch is checked first. PSS: peak "
+        "of the total over all trainers, their workers and loaderxd, and what it is made of at that moment: "
+        "shared memory (loaderxd's group ring; torch's worker tensors) and mapped files (libraries and store "
+        "pages read through the mapping, counted once in total however many processes map them; records of "
+        "64 KiB and more are read with pread, so the stores' page cache is not in PSS in any set-up); CPU: all "
+        f"of them. loaderxd flags: {' '.join(args.daemon_args.split()) or 'its defaults (--group-prefetch 1, --group-live-batches 2)'}. "
+        "One run; load average "
+        f"{os.getloadavg()[0]:.1f} at the end.\n\n{table}\n\n" + "\n".join(goals) + "\n\n"
+        "![batches/s and PSS](bench_groups.png)\n"
+    )
+
+
+def main() -> int:
+    args = parse_args()
     if args.trainer:
         return trainer(args)
     if args.quick:
@@ -442,53 +498,8 @@ def main() -> int:
     finally:
         if args.quick:
             shutil.rmtree(root, ignore_errors=True)
-    base = {s: idle_pss(s) / 2**20 for s in setups}
-    rows = []
-    for codec in codecs:
-        for setup in setups:
-            r = results[(codec, setup)]
-            rows.append([codec, setup, f"{r['rate_mean']:.1f}", f"{r['rate_min']:.1f}", f"{r['pss_mib']:.0f}",
-                         f"{r['pss_mib'] - args.trainers * base[setup]:.0f}", f"{r['shmem_mib']:.0f}",
-                         f"{r['file_mib']:.0f}", f"{r['cpu_s']:.1f}",
-                         f"{r['daemon_cpu_s']:.1f}"])
-    table = markdown_table(["codec", "set-up", "batches/s per trainer (mean)", "slowest trainer",
-                            "total PSS MiB", f"minus {args.trainers} bare trainer processes, MiB",
-                            "of which shared memory, MiB", "of which mapped files, MiB", "total CPU s",
-                            "of which loaderxd"], rows, align="llrrrrrrrr")
-    goals = []
-    for codec in codecs:
-        if ("embedded" not in setups or "broadcast" not in setups):
-            break
-        a, b = results[(codec, "embedded")], results[(codec, "broadcast")]
-        one = a["max_trainer_pss_mib"]
-        bare = base["broadcast"]
-        loaders = b["pss_mib"] - args.trainers * bare
-        line = (f"{codec}: (b) total PSS {b['pss_mib']:.0f} MiB = {b['pss_mib'] / one:.2f}x one embedded "
-                f"trainer's {one:.0f} MiB (goal <= 1.3x); without the {args.trainers} bare trainer processes "
-                f"({bare:.0f} MiB each: interpreter, NumPy and loaderx imported, no loader) it is "
-                f"{loaders:.0f} MiB = {loaders / max(one - bare, 1e-9):.2f}x one embedded loader's "
-                f"{one - bare:.0f} MiB.")
-        if codec == "zstd":
-            line += (f" (b) per-trainer {b['rate_mean']:.1f} batches/s = {b['rate_mean'] / a['rate_mean']:.2f}x "
-                     f"(a)'s {a['rate_mean']:.1f} with zstd (goal >= 2x).")
-        goals.append(line)
     machine = machine_line()
-    body = (
-        "### loaderxd groups with processes\n\n"
-        f"{machine}\n\n"
-        f"`bench/bench_groups.py`: {args.trainers} trainer processes each draw {args.steps} IID batches of "
-        f"{args.batch} uint8[3,224,224] images ({what}, {len(src)} records), touching every page; (a) "
-        f"embedded loaders, (b) members of one loaderxd broadcast group, (c) torch DataLoaders with "
-        f"{args.torch_workers} forked workers each. Every trainer's first batch is checked first. PSS: peak "
-        "of the total over all trainers, their workers and loaderxd, and what it is made of at that moment: "
-        "shared memory (loaderxd's group ring; torch's worker tensors) and mapped files (libraries and store "
-        "pages read through the mapping, counted once in total however many processes map them; records of "
-        "64 KiB and more are read with pread, so the stores' page cache is not in PSS in any set-up); CPU: all "
-        f"of them. loaderxd flags: {' '.join(args.daemon_args.split()) or 'its defaults (--group-prefetch 1, --group-live-batches 2)'}. "
-        "One run; load average "
-        f"{os.getloadavg()[0]:.1f} at the end.\n\n{table}\n\n" + "\n".join(goals) + "\n\n"
-        "![batches/s and PSS](bench_groups.png)\n"
-    )
+    body = render(args, results, codecs, setups, what, len(src), machine)
     print(body)
     if not args.no_doc:
         plot(DOCS / "bench_groups.png", results, args.trainers)

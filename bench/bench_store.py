@@ -584,9 +584,8 @@ def ref_child(args: argparse.Namespace) -> int:
     return 0
 
 
-def main() -> int:
+def parse_args(names: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    names = list(workloads())
     ap.add_argument("--workloads", default=",".join(names), help=f"comma list of {names}")
     ap.add_argument("--backends", default="", help="comma list of backend names (default: all)")
     ap.add_argument("--min-seconds", type=float, default=1.0, help="timed gather time per backend and pass")
@@ -606,6 +605,12 @@ def main() -> int:
                     help="do not measure the machine's write ceilings beside loaderx's writes")
     ap.add_argument("--ref-child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    return args
+
+
+def main() -> int:
+    names = list(workloads())
+    args = parse_args(names)
     if args.ref_child:
         return ref_child(args)
 

@@ -217,6 +217,41 @@ int RunThroughput(const Args& a, loaderx::client::Loader& loader) {
   return 0;
 }
 
+// The pause before a timed draw: a few of the daemon's steady production
+// times per batch (back to back, prefetch drained), so that every timed draw
+// finds its batch ready, or --pause-ms if longer (one pause for every size,
+// so a size dependence is not a difference in how cold the caches got).
+double PauseMs(loaderx::client::Loader& loader, double min_pause_ms, uint64_t* nbytes) {
+  for (int i = 0; i < 3; ++i) *nbytes = DenseBytes(Take(loader, "next"));
+  const uint64_t p0 = MonotonicNowNs();
+  for (int i = 0; i < 8; ++i) (void)Take(loader, "next");
+  const double produce_ms = Us(p0, MonotonicNowNs()) / 8e3;
+  return std::max(min_pause_ms, 1 + 3 * produce_ms);
+}
+
+// The credit draws: the client holds its whole credit (nothing is pushed),
+// frees its oldest batch and takes the next; publish -> holding from the
+// later of the release and the slot's publish stamp, release -> holding, and
+// the call's CPU.
+void CreditDraws(loaderx::client::Loader& loader, size_t leases, int samples, double pause_ms,
+                 Samples* p2h, Samples* round_trip, Samples* reply_cpu) {
+  std::deque<loaderx::client::Batch> held;
+  while (held.size() < leases) held.push_back(Take(loader, "next"));
+  for (int i = 0; i < samples; ++i) {
+    SleepMs(pause_ms);  // the next batch is gathered, not pushed: no credit
+    const uint64_t c0 = ThreadCpuNs(), t0 = MonotonicNowNs();
+    held.pop_front();  // its release returns one credit
+    loaderx::client::Batch b = Take(loader, "next");
+    loaderx::client::ArrayView v = b.Dense(0);
+    const uint64_t t1 = MonotonicNowNs(), c1 = ThreadCpuNs();
+    if (v.data == nullptr) Die("batch without values");
+    p2h->push_back(Us(std::max(b.publish_ns(), t0), t1));
+    round_trip->push_back(Us(t0, t1));
+    reply_cpu->push_back(Us(c0, c1));
+    held.push_back(std::move(b));
+  }
+}
+
 int RunLoader(const Args& a) {
   auto client = Check(loaderx::Client::Connect(a.socket), "connect");
   loaderx::client::LoaderSpec spec;
@@ -234,35 +269,11 @@ int RunLoader(const Args& a) {
   VerifyAgainstEmbedded(*loader, a.store, a.batch);
   if (a.throughput > 0) return RunThroughput(a, *loader);
 
-  // The daemon's steady production time per batch (back to back, prefetch
-  // drained), so that every timed draw finds its batch ready after a pause
-  // of a few of those; one pause for every size (--pause-ms) so a size
-  // dependence is not a difference in how cold the caches got.
   uint64_t nbytes = 0;
-  for (int i = 0; i < 3; ++i) nbytes = DenseBytes(Take(*loader, "next"));
-  const uint64_t p0 = MonotonicNowNs();
-  for (int i = 0; i < 8; ++i) (void)Take(*loader, "next");
-  const double produce_ms = Us(p0, MonotonicNowNs()) / 8e3;
-  const double pause_ms = std::max(a.pause_ms, 1 + 3 * produce_ms);
+  const double pause_ms = PauseMs(*loader, a.pause_ms, &nbytes);
 
   Samples p2h, round_trip, reply_cpu;
-  {
-    std::deque<loaderx::client::Batch> held;
-    while (held.size() < spec.leases) held.push_back(Take(*loader, "next"));
-    for (int i = 0; i < a.samples; ++i) {
-      SleepMs(pause_ms);  // the next batch is gathered, not pushed: no credit
-      const uint64_t c0 = ThreadCpuNs(), t0 = MonotonicNowNs();
-      held.pop_front();  // its release returns one credit
-      loaderx::client::Batch b = Take(*loader, "next");
-      loaderx::client::ArrayView v = b.Dense(0);
-      const uint64_t t1 = MonotonicNowNs(), c1 = ThreadCpuNs();
-      if (v.data == nullptr) Die("batch without values");
-      p2h.push_back(Us(std::max(b.publish_ns(), t0), t1));
-      round_trip.push_back(Us(t0, t1));
-      reply_cpu.push_back(Us(c0, c1));
-      held.push_back(std::move(b));
-    }
-  }
+  CreditDraws(*loader, spec.leases, a.samples, pause_ms, &p2h, &round_trip, &reply_cpu);
 
   int skipped = 0;
   const int max_attempts = 10 * a.samples;

@@ -431,6 +431,32 @@ class StoreImpl final : public Store {
 
   // Format 1.1 otherwise: the record ends where its entry says and starts
   // where the record before it in its shard ends.
+  // The stored width of entry `e` of record i (bits 60..62 set): a width
+  // code exists only in 1.2 stores of narrowable dtypes (a 1.1 store's
+  // entries have bits 60..62 clear), and only narrower than the dtype; the
+  // zero-extension bit only with one, on a signed dtype (docs/format.md,
+  // section 3).
+  Status ReadWidth(uint64_t i, uint64_t e, RecordRef* r) const {
+    const uint64_t code = (e & format::kEndWidthMask) >> format::kEndWidthShift;
+    if (!width_refusal_.empty()) {
+      return BadEntry(i, (code != 0 ? "width code " + std::to_string(code)
+                                    : std::string("zero-extension bit")) +
+                             " in " + width_refusal_);
+    }
+    r->width = format::WidthOfCode(code);
+    r->zero_extend = (e & format::kEndZeroExtendBit) != 0;
+    if (r->width >= meta_.schema.dtype.itemsize) {
+      return BadEntry(i, "stored width " + std::to_string(r->width) +
+                             " bytes is not below the itemsize " +
+                             std::to_string(meta_.schema.dtype.itemsize));
+    }
+    if (r->zero_extend && (r->width == 0 || meta_.schema.dtype.kind != 'i')) {
+      return BadEntry(i, r->width == 0 ? "zero-extension bit without a width code"
+                                       : "zero-extension bit on an unsigned dtype");
+    }
+    return Status::OK();
+  }
+
   Result<RecordRef> LocateEnd(uint64_t i) const {
     LX_RETURN_IF_ERROR(CheckIndex(i));
     LX_ASSIGN_OR_RETURN(const uint8_t* row, index_.Row(i));
@@ -446,27 +472,7 @@ class StoreImpl final : public Store {
     r.shard = format::RunShard(i, meta_.run_records, meta_.data_shards);
     r.compressed = (e & format::kEndCompressedBit) != 0;
     if ((e & (format::kEndWidthMask | format::kEndZeroExtendBit)) != 0) {
-      // Width codes exist only in 1.2 stores of narrowable dtypes (a 1.1
-      // store's entries have bits 60..62 clear), and only narrower than the
-      // dtype; the zero-extension bit only with one, on a signed dtype
-      // (docs/format.md, section 3).
-      const uint64_t code = (e & format::kEndWidthMask) >> format::kEndWidthShift;
-      if (!width_refusal_.empty()) {
-        return BadEntry(i, (code != 0 ? "width code " + std::to_string(code)
-                                      : std::string("zero-extension bit")) +
-                               " in " + width_refusal_);
-      }
-      r.width = format::WidthOfCode(code);
-      r.zero_extend = (e & format::kEndZeroExtendBit) != 0;
-      if (r.width >= meta_.schema.dtype.itemsize) {
-        return BadEntry(i, "stored width " + std::to_string(r.width) +
-                               " bytes is not below the itemsize " +
-                               std::to_string(meta_.schema.dtype.itemsize));
-      }
-      if (r.zero_extend && (r.width == 0 || meta_.schema.dtype.kind != 'i')) {
-        return BadEntry(i, r.width == 0 ? "zero-extension bit without a width code"
-                                        : "zero-extension bit on an unsigned dtype");
-      }
+      LX_RETURN_IF_ERROR(ReadWidth(i, e, &r));
     }
     // Bytes per stored value: what the stored bytes decode to is a multiple of it.
     const uint64_t unit = r.width != 0 ? r.width : meta_.schema.dtype.itemsize;
