@@ -389,6 +389,18 @@ def groups_goals(results: dict[tuple[str, str], dict[str, float]], codecs: list[
     return {"groups-broadcast-pss": [Part(c, pss(c)) for c in CODECS]}
 
 
+def run_inputs(args: argparse.Namespace, prefix: str) -> tuple[str, list[str], np.ndarray, str, Path]:
+    """The loaderxd binary, the codecs, the source records (and what they are) and the stores' root of
+    a run; ``--quick`` makes it a smoke run: batch 16, 5 steps, 512 records in a temporary root."""
+    if args.quick:
+        args.batch, args.steps, args.no_doc = 16, 5, True
+    exe = loaderxd_path(args.loaderxd)
+    codecs = [c for c in args.codecs.split(",") if c]
+    src, what = source_array(args.quick, 512)
+    root = Path(tempfile.mkdtemp(prefix=prefix)) if args.quick else DATA / "groups"
+    return exe, codecs, src, what, root
+
+
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trainer", action="store_true", help=argparse.SUPPRESS)
@@ -469,15 +481,10 @@ def main() -> int:
     args = parse_args()
     if args.trainer:
         return trainer(args)
-    if args.quick:
-        args.batch, args.steps, args.no_doc = 16, 5, True
-    exe = loaderxd_path(args.loaderxd)
-    codecs = [c for c in args.codecs.split(",") if c]
+    exe, codecs, src, what, root = run_inputs(args, "lxgroups-stores-")
     setups = [s for s in SETUPS if s in args.setups.split(",")]
     if setups != list(SETUPS):
         args.no_doc = True  # the published table has every set-up
-    src, what = source_array(args.quick, 512)
-    root = Path(tempfile.mkdtemp(prefix="lxgroups-stores-")) if args.quick else DATA / "groups"
     results: dict[tuple[str, str], dict[str, Any]] = {}
     try:
         for codec in codecs:

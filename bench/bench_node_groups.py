@@ -58,13 +58,12 @@ from bench_groups import (
     build_store,
     digest,
     idle_pss,
-    loaderxd_path,
+    run_inputs,
     run_trainers,
-    source_array,
     timed_draws,
     torch_draw,
 )
-from benchlib import DATA, DOCS, Daemon, machine_line, markdown_table, update_doc_section
+from benchlib import DOCS, Daemon, machine_line, markdown_table, update_doc_section
 from goals import Part, write_section
 
 SEED = 7
@@ -265,12 +264,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.trainer:
         return trainer(args)
-    if args.quick:
-        args.batch, args.steps, args.no_doc = 16, 5, True
-    exe = loaderxd_path(args.loaderxd)
-    codecs = [c for c in args.codecs.split(",") if c]
-    src, what = source_array(args.quick, 512)
-    root = Path(tempfile.mkdtemp(prefix="lxnode-stores-")) if args.quick else DATA / "groups"
+    exe, codecs, src, what, root = run_inputs(args, "lxnode-stores-")
     results: dict[tuple[str, str], dict[str, Any]] = {}
     try:
         for codec in codecs:
