@@ -38,7 +38,9 @@ for f in python/loaderx/*; do
 done
 
 module=$(ls "$out"/pkg/loaderx/_loaderx*.so)
-nm -D "$module" | grep -q __tsan_func_entry || { echo "test-tsan-py: $module is not instrumented" >&2; exit 1; }
+# grep reads all of nm's output (with -q it would quit early and, under
+# pipefail, nm's SIGPIPE would fail the check).
+nm -D "$module" | grep __tsan_func_entry >/dev/null || { echo "test-tsan-py: $module is not instrumented" >&2; exit 1; }
 runtime=$("${CXX:-g++}" -print-file-name=libtsan.so)
 [ -e "$runtime" ] || { echo "test-tsan-py: no TSan runtime ($runtime)" >&2; exit 1; }
 stage "tests/integration/test_thread_stress.py under TSan ($runtime)"
