@@ -18,6 +18,8 @@
 # interpreter: the project venv's), LOADERXD (the daemon of step 2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/package_links.sh
+. scripts/package_links.sh
 cmake=${CMAKE:-.venv/bin/cmake}
 py=${PY:-.venv/bin/python}
 out=$PWD/build-noclient
@@ -33,10 +35,7 @@ mkdir -p "$out/pkg/loaderx"
   >"$out/configure.log" 2>&1 || { cat "$out/configure.log"; exit 1; }
 "$cmake" --build "$out" -j "${JOBS:-$(nproc)}" --target _loaderx
 # The package's Python files, linked (a change to them needs no re-run of step 1).
-for f in python/loaderx/*; do
-  case $f in *.so) continue ;; esac
-  ln -sfn "$PWD/$f" "$out/pkg/loaderx/"
-done
+link_package_sources "$out/pkg"
 
 stage "checking it (tests/integration/test_noclient.py)"
 PYTHONPATH=python LOADERX_NOCLIENT_PKG="$out/pkg" LOADERXD="${LOADERXD:-$PWD/build/daemon/loaderxd}" \

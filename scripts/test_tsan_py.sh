@@ -18,6 +18,8 @@
 # preloaded: g++ unless the build says otherwise).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=scripts/package_links.sh
+. scripts/package_links.sh
 cmake=${CMAKE:-.venv/bin/cmake}
 py=${PY:-.venv/bin/python}
 out=$PWD/build-tsan-py
@@ -32,10 +34,7 @@ mkdir -p "$out/pkg/loaderx"
   -DLOADERX_PYTHON_MODULE_DIR="$out/pkg/loaderx" \
   >"$out/configure.log" 2>&1 || { cat "$out/configure.log"; exit 1; }
 "$cmake" --build "$out" -j "${JOBS:-$(nproc)}" --target _loaderx loaderxd
-for f in python/loaderx/*; do
-  case $f in *.so) continue ;; esac
-  ln -sfn "$PWD/$f" "$out/pkg/loaderx/"
-done
+link_package_sources "$out/pkg"
 
 module=$(ls "$out"/pkg/loaderx/_loaderx*.so)
 # grep reads all of nm's output (with -q it would quit early and, under
