@@ -60,14 +60,18 @@ class StoreWriter:
         """Appends ``count`` records packed back to back in C-contiguous ``values``;
         ``shapes`` is ``(count, ndim)`` uint64."""
 
-    def append_ragged_batch(
+    def append_ragged_from(
         self,
-        batch: list[Any],
+        it: Iterator[Any],
         dtype: np.dtype[Any],
         ndim: SupportsIndex,
-    ) -> int:
-        """Validates then appends a list of ndarrays; returns the index of the first record
-        that is not an ndarray of ``dtype`` and rank ``ndim`` (nothing appended), else -1."""
+        max_records: SupportsIndex,
+        max_bytes: SupportsIndex,
+    ) -> tuple[int, Any]:
+        """Takes records from ``it`` up to ``max_records`` records or ``max_bytes`` bytes,
+        checks them, then appends them all; returns ``(count, None)`` (count 0 at the end of
+        ``it``), or ``(i, record)`` for the first record of the batch that is not an ndarray
+        of ``dtype`` and rank ``ndim`` (nothing of the batch appended)."""
 
     def publish(self) -> None:
         """Seals the store and renames it into place."""

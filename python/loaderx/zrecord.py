@@ -24,7 +24,6 @@ raises :class:`~loaderx.errors.InvalidIndexError` (an ``IndexError`` and a
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import pathlib
@@ -58,7 +57,11 @@ _CODECS: tuple[str, ...] = CODECS
 # Input handed to the native writer per call: bounds the memory append uses
 # (a 20 GB memmap is streamed through in slices of this size).
 _APPEND_CHUNK_BYTES = 64 << 20
-_RAGGED_BATCH_RECORDS = 4096  # records validated, then written, per native call
+# Records taken from the iterable, checked, then written per native call: at
+# most this many records or bytes of them (the bytes bound what a generator's
+# records hold alive; the writer cuts the call into pipelined chunks).
+_RAGGED_BATCH_RECORDS = 65536
+_RAGGED_BATCH_BYTES = 64 << 20
 # Records gathered per step of iteration.
 _ITER_BATCH = 1024
 _ALLOWED_KINDS = "biufcmMSUV"
@@ -631,14 +634,14 @@ class Ragged(_Stream):
         it = iter(records)
         try:
             while True:
-                batch = list(itertools.islice(it, _RAGGED_BATCH_RECORDS))
-                if not batch:
+                n, bad = w.append_ragged_from(it, self._dtype, self._ndim, _RAGGED_BATCH_RECORDS,
+                                              _RAGGED_BATCH_BYTES)
+                if bad is not None:
+                    self._check_record(k0 + n, bad)
+                    raise SchemaError(f"record {k0 + n} was rejected")  # pragma: no cover
+                if n == 0:
                     return
-                bad = w.append_ragged_batch(batch, self._dtype, self._ndim)
-                if bad >= 0:
-                    self._check_record(k0 + bad, batch[bad])
-                    raise SchemaError(f"record {k0 + bad} was rejected")  # pragma: no cover
-                k0 += len(batch)
+                k0 += n
         except BaseException:
             if len(w) > before:  # part of this call was written: no consistent store
                 self._failed = True

@@ -193,31 +193,45 @@ std::unique_ptr<PyWriter> MakeWriter(const std::string& path, const std::string&
   return w;
 }
 
-// StoreWriter.append_ragged_batch: validates then appends a list of ndarrays;
-// the index of the first record that is not an ndarray of `dt` and rank
-// `ndim` (nothing appended), else -1.
-py::ssize_t AppendRaggedBatch(PyWriter& w, const py::list& batch, const py::dtype& dt,
-                              uint32_t ndim) {
-  // Validate the whole batch first: a rejected batch writes nothing.
-  const size_t n = batch.size();
+// StoreWriter.append_ragged_from: takes records from the iterator `it` until
+// `max_records` records or `max_bytes` bytes of them (or the end), checks each
+// as it is taken, then appends them all in one engine call, so a large
+// append is a few calls whose chunks the writer pipelines (compressing one
+// while writing the one before). Returns (records appended, None): 0 at the
+// end of `it`; or (i, record) for the first record i of this batch that is not
+// an ndarray of `dt` and rank `ndim`: then nothing of the batch is appended.
+// An exception of the iterator propagates, nothing of the batch appended.
+py::tuple AppendRaggedFrom(PyWriter& w, const py::iterator& it, const py::dtype& dt,
+                           uint32_t ndim, uint64_t max_records, uint64_t max_bytes) {
+  if (max_records == 0 || max_bytes == 0) {
+    ThrowStatus(Status::InvalidArgument("max_records and max_bytes must be > 0"));
+  }
   std::vector<py::array> arrs;
-  arrs.reserve(n);
-  for (size_t k = 0; k < n; ++k) {
-    py::handle obj = batch[k];
-    if (!py::isinstance<py::array>(obj)) return static_cast<py::ssize_t>(k);
+  uint64_t bytes = 0;
+  while (arrs.size() < max_records && bytes < max_bytes) {
+    PyObject* next = PyIter_Next(it.ptr());
+    if (next == nullptr) {
+      if (PyErr_Occurred() != nullptr) throw py::error_already_set();
+      break;
+    }
+    auto obj = py::reinterpret_steal<py::object>(next);
+    auto bad = [&] { return py::make_tuple(static_cast<py::ssize_t>(arrs.size()), obj); };
+    if (!py::isinstance<py::array>(obj)) return bad();
     auto a = py::reinterpret_borrow<py::array>(obj);
     py::dtype adt = a.dtype();
     if (adt.ptr() != dt.ptr() && (!adt.equal(dt) || adt.attr("str").cast<std::string>() !=
                                                         dt.attr("str").cast<std::string>())) {
-      return static_cast<py::ssize_t>(k);
+      return bad();
     }
-    if (static_cast<uint32_t>(a.ndim()) != ndim) return static_cast<py::ssize_t>(k);
+    if (static_cast<uint32_t>(a.ndim()) != ndim) return bad();
     if (!(a.flags() & py::array::c_style)) {
       a = py::array::ensure(a, py::array::c_style);
       if (!a) throw py::error_already_set();
     }
+    bytes += static_cast<uint64_t>(a.nbytes());
     arrs.push_back(std::move(a));
   }
+  const size_t n = arrs.size();
   std::vector<const void*> ptrs(n);
   std::vector<uint64_t> shapes(n * ndim);
   for (size_t k = 0; k < n; ++k) {
@@ -226,12 +240,14 @@ py::ssize_t AppendRaggedBatch(PyWriter& w, const py::list& batch, const py::dtyp
   }
   // `arrs` keeps every buffer alive while the GIL is released; the
   // writer reads each record from its own buffer (no gathering copy).
-  Check(WithoutGil([&] {
-    std::lock_guard<std::mutex> lock(w.mu);
-    return w.writer ? w.writer->AppendRaggedRecords(ptrs.data(), shapes.data(), n)
-                    : Status::State("builder is closed");
-  }));
-  return -1;
+  if (n > 0) {
+    Check(WithoutGil([&] {
+      std::lock_guard<std::mutex> lock(w.mu);
+      return w.writer ? w.writer->AppendRaggedRecords(ptrs.data(), shapes.data(), n)
+                      : Status::State("builder is closed");
+    }));
+  }
+  return py::make_tuple(static_cast<py::ssize_t>(n), py::none());
 }
 
 // loaderx._loaderx.StoreWriter: the builder behind Dense/Ragged.create.
@@ -270,10 +286,11 @@ void BindWriter(py::module_& m) {
             }));
           },
           py::arg("values"), py::arg("shapes"), py::arg("count"))
-      .def("append_ragged_batch", &AppendRaggedBatch, py::arg("batch"), py::arg("dtype"),
-           py::arg("ndim"),
-           "Validates then appends a list of ndarrays; returns the index of the first record "
-           "that is not an ndarray of `dtype` and rank `ndim` (nothing appended), else -1.")
+      .def("append_ragged_from", &AppendRaggedFrom, py::arg("it"), py::arg("dtype"),
+           py::arg("ndim"), py::arg("max_records"), py::arg("max_bytes"),
+           "Takes records from `it` up to `max_records` or `max_bytes`, checks them, appends "
+           "them; returns (count, None), count 0 at the end, or (i, record) for the first "
+           "record that is not an ndarray of `dtype` and rank `ndim` (nothing appended).")
       .def("publish",
            [](PyWriter& w) {
              Check(WithoutGil([&] {

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from loaderx import errors
+from loaderx import _loaderx, errors
 from loaderx.zrecord import Dense, Ragged
 
 CODECS = ["raw", "zstd", "zstd_dict"]
@@ -594,6 +595,60 @@ def test_ragged_failure_after_a_written_batch_poisons_the_builder(tmp_path: Path
     with pytest.raises(errors.StateError, match="discarded"):
         rs.close()
     assert _no_store_left(tmp_path)
+
+
+def test_ragged_append_takes_records_in_batches_bounded_by_bytes_and_by_count(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import loaderx.zrecord as z
+
+    # 40-byte records: a batch closes once it holds 100 bytes (3 records) or 5 records.
+    monkeypatch.setattr(z, "_RAGGED_BATCH_BYTES", 100)
+    monkeypatch.setattr(z, "_RAGGED_BATCH_RECORDS", 5)
+    seen: list[int] = []  # records in the store when record k is taken from the iterable
+    with Ragged.create(tmp_path / "r", np.int32, 1, codec="zstd") as rs:
+
+        def records() -> Iterator[np.ndarray]:
+            for k in range(8):
+                seen.append(len(rs))
+                yield np.arange(10 * k, 10 * k + 10, dtype=np.int32)
+
+        rs.append(records())
+    assert seen == [0, 0, 0, 3, 3, 3, 6, 6]
+    with Ragged.open(tmp_path / "r") as r:
+        assert [a.tolist() for a in r[np.arange(8, dtype=np.uint64)]] == [
+            list(range(10 * k, 10 * k + 10)) for k in range(8)]
+    monkeypatch.setattr(z, "_RAGGED_BATCH_BYTES", 1 << 20)
+    seen.clear()
+    with Ragged.create(tmp_path / "s", np.int32, 1, codec="raw") as rs:
+        rs.append(records())
+    assert seen == [0, 0, 0, 0, 0, 5, 5, 5]
+
+
+def test_an_error_of_the_iterable_appends_nothing_of_its_batch(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import loaderx.zrecord as z
+
+    monkeypatch.setattr(z, "_RAGGED_BATCH_RECORDS", 2)
+    rs = Ragged.create(tmp_path / "r", np.int32, 1, codec="zstd")
+
+    def records() -> Iterator[np.ndarray]:
+        yield from (np.full(3, k, np.int32) for k in range(3))
+        raise OSError("source went away")
+
+    with pytest.raises(OSError, match="source went away"):
+        rs.append(records())
+    assert len(rs) == 2  # the first batch; record 2 was taken with the error, not written
+    with pytest.raises(errors.StateError, match="discarded"):
+        rs.close()
+    assert _no_store_left(tmp_path)
+
+
+def test_append_ragged_from_refuses_empty_bounds(tmp_path: Path) -> None:
+    w = _loaderx.StoreWriter(str(tmp_path / "r"), "ragged", "<i4", [], 1, "raw", 1, None)
+    for bounds in ((0, 1), (1, 0)):
+        with pytest.raises(errors.InvalidArgumentError, match="max_records and max_bytes must be > 0"):
+            w.append_ragged_from(iter([]), np.dtype(np.int32), 1, *bounds)
+    w.abort()
 
 
 @pytest.mark.parametrize("kwargs,exc,match", [
