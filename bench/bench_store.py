@@ -192,6 +192,7 @@ class Row:
     sync_s: float = 0.0  # os.sync() right after the write: what a non-durable writer left to flush
     # write + sync seconds of every timed write; write_s / sync_s are those of the median one
     durable_s: list[float] = field(default_factory=list)
+    write_cpu_s: float = 0.0  # this process's CPU time (all threads) in the median write
     disk: int = 0
     ratio: float = 0.0
     # One entry per gather pass; empty when the backend was not measured.
@@ -207,6 +208,7 @@ class Row:
     raw_pattern: str = ""
     zstd_ceiling_s: float = 0.0
     zstd_threads: int = 0
+    zstd_ceiling_cpu_s: float = 0.0  # the compressor's CPU time in its best run
 
 
 def time_gather(reader, w: Workload, plan: list[np.ndarray], min_s: float, max_s: float,
@@ -233,13 +235,15 @@ def time_gather(reader, w: Workload, plan: list[np.ndarray], min_s: float, max_s
             cpu / len(lat) * 1e3)
 
 
-def timed_writes(be: Backend, w: Workload, path: Path, args) -> tuple[float, float, list[float]]:
+def timed_writes(be: Backend, w: Workload, path: Path, args) -> tuple[float, float, list[float], float]:
     """Writes ``w`` to ``path`` ``args.write_repeats`` times (fewer once the writes have
     taken ``args.max_write_seconds``), each followed by a timed ``os.sync()``, and keeps
     the last store. One write is a single sample of the disk's writeback, which moved
     ratios by +-20 % between runs; the median write (by write + sync) is reported, with
-    every write + sync time beside it. Returns (write_s, sync_s, all write + sync)."""
-    samples: list[tuple[float, float]] = []
+    every write + sync time beside it. Returns (write_s, sync_s, all write + sync, the
+    median write's CPU seconds in this process: all of a loaderx write's threads, none
+    of a backend that writes in another process)."""
+    samples: list[tuple[float, float, float]] = []
     spent = 0.0
     for k in range(max(1, args.write_repeats)):
         if k > 0:
@@ -247,16 +251,18 @@ def timed_writes(be: Backend, w: Workload, path: Path, args) -> tuple[float, flo
         # Untimed: what earlier steps left dirty (the previous workload's removed
         # stores, the previous repeat) is not charged to the write timed next.
         os.sync()
+        c0 = time.process_time()
         with Timer() as t:
             be.write(w, path)
+        cpu = time.process_time() - c0
         with Timer() as ts:
             os.sync()
-        samples.append((t.s, ts.s))
+        samples.append((t.s, ts.s, cpu))
         spent += t.s + ts.s
         if spent >= args.max_write_seconds:
             break
-    write_s, sync_s = sorted(samples, key=sum)[(len(samples) - 1) // 2]
-    return write_s, sync_s, [a + b for a, b in samples]
+    write_s, sync_s, cpu = sorted(samples, key=lambda x: x[0] + x[1])[(len(samples) - 1) // 2]
+    return write_s, sync_s, [a + b for a, b, _ in samples], cpu
 
 
 def _progress(it, **kw):
@@ -302,7 +308,7 @@ def run_workload(w: Workload, backends: list[Backend], store_root: Path, args,
             if isinstance(be, LoaderxBackend):
                 be.prepare(w)  # dictionary training is not part of the write time
             path = wdir / be.name
-            row.write_s, row.sync_s, row.durable_s = timed_writes(be, w, path, args)
+            row.write_s, row.sync_s, row.durable_s, row.write_cpu_s = timed_writes(be, w, path, args)
             row.write_mibs = w.nbytes / row.write_s / MiB
             row.disk = du_bytes(path)
             row.ratio = w.nbytes / row.disk
@@ -348,7 +354,7 @@ def measure_ceilings(w: Workload, be: LoaderxBackend, row: Row, where: Path) -> 
     row.raw_ceiling_s, row.raw_pattern = raw.seconds, raw.pattern
     if be.compressed:
         z = zstd_ceiling(w, where, be.level, be.dict_bytes)
-        row.zstd_ceiling_s, row.zstd_threads = z.seconds, z.threads
+        row.zstd_ceiling_s, row.zstd_threads, row.zstd_ceiling_cpu_s = z.seconds, z.threads, z.cpu_seconds
 
 
 def ceiling_fractions(w: Workload, r: Row) -> list[tuple[str, float]]:
@@ -374,6 +380,9 @@ def ceiling_note(w: Workload, rows: list[Row]) -> str:
         if r.zstd_ceiling_s:
             what.insert(0, f"compressor alone {r.zstd_ceiling_s:.3f} s ({r.zstd_threads} threads)")
         fr = "; ".join(f"{f:.2f} of {name}" for name, f in ceiling_fractions(w, r))
+        if r.zstd_ceiling_cpu_s and r.write_cpu_s:
+            fr += (f" (CPU: ours {r.write_cpu_s:.3f} s, the compressor's {r.zstd_ceiling_cpu_s:.3f} s, "
+                   f"{r.zstd_ceiling_cpu_s / r.write_cpu_s:.2f} of ours)")
         parts.append(f"{r.backend} {ours:.3f} s against {', '.join(what)}: {fr}")
     if not parts:
         return ""

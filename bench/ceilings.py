@@ -42,6 +42,7 @@ class ZstdCeiling:
     seconds: float  # the compressor alone, all cores
     out_bytes: int  # the frames' bytes (records that would not shrink count raw)
     threads: int
+    cpu_seconds: float  # CPU time of every compressing thread in the best run
 
 
 def raw_ceiling(nbytes: int, shards: int, where: Path, repeat: int = 3) -> RawCeiling:
@@ -124,4 +125,4 @@ def zstd_ceiling(w: DenseWorkload | RaggedWorkload, where: Path, level: int = 3,
             (Path(d) / "dict").write_bytes(dict_bytes)
             args += ["--dict", Path(d) / "dict"]
         got = run_cpp(exe, *args)
-    return ZstdCeiling(got["seconds"], int(got["out_bytes"]), threads)
+    return ZstdCeiling(got["seconds"], int(got["out_bytes"]), threads, float(got["cpu_seconds"]))

@@ -120,10 +120,13 @@ class _CountingWriter:
         self.writes += 1
 
 
-def _fake_timer(monkeypatch: pytest.MonkeyPatch, durations: list[float]) -> None:
-    """bench_store.Timer reports ``durations`` in turn (write, sync, write, sync, ...)."""
+def _fake_timer(monkeypatch: pytest.MonkeyPatch, durations: list[float], cpu: list[float] | None = None) -> None:
+    """bench_store.Timer reports ``durations`` in turn (write, sync, write, sync, ...), and
+    the process's CPU clock advances by ``cpu[k]`` over write k."""
     import bench_store
     it = iter(durations)
+    clock = iter([x for c in (cpu or [0.0] * len(durations)) for x in (0.0, c)])
+    monkeypatch.setattr(bench_store.time, "process_time", lambda: next(clock))
 
     class T:
         def __enter__(self):
@@ -140,14 +143,15 @@ def test_timed_writes_reports_the_median_write_and_keeps_the_last_store(tmp_path
     import argparse
 
     import bench_store
-    _fake_timer(monkeypatch, [2.0, 0.2, 3.0, 0.5, 0.1, 2.0])
+    _fake_timer(monkeypatch, [2.0, 0.2, 3.0, 0.5, 0.1, 2.0], cpu=[3.5, 5.0, 0.25])
     be = _CountingWriter()
     path = tmp_path / "store"
-    write_s, sync_s, durable = bench_store.timed_writes(
+    write_s, sync_s, durable, cpu = bench_store.timed_writes(
         be, None, path, argparse.Namespace(write_repeats=3, max_write_seconds=100.0))
     assert be.writes == 3
     assert durable == pytest.approx([2.2, 3.5, 2.1])
     assert (write_s, sync_s) == pytest.approx((2.0, 0.2))  # the median by write + sync (not the last)
+    assert cpu == 3.5  # the CPU time of that same write
     assert (path / "data").read_bytes() == b"xxx"  # the last write's store is kept
 
 
@@ -157,7 +161,7 @@ def test_timed_writes_stops_repeating_after_max_write_seconds(tmp_path, monkeypa
     import bench_store
     _fake_timer(monkeypatch, [5.0, 0.0, 4.0, 1.0])
     be = _CountingWriter()
-    write_s, sync_s, durable = bench_store.timed_writes(
+    write_s, sync_s, durable, _ = bench_store.timed_writes(
         be, None, tmp_path / "s", argparse.Namespace(write_repeats=5, max_write_seconds=8.0))
     assert be.writes == 2 and durable == pytest.approx([5.0, 5.0])
     assert (write_s, sync_s) == pytest.approx((5.0, 0.0))  # even count: the lower middle
@@ -548,3 +552,21 @@ def test_zstd_ceiling_narrows_integer_records_as_the_store_does(tmp_path, monkey
     assert got.out_bytes == _data_bytes(store)
     wide = ceilings.zstd_ceiling(w, tmp_path / "work", dict_bytes=dict_bytes, repeat=1, narrow=False)
     assert wide.out_bytes > got.out_bytes
+
+
+def test_ceiling_note_gives_each_write_against_its_ceilings_and_the_cpu_beside_the_compressors():
+    import bench_store
+    mib = 1 << 20
+    raw = bench_store.Row("loaderx-raw", write_s=0.9, sync_s=0.1, disk=10 * mib, raw_ceiling_s=0.8,
+                          raw_pattern="4 files, 1 MiB pieces", write_cpu_s=0.3)
+    z = bench_store.Row("loaderx-zstd", write_s=1.5, sync_s=0.5, disk=4 * mib, raw_ceiling_s=0.2,
+                        raw_pattern="1 file, 8 MiB pieces", zstd_ceiling_s=1.6, zstd_threads=2,
+                        write_cpu_s=4.0, zstd_ceiling_cpu_s=3.0)
+    skipped = bench_store.Row("wheel")  # no ceiling measured: left out
+    assert bench_store.ceiling_note(None, [raw, z, skipped]) == (
+        "Writes against this machine's ceilings (same bytes, same run; a fraction is ceiling time over "
+        "our write + sync time, 1.00 = at the ceiling): loaderx-raw 1.000 s against raw write + fdatasync "
+        "of its 10.0 MiB 0.800 s (4 files, 1 MiB pieces): 0.80 of raw write; loaderx-zstd 2.000 s against "
+        "compressor alone 1.600 s (2 threads), raw write + fdatasync of its 4.0 MiB 0.200 s (1 file, 8 MiB "
+        "pieces): 0.80 of compressor alone; 0.90 of compressor + raw write (CPU: ours 4.000 s, the "
+        "compressor's 3.000 s, 0.75 of ours).")
