@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 import os
 import struct
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,7 @@ class LoaderxBackend(Backend):
         self.dict_bytes: bytes | None = None
         self.data_shards = 4  # the Python API's default, written out so the ceilings use the same
         self.level = 3  # the level of the Python API's zstd codecs
+        self.publish_s = 0.0  # the last write's close(): its durable publish
 
     @property
     def requires(self) -> tuple[str, ...]:  # type: ignore[override]
@@ -122,16 +124,23 @@ class LoaderxBackend(Backend):
             self.dict_bytes = train_dict([np.ascontiguousarray(w.record(i)) for i in range(0, w.n, step)])
 
     def write(self, w: Workload, path: Path) -> None:
+        """Writes the store; ``publish_s`` is then the time of its ``close()``: the durable
+        publish (every file and directory synced, the rename, the parent synced)."""
         from loaderx.zrecord import Dense, Ragged
         kw: dict[str, Any] = {"codec": self.codec, "data_shards": self.data_shards}
         if self.codec == "zstd_dict":
             kw["dict_bytes"] = self.dict_bytes
         if isinstance(w, DenseWorkload):
-            with Dense.create(str(path), w.array.dtype, w.array.shape[1:], **kw) as ds:
-                ds.append(w.array)
+            st = Dense.create(str(path), w.array.dtype, w.array.shape[1:], **kw)
+            with st:
+                st.append(w.array)
+                t0 = time.perf_counter()
         else:
-            with Ragged.create(str(path), w.dtype, ndim=w.ndim, **kw) as rs:
-                rs.append(w.records())
+            st = Ragged.create(str(path), w.dtype, ndim=w.ndim, **kw)
+            with st:
+                st.append(w.records())
+                t0 = time.perf_counter()
+        self.publish_s = time.perf_counter() - t0
 
     def open(self, w: Workload, path: Path) -> Reader:
         from loaderx.zrecord import Dense, Ragged

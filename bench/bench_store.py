@@ -193,6 +193,7 @@ class Row:
     # write + sync seconds of every timed write; write_s / sync_s are those of the median one
     durable_s: list[float] = field(default_factory=list)
     write_cpu_s: float = 0.0  # this process's CPU time (all threads) in the median write
+    publish_s: float = 0.0  # of the median write, its durable publish (loaderx: close())
     disk: int = 0
     ratio: float = 0.0
     # One entry per gather pass; empty when the backend was not measured.
@@ -235,15 +236,23 @@ def time_gather(reader, w: Workload, plan: list[np.ndarray], min_s: float, max_s
             cpu / len(lat) * 1e3)
 
 
-def timed_writes(be: Backend, w: Workload, path: Path, args) -> tuple[float, float, list[float], float]:
+@dataclass
+class Timed:
+    """The median of a backend's timed writes (by write + sync) and every write + sync time."""
+    write_s: float
+    sync_s: float
+    durable_s: list[float]
+    cpu_s: float  # that write's CPU time in this process: all of a loaderx write's threads
+    publish_s: float  # that write's durable publish (its close()), for backends that report it
+
+
+def timed_writes(be: Backend, w: Workload, path: Path, args) -> Timed:
     """Writes ``w`` to ``path`` ``args.write_repeats`` times (fewer once the writes have
     taken ``args.max_write_seconds``), each followed by a timed ``os.sync()``, and keeps
     the last store. One write is a single sample of the disk's writeback, which moved
     ratios by +-20 % between runs; the median write (by write + sync) is reported, with
-    every write + sync time beside it. Returns (write_s, sync_s, all write + sync, the
-    median write's CPU seconds in this process: all of a loaderx write's threads, none
-    of a backend that writes in another process)."""
-    samples: list[tuple[float, float, float]] = []
+    every write + sync time beside it."""
+    samples: list[tuple[float, float, float, float]] = []
     spent = 0.0
     for k in range(max(1, args.write_repeats)):
         if k > 0:
@@ -257,12 +266,12 @@ def timed_writes(be: Backend, w: Workload, path: Path, args) -> tuple[float, flo
         cpu = time.process_time() - c0
         with Timer() as ts:
             os.sync()
-        samples.append((t.s, ts.s, cpu))
+        samples.append((t.s, ts.s, cpu, float(getattr(be, "publish_s", 0.0))))
         spent += t.s + ts.s
         if spent >= args.max_write_seconds:
             break
-    write_s, sync_s, cpu = sorted(samples, key=lambda x: x[0] + x[1])[(len(samples) - 1) // 2]
-    return write_s, sync_s, [a + b for a, b, _ in samples], cpu
+    write_s, sync_s, cpu, publish = sorted(samples, key=lambda x: x[0] + x[1])[(len(samples) - 1) // 2]
+    return Timed(write_s, sync_s, [a + b for a, b, _, _ in samples], cpu, publish)
 
 
 def _progress(it, **kw):
@@ -308,7 +317,9 @@ def run_workload(w: Workload, backends: list[Backend], store_root: Path, args,
             if isinstance(be, LoaderxBackend):
                 be.prepare(w)  # dictionary training is not part of the write time
             path = wdir / be.name
-            row.write_s, row.sync_s, row.durable_s, row.write_cpu_s = timed_writes(be, w, path, args)
+            t = timed_writes(be, w, path, args)
+            row.write_s, row.sync_s, row.durable_s = t.write_s, t.sync_s, t.durable_s
+            row.write_cpu_s, row.publish_s = t.cpu_s, t.publish_s
             row.write_mibs = w.nbytes / row.write_s / MiB
             row.disk = du_bytes(path)
             row.ratio = w.nbytes / row.disk
@@ -377,13 +388,17 @@ def ceiling_note(w: Workload, rows: list[Row]) -> str:
             continue
         ours = r.write_s + r.sync_s
         what = [f"raw write + fdatasync of its {r.disk / MiB:,.1f} MiB {r.raw_ceiling_s:.3f} s ({r.raw_pattern})"]
+        if r.publish_s:
+            ours_txt = f"{ours:.3f} s (of which the durable publish {r.publish_s * 1e3:.1f} ms)"
+        else:
+            ours_txt = f"{ours:.3f} s"
         if r.zstd_ceiling_s:
             what.insert(0, f"compressor alone {r.zstd_ceiling_s:.3f} s ({r.zstd_threads} threads)")
         fr = "; ".join(f"{f:.2f} of {name}" for name, f in ceiling_fractions(w, r))
         if r.zstd_ceiling_cpu_s and r.write_cpu_s:
             fr += (f" (CPU: ours {r.write_cpu_s:.3f} s, the compressor's {r.zstd_ceiling_cpu_s:.3f} s, "
                    f"{r.zstd_ceiling_cpu_s / r.write_cpu_s:.2f} of ours)")
-        parts.append(f"{r.backend} {ours:.3f} s against {', '.join(what)}: {fr}")
+        parts.append(f"{r.backend} {ours_txt} against {', '.join(what)}: {fr}")
     if not parts:
         return ""
     return ("Writes against this machine's ceilings (same bytes, same run; a fraction is ceiling time over "

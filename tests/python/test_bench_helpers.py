@@ -118,6 +118,7 @@ class _CountingWriter:
         path.mkdir()
         (path / "data").write_bytes(b"x" * (self.writes + 1))
         self.writes += 1
+        self.publish_s = self.writes / 100  # as LoaderxBackend reports its close()
 
 
 def _fake_timer(monkeypatch: pytest.MonkeyPatch, durations: list[float], cpu: list[float] | None = None) -> None:
@@ -146,12 +147,12 @@ def test_timed_writes_reports_the_median_write_and_keeps_the_last_store(tmp_path
     _fake_timer(monkeypatch, [2.0, 0.2, 3.0, 0.5, 0.1, 2.0], cpu=[3.5, 5.0, 0.25])
     be = _CountingWriter()
     path = tmp_path / "store"
-    write_s, sync_s, durable, cpu = bench_store.timed_writes(
-        be, None, path, argparse.Namespace(write_repeats=3, max_write_seconds=100.0))
+    t = bench_store.timed_writes(be, None, path, argparse.Namespace(write_repeats=3, max_write_seconds=100.0))
     assert be.writes == 3
-    assert durable == pytest.approx([2.2, 3.5, 2.1])
-    assert (write_s, sync_s) == pytest.approx((2.0, 0.2))  # the median by write + sync (not the last)
-    assert cpu == 3.5  # the CPU time of that same write
+    assert t.durable_s == pytest.approx([2.2, 3.5, 2.1])
+    assert (t.write_s, t.sync_s) == pytest.approx((2.0, 0.2))  # the median by write + sync (not the last)
+    assert t.cpu_s == 3.5  # the CPU time of that same write
+    assert t.publish_s == 0.01  # and its publish, as the backend reported it
     assert (path / "data").read_bytes() == b"xxx"  # the last write's store is kept
 
 
@@ -161,10 +162,9 @@ def test_timed_writes_stops_repeating_after_max_write_seconds(tmp_path, monkeypa
     import bench_store
     _fake_timer(monkeypatch, [5.0, 0.0, 4.0, 1.0])
     be = _CountingWriter()
-    write_s, sync_s, durable, _ = bench_store.timed_writes(
-        be, None, tmp_path / "s", argparse.Namespace(write_repeats=5, max_write_seconds=8.0))
-    assert be.writes == 2 and durable == pytest.approx([5.0, 5.0])
-    assert (write_s, sync_s) == pytest.approx((5.0, 0.0))  # even count: the lower middle
+    t = bench_store.timed_writes(be, None, tmp_path / "s", argparse.Namespace(write_repeats=5, max_write_seconds=8.0))
+    assert be.writes == 2 and t.durable_s == pytest.approx([5.0, 5.0])
+    assert (t.write_s, t.sync_s) == pytest.approx((5.0, 0.0))  # even count: the lower middle
 
 
 def test_ragged_pieces_respect_bounds_and_keep_every_token_in_order():
@@ -558,15 +558,27 @@ def test_ceiling_note_gives_each_write_against_its_ceilings_and_the_cpu_beside_t
     import bench_store
     mib = 1 << 20
     raw = bench_store.Row("loaderx-raw", write_s=0.9, sync_s=0.1, disk=10 * mib, raw_ceiling_s=0.8,
-                          raw_pattern="4 files, 1 MiB pieces", write_cpu_s=0.3)
+                          raw_pattern="4 files, 1 MiB pieces", write_cpu_s=0.3, publish_s=0.0042)
     z = bench_store.Row("loaderx-zstd", write_s=1.5, sync_s=0.5, disk=4 * mib, raw_ceiling_s=0.2,
                         raw_pattern="1 file, 8 MiB pieces", zstd_ceiling_s=1.6, zstd_threads=2,
                         write_cpu_s=4.0, zstd_ceiling_cpu_s=3.0)
     skipped = bench_store.Row("wheel")  # no ceiling measured: left out
     assert bench_store.ceiling_note(None, [raw, z, skipped]) == (
         "Writes against this machine's ceilings (same bytes, same run; a fraction is ceiling time over "
-        "our write + sync time, 1.00 = at the ceiling): loaderx-raw 1.000 s against raw write + fdatasync "
+        "our write + sync time, 1.00 = at the ceiling): loaderx-raw 1.000 s (of which the durable publish 4.2 ms) "
+        "against raw write + fdatasync "
         "of its 10.0 MiB 0.800 s (4 files, 1 MiB pieces): 0.80 of raw write; loaderx-zstd 2.000 s against "
         "compressor alone 1.600 s (2 threads), raw write + fdatasync of its 4.0 MiB 0.200 s (1 file, 8 MiB "
         "pieces): 0.80 of compressor alone; 0.90 of compressor + raw write (CPU: ours 4.000 s, the "
         "compressor's 3.000 s, 0.75 of ours).")
+
+
+def test_the_loaderx_backend_times_its_durable_publish(tmp_path):
+    from backends import LoaderxBackend
+    from loaderx.zrecord import Dense
+    be = LoaderxBackend("raw")
+    w = DenseWorkload("t", np.arange(12, dtype=np.uint8).reshape(6, 2), "test")
+    be.write(w, tmp_path / "s")
+    assert 0 < be.publish_s < 60
+    with Dense.open(str(tmp_path / "s")) as d:
+        np.testing.assert_array_equal(d[np.arange(6, dtype=np.uint64)], w.array)
