@@ -32,7 +32,8 @@ OFFSETS_PER_FILE = 24
 def build(kind: str, path: Path, seed: int) -> list[np.ndarray] | np.ndarray:
     rng = np.random.default_rng(seed)
     if kind == "dense-zstd-i4":  # token-like values: narrowed to 2 bytes, "groups" index
-        data = (rng.integers(0, 4, (N, 6, 6)) * 12_000 + rng.integers(0, 2, (N, 6, 6))).astype(np.int32)
+        data = rng.integers(0, 4, (N, 6, 6)) * 12_000 + rng.integers(0, 2, (N, 6, 6))
+        data = data.astype(np.int32)
         with Dense.create(str(path), np.int32, (6, 6), codec="zstd", data_shards=2) as w:
             w.append(data)
         return data
@@ -55,7 +56,14 @@ def build(kind: str, path: Path, seed: int) -> list[np.ndarray] | np.ndarray:
     return recs
 
 
-KINDS = ["dense-raw", "dense-zstd", "dense-zstd_dict", "dense-zstd-i4", "ragged-zstd-1d", "ragged-raw-2d"]
+KINDS = [
+    "dense-raw",
+    "dense-zstd",
+    "dense-zstd_dict",
+    "dense-zstd-i4",
+    "ragged-zstd-1d",
+    "ragged-raw-2d",
+]
 GROUPS = {"dense-zstd-i4", "ragged-zstd-1d"}
 
 

@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from store_fixtures import FIXTURES_1_1, dense_records, ragged_records, write_all
 
 V11 = Path(__file__).resolve().parent.parent / "data" / "zrecord-1.1"
+V12 = V11.parent / "zrecord-1.2"
 INT_DTYPES = [np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64]
 BOUNDARIES = [
     0,
@@ -91,7 +92,9 @@ def index_codes(path: Path, n: int) -> list[tuple[int, bool]]:
     "ends" entry, bits 28..29 and 30 of a "groups" word."""
     idx = (path / "index").read_bytes()
     if read_meta(path).get("layout") == "groups":
-        words = [int.from_bytes(idx[word_offset(k) : word_offset(k) + 4], "little") for k in range(n)]
+        words = [
+            int.from_bytes(idx[word_offset(k) : word_offset(k) + 4], "little") for k in range(n)
+        ]
         return [((w >> 28) & 3, bool((w >> 30) & 1)) for w in words]
     ends = np.frombuffer(idx, dtype="<u8", count=n)
     return [((int(e) >> 61) & 3, bool((int(e) >> 60) & 1)) for e in ends]
@@ -240,6 +243,38 @@ def test_narrow_false_writes_the_format_1_1_store_of_the_previous_writer(tmp_pat
             v: sum(p.stat().st_size for p in (tmp_path / v / name).iterdir()) for v in ("on", "off")
         }
         assert size["on"] < size["off"], name
+
+
+def read_fixture(path: Path, kind: str) -> list[np.ndarray]:
+    cls = Dense if kind == "dense" else Ragged
+    with cls.open(path) as s:
+        s.verify()
+        return list(s[list(range(len(s)))])
+
+
+def test_format_1_2_stores_of_the_previous_writer_read_as_the_format_1_3_ones(
+    tmp_path: Path,
+) -> None:
+    # The 1.2 writer's narrowed stores ("ends" index) and the current writer's
+    # ("groups" index, bare blocks) of the same content read the same values.
+    write_all(str(tmp_path / "on"), FIXTURES_1_1, narrow=True)
+    for name, (kind, _codec, _shards) in FIXTURES_1_1.items():
+        assert tuple(_loaderx.Store.open(str(V12 / name)).format_version) == (1, 2), name
+        assert read_meta(V12 / name)["layout"] == "ends"
+        assert read_meta(tmp_path / "on" / name)["layout"] == "groups"
+        want = dense_records(name) if kind == "dense" else ragged_records(name)
+        old, new = read_fixture(V12 / name, kind), read_fixture(tmp_path / "on" / name, kind)
+        assert len(old) == len(new) == len(want), name
+        for o, n, w in zip(old, new, want, strict=True):
+            assert o.dtype == n.dtype == w.dtype and o.shape == n.shape == w.shape, name
+            np.testing.assert_array_equal(o, w)
+            np.testing.assert_array_equal(n, w)
+        # Same data files but for the bare blocks (4 bytes shorter each), a smaller index.
+        size = {
+            d: sum(p.stat().st_size for p in d.iterdir())
+            for d in (V12 / name, tmp_path / "on" / name)
+        }
+        assert size[tmp_path / "on" / name] < size[V12 / name], name
 
 
 @pytest.mark.parametrize(
