@@ -790,10 +790,9 @@ class StoreImpl final : public Store {
     static const std::string kFrame = "frame";
     size_t n = r.stored_len;
     if (r.bare != 0) {  // format 1.3: rebuild the frame around the bare block
-      thread_local std::unique_ptr<uint8_t[]> frame(
-          new uint8_t[codec::kMaxBareBytes + codec::kBareFrameExtra]);
-      codec::RebuildFrame(src, n, r.bare, frame.get());
-      src = frame.get();
+      thread_local std::vector<uint8_t> frame(codec::kMaxBareBytes + codec::kBareFrameExtra);
+      codec::RebuildFrame(src, n, r.bare, frame.data());
+      src = frame.data();
       n += codec::kBareFrameExtra;
     }
     Status st = codec::Decompress(src, n, dict_.get(), out, len, kFrame, frames_);

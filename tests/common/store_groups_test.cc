@@ -51,7 +51,7 @@ std::vector<std::vector<int32_t>> Tokens(uint64_t n, bool dense) {
 std::string Write(const TempDir& dir, const std::string& name,
                   const std::vector<std::vector<int32_t>>& recs, bool dense, uint32_t ndim,
                   Codec codec, bool group_index, uint32_t shards) {
-  const std::string path = dir.Sub(name);
+  std::string path = dir.Sub(name);
   WriteOptions o;
   o.codec = codec;
   o.data_shards = shards;
@@ -220,7 +220,7 @@ TEST(StoreGroupsTest, OnlyNarrowingStoresOfSmallRecordsUseIt) {
     const std::string p = dir.Sub("large");
     auto w = StoreWriter::Create(p, DenseSchema("<i4", {16384}), o);
     ASSERT_TRUE(w.ok());
-    std::vector<int32_t> flat(16384 * 10);
+    std::vector<int32_t> flat(size_t{16384} * 10);
     for (size_t j = 0; j < flat.size(); ++j) flat[j] = static_cast<int32_t>(j % 300);
     ASSERT_TRUE((*w)->AppendDense(flat.data(), 10).ok());
     ASSERT_TRUE((*w)->Publish().ok());
