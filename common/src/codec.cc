@@ -5,6 +5,7 @@
 #include <zstd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "format.h"
@@ -142,6 +143,59 @@ Status Decompress(const void* src, size_t n, const ZstdDictionary* dict, void* o
                               std::to_string(out_len));
   }
   return Status::OK();
+}
+
+namespace {
+constexpr uint8_t kFhdFcs1 = 0x20;  // single segment, 1-byte content size
+constexpr uint8_t kFhdFcs2 = 0x60;  // single segment, 2-byte content size (value - 256)
+constexpr uint64_t kFcs2Offset = 256;
+constexpr size_t kBlockHeaderBytes = 3;
+// Last block, type 2 (compressed), its size in bits 3..23.
+uint32_t CompressedBlockHeader(size_t size) {
+  return 1u | (2u << 1) | static_cast<uint32_t>(size << 3);
+}
+}  // namespace
+
+Stripped StripFrame(uint8_t* frame, size_t n, size_t content) {
+  uint32_t f = 0;
+  if (content < kFcs2Offset) {
+    if (n < 2 || frame[0] != kFhdFcs1 || frame[1] != content) return {};
+    f = 1;
+  } else if (content < kFcs2Offset + 65536) {
+    const uint64_t v = content - kFcs2Offset;
+    if (n < 3 || frame[0] != kFhdFcs2 || frame[1] != (v & 0xff) || frame[2] != (v >> 8)) return {};
+    f = 2;
+  } else {
+    return {};
+  }
+  const size_t head = 1 + f + kBlockHeaderBytes;
+  if (n <= head) return {};
+  const uint32_t want = CompressedBlockHeader(n - head);
+  const uint8_t* bh = frame + 1 + f;
+  if (bh[0] != (want & 0xff) || bh[1] != ((want >> 8) & 0xff) || bh[2] != (want >> 16)) return {};
+  std::memmove(frame, frame + 1, f);
+  std::memmove(frame + f, frame + head, n - head);
+  return {f, n - 1 - kBlockHeaderBytes};
+}
+
+Result<uint64_t> BareContentSize(const uint8_t* src, size_t n, uint32_t fcs_bytes) {
+  if (n <= fcs_bytes) {
+    return Status::Corruption("bare zstd block of " + std::to_string(n) +
+                              " bytes has no content after its " + std::to_string(fcs_bytes) +
+                              "-byte content size");
+  }
+  if (fcs_bytes == 1) return uint64_t{src[0]};
+  return kFcs2Offset + (uint64_t{src[0]} | uint64_t{src[1]} << 8);
+}
+
+void RebuildFrame(const uint8_t* src, size_t n, uint32_t fcs_bytes, uint8_t* p) {
+  p[0] = fcs_bytes == 1 ? kFhdFcs1 : kFhdFcs2;
+  std::memcpy(p + 1, src, fcs_bytes);
+  const uint32_t bh = CompressedBlockHeader(n - fcs_bytes);
+  p[1 + fcs_bytes] = bh & 0xff;
+  p[2 + fcs_bytes] = (bh >> 8) & 0xff;
+  p[3 + fcs_bytes] = static_cast<uint8_t>(bh >> 16);
+  std::memcpy(p + 1 + fcs_bytes + kBlockHeaderBytes, src + fcs_bytes, n - fcs_bytes);
 }
 
 Status CompressStream(const void* src, uint64_t n, int level, const ZstdDictionary* dict,

@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "loaderx/status.h"
 
@@ -77,6 +78,31 @@ Result<uint64_t> FrameContentSize(const void* src, size_t n, Frames frames);
 // wrong dictionary, longer or shorter output) is Corruption("<what>: ...").
 Status Decompress(const void* src, size_t n, const ZstdDictionary* dict, void* out, size_t out_len,
                   const std::string& what, Frames frames);
+
+// Bare blocks (format 1.3). A kCompact frame of one compressed block, as
+// zstd writes it for a record of fewer than 65,792 bytes, is
+//   [descriptor 0x20 | 0x60][content size: 1 | 2 bytes][block header: 3 bytes][block]
+// The descriptor and the block header follow from the record's stored
+// length and the size of the content size field, so a store may keep only
+// the content size field and the block ("bare"). StripFrame turns a frame
+// of `n` bytes in place into that form and returns the content size field's
+// size (1 or 2) and the new length, or 0 if the frame is not of that shape
+// (several blocks, a raw or RLE block, another header): it stays whole.
+struct Stripped {
+  uint32_t fcs_bytes = 0;
+  size_t len = 0;
+};
+Stripped StripFrame(uint8_t* frame, size_t n, size_t content);
+// The content size a bare record's first `fcs_bytes` bytes hold; Corruption
+// if the record is too short for them and one block byte.
+Result<uint64_t> BareContentSize(const uint8_t* src, size_t n, uint32_t fcs_bytes);
+// A bare record is shorter than its content (else it is stored raw), so at
+// most this long; its frame is kBareFrameExtra bytes longer.
+constexpr size_t kMaxBareBytes = 256 + 65535;
+constexpr size_t kBareFrameExtra = 4;
+// The frame a bare record of n <= kMaxBareBytes bytes was stripped from,
+// rebuilt into frame[0, n + kBareFrameExtra): exactly the bytes zstd wrote.
+void RebuildFrame(const uint8_t* src, size_t n, uint32_t fcs_bytes, uint8_t* frame);
 
 // Streaming compression of a large record: the frame is handed to `sink` in
 // pieces of at most a few MiB, so memory stays bounded whatever n is.

@@ -23,6 +23,8 @@ const char* LayoutName(Layout l) {
       return "computed";
     case Layout::kEnds:
       return "ends";
+    case Layout::kGroups:
+      return "groups";
   }
   return "?";
 }
@@ -44,7 +46,8 @@ std::string EncodeMetadata(const Metadata& m) {
   msgpack::sbuffer buf;
   Packer p(buf);
   const bool v11 = m.layout != Layout::kEntries;
-  p.pack_map(v11 ? 22 : 17);
+  const bool groups = m.layout == Layout::kGroups;
+  p.pack_map(v11 ? (groups ? 24 : 22) : 17);
   PackStr(p, "magic");
   PackStr(p, kMagic);
   PackStr(p, "major");
@@ -97,6 +100,12 @@ std::string EncodeMetadata(const Metadata& m) {
     p.pack(m.sums_table_xxh3);
     PackStr(p, "metadata");
     PackStr(p, m.user_metadata);
+  }
+  if (groups) {
+    PackStr(p, "wide_ends");
+    p.pack(m.wide_ends);
+    PackStr(p, "wide_xxh3");
+    p.pack(m.wide_xxh3);
   }
 
   std::string out(buf.data(), buf.size());
@@ -172,6 +181,10 @@ Status DecodeField(const std::string& key, const msgpack::object& v, const std::
     m->sums_table_xxh3 = v.as<uint64_t>();
   } else if (key == "metadata") {
     m->user_metadata = v.as<std::string>();
+  } else if (key == "wide_ends") {
+    m->wide_ends = v.as<uint64_t>();
+  } else if (key == "wide_xxh3") {
+    m->wide_xxh3 = v.as<uint64_t>();
   }
   return Status::OK();
 }
@@ -248,6 +261,8 @@ Status DecodeLayout(const std::string& layout, const std::string& label, Metadat
     m->layout = Layout::kComputed;
   } else if (layout == "ends") {
     m->layout = Layout::kEnds;
+  } else if (layout == "groups") {
+    m->layout = Layout::kGroups;
   } else {
     return Bad(label, "unknown layout '" + layout + "'");
   }
@@ -261,6 +276,20 @@ Status DecodeLayout(const std::string& layout, const std::string& label, Metadat
     if (m->layout == Layout::kComputed &&
         (m->schema.kind != Kind::kDense || m->codec != Codec::kRaw)) {
       return Bad(label, "layout 'computed' is for dense raw stores only");
+    }
+    if (m->layout == Layout::kGroups) {
+      if (m->minor < kGroupsMinor) {
+        return Bad(label, "layout 'groups' in a format 1." + std::to_string(m->minor) + " store");
+      }
+      if (m->codec == Codec::kRaw) return Bad(label, "layout 'groups' in a raw store");
+      if (m->run_records % kGroupRecords != 0) {
+        return Bad(label, "run_records " + std::to_string(m->run_records) +
+                              " is not a multiple of " + std::to_string(kGroupRecords) +
+                              " (layout 'groups')");
+      }
+      if (m->wide_ends > m->count) {
+        return Bad(label, "wide_ends " + std::to_string(m->wide_ends) + " above the record count");
+      }
     }
   }
   return Status::OK();

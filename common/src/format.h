@@ -24,12 +24,14 @@ static_assert(std::endian::native == std::endian::little,
 inline constexpr std::string_view kMagic = "zrecord";
 inline constexpr uint32_t kFormatMajor = 1;
 // The newest minor this code reads; a store of a newer minor is refused at open.
-// 1.1: compact layouts, data block sums; 1.2: narrowed integer records.
-inline constexpr uint32_t kFormatMinor = 2;
+// 1.1: compact layouts, data block sums; 1.2: narrowed integer records;
+// 1.3: the "groups" index layout and bare zstd blocks.
+inline constexpr uint32_t kFormatMinor = 3;
 // The minor of stores that cannot hold narrowed records (every store but the
 // compressed ones of narrowable integer dtypes), so older builds read them.
 inline constexpr uint32_t kPlainMinor = 1;
 inline constexpr uint32_t kNarrowMinor = 2;
+inline constexpr uint32_t kGroupsMinor = 3;
 
 inline constexpr char kMetaFile[] = "meta";
 inline constexpr char kIndexFile[] = "index";
@@ -57,6 +59,7 @@ enum class Layout : uint8_t {
   kEntries = 0,   // 1.0: a 24-byte entry per record (offset, length, checksum, shard, flags)
   kComputed = 1,  // 1.1 dense raw: no index; offsets follow from the record number
   kEnds = 2,      // 1.1 otherwise: an 8-byte entry per record (end offset | compressed bit)
+  kGroups = 3,    // 1.3: a u64 base per group of kGroupRecords records, a u32 word per record
 };
 const char* LayoutName(Layout l);
 
@@ -114,6 +117,34 @@ inline bool NarrowableDType(const DType& d) {
          (d.itemsize == 2 || d.itemsize == 4 || d.itemsize == 8) && !d.str.empty() &&
          d.str[0] == '<';
 }
+// kGroups (docs/format.md, section 3): records are in groups of
+// kGroupRecords (group g: records g*G .. g*G+G-1; run_records is a multiple
+// of G, so a group lies in one shard, back to back). The index body is one
+// row per group: the u64 offset of its first record in its shard file, then
+// a u32 word per record:
+//   bits 0..25   the end of the record relative to the group's base, or with
+//                bit 31 set, the ordinal of its absolute end in the wide ends
+//   bits 26..27  how it is stored: kFormRaw, kFormFrame (a magicless zstd
+//                frame), kFormBare1 / kFormBare2 (a bare compressed block
+//                after its 1- or 2-byte frame content size field)
+//   bits 28..29  width code (as kEnds bits 61..62); bit 30 zero-extension
+inline constexpr uint64_t kGroupRecords = 64;
+inline constexpr uint64_t kGroupRowBytes = 8 + 4 * kGroupRecords;
+inline constexpr uint32_t kWordRelBits = 26;
+inline constexpr uint32_t kWordRelMask = (uint32_t{1} << kWordRelBits) - 1;
+inline constexpr int kWordFormShift = 26;
+inline constexpr int kWordWidthShift = 28;
+inline constexpr uint32_t kWordZeroExtendBit = uint32_t{1} << 30;
+inline constexpr uint32_t kWordWideBit = uint32_t{1} << 31;
+inline constexpr uint32_t kFormRaw = 0, kFormFrame = 1, kFormBare1 = 2, kFormBare2 = 3;
+inline constexpr uint64_t NumGroups(uint64_t n) { return (n + kGroupRecords - 1) / kGroupRecords; }
+// Bytes of the kGroups index body for n records (a short last row).
+inline constexpr uint64_t GroupsBodyBytes(uint64_t n) { return NumGroups(n) * 8 + n * 4; }
+// Byte offset of record i's word in the body.
+inline constexpr uint64_t GroupWordOffset(uint64_t i) {
+  return (i / kGroupRecords) * kGroupRowBytes + 8 + (i % kGroupRecords) * 4;
+}
+
 // 1.1 data files are checksummed in blocks of this many bytes; the sums sit
 // at the end of `index`, after its own block table.
 inline constexpr uint64_t kDataBlockBytes = uint64_t{64} << 10;
@@ -193,6 +224,10 @@ struct Metadata {
   uint64_t data_block = 0;       // bytes per data checksum block
   uint64_t sums_table_xxh3 = 0;  // XXH3 of the data block sums (end of `index`)
   std::string user_metadata;     // JSON text given at create, or empty
+  // 1.3, kGroups: the absolute ends that do not fit a word (after the block
+  // table in `index`), and their XXH3.
+  uint64_t wide_ends = 0;
+  uint64_t wide_xxh3 = 0;
 };
 
 std::string EncodeMetadata(const Metadata& m);

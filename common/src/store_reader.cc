@@ -106,11 +106,14 @@ class VerifiedBits {
 };
 
 // A blocked table (index or shapes) mapped read-only, with its block checksums.
+// Block b covers records b*kBlockRecords.. and bytes [b*stride, +stride) of
+// the body (the last block: up to `body`).
 struct Table {
   std::string what;  // "<label>/index"
   MappedRegion map;
   uint64_t rows = 0;
-  uint64_t row_bytes = 0;
+  uint64_t row_bytes = 0;  // 0: the kGroups index (rows are not fixed-size)
+  uint64_t body = 0, stride = 0;
   std::vector<uint64_t> block_sums;
   std::unique_ptr<VerifiedBits> verified;
 
@@ -118,7 +121,8 @@ struct Table {
     if (verified->Test(b)) return Status::OK();
     const uint64_t first = b * format::kBlockRecords;
     const uint64_t last = std::min(rows, first + format::kBlockRecords);
-    const uint64_t h = format::Hash64(map.data() + first * row_bytes, (last - first) * row_bytes);
+    const uint64_t from = b * stride, to = std::min(body, from + stride);
+    const uint64_t h = format::Hash64(map.data() + from, to - from);
     if (h != block_sums[b]) {
       return Status::Corruption(what + ": checksum mismatch in block " + std::to_string(b) +
                                 " (records " + std::to_string(first) + ".." +
@@ -193,6 +197,8 @@ class StoreImpl final : public Store {
         return LocateComputed(i);
       case format::Layout::kEnds:
         return LocateEnd(i);
+      case format::Layout::kGroups:
+        return LocateGroup(i);
     }
     return Status::Internal("unknown layout");
   }
@@ -322,7 +328,7 @@ class StoreImpl final : public Store {
 
  private:
   Status VerifyRecords(uint64_t first, uint64_t end) const {
-    std::vector<uint8_t> scratch;
+    std::vector<uint8_t> scratch, frame;
     for (uint64_t i = first; i < end; ++i) {
       LX_ASSIGN_OR_RETURN(RecordRef r, Locate(i));
       const uint8_t* src = data_maps_[r.shard].data() + r.offset;
@@ -334,10 +340,29 @@ class StoreImpl final : public Store {
           format::RecordChecksum(src, r.stored_len) != r.checksum) {
         return Status::Corruption(what() + ": checksum mismatch");
       }
+      if (meta_.layout == format::Layout::kGroups && i % format::kGroupRecords == 0) {
+        // A group's base is where the record before it in its shard ends.
+        uint64_t prev, want = 0;
+        if (format::PrevInShard(i, meta_.run_records, meta_.data_shards, &prev)) {
+          LX_ASSIGN_OR_RETURN(RecordRef p, Locate(prev));
+          want = p.offset + p.stored_len;
+        }
+        if (r.offset != want) {
+          return BadEntry(
+              i, "group base " + std::to_string(r.offset) + " != " + std::to_string(want) +
+                     ", where the record before it in " + format::DataFileName(r.shard) + " ends");
+        }
+      }
       if (!r.compressed) continue;
       // A narrowed record decodes to its values at their stored width.
       const uint64_t decoded = DecodedLen(r);
-      if (decoded <= kVerifyOneShot) {
+      if (r.bare != 0) {
+        frame.resize(r.stored_len + codec::kBareFrameExtra);
+        codec::RebuildFrame(src, r.stored_len, r.bare, frame.data());
+        scratch.resize(decoded);
+        LX_RETURN_IF_ERROR(codec::Decompress(frame.data(), frame.size(), dict_.get(),
+                                             scratch.data(), decoded, what(), frames_));
+      } else if (decoded <= kVerifyOneShot) {
         scratch.resize(decoded);
         LX_RETURN_IF_ERROR(codec::Decompress(src, r.stored_len, dict_.get(), scratch.data(),
                                              decoded, what(), frames_));
@@ -437,14 +462,17 @@ class StoreImpl final : public Store {
   // zero-extension bit only with one, on a signed dtype (docs/format.md,
   // section 3).
   Status ReadWidth(uint64_t i, uint64_t e, RecordRef* r) const {
-    const uint64_t code = (e & format::kEndWidthMask) >> format::kEndWidthShift;
+    return ReadWidthBits(i, (e & format::kEndWidthMask) >> format::kEndWidthShift,
+                         (e & format::kEndZeroExtendBit) != 0, r);
+  }
+  Status ReadWidthBits(uint64_t i, uint64_t code, bool zero_extend, RecordRef* r) const {
     if (!width_refusal_.empty()) {
       return BadEntry(i, (code != 0 ? "width code " + std::to_string(code)
                                     : std::string("zero-extension bit")) +
                              " in " + width_refusal_);
     }
     r->width = format::WidthOfCode(code);
-    r->zero_extend = (e & format::kEndZeroExtendBit) != 0;
+    r->zero_extend = zero_extend;
     if (r->width >= meta_.schema.dtype.itemsize) {
       return BadEntry(i, "stored width " + std::to_string(r->width) +
                              " bytes is not below the itemsize " +
@@ -474,8 +502,6 @@ class StoreImpl final : public Store {
     if ((e & (format::kEndWidthMask | format::kEndZeroExtendBit)) != 0) {
       LX_RETURN_IF_ERROR(ReadWidth(i, e, &r));
     }
-    // Bytes per stored value: what the stored bytes decode to is a multiple of it.
-    const uint64_t unit = r.width != 0 ? r.width : meta_.schema.dtype.itemsize;
     if (end < start) {
       return BadEntry(
           i, "ends at " + std::to_string(end) + ", before its start " + std::to_string(start));
@@ -488,6 +514,80 @@ class StoreImpl final : public Store {
                              ") outside " + format::DataFileName(r.shard) + " (" +
                              std::to_string(file_size) + " bytes)");
     }
+    LX_RETURN_IF_ERROR(SetRawLen(i, &r));
+    LX_RETURN_IF_ERROR(CheckRef(i, r));
+    return r;
+  }
+
+  // Format 1.3: the record's word in its group's row; it starts where the
+  // record before it in the group ends, or at the group's base.
+  Result<RecordRef> LocateGroup(uint64_t i) const {
+    LX_RETURN_IF_ERROR(CheckIndex(i));
+    LX_RETURN_IF_ERROR(index_.CheckBlock(i / format::kBlockRecords));
+    const uint8_t* row = index_.map.data() + (i / format::kGroupRecords) * format::kGroupRowBytes;
+    const uint64_t pos = i % format::kGroupRecords;
+    uint64_t base;
+    uint32_t word;
+    std::memcpy(&base, row, 8);
+    std::memcpy(&word, row + 8 + pos * 4, 4);
+    RecordRef r;
+    r.shard = format::RunShard(i, meta_.run_records, meta_.data_shards);
+    const uint64_t file_size = data_sizes_[r.shard];
+    if (base > file_size) {
+      return BadEntry(i, "group base " + std::to_string(base) + " outside " +
+                             format::DataFileName(r.shard) + " (" + std::to_string(file_size) +
+                             " bytes)");
+    }
+    uint64_t start = base, end;
+    if (pos != 0) {
+      uint32_t pword;
+      std::memcpy(&pword, row + 4 + pos * 4, 4);
+      LX_ASSIGN_OR_RETURN(start, WordEnd(i - 1, base, pword));
+    }
+    LX_ASSIGN_OR_RETURN(end, WordEnd(i, base, word));
+    if (end < start) {
+      return BadEntry(
+          i, "ends at " + std::to_string(end) + ", before its start " + std::to_string(start));
+    }
+    r.offset = start;
+    r.stored_len = end - start;
+    const uint32_t form = (word >> format::kWordFormShift) & 3;
+    r.compressed = form != format::kFormRaw;
+    r.bare = form == format::kFormBare1 ? 1 : form == format::kFormBare2 ? 2 : 0;
+    const uint64_t code = (word >> format::kWordWidthShift) & 3;
+    const bool zext = (word & format::kWordZeroExtendBit) != 0;
+    if (code != 0 || zext) LX_RETURN_IF_ERROR(ReadWidthBits(i, code, zext, &r));
+    if (end > file_size) {
+      return BadEntry(i, "extent [" + std::to_string(start) + ", +" + std::to_string(r.stored_len) +
+                             ") outside " + format::DataFileName(r.shard) + " (" +
+                             std::to_string(file_size) + " bytes)");
+    }
+    if (r.bare != 0 && r.stored_len > codec::kMaxBareBytes) {
+      return BadEntry(i, "bare zstd block of " + std::to_string(r.stored_len) + " bytes (at most " +
+                             std::to_string(codec::kMaxBareBytes) + ")");
+    }
+    LX_RETURN_IF_ERROR(SetRawLen(i, &r));
+    LX_RETURN_IF_ERROR(CheckRef(i, r));
+    return r;
+  }
+
+  // The absolute end offset word `w` of record i (in a group of base `base`) gives.
+  Result<uint64_t> WordEnd(uint64_t i, uint64_t base, uint32_t w) const {
+    if ((w & format::kWordWideBit) == 0) return base + (w & format::kWordRelMask);
+    const uint64_t ord = w & format::kWordRelMask;
+    if (ord >= wide_.size()) {
+      return BadEntry(i, "wide end " + std::to_string(ord) + " out of range (" +
+                             std::to_string(wide_.size()) + " wide ends)");
+    }
+    return wide_[ord];
+  }
+
+  // r->raw_len of located record i: dense, from its shape, or (rank 1
+  // without a shape table) from its stored bytes or frame header.
+  Status SetRawLen(uint64_t i, RecordRef* rp) const {
+    RecordRef& r = *rp;
+    // Bytes per stored value: what the stored bytes decode to is a multiple of it.
+    const uint64_t unit = r.width != 0 ? r.width : meta_.schema.dtype.itemsize;
     if (meta_.schema.kind == Kind::kDense) {
       r.raw_len = item_bytes_;
     } else if (has_shapes_) {
@@ -497,8 +597,9 @@ class StoreImpl final : public Store {
       // bytes (raw) or the frame header, over the stored value width.
       uint64_t n = r.stored_len;
       if (r.compressed) {
-        auto c = codec::FrameContentSize(data_maps_[r.shard].data() + r.offset, r.stored_len,
-                                         codec::Frames::kCompact);
+        const uint8_t* src = data_maps_[r.shard].data() + r.offset;
+        auto c = r.bare != 0 ? codec::BareContentSize(src, r.stored_len, r.bare)
+                             : codec::FrameContentSize(src, r.stored_len, codec::Frames::kCompact);
         if (!c.ok()) {
           return Status::Corruption(files_.label + ": record " + std::to_string(i) + " (" +
                                     format::DataFileName(r.shard) + "): " + c.status().message());
@@ -515,8 +616,7 @@ class StoreImpl final : public Store {
         return BadEntry(i, "frame content size " + std::to_string(n) + " overflows");
       }
     }
-    LX_RETURN_IF_ERROR(CheckRef(i, r));
-    return r;
+    return Status::OK();
   }
 
   // Bounds and consistency of a located record, before any data is touched.
@@ -688,13 +788,21 @@ class StoreImpl final : public Store {
     // The message names the record only on failure: building it for every
     // record would cost an allocation per small record.
     static const std::string kFrame = "frame";
-    Status st = codec::Decompress(src, r.stored_len, dict_.get(), out, len, kFrame, frames_);
+    size_t n = r.stored_len;
+    if (r.bare != 0) {  // format 1.3: rebuild the frame around the bare block
+      thread_local std::vector<uint8_t> frame(codec::kMaxBareBytes + codec::kBareFrameExtra);
+      codec::RebuildFrame(src, n, r.bare, frame.data());
+      src = frame.data();
+      n += codec::kBareFrameExtra;
+    }
+    Status st = codec::Decompress(src, n, dict_.get(), out, len, kFrame, frames_);
     if (st.ok()) return st;
     return st.WithContext(files_.label + ": record " + std::to_string(i));
   }
 
   Status LoadTable(Table* t, const char* name, int fd, uint64_t rows, uint64_t row_bytes,
                    uint64_t table_xxh3, uint64_t trailer_bytes);
+  Status LoadWideEnds();
   Status CheckFileSizes();
   Status LoadTables();
   Status LoadDictionary();
@@ -715,6 +823,7 @@ class StoreImpl final : public Store {
   codec::Frames frames_ = codec::Frames::kStandard;
   bool has_shapes_ = false;
   uint64_t sums_offset_ = 0, sums_count_ = 0;  // 1.1: data block sums in `index`
+  std::vector<uint64_t> wide_;                 // 1.3 kGroups: the wide ends
   // Why an entry may not carry a width code ("a format 1.1 store", ...), or
   // empty in a 1.2 compressed store of a narrowable dtype.
   std::string width_refusal_;
@@ -727,7 +836,17 @@ Status StoreImpl::LoadTable(Table* t, const char* name, int fd, uint64_t rows, u
   t->row_bytes = row_bytes;
   const uint64_t blocks = format::NumBlocks(rows);
   uint64_t body;
-  if (format::MulOverflow(rows, row_bytes, &body) || body + blocks * 8 < body ||
+  bool overflow = false;
+  if (row_bytes == 0) {  // kGroups: a row per group, a block per 64 groups
+    overflow = rows > (uint64_t{1} << 60);
+    body = overflow ? 0 : format::GroupsBodyBytes(rows);
+    t->stride = format::kBlockRecords / format::kGroupRecords * format::kGroupRowBytes;
+  } else {
+    overflow = format::MulOverflow(rows, row_bytes, &body) ||
+               format::MulOverflow(row_bytes, format::kBlockRecords, &t->stride);
+  }
+  t->body = body;
+  if (overflow || body + blocks * 8 < body ||
       body + blocks * 8 + trailer_bytes < body + blocks * 8) {
     return Status::Corruption(t->what + ": record count overflows");
   }
@@ -828,7 +947,7 @@ Status StoreImpl::LoadTables() {
   }
   uint64_t index_rows = m.count, entry_bytes = format::kEntryBytes;
   if (m.layout != format::Layout::kEntries) {
-    entry_bytes = format::kEndEntryBytes;
+    entry_bytes = m.layout == format::Layout::kGroups ? 0 : format::kEndEntryBytes;
     if (m.layout == format::Layout::kComputed) index_rows = 0;
     for (uint32_t i = 0; i < m.data_shards; ++i) {
       const uint64_t size = m.files.at(format::DataFileName(i)).size;
@@ -844,13 +963,29 @@ Status StoreImpl::LoadTables() {
       }
       sums_count_ += format::NumDataBlocks(size, m.data_block);
     }
-    sums_offset_ = index_rows * entry_bytes + format::NumBlocks(index_rows) * 8;
+    sums_offset_ =
+        (entry_bytes == 0 ? format::GroupsBodyBytes(index_rows) : index_rows * entry_bytes) +
+        format::NumBlocks(index_rows) * 8 + m.wide_ends * 8;
   }
   LX_RETURN_IF_ERROR(LoadTable(&index_, format::kIndexFile, files_.index.get(), index_rows,
-                               entry_bytes, m.index_table_xxh3, sums_count_ * 8));
+                               entry_bytes, m.index_table_xxh3, (m.wide_ends + sums_count_) * 8));
+  if (m.layout == format::Layout::kGroups) LX_RETURN_IF_ERROR(LoadWideEnds());
   if (has_shapes_) {
     LX_RETURN_IF_ERROR(LoadTable(&shapes_, format::kShapesFile, files_.shapes.get(), m.count,
                                  uint64_t{m.schema.ndim} * 8, m.shapes_table_xxh3, 0));
+  }
+  return Status::OK();
+}
+
+// Format 1.3 kGroups: the wide ends (between the index's block table and the
+// data block sums), read and checked against wide_xxh3 at open.
+Status StoreImpl::LoadWideEnds() {
+  const uint64_t n = meta_.wide_ends;
+  wide_.resize(n);
+  LX_RETURN_IF_ERROR(
+      PReadAll(*env_, files_.index.get(), wide_.data(), n * 8, sums_offset_ - n * 8, index_.what));
+  if (format::Hash64(wide_.data(), n * 8) != meta_.wide_xxh3) {
+    return Status::Corruption(index_.what + ": wide end table mismatch");
   }
   return Status::OK();
 }

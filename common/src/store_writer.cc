@@ -309,16 +309,28 @@ class SeqFile {
 class BlockedTableWriter {
  public:
   explicit BlockedTableWriter(size_t row_bytes) : row_bytes_(row_bytes) {}
+  // Rows of another size, rows_per_block of them checksummed together; only
+  // before the first row.
+  void Reshape(size_t row_bytes, uint64_t rows_per_block) {
+    row_bytes_ = row_bytes;
+    rows_per_block_ = rows_per_block;
+  }
+  // A last row shorter than the others (the kGroups layout's last group);
+  // nothing may be appended after it but Finish.
+  void AppendShortRow(const void* row, size_t bytes) {
+    block_.append(static_cast<const char*>(row), bytes);
+    ++rows_in_block_;
+  }
   Status Open(Env* env, const std::string& path) { return file_.Open(env, path); }
   Status AppendRows(const void* rows, uint64_t n) {
     const uint8_t* p = static_cast<const uint8_t*>(rows);
     while (n > 0) {
-      const uint64_t take = std::min(n, format::kBlockRecords - rows_in_block_);
+      const uint64_t take = std::min(n, rows_per_block_ - rows_in_block_);
       block_.append(reinterpret_cast<const char*>(p), take * row_bytes_);
       rows_in_block_ += take;
       p += take * row_bytes_;
       n -= take;
-      if (rows_in_block_ == format::kBlockRecords) LX_RETURN_IF_ERROR(FlushBlock());
+      if (rows_in_block_ == rows_per_block_) LX_RETURN_IF_ERROR(FlushBlock());
     }
     return Status::OK();
   }
@@ -343,6 +355,7 @@ class BlockedTableWriter {
     return Status::OK();
   }
   size_t row_bytes_;
+  uint64_t rows_per_block_ = format::kBlockRecords;
   SeqFile file_;
   std::string block_;
   uint64_t rows_in_block_ = 0;
@@ -566,6 +579,46 @@ class StoreWriterImpl final : public StoreWriter {
       mean = sum / m;
     }
     run_records_ = std::clamp<uint64_t>(kRunBytes / std::max<uint64_t>(mean, 1), 1, kRunMaxRecords);
+    // Format 1.3: a store that narrows, of records small enough for runs of
+    // at least one group, gets the "groups" index (runs a multiple of groups).
+    if (narrow_ && opt_.group_index && run_records_ >= format::kGroupRecords) {
+      run_records_ -= run_records_ % format::kGroupRecords;
+      layout_ = format::Layout::kGroups;
+      index_.Reshape(format::kGroupRowBytes, format::kBlockRecords / format::kGroupRecords);
+      shard_end_.assign(opt_.data_shards, 0);
+    }
+  }
+
+  // Appends the index entries of records count_ .. count_ + n - 1, in record
+  // order: `ends` are their end offsets in their shard files (kEnds: with
+  // the compressed and width bits), `marks` (kGroups) their word's bits
+  // 26..30.
+  Status AppendEntries(const uint64_t* ends, const uint32_t* marks, uint64_t n) {
+    if (layout_ == format::Layout::kEnds) return index_.AppendRows(ends, n);
+    for (uint64_t j = 0; j < n; ++j) {
+      const uint64_t k = count_ + j;
+      const uint32_t s = ShardOf(k);
+      const uint64_t pos = k % format::kGroupRecords;
+      if (pos == 0) std::memcpy(group_row_, &shard_end_[s], 8);  // the group's base
+      uint64_t base;
+      std::memcpy(&base, group_row_, 8);
+      const uint64_t rel = ends[j] - base;
+      uint32_t word = marks[j];
+      if (rel <= format::kWordRelMask) {
+        word |= static_cast<uint32_t>(rel);
+      } else {
+        if (wide_.size() > format::kWordRelMask) {
+          return Status::ResourceExhausted(path_ + "/" + format::kIndexFile + ": more than 2^26 " +
+                                           "records end too far from their group's start");
+        }
+        word |= format::kWordWideBit | static_cast<uint32_t>(wide_.size());
+        wide_.push_back(ends[j]);
+      }
+      std::memcpy(group_row_ + 8 + pos * 4, &word, 4);
+      shard_end_[s] = ends[j];
+      if (pos + 1 == format::kGroupRecords) LX_RETURN_IF_ERROR(index_.AppendRows(group_row_, 1));
+    }
+    return Status::OK();
   }
 
   uint32_t ShardOf(uint64_t k) const { return format::RunShard(k, run_records_, opt_.data_shards); }
@@ -630,7 +683,8 @@ class StoreWriterImpl final : public StoreWriter {
     Buffer buf;
     // What the shard appends, in order: (pointer, bytes) spans.
     std::vector<Span> spans;
-    std::vector<uint64_t> ends;  // kEnds entries, relative to the piece's start
+    std::vector<uint64_t> ends;   // kEnds entries, relative to the piece's start
+    std::vector<uint32_t> marks;  // kGroups: each record's word bits 26..30
     Status st;
   };
   // One chunk: its pieces and, once compressed, their output.
@@ -750,7 +804,9 @@ class StoreWriterImpl final : public StoreWriter {
   // width is its predecessor's is read once (its width found and its values
   // narrowed in one pass), and its narrowed copy is compressed while in cache.
   Status CompressPiece(const Input& in, const Piece& p, PieceOut* o) const {
+    const bool groups = layout_ == format::Layout::kGroups;
     o->ends.resize(p.end - p.first);
+    if (groups) o->marks.resize(p.end - p.first);
     uint64_t cap = 0;
     for (uint64_t k = p.first; k < p.end; ++k) cap += codec::CompressBound(in.Len(k));
     o->buf.data = std::make_unique_for_overwrite<uint8_t[]>(cap);
@@ -765,6 +821,7 @@ class StoreWriterImpl final : public StoreWriter {
       const uint8_t* src = in.ptrs != nullptr ? in.ptrs[k] : in.data + p.in_off + src_pos;
       src_pos += len;
       uint64_t width_bits = 0, n = len;
+      uint32_t mark = 0;
       if (narrow_ && len > 0) {
         const uint64_t count = len / itemsize;
         const narrow::Plan plan =
@@ -775,21 +832,38 @@ class StoreWriterImpl final : public StoreWriter {
           n = count * plan.width;
           width_bits = format::CodeOfWidth(plan.width) << format::kEndWidthShift |
                        (plan.zero_extend ? format::kEndZeroExtendBit : 0);
+          mark = static_cast<uint32_t>(format::CodeOfWidth(plan.width) << format::kWordWidthShift) |
+                 (plan.zero_extend ? format::kWordZeroExtendBit : 0);
         }
       }
       uint64_t stored = n, flag = 0;
       if (n > codec::MinFrameBytes(codec::Frames::kCompact)) {
         LX_ASSIGN_OR_RETURN(const uint64_t c, codec::Compress(src, n, opt_.level, dict_.get(),
                                                               out + pos, codec::CompressBound(n)));
-        if (c < n) {
-          stored = c;
+        uint64_t form_len = c;
+        uint32_t form = format::kFormFrame;
+        if (groups) {  // format 1.3: a one-block frame loses its descriptor and block header
+          const codec::Stripped b = codec::StripFrame(out + pos, c, n);
+          if (b.fcs_bytes != 0) {
+            form_len = b.len;
+            form = b.fcs_bytes == 1 ? format::kFormBare1 : format::kFormBare2;
+          }
+        }
+        if (form_len < n) {
+          stored = form_len;
           flag = format::kEndCompressedBit;
+          mark |= form << format::kWordFormShift;
         }
       }
       // Incompressible: store it raw so zstd never loses to raw on size.
       if (flag == 0 && n > 0) std::memcpy(out + pos, src, n);
       pos += stored;
-      o->ends[k - p.first] = pos | flag | width_bits;
+      if (groups) {
+        o->ends[k - p.first] = pos;
+        o->marks[k - p.first] = mark;
+      } else {
+        o->ends[k - p.first] = pos | flag | width_bits;
+      }
     }
     o->buf.size = pos;
     o->spans.emplace_back(out, pos);
@@ -828,8 +902,9 @@ class StoreWriterImpl final : public StoreWriter {
     for (auto& st : sts) LX_RETURN_IF_ERROR(st);
     for (size_t pi = 0; pi < r->pieces.size(); ++pi) {
       const Piece& p = r->pieces[pi];
-      if (layout_ == format::Layout::kEnds) {
-        LX_RETURN_IF_ERROR(index_.AppendRows(r->outs[pi].ends.data(), r->outs[pi].ends.size()));
+      if (layout_ != format::Layout::kComputed) {
+        const PieceOut& o = r->outs[pi];
+        LX_RETURN_IF_ERROR(AppendEntries(o.ends.data(), o.marks.data(), o.ends.size()));
       }
       if (shape_table_) {
         LX_RETURN_IF_ERROR(shapes_.AppendRows(in.shapes + p.first * schema_.ndim, p.end - p.first));
@@ -865,9 +940,10 @@ class StoreWriterImpl final : public StoreWriter {
     }
     if (stored_raw) LX_RETURN_IF_ERROR(f.Append(in, len));
     if (f.size() >= format::kMaxShardBytes) return ShardTooLarge(ShardOf(count_));
-    if (layout_ == format::Layout::kEnds) {
-      const uint64_t e = f.size() | flag;
-      LX_RETURN_IF_ERROR(index_.AppendRows(&e, 1));
+    if (layout_ != format::Layout::kComputed) {
+      const uint64_t e = layout_ == format::Layout::kGroups ? f.size() : f.size() | flag;
+      const uint32_t mark = flag != 0 ? format::kFormFrame << format::kWordFormShift : 0;
+      LX_RETURN_IF_ERROR(AppendEntries(&e, &mark, 1));
     }
     if (shape_table_) LX_RETURN_IF_ERROR(shapes_.AppendRows(shape, 1));
     nbytes_ += len;
@@ -884,7 +960,9 @@ class StoreWriterImpl final : public StoreWriter {
 
   Status DoPublish() {
     format::Metadata m;
-    m.minor = narrow_ ? format::kNarrowMinor : format::kPlainMinor;
+    m.minor = layout_ == format::Layout::kGroups ? format::kGroupsMinor
+              : narrow_                          ? format::kNarrowMinor
+                                                 : format::kPlainMinor;
     m.schema = schema_;
     m.codec = opt_.codec;
     m.level = opt_.codec == Codec::kRaw ? 0 : opt_.level;
@@ -908,6 +986,14 @@ class StoreWriterImpl final : public StoreWriter {
       sums.insert(sums.end(), b.begin(), b.end());
     }
     m.sums_table_xxh3 = format::Hash64(sums.data(), sums.size() * 8);
+    if (layout_ == format::Layout::kGroups) {
+      // The last group, if short; then the wide ends go before the data sums.
+      const uint64_t tail = count_ % format::kGroupRecords;
+      if (tail != 0) index_.AppendShortRow(group_row_, 8 + tail * 4);
+      m.wide_ends = wide_.size();
+      m.wide_xxh3 = format::Hash64(wide_.data(), wide_.size() * 8);
+      sums.insert(sums.begin(), wide_.begin(), wide_.end());
+    }
     LX_RETURN_IF_ERROR(index_.Finish(&m.index_table_xxh3, sums));
     m.files[format::kIndexFile] = index_.Info();
     if (shape_table_) {
@@ -957,7 +1043,8 @@ class StoreWriterImpl final : public StoreWriter {
   const WriteOptions opt_;
   Env* const env_;
   ThreadPool* const pool_;
-  const format::Layout layout_;
+  // kComputed, kEnds, or kGroups (chosen with run_records_, at the first append).
+  format::Layout layout_;
   const bool shape_table_;
   // Records are narrowed (format 1.2): compressed stores of narrowable
   // integer dtypes, unless WriteOptions::narrow_integers is off.
@@ -968,6 +1055,10 @@ class StoreWriterImpl final : public StoreWriter {
   BlockedTableWriter index_, shapes_;
   uint64_t count_ = 0, nbytes_ = 0;
   uint64_t run_records_ = 0;  // R, fixed by the first append (0 before)
+  // kGroups: the group row being filled, each shard's end so far, the wide ends.
+  uint8_t group_row_[format::kGroupRowBytes] = {};
+  std::vector<uint64_t> shard_end_;
+  std::vector<uint64_t> wide_;
   bool failed_ = false, published_ = false, aborted_ = false;
 };
 

@@ -472,7 +472,8 @@ class Dense(_Stream):
             narrow: with ``"zstd"`` / ``"zstd_dict"`` and an integer dtype of 2, 4
                 or 8 bytes, store each record's values in the fewest bytes (1, 2
                 or 4) that hold them all; reads widen them back, so nothing
-                changes for readers but the size (format 1.2). ``False`` writes
+                changes for readers but the size (format 1.2; 1.3, with a 4-byte
+                index entry, for records of up to 4 KiB on average). ``False`` writes
                 every value at full width, format 1.1, which loaderx builds
                 older than format 1.2 read too.
 

@@ -32,8 +32,11 @@ void EditMeta(const std::string& path, const std::function<void(format::Metadata
 
 // A ragged zstd_dict store of rank 2 over 2 shards has every kind of file
 // (rank-1 ragged stores of format 1.1 have no shape table: RaggedRank1Test).
+// Its index is the 1.2 "ends" layout, whose entry offsets the tests use;
+// GroupsCorruptionTest writes the same store with the 1.3 "groups" index.
 class CorruptionTest : public ::testing::Test {
  protected:
+  virtual bool GroupIndex() const { return false; }
   void SetUp() override {
     // ~500 KiB of values: two 256 KiB runs, so both shards hold records.
     path_ = dir_.Sub("store");
@@ -49,6 +52,7 @@ class CorruptionTest : public ::testing::Test {
     o.codec = Codec::kZstdDict;
     o.dictionary = testing::TestDictionary();
     o.data_shards = 2;
+    o.group_index = GroupIndex();
     auto w = StoreWriter::Create(path_, RaggedSchema("<i4", 2), o);
     ASSERT_TRUE(w.ok());
     ASSERT_TRUE((*w)->AppendRagged(values_.data(), shapes.data(), kN).ok());
@@ -88,6 +92,83 @@ class CorruptionTest : public ::testing::Test {
   std::string path_;
   std::vector<uint8_t> values_;
 };
+
+class GroupsCorruptionTest : public CorruptionTest {
+ protected:
+  bool GroupIndex() const override { return true; }
+  // The groups index body: its block table starts here.
+  static uint64_t Body() { return format::GroupsBodyBytes(kN); }
+};
+
+TEST_F(GroupsCorruptionTest, IntactStoreVerifiesAndIsGroups) {
+  auto m = format::DecodeMetadata(ReadFileBytes(File("meta")), "meta");
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->layout, format::Layout::kGroups);
+  EXPECT_EQ(fs::file_size(File("index")),
+            Body() + format::NumBlocks(kN) * 8 + m->wide_ends * 8 +
+                (m->files.at("index").size - Body() - format::NumBlocks(kN) * 8));
+  auto s = Store::Open(path_);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_TRUE((*s)->Verify(nullptr).ok());
+  EXPECT_TRUE(ReadAll(**s).ok());
+}
+
+TEST_F(GroupsCorruptionTest, FlippedWordIsCaughtOnFirstUseOfItsBlock) {
+  FlipByte("index", format::GroupWordOffset(4096 + 7) + 1);  // block 1, record 4103
+  auto s = Store::Open(path_);
+  ASSERT_TRUE(s.ok()) << "open is O(1): it does not read index blocks";
+  std::vector<uint8_t> buf(4);
+  EXPECT_TRUE((*s)->ReadRecord(0, buf.data(), 4).ok()) << "block 0 is intact";
+  auto r = (*s)->Locate(4500);
+  ASSERT_FALSE(r.ok());
+  ExpectCorruption(r.status(), "/index: checksum mismatch in block 1 (records 4096..4999)");
+  ExpectCorruption((*s)->Verify(nullptr), "block 1");
+}
+
+TEST_F(GroupsCorruptionTest, AnyFlippedIndexByteIsDetected) {
+  const std::string orig = ReadFileBytes(File("index"));
+  // Rows (bases and words) and their block table.
+  const uint64_t end = Body() + format::NumBlocks(kN) * 8;
+  for (size_t pos = 0; pos < end; pos += 97) {
+    std::string b = orig;
+    b[pos] ^= 0x10;
+    WriteFileBytes(File("index"), b);
+    auto s = Store::Open(path_);
+    if (!s.ok()) {
+      ExpectCorruption(s.status(), "/index");
+      continue;
+    }
+    ExpectCorruption(ReadAll(**s), "/index");
+  }
+}
+
+TEST_F(GroupsCorruptionTest, FlippedBlockChecksumTableFailsOpen) {
+  FlipByte("index", Body() + 3);
+  auto s = Store::Open(path_);
+  ASSERT_FALSE(s.ok());
+  ExpectCorruption(s.status(), "/index: block checksum table mismatch");
+}
+
+TEST_F(GroupsCorruptionTest, BadContentSizeOfABareBlockIsCorruptionNamingTheRecord) {
+  auto s0 = Store::Open(path_);
+  ASSERT_TRUE(s0.ok());
+  uint64_t i = 1000;
+  while ((*s0)->Locate(i).value().bare != 1) ++i;
+  const RecordRef r = (*s0)->Locate(i).value();
+  s0->reset();
+  {  // the 1-byte content size field, one more: not what the record decodes to
+    std::string b = ReadFileBytes(File(format::DataFileName(r.shard)));
+    b[r.offset] = static_cast<char>(b[r.offset] + 1);
+    WriteFileBytes(File(format::DataFileName(r.shard)), b);
+  }
+  auto s = Store::Open(path_);
+  ASSERT_TRUE(s.ok());
+  const std::string want = path_ + ": record " + std::to_string(i) + ": frame: zstd: ";
+  std::vector<uint8_t> buf(r.raw_len);
+  ExpectCorruption((*s)->ReadRecord(i, buf.data(), buf.size()), want);
+  ExpectCorruption((*s)->Verify(nullptr),
+                   "/data-00" + std::to_string(r.shard) + ": checksum mismatch in bytes ");
+}
 
 TEST_F(CorruptionTest, IntactStoreVerifies) {
   auto s = Store::Open(path_);
@@ -482,6 +563,7 @@ TEST(RaggedRank1Test, BadFrameHeaderIsCorruptionNamingTheRecord) {
   WriteOptions o;
   o.codec = Codec::kZstd;
   o.data_shards = 2;
+  o.group_index = false;  // whole frames (bare blocks: GroupsCorruptionTest)
   auto w = StoreWriter::Create(path, RaggedSchema("<i4", 1), o);
   ASSERT_TRUE(w.ok());
   ASSERT_TRUE((*w)->AppendRagged(values.data(), shapes.data(), shapes.size()).ok());

@@ -59,11 +59,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto store = loaderx::Store::FromFiles(std::move(f));
   if (!store.ok()) return 0;
   const loaderx::Store& s = **store;
-  // Read up to 64 records one by one and as one gather, bounded in bytes.
+  // Read up to 160 records (three groups of the 1.3 index) one by one and as
+  // one gather, bounded in bytes.
   std::vector<uint64_t> indices;
   std::vector<std::vector<uint8_t>> bufs;
   uint64_t total = 0;
-  for (uint64_t i = 0; i < std::min<uint64_t>(s.size(), 64); ++i) {
+  for (uint64_t i = 0; i < std::min<uint64_t>(s.size(), 160); ++i) {
     auto bytes = s.RecordBytes(i);
     if (!bytes.ok() || *bytes > (uint64_t{1} << 20) || total + *bytes > (uint64_t{8} << 20))
       continue;

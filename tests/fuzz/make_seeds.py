@@ -85,6 +85,17 @@ def store_seeds(tmp: Path) -> dict[str, bytes]:
                       dict_bytes=train_dict(blocks, size=1024)) as w:
         w.append(blocks[:10])
     seeds[p.name] = pack(p)
+    # Format 1.3: the "groups" index (three groups, the last short; bare
+    # blocks with 1- and 2-byte content sizes, raw and full-width records).
+    p = tmp / "ragged-zstd-groups"
+    with Ragged.create(str(p), np.int32, ndim=1, codec="zstd", data_shards=2) as w:
+        w.append([(np.arange(i % 150 + 1, dtype=np.int32) % 9) * 5000 + (2**31 - 1 if i % 40 == 7 else 0)
+                  for i in range(150)])
+    seeds[p.name] = pack(p)
+    p = tmp / "ragged-zstd-2d-groups"
+    with Ragged.create(str(p), np.uint32, ndim=2, codec="zstd") as w:
+        w.append([np.full((i % 4 + 1, 3), i * 300, dtype=np.uint32) for i in range(70)])
+    seeds[p.name] = pack(p)
     # Seeds are named by the format version that wrote them; older versions'
     # seeds stay in the corpus (every version is still read).
     named = {}

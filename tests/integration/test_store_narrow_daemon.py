@@ -24,7 +24,8 @@ def test_narrowed_stores_read_through_the_daemon_exactly(daemon, tmp_path: Path)
     with Dense.create(tmp_path / "blk", np.int32, (16,), codec="zstd", data_shards=2) as ds:
         ds.append(blocks)
     for name in ("tok", "blk"):
-        assert tuple(_loaderx.Store.open(str(tmp_path / name)).format_version) == (1, 2)
+        # Small records: format 1.3 (the "groups" index, bare blocks).
+        assert tuple(_loaderx.Store.open(str(tmp_path / name)).format_version) == (1, 3)
     streams = {"tok": Ragged.open(tmp_path / "tok"), "blk": Dense.open(tmp_path / "blk")}
     try:
         with DataLoader(

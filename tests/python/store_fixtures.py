@@ -80,10 +80,16 @@ FIXTURES_1_1: dict[str, tuple[str, Codec, int]] = {
 }
 
 
+# tests/data/zrecord-1.2/ holds FIXTURES_1_1 as the format 1.2 writer narrowed them
+# (the 8-byte "ends" index), written with
+# ``python tests/python/store_fixtures.py --v12 tests/data/zrecord-1.2`` by that writer;
+# the current one writes the same content as format 1.3 ("groups" index).
+
+
 def write_all(root: str, fixtures: dict[str, tuple[str, Codec, int]] = FIXTURES,
               narrow: bool = False) -> None:
     """Writes ``fixtures`` under ``root``: format 1.1 stores, or with ``narrow`` the
-    format 1.2 stores the current writer makes by default."""
+    narrowed stores the current writer makes by default (format 1.3 for these)."""
     from loaderx.utils import train_dict
     from loaderx.zrecord import Dense, Ragged
 
@@ -108,5 +114,7 @@ def write_all(root: str, fixtures: dict[str, tuple[str, Codec, int]] = FIXTURES,
 if __name__ == "__main__":
     if sys.argv[1] == "--v11":
         write_all(sys.argv[2], FIXTURES_1_1)
+    elif sys.argv[1] == "--v12":
+        write_all(sys.argv[2], FIXTURES_1_1, narrow=True)
     else:
         write_all(sys.argv[1])

@@ -516,7 +516,7 @@ def test_convert_accepts_every_codec_of_the_api(tmp_path: Path) -> None:
 
 def test_convert_narrows_integer_columns_unless_no_narrow(tmp_path: Path) -> None:
     src = hf_small(tmp_path / "hf_small")
-    for flag, version in (((), (1, 2)), (("--no-narrow",), (1, 1))):
+    for flag, version in (((), (1, 3)), (("--no-narrow",), (1, 1))):
         out = tmp_path / f"out{len(flag)}"
         r = run("convert", str(src), str(out), "--codec", "zstd", *flag)
         assert r.returncode == 0, r.stderr

@@ -1,7 +1,8 @@
 """Store corruption matrix (docs/reliability.md).
 
 For stores of every layout (dense raw, dense zstd, dense zstd_dict, ragged
-zstd 1-D, ragged raw 2-D, two data shards each) and every file: single-byte
+zstd 1-D, ragged raw 2-D, two data shards each; the int32 ones narrow, so they
+take format 1.3's "groups" index and bare zstd blocks) and every file: single-byte
 flips at many offsets, truncations, appended garbage, empty files, and files
 swapped between two stores of the same schema. Every case must end in
 ``CorruptStoreError`` at open or read, or in ``verify()`` raising
@@ -17,6 +18,7 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+import msgpack
 import numpy as np
 import pytest
 from loaderx.errors import CorruptStoreError
@@ -29,6 +31,12 @@ OFFSETS_PER_FILE = 24
 
 def build(kind: str, path: Path, seed: int) -> list[np.ndarray] | np.ndarray:
     rng = np.random.default_rng(seed)
+    if kind == "dense-zstd-i4":  # token-like values: narrowed to 2 bytes, "groups" index
+        data = rng.integers(0, 4, (N, 6, 6)) * 12_000 + rng.integers(0, 2, (N, 6, 6))
+        data = data.astype(np.int32)
+        with Dense.create(str(path), np.int32, (6, 6), codec="zstd", data_shards=2) as w:
+            w.append(data)
+        return data
     if kind.startswith("dense"):
         data = (rng.integers(0, 4, (N, 6, 6)) * 17).astype(np.uint8)
         codec = kind.split("-")[1]
@@ -48,7 +56,15 @@ def build(kind: str, path: Path, seed: int) -> list[np.ndarray] | np.ndarray:
     return recs
 
 
-KINDS = ["dense-raw", "dense-zstd", "dense-zstd_dict", "ragged-zstd-1d", "ragged-raw-2d"]
+KINDS = [
+    "dense-raw",
+    "dense-zstd",
+    "dense-zstd_dict",
+    "dense-zstd-i4",
+    "ragged-zstd-1d",
+    "ragged-raw-2d",
+]
+GROUPS = {"dense-zstd-i4", "ragged-zstd-1d"}
 
 
 def outcome(path: Path, kind: str, want) -> str:
@@ -143,3 +159,10 @@ def test_empty_files_are_refused(pristine, tmp_path: Path, kind: str) -> None:
         shutil.copytree(src, work)
         (work / f).write_bytes(b"")
         assert outcome(work, kind, want) == "refused", f"{kind}: empty {f} was accepted"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_matrix_covers_the_groups_layout(pristine, kind: str) -> None:
+    meta = msgpack.unpackb((pristine[kind][0] / "meta").read_bytes()[:-8])
+    assert (meta["layout"] == "groups") == (kind in GROUPS)
+    assert meta["minor"] == (3 if kind in GROUPS else 1)

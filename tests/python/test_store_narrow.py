@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 from store_fixtures import FIXTURES_1_1, dense_records, ragged_records, write_all
 
 V11 = Path(__file__).resolve().parent.parent / "data" / "zrecord-1.1"
+V12 = V11.parent / "zrecord-1.2"
 INT_DTYPES = [np.int16, np.uint16, np.int32, np.uint32, np.int64, np.uint64]
 BOUNDARIES = [
     0,
@@ -69,20 +70,44 @@ def expected_width(values: np.ndarray) -> int:
     return expected_plan(values)[0]
 
 
-def index_entries(path: Path, n: int) -> np.ndarray:
-    return np.fromfile(path / "index", dtype="<u8", count=n)
+GROUP = 64  # records per group of the 1.3 "groups" index
+GROUP_ROW = 8 + 4 * GROUP
+
+
+def read_meta(path: Path) -> dict:
+    return msgpack.unpackb((path / "meta").read_bytes()[:-8])
+
+
+def word_offset(k: int) -> int:
+    """Byte offset of record k's u32 word in a "groups" index (docs/format.md, section 3)."""
+    return (k // GROUP) * GROUP_ROW + 8 + (k % GROUP) * 4
+
+
+def groups_body(n: int) -> int:
+    return -(-n // GROUP) * 8 + 4 * n
+
+
+def index_codes(path: Path, n: int) -> list[tuple[int, bool]]:
+    """(width code, zero-extension bit) of every entry: bits 61..62 and 60 of an 8-byte
+    "ends" entry, bits 28..29 and 30 of a "groups" word."""
+    idx = (path / "index").read_bytes()
+    if read_meta(path).get("layout") == "groups":
+        words = [
+            int.from_bytes(idx[word_offset(k) : word_offset(k) + 4], "little") for k in range(n)
+        ]
+        return [((w >> 28) & 3, bool((w >> 30) & 1)) for w in words]
+    ends = np.frombuffer(idx, dtype="<u8", count=n)
+    return [((int(e) >> 61) & 3, bool((int(e) >> 60) & 1)) for e in ends]
 
 
 def index_widths(path: Path, n: int) -> list[int]:
-    """The width code of every entry (bits 61..62 of each 8-byte entry), as bytes."""
-    codes = (index_entries(path, n) >> np.uint64(61)) & np.uint64(3)
-    return [0 if c == 0 else 1 << (int(c) - 1) for c in codes]
+    """The stored width of every record, in bytes (0: the itemsize)."""
+    return [0 if c == 0 else 1 << (c - 1) for c, _ in index_codes(path, n)]
 
 
 def index_plans(path: Path, n: int) -> list[tuple[int, bool]]:
-    """(width, bit 60: zero-extended) of every entry."""
-    zero = (index_entries(path, n) >> np.uint64(60)) & np.uint64(1)
-    return [(w, bool(z)) for w, z in zip(index_widths(path, n), zero, strict=True)]
+    """(width, zero-extended) of every entry."""
+    return [(0 if c == 0 else 1 << (c - 1), z) for c, z in index_codes(path, n)]
 
 
 def boundary_records(dt: type) -> list[np.ndarray]:
@@ -125,7 +150,8 @@ def test_ragged_integer_store_round_trips_at_every_width(
     widths = [expected_width(r) for r in recs]
     assert index_plans(tmp_path / "s", len(recs)) == [expected_plan(r) for r in recs]
     assert {w for w in widths if w} == {w for w in (1, 2, 4) if w < np.dtype(dt).itemsize}
-    assert tuple(_loaderx.Store.open(str(tmp_path / "s")).format_version) == (1, 2)
+    # Small records: the 1.3 "groups" index, which carries the same width bits.
+    assert tuple(_loaderx.Store.open(str(tmp_path / "s")).format_version) == (1, 3)
     with Ragged.open(tmp_path / "s") as rs:
         assert rs.codec == codec and rs.dtype == np.dtype(dt)
         order = [int(k) for k in np.random.default_rng(2).permutation(len(recs))]
@@ -158,7 +184,7 @@ def test_dense_integer_store_round_trips_at_every_width(
         ds.append(want[:4])
         ds.append(want[4:])
     assert index_plans(tmp_path / "s", len(want)) == [expected_plan(r) for r in want]
-    assert tuple(_loaderx.Store.open(str(tmp_path / "s")).format_version) == (1, 2)
+    assert tuple(_loaderx.Store.open(str(tmp_path / "s")).format_version) == (1, 3)
     with Dense.open(tmp_path / "s") as ds:
         got = ds[0 : len(ds)]
         assert got.dtype == np.dtype(dt) and got.shape == want.shape
@@ -211,12 +237,44 @@ def test_narrow_false_writes_the_format_1_1_store_of_the_previous_writer(tmp_pat
             )
         assert tuple(_loaderx.Store.open(str(tmp_path / "off" / name)).format_version) == (1, 1)
         assert set(index_widths(tmp_path / "off" / name, 200)) == {0}
-        # Narrowed, the same store is 1.2 and smaller.
-        assert tuple(_loaderx.Store.open(str(tmp_path / "on" / name)).format_version) == (1, 2)
+        # Narrowed, the same store (small records: the "groups" index) is 1.3 and smaller.
+        assert tuple(_loaderx.Store.open(str(tmp_path / "on" / name)).format_version) == (1, 3)
         size = {
             v: sum(p.stat().st_size for p in (tmp_path / v / name).iterdir()) for v in ("on", "off")
         }
         assert size["on"] < size["off"], name
+
+
+def read_fixture(path: Path, kind: str) -> list[np.ndarray]:
+    cls = Dense if kind == "dense" else Ragged
+    with cls.open(path) as s:
+        s.verify()
+        return list(s[list(range(len(s)))])
+
+
+def test_format_1_2_stores_of_the_previous_writer_read_as_the_format_1_3_ones(
+    tmp_path: Path,
+) -> None:
+    # The 1.2 writer's narrowed stores ("ends" index) and the current writer's
+    # ("groups" index, bare blocks) of the same content read the same values.
+    write_all(str(tmp_path / "on"), FIXTURES_1_1, narrow=True)
+    for name, (kind, _codec, _shards) in FIXTURES_1_1.items():
+        assert tuple(_loaderx.Store.open(str(V12 / name)).format_version) == (1, 2), name
+        assert read_meta(V12 / name)["layout"] == "ends"
+        assert read_meta(tmp_path / "on" / name)["layout"] == "groups"
+        want = dense_records(name) if kind == "dense" else ragged_records(name)
+        old, new = read_fixture(V12 / name, kind), read_fixture(tmp_path / "on" / name, kind)
+        assert len(old) == len(new) == len(want), name
+        for o, n, w in zip(old, new, want, strict=True):
+            assert o.dtype == n.dtype == w.dtype and o.shape == n.shape == w.shape, name
+            np.testing.assert_array_equal(o, w)
+            np.testing.assert_array_equal(n, w)
+        # Same data files but for the bare blocks (4 bytes shorter each), a smaller index.
+        size = {
+            d: sum(p.stat().st_size for p in d.iterdir())
+            for d in (V12 / name, tmp_path / "on" / name)
+        }
+        assert size[tmp_path / "on" / name] < size[V12 / name], name
 
 
 @pytest.mark.parametrize(
@@ -245,20 +303,25 @@ def rewrite_meta(path: Path, **changes: object) -> None:
 
 
 def set_width_code(path: Path, n: int, k: int, code: int) -> None:
-    """Sets entry k's width code (bits 61..62), with the index's block checksums and ``meta`` rebuilt:
-    a consistent but hostile store."""
+    """Sets entry k's width code (bits 61..62 of an "ends" entry, 28..29 of a "groups"
+    word), with the index's block checksums and ``meta`` rebuilt: a consistent but
+    hostile store."""
     idx = bytearray((path / "index").read_bytes())
-    e = int.from_bytes(idx[8 * k : 8 * k + 8], "little")
-    e = (e & ~(3 << 61)) | (code << 61)
-    idx[8 * k : 8 * k + 8] = e.to_bytes(8, "little")
+    if read_meta(path).get("layout") == "groups":
+        at, size, shift, body = word_offset(k), 4, 28, groups_body(n)
+    else:
+        at, size, shift, body = 8 * k, 8, 61, 8 * n
+    e = int.from_bytes(idx[at : at + size], "little")
+    e = (e & ~(3 << shift)) | (code << shift)
+    idx[at : at + size] = e.to_bytes(size, "little")
     assert n <= 4096  # one entry block
-    idx[8 * n : 8 * n + 8] = xxhash.xxh3_64_intdigest(bytes(idx[: 8 * n])).to_bytes(8, "little")
+    idx[body : body + 8] = xxhash.xxh3_64_intdigest(bytes(idx[:body])).to_bytes(8, "little")
     (path / "index").write_bytes(bytes(idx))
     raw = (path / "meta").read_bytes()
     files = msgpack.unpackb(raw[:-8])["files"]
     files["index"] = [len(idx), xxhash.xxh3_64_intdigest(bytes(idx))]
     rewrite_meta(
-        path, index_table_xxh3=xxhash.xxh3_64_intdigest(bytes(idx[8 * n : 8 * n + 8])), files=files
+        path, index_table_xxh3=xxhash.xxh3_64_intdigest(bytes(idx[body : body + 8])), files=files
     )
 
 
@@ -315,10 +378,10 @@ def test_signed_tokens_below_65536_take_two_bytes_and_read_back(tmp_path: Path) 
 
 def test_a_newer_minor_is_refused_at_open(tmp_path: Path) -> None:
     write_tokens(tmp_path / "s", np.int32)
-    rewrite_meta(tmp_path / "s", minor=3)
+    rewrite_meta(tmp_path / "s", minor=4)
     with pytest.raises(
         CorruptStoreError,
-        match=r"unsupported format version 1\.3 \(this reader supports 1\.0 to 1\.2\)",
+        match=r"unsupported format version 1\.4 \(this reader supports 1\.0 to 1\.3\)",
     ):
         Ragged.open(tmp_path / "s")
 

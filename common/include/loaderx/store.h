@@ -108,6 +108,11 @@ struct WriteOptions {
   // docs/format.md section 5). false: every record at full width, format
   // 1.1, which builds older than 1.2 read. Other stores are 1.1 either way.
   bool narrow_integers = true;
+  // true (default): a store that narrows, of records of at most 4 KiB on
+  // average (runs of at least 64 records), gets the compact "groups" index
+  // and bare zstd blocks (format 1.3, docs/format.md section 3). false: the
+  // 1.2 "ends" index, 8 bytes a record. Other stores are not affected.
+  bool group_index = true;
 };
 
 class StoreWriter {
@@ -154,6 +159,10 @@ struct RecordRef {
   // 1.2, a narrowed record of a signed dtype: its values are unsigned
   // (zero-extended on read) instead of signed (sign-extended).
   bool zero_extend = false;
+  // 1.3: a compressed record stored as a bare zstd block after its 1- or
+  // 2-byte content size field (its frame header and block header left out);
+  // 0 = a whole frame.
+  uint32_t bare = 0;
   uint64_t checksum = 0;  // format 1.0: low 32 bits of XXH3 of the stored bytes; 1.1: 0
 };
 
