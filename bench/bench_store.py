@@ -556,7 +556,7 @@ def store_goals(names: list[str], results: dict[str, tuple[Workload, list[Row]]]
         "store-labels-disk": [Part("labels raw", labels.disk / results["labels"][0].nbytes if labels else None)],
         "store-token-disk-parquet": [Part(f"{w} {c}", ratio(row(w, f"loaderx-{c}"), row(w, "parquet-zstd"),
                                                             lambda r: r.disk)) for w in TOKENS
-                                     for c in ("zstd_dict", "zstd")],
+                                     for c in ("zstd_dict",)],
         "store-raw-write-ceiling": [Part(w, fraction(w, "raw", "raw write") if w in results else None)
                                     for w in names],
         "store-zstd-write-ceiling": [Part(f"{w} {c}", fraction(w, c, "compressor alone") if w in results else None)
