@@ -201,8 +201,8 @@ std::unique_ptr<PyWriter> MakeWriter(const std::string& path, const std::string&
 // end of `it`; or (i, record) for the first record i of this batch that is not
 // an ndarray of `dt` and rank `ndim`: then nothing of the batch is appended.
 // An exception of the iterator propagates, nothing of the batch appended.
-py::tuple AppendRaggedFrom(PyWriter& w, const py::iterator& it, const py::dtype& dt,
-                           uint32_t ndim, uint64_t max_records, uint64_t max_bytes) {
+py::tuple AppendRaggedFrom(PyWriter& w, const py::iterator& it, const py::dtype& dt, uint32_t ndim,
+                           uint64_t max_records, uint64_t max_bytes) {
   if (max_records == 0 || max_bytes == 0) {
     ThrowStatus(Status::InvalidArgument("max_records and max_bytes must be > 0"));
   }
