@@ -513,12 +513,20 @@ def test_zstd_ceiling_reads_a_dense_workload_as_one_record_per_row(tmp_path):
     import ceilings
     from loaderx.zrecord import Dense
 
-    a = np.repeat(np.arange(40 * 64, dtype=np.int32).reshape(40, 64) % 17, 2, axis=1)
+    # 5 KiB records: above the 4 KiB mean of format 1.3's groups layout, whose bare
+    # blocks keep 4 bytes fewer than the frames the ceiling makes (same compression).
+    a = np.repeat(np.arange(40 * 64, dtype=np.int32).reshape(40, 64) % 17, 20, axis=1)
     w = DenseWorkload("d", a, "test")
     store = tmp_path / "store"
     with Dense.create(str(store), a.dtype, a.shape[1:], codec="zstd", data_shards=1) as ds:
         ds.append(a)
     assert ceilings.zstd_ceiling(w, tmp_path / "work", repeat=1).out_bytes == _data_bytes(store)
+    # 512-byte records: the groups layout keeps each one-block frame 4 bytes shorter.
+    small = np.ascontiguousarray(a[:, :128])
+    with Dense.create(str(tmp_path / "small"), small.dtype, small.shape[1:], codec="zstd", data_shards=1) as ds:
+        ds.append(small)
+    frames = ceilings.zstd_ceiling(DenseWorkload("s", small, "test"), tmp_path / "work", repeat=1).out_bytes
+    assert _data_bytes(tmp_path / "small") == frames - 4 * len(small)
 
 
 def test_raw_ceiling_writes_through_every_pattern_and_leaves_nothing(tmp_path):
@@ -540,8 +548,10 @@ def test_zstd_ceiling_narrows_integer_records_as_the_store_does(tmp_path, monkey
     recs = [np.zeros(0, np.int32), np.array([255, 0], np.int32), np.array([256, 3], np.int32),
             np.array([-128, 127], np.int32), np.array([-129, 5], np.int32), np.array([65535, 1], np.int32),
             np.array([-32769, 0], np.int32), np.array([2**31 - 1, 0], np.int32),
-            *[rng.integers(0, 50257, n, dtype=np.int32) for n in range(16, 900, 37)],
-            *[rng.integers(-200, 200, n, dtype=np.int32) for n in range(16, 400, 53)]]
+            # records of 4.4-12 KiB: a mean above the 4 KiB of format 1.3's groups layout
+            # (see the dense test above)
+            *[rng.integers(0, 50257, n, dtype=np.int32) for n in range(1100, 3000, 37)],
+            *[rng.integers(-200, 200, n, dtype=np.int32) for n in range(1100, 1600, 53)]]
     assert [ceilings.narrowed(r).dtype.str for r in recs[1:8]] == ["|u1", "<u2", "|i1", "<i2", "<u2", "<i4", "<i4"]
     w = _ragged(tmp_path, monkeypatch, recs)
     dict_bytes = train_dict(recs[8:], size=1024) if codec == "zstd_dict" else None
