@@ -75,6 +75,23 @@ class CorruptionTest : public ::testing::Test {
     EXPECT_NE(st.message().find(needle), std::string::npos) << st.ToString();
   }
 
+  // Flips one bit of every 97th byte of `index` below `end`, in turn: each
+  // store is refused at open, or fails reading some record, naming the index.
+  void ExpectEveryIndexFlipDetected(uint64_t end) {
+    const std::string orig = ReadFileBytes(File("index"));
+    for (size_t pos = 0; pos < end; pos += 97) {
+      std::string b = orig;
+      b[pos] ^= 0x10;
+      WriteFileBytes(File("index"), b);
+      auto s = Store::Open(path_);
+      if (!s.ok()) {
+        ExpectCorruption(s.status(), "/index");
+        continue;
+      }
+      ExpectCorruption(ReadAll(**s), "/index");
+    }
+  }
+
   // Reads every record; returns the first error.
   static Status ReadAll(const Store& s) {
     std::vector<uint8_t> buf;
@@ -126,20 +143,8 @@ TEST_F(GroupsCorruptionTest, FlippedWordIsCaughtOnFirstUseOfItsBlock) {
 }
 
 TEST_F(GroupsCorruptionTest, AnyFlippedIndexByteIsDetected) {
-  const std::string orig = ReadFileBytes(File("index"));
   // Rows (bases and words) and their block table.
-  const uint64_t end = Body() + format::NumBlocks(kN) * 8;
-  for (size_t pos = 0; pos < end; pos += 97) {
-    std::string b = orig;
-    b[pos] ^= 0x10;
-    WriteFileBytes(File("index"), b);
-    auto s = Store::Open(path_);
-    if (!s.ok()) {
-      ExpectCorruption(s.status(), "/index");
-      continue;
-    }
-    ExpectCorruption(ReadAll(**s), "/index");
-  }
+  ExpectEveryIndexFlipDetected(Body() + format::NumBlocks(kN) * 8);
 }
 
 TEST_F(GroupsCorruptionTest, FlippedBlockChecksumTableFailsOpen) {
@@ -240,21 +245,9 @@ TEST_F(CorruptionTest, FlippedIndexEntryIsCaughtOnFirstUseOfItsBlock) {
 }
 
 TEST_F(CorruptionTest, AnyFlippedIndexByteIsDetected) {
-  const std::string orig = ReadFileBytes(File("index"));
   // Entries and their block table (the data block sums after them are
   // Verify's: FlippedDataBlockSumIsCaughtByVerify).
-  const uint64_t end = kN * format::kEndEntryBytes + format::NumBlocks(kN) * 8;
-  for (size_t pos = 0; pos < end; pos += 97) {
-    std::string b = orig;
-    b[pos] ^= 0x10;
-    WriteFileBytes(File("index"), b);
-    auto s = Store::Open(path_);
-    if (!s.ok()) {
-      ExpectCorruption(s.status(), "/index");
-      continue;
-    }
-    ExpectCorruption(ReadAll(**s), "/index");
-  }
+  ExpectEveryIndexFlipDetected(kN * format::kEndEntryBytes + format::NumBlocks(kN) * 8);
 }
 
 TEST_F(CorruptionTest, FlippedBlockChecksumTableFailsOpen) {
