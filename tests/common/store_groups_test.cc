@@ -61,10 +61,8 @@ std::string Write(const TempDir& dir, const std::string& name,
   auto w =
       StoreWriter::Create(path, dense ? DenseSchema("<i4", {64}) : RaggedSchema("<i4", ndim), o);
   EXPECT_TRUE(w.ok()) << w.status().ToString();
-  std::vector<int32_t> flat;
   std::vector<uint64_t> shapes;
   for (const auto& r : recs) {
-    flat.insert(flat.end(), r.begin(), r.end());
     if (ndim == 2) {  // rank 2: [len / 2, 2] for even lengths, [len, 1] else
       shapes.push_back(r.size() % 2 == 0 ? r.size() / 2 : r.size());
       shapes.push_back(r.size() % 2 == 0 ? 2 : 1);
@@ -73,18 +71,7 @@ std::string Write(const TempDir& dir, const std::string& name,
     }
   }
   // Two appends: the second goes on with the first's runs and groups.
-  const uint64_t half = recs.size() / 2;
-  uint64_t half_values = 0;
-  for (uint64_t k = 0; k < half; ++k) half_values += recs[k].size();
-  if (dense) {
-    EXPECT_TRUE((*w)->AppendDense(flat.data(), half).ok());
-    EXPECT_TRUE((*w)->AppendDense(flat.data() + half_values, recs.size() - half).ok());
-  } else {
-    EXPECT_TRUE((*w)->AppendRagged(flat.data(), shapes.data(), half).ok());
-    EXPECT_TRUE((*w)->AppendRagged(flat.data() + half_values, shapes.data() + half * ndim,
-                                   recs.size() - half)
-                    .ok());
-  }
+  EXPECT_TRUE(testing::AppendInTwoHalves(**w, recs, dense, shapes, ndim).ok());
   Status st = (*w)->Publish();
   EXPECT_TRUE(st.ok()) << st.ToString();
   return path;

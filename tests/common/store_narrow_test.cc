@@ -120,25 +120,10 @@ void RoundTrip(const std::string& dtype, Codec codec, bool dense) {
     auto w =
         StoreWriter::Create(path, dense ? DenseSchema(dtype, {16}) : RaggedSchema(dtype, 1), o);
     ASSERT_TRUE(w.ok()) << w.status().ToString();
-    std::vector<T> flat;
     std::vector<uint64_t> shapes;
-    for (const auto& r : recs) {
-      flat.insert(flat.end(), r.begin(), r.end());
-      shapes.push_back(r.size());
-    }
+    for (const auto& r : recs) shapes.push_back(r.size());
     // Two appends: the second continues the first's runs.
-    const uint64_t half = recs.size() / 2;
-    uint64_t half_values = 0;
-    for (uint64_t k = 0; k < half; ++k) half_values += recs[k].size();
-    if (dense) {
-      ASSERT_TRUE((*w)->AppendDense(flat.data(), half).ok());
-      ASSERT_TRUE((*w)->AppendDense(flat.data() + half_values, recs.size() - half).ok());
-    } else {
-      ASSERT_TRUE((*w)->AppendRagged(flat.data(), shapes.data(), half).ok());
-      ASSERT_TRUE(
-          (*w)->AppendRagged(flat.data() + half_values, shapes.data() + half, recs.size() - half)
-              .ok());
-    }
+    ASSERT_TRUE(testing::AppendInTwoHalves(**w, recs, dense, shapes, 1).ok());
     ASSERT_TRUE((*w)->Publish().ok());
   }
   std::vector<uint32_t> want_widths;

@@ -84,6 +84,27 @@ inline void WriteFileBytes(const std::string& path, const std::string& bytes) {
   f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
+// Appends `recs` to `w` in two calls, the second from the middle record on
+// (so it goes on with the first call's runs): dense rows, or ragged records
+// whose dims are `shapes` (ndim per record).
+template <typename T>
+Status AppendInTwoHalves(StoreWriter& w, const std::vector<std::vector<T>>& recs, bool dense,
+                         const std::vector<uint64_t>& shapes, uint32_t ndim) {
+  std::vector<T> flat;
+  for (const auto& r : recs) flat.insert(flat.end(), r.begin(), r.end());
+  const uint64_t half = recs.size() / 2;
+  uint64_t half_values = 0;
+  for (uint64_t k = 0; k < half; ++k) half_values += recs[k].size();
+  if (dense) {
+    Status st = w.AppendDense(flat.data(), half);
+    return st.ok() ? w.AppendDense(flat.data() + half_values, recs.size() - half) : st;
+  }
+  Status st = w.AppendRagged(flat.data(), shapes.data(), half);
+  return st.ok() ? w.AppendRagged(flat.data() + half_values, shapes.data() + half * ndim,
+                                  recs.size() - half)
+                 : st;
+}
+
 // A small zstd dictionary trained on structured samples.
 inline std::string TestDictionary() {
   std::vector<std::string> samples;
