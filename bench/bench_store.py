@@ -16,8 +16,9 @@ key ratios of every pass are printed so the noise is visible.
 
 Beside every loaderx write, the machine's ceilings for the same bytes
 (bench/ceilings.py, run by the C++ program bench/write_ceiling.cc): the best
-plain write + fdatasync of the store's bytes and, for zstd stores, the
-compressor alone on all cores; each write is reported as a fraction of them.
+plain write + fdatasync pattern for the store's bytes and, for zstd stores, the
+compressor alone on all cores, each run as many times as the write; the median
+write is reported as a fraction of their median runs.
 
 Usage: bench/bench_store.py [--workloads vision-dense,...] [--backends a,b] [--no-doc]
 Prepare data first: bench/prepare_vision.py, bench/prepare_tokens.py.
@@ -54,6 +55,7 @@ from benchlib import (
     load_ragged,
     machine_line,
     markdown_table,
+    median_index,
     snapshot_loaderx,
     update_doc_section,
     warm_files,
@@ -209,7 +211,7 @@ class Row:
     raw_pattern: str = ""
     zstd_ceiling_s: float = 0.0
     zstd_threads: int = 0
-    zstd_ceiling_cpu_s: float = 0.0  # the compressor's CPU time in its best run
+    zstd_ceiling_cpu_s: float = 0.0  # the compressor's CPU time in its median run
 
 
 def time_gather(reader, w: Workload, plan: list[np.ndarray], min_s: float, max_s: float,
@@ -270,7 +272,7 @@ def timed_writes(be: Backend, w: Workload, path: Path, args) -> Timed:
         spent += t.s + ts.s
         if spent >= args.max_write_seconds:
             break
-    write_s, sync_s, cpu, publish = sorted(samples, key=lambda x: x[0] + x[1])[(len(samples) - 1) // 2]
+    write_s, sync_s, cpu, publish = samples[median_index([a + b for a, b, _, _ in samples])]
     return Timed(write_s, sync_s, [a + b for a, b, _, _ in samples], cpu, publish)
 
 
@@ -360,11 +362,13 @@ def run_workload(w: Workload, backends: list[Backend], store_root: Path, args,
 
 
 def measure_ceilings(w: Workload, be: LoaderxBackend, row: Row, where: Path) -> None:
-    """The raw ceiling of the store's bytes and, for a compressed store, the compressor's."""
-    raw = raw_ceiling(row.disk, be.data_shards, where)
+    """The raw ceiling of the store's bytes and, for a compressed store, the compressor's,
+    each the median of as many runs as the write's (ceilings.py)."""
+    runs = max(1, len(row.durable_s))
+    raw = raw_ceiling(row.disk, be.data_shards, where, repeat=runs)
     row.raw_ceiling_s, row.raw_pattern = raw.seconds, raw.pattern
     if be.compressed:
-        z = zstd_ceiling(w, where, be.level, be.dict_bytes)
+        z = zstd_ceiling(w, where, be.level, be.dict_bytes, repeat=runs)
         row.zstd_ceiling_s, row.zstd_threads, row.zstd_ceiling_cpu_s = z.seconds, z.threads, z.cpu_seconds
 
 
@@ -690,8 +694,9 @@ def main() -> int:
                 "(named). Gather: median MiB/s of random batches of 256; write+sync: logical MiB/s of "
                 "the write followed by `sync` (loaderx fsyncs inside its write; the wheel does not); "
                 "write+sync / ceiling: the machine's ceiling for the same bytes over our time, 1.00 = at the "
-                "ceiling (raw: the best write + fdatasync of the store's bytes; zstd: the compressor alone, "
-                "then the compressor plus that raw write; bench/ceilings.py); disk: "
+                "ceiling (raw: the best write + fdatasync pattern for the store's bytes; zstd: the compressor "
+                "alone, then the compressor plus that raw write; each the median of as many runs as our "
+                "write's, against our median write; bench/ceilings.py); disk: "
                 "bytes of the wheel's (peer's) store over ours, so above 1x means ours is smaller.\n\n"
                 + table + "\n"))
     return 0

@@ -213,6 +213,12 @@ def run_cpp(exe: str, *args: object) -> dict[str, Any]:
     return json.loads(r.stdout)
 
 
+def median_index(samples: Sequence[float]) -> int:
+    """The index of the median sample (the lower one of an even count): a write and its
+    ceiling are compared median to median, each with the other figures of that same run."""
+    return sorted(range(len(samples)), key=lambda i: samples[i])[(len(samples) - 1) // 2]
+
+
 def percentile_ms(samples_s: Sequence[float], q: float = 95.0) -> float:
     return float(np.percentile(np.asarray(samples_s), q) * 1e3)
 

@@ -26,8 +26,9 @@
 //      (no frame can be shorter). No I/O. The best of R.
 //
 // Prints one JSON object: seconds (best), samples (all), and for zstd the
-// input and output bytes, the record count and cpu_seconds: the process's
-// CPU time (all threads) of the best sample.
+// input and output bytes, the record count, cpu_seconds: the process's CPU
+// time (all threads) of the best sample, and cpu_samples: that of each
+// sample (bench/ceilings.py compares the median sample with the median write).
 #define ZSTD_STATIC_LINKING_ONLY  // ZSTD_c_format (magicless frames)
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -256,11 +257,14 @@ int Zstd(const std::map<std::string, std::string>& a) {
   ZSTD_freeCDict(cdict);
   std::printf(
       "{\"mode\": \"zstd\", \"level\": %d, \"threads\": %llu, \"records\": %llu, "
-      "\"in_bytes\": %llu, \"out_bytes\": %llu, \"dict\": %s, \"cpu_seconds\": %.6f, ",
+      "\"in_bytes\": %llu, \"out_bytes\": %llu, \"dict\": %s, \"cpu_seconds\": %.6f, "
+      "\"cpu_samples\": [",
       level, static_cast<unsigned long long>(threads), static_cast<unsigned long long>(n),
       static_cast<unsigned long long>(data.size()), static_cast<unsigned long long>(stored),
       dict.empty() ? "false" : "true",
       cpu[std::min_element(samples.begin(), samples.end()) - samples.begin()]);
+  for (size_t i = 0; i < cpu.size(); ++i) std::printf("%s%.6f", i ? ", " : "", cpu[i]);
+  std::printf("], ");
   PrintSamples(samples);
   std::printf("}\n");
   return 0;

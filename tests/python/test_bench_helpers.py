@@ -529,6 +529,55 @@ def test_zstd_ceiling_reads_a_dense_workload_as_one_record_per_row(tmp_path):
     assert _data_bytes(tmp_path / "small") == frames - 4 * len(small)
 
 
+def test_median_index_is_the_lower_median_of_the_samples_as_given():
+    from benchlib import median_index
+
+    assert median_index([0.3, 0.1, 0.2]) == 2
+    assert median_index([0.4, 0.1, 0.3, 0.2]) == 3  # even count: the lower of the two middle ones
+    assert median_index([5.0]) == 0
+
+
+def test_ceilings_give_their_median_run_and_its_cpu_not_their_best(tmp_path, monkeypatch):
+    # A write is reported by its median run; its ceilings must be too, or the ceiling's
+    # best run is compared with a typical write (bench_store.measure_ceilings).
+    import ceilings
+
+    calls: list[tuple[object, ...]] = []
+
+    def fake_run_cpp(exe, *args):
+        calls.append(args)
+        if args[0] == "zstd":
+            return {"samples": [0.30, 0.10, 0.20], "cpu_samples": [0.61, 0.19, 0.42], "out_bytes": 7}
+        files, chunk = args[args.index("--files") + 1], args[args.index("--chunk") + 1]
+        # 1 file, 8 MiB pieces has the best single run but not the best median
+        best_run = {(1, 8 << 20): [0.05, 0.9, 0.8], (1, 1 << 20): [0.5, 0.4, 0.6],
+                    (3, 1 << 20): [0.3, 0.35, 0.2], (3, 8 << 20): [0.7, 0.6, 0.65]}
+        return {"samples": best_run[(files, chunk)]}
+
+    monkeypatch.setattr(ceilings, "run_cpp", fake_run_cpp)
+    monkeypatch.setattr(ceilings, "bench_binary", lambda name: name)
+    raw = ceilings.raw_ceiling(3 << 20, 3, tmp_path, repeat=3)
+    assert (raw.seconds, raw.pattern) == (0.3, "3 files, 1 MiB pieces")
+    assert all(c[c.index("--repeat") + 1] == 3 for c in calls)
+    w = DenseWorkload("d", np.arange(64, dtype=np.uint8).reshape(8, 8), "test")
+    z = ceilings.zstd_ceiling(w, tmp_path / "work", repeat=3)
+    assert (z.seconds, z.cpu_seconds, z.out_bytes) == (0.20, 0.42, 7)
+    assert calls[-1][calls[-1].index("--repeat") + 1] == 3
+
+
+def test_zstd_ceiling_reports_the_cpu_of_every_run(tmp_path):
+    from benchlib import bench_binary, run_cpp
+
+    recs = tmp_path / "r.bin"
+    recs.write_bytes(bytes(range(256)) * 64)
+    np.array([4096 * (k + 1) for k in range(4)], dtype="<u8").tofile(tmp_path / "e.bin")
+    got = run_cpp(bench_binary("loaderx_write_ceiling"), "zstd", "--records", recs,
+                  "--ends", tmp_path / "e.bin", "--threads", 2, "--repeat", 4)
+    assert len(got["samples"]) == len(got["cpu_samples"]) == 4
+    assert got["cpu_seconds"] == got["cpu_samples"][got["samples"].index(got["seconds"])]
+    assert got["records"] == 4 and got["in_bytes"] == 16384
+
+
 def test_raw_ceiling_writes_through_every_pattern_and_leaves_nothing(tmp_path):
     import ceilings
 
