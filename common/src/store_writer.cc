@@ -362,9 +362,24 @@ class BlockedTableWriter {
   std::vector<uint64_t> block_hashes_;
 };
 
+// Bytes of one piece's output. Reserve keeps the allocation when it is large
+// enough: a writer reuses its pieces' buffers from round to round, since
+// fresh ones cost page faults on every write into them (the allocator hands
+// freed buffers of this size back to the kernel).
 struct Buffer {
   std::unique_ptr<uint8_t[]> data;
   uint64_t size = 0;
+  uint64_t capacity = 0;
+
+  // At least n bytes at data, size 0.
+  uint8_t* Reserve(uint64_t n) {
+    if (capacity < n) {
+      data = std::make_unique_for_overwrite<uint8_t[]>(n);
+      capacity = n;
+    }
+    size = 0;
+    return data.get();
+  }
 };
 
 // One task run by a pool worker beside the caller, or by the caller itself
@@ -501,6 +516,7 @@ class StoreWriterImpl final : public StoreWriter {
 
   Status Publish() override {
     LX_RETURN_IF_ERROR(CheckWritable());
+    ReleaseRounds();
     Status st = DoPublish();
     if (!st.ok()) {
       Abort();  // no-op once the rename happened
@@ -513,6 +529,7 @@ class StoreWriterImpl final : public StoreWriter {
   void Abort() override {
     if (published_ || aborted_) return;
     aborted_ = true;
+    ReleaseRounds();
     shards_.clear();
 #if defined(_WIN32)
     // Windows removes no file or directory while a handle names it (a
@@ -621,18 +638,24 @@ class StoreWriterImpl final : public StoreWriter {
     return Status::OK();
   }
 
+  // Frees the rounds' output buffers: nothing is appended after a publish or an abort.
+  void ReleaseRounds() {
+    for (Round& r : rounds_) r = Round{};
+  }
+
   uint32_t ShardOf(uint64_t k) const { return format::RunShard(k, run_records_, opt_.data_shards); }
 
   // The spans a raw piece of records [first, end) at `ptrs` is written as:
   // records that are neighbours in memory (views of one array) form a group,
   // and a group of at least kDirectBytes (a large record alone, or a run of
   // small neighbours) goes as one span straight from the caller's buffer; the
-  // small scattered rest is copied into `buf` (sized once: spans keep
-  // pointing into it), on the pool thread, so a shard still writes few, large
-  // pieces. Zero-length records are skipped (their pointer means nothing).
+  // small scattered rest is copied into `buf` (reserved once per piece:
+  // spans keep pointing into it), on the pool thread, so a shard still writes
+  // few, large pieces. Zero-length records are skipped (their pointer means
+  // nothing).
   static void RawSpans(const uint8_t* const* ptrs, const uint64_t* lens, uint64_t first,
                        uint64_t end, uint64_t piece_bytes, Buffer* buf, std::vector<Span>* spans) {
-    bool last_copied = false;
+    bool last_copied = false, reserved = false;
     uint64_t k = first;
     while (k < end) {
       if (lens[k] == 0) {
@@ -647,7 +670,10 @@ class StoreWriterImpl final : public StoreWriter {
         last_copied = false;
         continue;
       }
-      if (buf->data == nullptr) buf->data = std::make_unique_for_overwrite<uint8_t[]>(piece_bytes);
+      if (!reserved) {
+        buf->Reserve(piece_bytes);
+        reserved = true;
+      }
       std::memcpy(buf->data.get() + buf->size, src, len);
       if (last_copied) {
         spans->back().second += len;
@@ -687,7 +713,8 @@ class StoreWriterImpl final : public StoreWriter {
     std::vector<uint32_t> marks;  // kGroups: each record's word bits 26..30
     Status st;
   };
-  // One chunk: its pieces and, once compressed, their output.
+  // One chunk: its pieces and, once compressed, their output: outs[i] for
+  // pieces[i]; outs beyond the pieces keep their buffers for later rounds.
   struct Round {
     std::vector<Piece> pieces;
     std::vector<PieceOut> outs;
@@ -704,11 +731,13 @@ class StoreWriterImpl final : public StoreWriter {
   // in turn. A run cut by a chunk (or an append) boundary goes on in the next
   // one: its shard file has received nothing else meanwhile. On an error,
   // the first in record order is returned, after every task has finished.
+  // The two rounds are the writer's (rounds_), so their output buffers serve
+  // every chunk of every append until the publish or abort frees them.
   Status WriteRecords(const Input& in) {
     if (in.count == 0) return Status::OK();
     if (run_records_ == 0) ChooseRunRecords(in.lens, in.uniform, in.count);
     const uint64_t base = count_;  // global index = base + local index
-    Round rounds[2];
+    Round* const rounds = rounds_;
     size_t cur = 0;
     BackgroundTask writing;  // the write of rounds[cur ^ 1], if any
     uint64_t j = 0, in_off = 0;
@@ -764,9 +793,17 @@ class StoreWriterImpl final : public StoreWriter {
   // Compresses (or, raw, lays out) every piece of `r` in parallel; order is
   // kept by position. The first error of a piece, in order.
   Status CompressRound(const Input& in, Round* r) const {
-    r->outs.clear();
-    r->outs.resize(r->pieces.size());
-    pool_->ParallelFor(r->pieces.size(), [&](size_t pi) {
+    const size_t n = r->pieces.size();
+    if (r->outs.size() < n) r->outs.resize(n);
+    for (size_t pi = 0; pi < n; ++pi) {  // a used PieceOut, empty but for its buffer
+      PieceOut& o = r->outs[pi];
+      o.spans.clear();
+      o.ends.clear();
+      o.marks.clear();
+      o.buf.size = 0;
+      o.st = Status::OK();
+    }
+    pool_->ParallelFor(n, [&](size_t pi) {
       const Piece& p = r->pieces[pi];
       PieceOut& o = r->outs[pi];
       if (opt_.codec == Codec::kRaw) {
@@ -775,7 +812,7 @@ class StoreWriterImpl final : public StoreWriter {
         o.st = CompressPiece(in, p, &o);
       }
     });
-    for (const PieceOut& o : r->outs) LX_RETURN_IF_ERROR(o.st);
+    for (size_t pi = 0; pi < n; ++pi) LX_RETURN_IF_ERROR(r->outs[pi].st);
     return Status::OK();
   }
 
@@ -809,8 +846,7 @@ class StoreWriterImpl final : public StoreWriter {
     if (groups) o->marks.resize(p.end - p.first);
     uint64_t cap = 0;
     for (uint64_t k = p.first; k < p.end; ++k) cap += codec::CompressBound(in.Len(k));
-    o->buf.data = std::make_unique_for_overwrite<uint8_t[]>(cap);
-    uint8_t* out = o->buf.data.get();
+    uint8_t* out = o->buf.Reserve(cap);
     uint64_t pos = 0, src_pos = 0;
     std::vector<uint8_t> narrowed;  // the narrowed values of one record
     uint32_t guess = 0;             // the previous record's width (NarrowRecord)
@@ -912,7 +948,6 @@ class StoreWriterImpl final : public StoreWriter {
       nbytes_ += p.bytes;
       count_ += p.end - p.first;
     }
-    r->outs.clear();  // frees the chunk's output now, not when the round is reused
     return Status::OK();
   }
 
@@ -1059,6 +1094,9 @@ class StoreWriterImpl final : public StoreWriter {
   uint8_t group_row_[format::kGroupRowBytes] = {};
   std::vector<uint64_t> shard_end_;
   std::vector<uint64_t> wide_;
+  // The chunks being compressed and written (WriteRecords); kept between
+  // appends for their output buffers, freed by ReleaseRounds.
+  Round rounds_[2];
   bool failed_ = false, published_ = false, aborted_ = false;
 };
 

@@ -465,7 +465,10 @@ std::vector<std::vector<int32_t>> ChunkTestRecords(uint64_t n) {
 // Chunks overlap (one is written while the next is compressed) and a piece
 // ends at a chunk boundary, but the bytes on disk are those of writing all the
 // input as one chunk: every file equal, for both append calls, every codec,
-// with records streamed between chunks and with or without huge-page writes.
+// with records streamed between chunks and with or without huge-page writes;
+// and the same for four appends of uneven sizes, whose chunks reuse the
+// output buffers of the previous append's chunks, larger or smaller (the
+// first append fixes the run length, so they are compared with themselves).
 TEST(StoreRoundTrip, ManySmallChunksWriteTheStoreOfOneChunk) {
   const std::vector<std::vector<int32_t>> recs = ChunkTestRecords(1500);
   const uint64_t n = recs.size();
@@ -484,17 +487,26 @@ TEST(StoreRoundTrip, ManySmallChunksWriteTheStoreOfOneChunk) {
         SCOPED_TRACE(std::string(CodecName(c)) + (scattered ? " scattered" : " packed") +
                      (huge ? " huge pages" : ""));
         TempDir dir;
-        for (const char* name : {"one", "many"}) {
+        for (const std::string name : {"one", "many", "appends-one", "appends-many"}) {
           WriteOptions o = Options(c, 3);
           o.huge_page_writes = huge;
           o.stream_threshold = 40000;  // the 48,000-byte records are streamed
           // "one": more than the whole input; "many": hundreds of chunks.
-          o.chunk_bytes = std::string(name) == "one" ? total + 1 : 3000;
+          o.chunk_bytes = name.ends_with("one") ? total + 1 : 3000;
           auto w = StoreWriter::Create(dir.Sub(name), RaggedSchema("<i4", 1), o);
           ASSERT_TRUE(w.ok()) << w.status().ToString();
-          const Status st = scattered ? (*w)->AppendRaggedRecords(ptrs.data(), shapes.data(), n)
-                                      : (*w)->AppendRagged(packed.data(), shapes.data(), n);
-          ASSERT_TRUE(st.ok()) << st.ToString();
+          const std::vector<uint64_t> cuts = name.starts_with("appends")
+                                                 ? std::vector<uint64_t>{0, 700, 701, 1300, n}
+                                                 : std::vector<uint64_t>{0, n};
+          uint64_t at = 0;  // the first value of record cuts[k] in `packed`
+          for (size_t k = 0; k + 1 < cuts.size(); ++k) {
+            const uint64_t a = cuts[k], m = cuts[k + 1] - a;
+            const Status st = scattered
+                                  ? (*w)->AppendRaggedRecords(ptrs.data() + a, shapes.data() + a, m)
+                                  : (*w)->AppendRagged(packed.data() + at, shapes.data() + a, m);
+            ASSERT_TRUE(st.ok()) << st.ToString();
+            for (uint64_t i = a; i < a + m; ++i) at += shapes[i];
+          }
           ASSERT_TRUE((*w)->Publish().ok());
         }
         size_t files = 0;
@@ -503,6 +515,9 @@ TEST(StoreRoundTrip, ManySmallChunksWriteTheStoreOfOneChunk) {
           const std::vector<uint8_t> one = FileBytes(e.path().string());
           EXPECT_EQ(one, FileBytes(dir.Sub("many") + "/" + name)) << name;
           EXPECT_GT(one.size(), 0u) << name;
+          EXPECT_EQ(FileBytes(dir.Sub("appends-one") + "/" + name),
+                    FileBytes(dir.Sub("appends-many") + "/" + name))
+              << name;
           ++files;
         }
         EXPECT_EQ(files, c == Codec::kZstdDict ? 6u : 5u);  // meta, index, 3 data, dict

@@ -88,6 +88,8 @@ struct WriteOptions {
   // next one of the same append call is compressed, so the writer holds the
   // output of at most two rounds: about 2 x chunk_bytes (plus zstd's
   // worst-case bound) beside the caller's input (docs/format.md, Writing).
+  // It keeps those buffers from one round and one append to the next, and
+  // frees them when it publishes or aborts.
   // Small enough that the 64 MiB slices of a Python Dense.append are four
   // rounds. The bytes on disk do not depend on it. Tests lower it.
   uint64_t chunk_bytes = uint64_t{16} << 20;
