@@ -10,7 +10,7 @@ CCACHE := $(shell command -v ccache 2>/dev/null)
 CMAKE_COMMON := -G Ninja -DCMAKE_MAKE_PROGRAM=$(CURDIR)/.venv/bin/ninja -DPython_EXECUTABLE=$(CURDIR)/$(PY) \
   $(if $(CCACHE),-DCMAKE_CXX_COMPILER_LAUNCHER=$(CCACHE) -DCMAKE_C_COMPILER_LAUNCHER=$(CCACHE))
 
-.PHONY: test-windows setup build demo demo-daemon test test-cpp test-asan test-tsan test-py bench clean wheel sdist test-install lint fuzz fuzz-long fuzz-seeds soak tidy format format-check docs-check
+.PHONY: test-windows setup build demo demo-daemon test test-cpp test-asan test-tsan test-py bench bench-write-profile clean wheel sdist test-install lint fuzz fuzz-long fuzz-seeds soak tidy format format-check docs-check
 
 setup:
 	@scripts/setup.sh
@@ -140,6 +140,13 @@ test-install: build
 
 bench: build
 	PYTHONPATH=python $(PY) bench/run_all.py
+
+# Where a zstd store write's CPU goes against the compressor alone (perf
+# cpu-clock samples by area, callgrind instruction counts of the compressor):
+# docs/benchmarks.md, "Where a zstd write's CPU goes". Needs perf and valgrind;
+# run it with nothing else running, after `bash bench/setup.sh`.
+bench-write-profile: build
+	PYTHONPATH=python $(PY) bench/write_profile.py --callgrind
 
 clean:
 	rm -rf build build-asan build-tsan build-tsan-py build-fuzz build-mingw build-noclient build-wheel-aarch64 dist python/loaderx/_loaderx*.so

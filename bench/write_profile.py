@@ -10,8 +10,11 @@ cpu-clock`` (no hardware counters needed):
   child process; perf attaches after the child loaded the data, trained the
   dictionary and made one untimed write, so only the writes are sampled;
 * **the compressor alone**: ``loaderx_write_ceiling zstd`` (bench/ceilings.py),
-  the writes' count of runs, less one run (what reading its input costs is
-  the difference of the two profiles' remainders).
+  the writes' count of runs: the profile of one run more, less that of one
+  run (what reading its input costs).
+
+A ``zstd_dict`` store and its ceiling use one dictionary, trained once as
+bench_store.py trains it.
 
 Samples are grouped by what the code does (``AREAS``) and given in CPU
 milliseconds per write. With ``--callgrind``, the first ``--callgrind-records``
@@ -42,7 +45,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from benchlib import (  # noqa: E402
+from benchlib import (
     DATA,
     DenseWorkload,
     RaggedWorkload,
@@ -61,8 +64,8 @@ AREAS: list[tuple[str, object]] = [
     ("narrowing", lambda dso, sym, k: "narrow::" in sym),
     ("checksums", lambda dso, sym, k: "xxhash" in dso or sym.startswith("XXH")),
     ("kernel", lambda dso, sym, k: k),
-    ("Python", lambda dso, sym, k: dso.startswith("libpython") or dso.startswith("python")),
-    ("libc (copies, allocation)", lambda dso, sym, k: dso.startswith("libc.so") or dso.startswith("ld-linux")),
+    ("Python", lambda dso, sym, k: dso.startswith(("libpython", "python"))),
+    ("libc (copies, allocation)", lambda dso, sym, k: dso.startswith(("libc.so", "ld-linux"))),
     ("writer, other", lambda dso, sym, k: "_loaderx" in dso or "loaderx_write_ceiling" in dso),
 ]
 OTHER = "other"
@@ -106,7 +109,8 @@ def child(args: argparse.Namespace) -> int:
     if isinstance(w, RaggedWorkload):
         w.records()
     be = LoaderxBackend(args.codec)
-    be.prepare(w)
+    if args.dict_file:  # the ceiling's dictionary, so both compress with the same one
+        be.dict_bytes = Path(args.dict_file).read_bytes()
     paths = [Path(args.dir) / f"store{k}" for k in range(args.writes)]
     if args.warm:
         be.write(w, paths[0])
@@ -126,10 +130,15 @@ def child(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_child(workload: str, codec: str, writes: int, d: Path, wrap: list[str], perf_out: Path | None,
-              limit: int = 0) -> dict[str, list[float]]:
-    cmd = [*wrap, sys.executable, __file__, "--child", "--workload", workload, "--codec", codec,
+def child_cmd(workload: str, codec: str, writes: int, d: Path, limit: int = 0) -> list[str]:
+    """The child's command line; it compresses with the dictionary ceiling_args left in ``d``."""
+    cmd = [sys.executable, __file__, "--child", "--workload", workload, "--codec", codec,
            "--writes", str(writes), "--dir", str(d), "--limit", str(limit)]
+    return cmd + (["--dict-file", str(d / "dict")] if (d / "dict").exists() else [])
+
+
+def run_child(workload: str, codec: str, writes: int, d: Path, perf_out: Path | None) -> dict[str, list[float]]:
+    cmd = child_cmd(workload, codec, writes, d)
     if perf_out is not None:
         cmd.append("--warm")
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
@@ -181,10 +190,9 @@ def profile(workload: str, codec: str, writes: int, where: Path) -> dict[str, ob
     exe = bench_binary("loaderx_write_ceiling")
     with tempfile.TemporaryDirectory(dir=where, prefix=".profile-") as tmp:
         d = Path(tmp)
-        ours = run_child(workload, codec, writes, d, [], d / "ours.data")
+        args = ceiling_args(load(workload), codec, d)
+        ours = run_child(workload, codec, writes, d, d / "ours.data")
         our_areas = perf_areas(d / "ours.data")
-        w = load(workload)
-        args = ceiling_args(w, codec, d)
         runs: dict[int, dict[str, int]] = {}
         ceiling: dict[str, object] = {}
         for r in (1, writes + 1):
@@ -211,7 +219,7 @@ def callgrind_ir(cmd: list[str], d: Path, name: str) -> int:
     subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *cmd],
                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=True,
                    input="go\ndone\n", text=True, env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
-    ann = subprocess.run(["callgrind_annotate", "--inclusive=yes", str(out)], capture_output=True, text=True,
+    ann = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(out)], capture_output=True, text=True,
                          check=True).stdout
     for line in ann.splitlines():
         m = re.match(r"\s*([\d,]+)\s+\([\s\d.]+%\)\s+\S*:ZSTD_compress2 ", line)
@@ -224,9 +232,9 @@ def instructions(workload: str, codec: str, records: int, where: Path) -> tuple[
     exe = bench_binary("loaderx_write_ceiling")
     with tempfile.TemporaryDirectory(dir=where, prefix=".profile-") as tmp:
         d = Path(tmp)
-        ours = callgrind_ir([sys.executable, __file__, "--child", "--workload", workload, "--codec", codec,
-                             "--writes", "1", "--dir", str(d), "--limit", str(records)], d, "ours")
-        alone = callgrind_ir([exe, *ceiling_args(load(workload), codec, d, records), "--repeat", "1"], d, "alone")
+        args = ceiling_args(load(workload), codec, d, records)
+        ours = callgrind_ir(child_cmd(workload, codec, 1, d, records), d, "ours")
+        alone = callgrind_ir([exe, *args, "--repeat", "1"], d, "alone")
     return ours, alone
 
 
@@ -238,6 +246,7 @@ def main() -> int:
     ap.add_argument("--dir", help=argparse.SUPPRESS)
     ap.add_argument("--limit", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--warm", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--dict-file", help=argparse.SUPPRESS)
     ap.add_argument("--workloads", default="vision-dense,vision-ragged,tokens-dense,tokens-ragged,fmnist")
     ap.add_argument("--codecs", default="zstd,zstd_dict")
     ap.add_argument("--writes", type=int, default=5, help="writes profiled per workload and codec")

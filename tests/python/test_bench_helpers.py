@@ -641,3 +641,50 @@ def test_the_loaderx_backend_times_its_durable_publish(tmp_path):
     assert 0 < be.publish_s < 60
     with Dense.open(str(tmp_path / "s")) as d:
         np.testing.assert_array_equal(d[np.arange(6, dtype=np.uint64)], w.array)
+
+
+# --------------------------------------------------------------------------
+# bench/write_profile.py: perf samples grouped by what the code does.
+
+def test_write_profile_names_the_area_of_each_sample():
+    import write_profile as wp
+
+    assert wp.area_of("_loaderx.cpython-311-x86_64-linux-gnu.so", "HUF_buildCTable_wksp", False) == "compressor"
+    assert wp.area_of("loaderx_write_ceiling", "ZSTD_compressBlock_doubleFast", False) == "compressor"
+    assert wp.area_of("_loaderx.cpython-311-x86_64-linux-gnu.so",
+                      "loaderx::narrow::NarrowRecord(unsigned char const*)", False) == "narrowing"
+    assert wp.area_of("libxxhash.so.0.8.1", "0x000000000000e535", False) == "checksums"
+    assert wp.area_of("[kernel.kallsyms]", "copy_folio_from_iter_atomic", True) == "kernel"
+    # the extension's name holds "python3": it is the writer, not the interpreter
+    assert wp.area_of("_loaderx.cpython-311-x86_64-linux-gnu.so",
+                      "loaderx::py_bind::AppendRaggedFrom", False) == "writer, other"
+    assert wp.area_of("libpython3.11.so.1.0", "_PyEval_EvalFrameDefault", False) == "Python"
+    assert wp.area_of("libc.so.6", "__memmove_avx512_unaligned_erms", False) == "libc (copies, allocation)"
+    assert wp.area_of("libscipy_openblas64_-32a4b2a6.so", "blas_thread_server", False) == wp.OTHER
+    assert wp.COLUMNS[-1] == wp.OTHER and len(set(wp.COLUMNS)) == len(wp.COLUMNS)
+
+
+def test_write_profile_sums_a_perf_report_by_area(monkeypatch, tmp_path):
+    import subprocess
+
+    import write_profile as wp
+
+    report = """# Samples: 1K of event 'cpu-clock'
+#
+    29.73%          2863  _loaderx.cpython-311-x86_64-linux-gnu.so  [.] HUF_buildCTable_wksp
+    18.25%          1758  _loaderx.cpython-311-x86_64-linux-gnu.so  [.] ZSTD_compressBlock_doubleFast
+     3.71%           610  _loaderx.cpython-311-x86_64-linux-gnu.so  [.] loaderx::narrow::NarrowRecord(unsigned char const*, unsigned long)
+     1.28%           123  [kernel.kallsyms]                         [k] copy_folio_from_iter_atomic
+     0.30%            38  [kernel.kallsyms]                         [k] exc_page_fault
+     0.10%            17  libpython3.11.so.1.0                      [.] _PyEval_EvalFrameDefault
+"""
+    seen = []
+
+    def fake_run(cmd, **kw):
+        seen.append(cmd)
+        return subprocess.CompletedProcess(cmd, 0, stdout=report, stderr="")
+
+    monkeypatch.setattr(wp.subprocess, "run", fake_run)
+    got = wp.perf_areas(tmp_path / "perf.data")
+    assert dict(got) == {"compressor": 4621, "narrowing": 610, "kernel": 161, "Python": 17}
+    assert seen[0][:3] == ["perf", "report", "-i"] and "dso,sym" in seen[0]
