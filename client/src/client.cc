@@ -221,28 +221,36 @@ Result<std::optional<BatchView>> Loader::NextUntil(Clock::time_point deadline) {
   v.batch_size = lease->batch_size_;
   v.writable = !impl_->shared_view;
   if (!impl_->shared_view) {
-    // A private copy-on-write view of the pages holding the slot's batch:
-    // the slot is leased (the daemon writes none of it) until ~Lease, which
-    // drops the view first. Pages are the unit; their other bytes
-    // (neighbouring slots) are never viewed through this batch.
+    // A private copy-on-write view of the pages holding the batch's
+    // sections: the slot is leased (the daemon writes none of it) until
+    // ~Lease, which drops the view first. Pages are the unit; their other
+    // bytes (neighbouring slots) are never viewed through this batch. A shard
+    // member's sections are its rows of the node's batch, which starts at the
+    // slot (offset): the view starts at its first section, so the pages of
+    // the other members' rows are neither walked at release nor copied when
+    // the batch moves out of the ring (HeldViews::MoveOutOldest).
     const uint64_t offset = static_cast<uint64_t>(lease->base() - impl_->conn->ring_base());
-    uint64_t total = 0;
+    uint64_t first = UINT64_MAX, total = 0;
     for (size_t j = 0; j < lease->num_streams_; ++j) {
       const StreamLayout& l = lease->layout(j);
-      total =
-          std::max({total, l.values_offset + l.values_bytes,
-                    l.kind == Kind::kRagged
-                        ? std::max(l.shapes_offset + v.batch_size * (*impl_->streams)[j].ndim * 8,
-                                   l.offsets_offset + (v.batch_size + 1) * 8)
-                        : 0});
+      first = std::min(first, l.values_offset);
+      total = std::max(total, l.values_offset + l.values_bytes);
+      if (l.kind == Kind::kRagged) {
+        first = std::min({first, l.shapes_offset, l.offsets_offset});
+        total = std::max({total, l.shapes_offset + v.batch_size * (*impl_->streams)[j].ndim * 8,
+                          l.offsets_offset + (v.batch_size + 1) * 8});
+      }
     }
+    first = std::min(first, total);
     // Usually through one of the connection's private mappings of the whole
     // ring (no mmap per batch); a batch whose pages are taken in all of
-    // them gets a mapping of its own.
+    // them gets a mapping of its own (of the slot from its start).
     LX_ASSIGN_OR_RETURN(PrivateRings::Pages pages,
-                        impl_->conn->private_rings().Acquire(offset, total));
+                        impl_->conn->private_rings().Acquire(offset + first, total - first));
     if (pages.base != nullptr) {
-      lease->AdoptRingPages(pages.ring, pages.pages.first, pages.pages.end, pages.base);
+      // pages.base is ring byte offset + first of a mapping of the whole
+      // ring, so the batch's first byte (ring byte offset) is in it too.
+      lease->AdoptRingPages(pages.ring, pages.pages.first, pages.pages.end, pages.base - first);
     } else {
       const PrivateRings::PageRange r = PrivateRings::PagesOf(offset, total);
       LX_ASSIGN_OR_RETURN(MappedRegion copy,

@@ -54,7 +54,10 @@ bool HeldViews::MoveOutOldest(const std::function<void(Lease*)>& give_back) {
   uint8_t* begin = lease->copy_.mutable_data();
   uint8_t* end = begin + lease->copy_.size();
   if (lease->copy_.size() == 0) {
-    begin = const_cast<uint8_t*>(lease->base_) - (lease->offset_ - lease->ring_pages_.first);
+    // base_ - offset_ is the private mapping's ring byte 0; the view's
+    // pages may start before base_ (its first page) or after it (a shard
+    // member's rows start past the node batch's first byte).
+    begin = const_cast<uint8_t*>(lease->base_) - lease->offset_ + lease->ring_pages_.first;
     end = begin + (lease->ring_pages_.second - lease->ring_pages_.first);
   }
   CopyPagesOut(begin, end);

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "client/batch_test_util.h"
+#include "client/page_state.h"
 #include "common/store_test_util.h"
 #include "loaderx/memfd.h"
 #include "loaderx/ring.h"
@@ -384,6 +386,54 @@ TEST(ClientTest, MoreBatchesHeldThanLeaseBlocksAreEachValidAndReleasedOnce) {
   for (uint64_t i = 0; i < 2 * kHeld; ++i) {
     EXPECT_EQ((released[{static_cast<uint32_t>(i % kHeld), i + 1}]), 1) << "batch " << i;
   }
+}
+
+// A shard member's rows of the node's batch start past the slot's first byte
+// (the rows of the ranks before it): its writable view starts at its own
+// rows, so moving the batch out of the ring at the lease cap copies the
+// pages of its rows only, never those of the other members' rows.
+TEST(ClientTest, ShardMemberBatchMovedOutOfTheRingCopiesOnlyItsOwnRows) {
+  const auto page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  if (!PageState(&page)) GTEST_SKIP() << "/proc/self/pagemap cannot be read";
+  auto script = std::make_shared<RingScript>();
+  script->opened.leases = 1;
+  auto pushed = std::make_shared<uint64_t>(0);
+  script->make_batch = [pushed, page](const RingGeometry& g, uint8_t* base) {
+    // The node's batch of step i in slot i % 2, from a page boundary: two
+    // pages of the rows before this member's, then its 2 records of u4[4].
+    const uint64_t i = (*pushed)++;
+    const auto slot = static_cast<uint32_t>(i % 2);
+    const uint64_t off = (g.payload_offset + page - 1) / page * page + uint64_t{slot} * 4 * page;
+    std::memset(base + off, 0xEE, 2 * page);
+    auto* v = reinterpret_cast<uint32_t*>(base + off + 2 * page);
+    for (uint32_t k = 0; k < 8; ++k) v[k] = static_cast<uint32_t>(i * 10 + k);
+    PublishSlot(base, g, slot, i + 1, i, off, 2 * page + 32);
+    return BatchMsg{0, i, slot, i + 1, off, 2, 2 * page + 32, {{0, 2 * page, 32, 0, 0}}};
+  };
+  FakeDaemon fake([script](int fd) { (*script)(fd); });
+  auto c = Client::Connect(fake.path()).value();
+  client::LoaderSpec spec = SpecWithStore(fake.dir());
+  spec.shared_view = false;
+  auto loader = c->OpenLoader(spec).value();
+  auto a = TakeBatch(*loader);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  ASSERT_TRUE(a->writable());
+  const auto* x = static_cast<const uint32_t*>(a->Dense(0).data);
+  EXPECT_EQ(x[7], 7u);
+  auto b = TakeBatch(*loader);  // at the cap: `a` moves out of the ring first
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_EQ(loader->batches_moved_out(), 1u);
+  EXPECT_EQ(static_cast<const uint32_t*>(b->Dense(0).data)[7], 17u);
+  for (uint32_t k = 0; k < 8; ++k) EXPECT_EQ(x[k], k);
+  // `a`'s rows are now its private copy; the page before them (the other
+  // rows, in the same mapping of the ring) was not copied.
+  const auto* own = reinterpret_cast<const uint8_t*>(x);
+  EXPECT_EQ(PageState(own).value(), std::make_pair(true, false));
+  const auto before = PageState(own - page).value();
+  EXPECT_FALSE(before.first && !before.second) << "the other rows' page was copied out";
+  a->Reset();
+  b->Reset();
+  loader->Close();
 }
 
 TEST(ClientTest, BatchOutsideTheRingOrNotMatchingItsSlotIsRefusedAndReleased) {

@@ -4,14 +4,13 @@
 // mapped (no fault on the next view) and show the ring's new contents.
 #include "private_rings.h"
 
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <optional>
 #include <utility>
 
+#include "client/page_state.h"
 #include "loaderx/fd.h"
 #include "loaderx/memfd.h"
 
@@ -21,17 +20,6 @@ namespace {
 constexpr uint64_t kPages = 16;
 
 uint64_t Page() { return PrivateRings::PageBytes(); }
-
-// Whether the page at `p` is mapped in this process, and whether it is a file
-// (ring) page rather than a private copy; nullopt if pagemap cannot be read.
-std::optional<std::pair<bool, bool>> PageState(const uint8_t* p) {
-  UniqueFd fd(::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return std::nullopt;
-  uint64_t e = 0;
-  const auto at = static_cast<off_t>(reinterpret_cast<uintptr_t>(p) / Page() * sizeof e);
-  if (::pread(fd.get(), &e, sizeof e, at) != static_cast<ssize_t>(sizeof e)) return std::nullopt;
-  return std::make_pair((e >> 63) != 0, ((e >> 61) & 1) != 0);
-}
 
 TEST(PrivateRingsTest, WritesAreDroppedAtReleaseAndReadPagesStayMappedToTheRing) {
   const uint64_t bytes = kPages * Page();
@@ -53,8 +41,8 @@ TEST(PrivateRingsTest, WritesAreDroppedAtReleaseAndReadPagesStayMappedToTheRing)
   EXPECT_EQ(ring[3 * Page() + 7], 'A');
   rings.Release(v->ring, v->pages.first, v->pages.end);
 
-  const auto read_page = PageState(view);
-  const auto written_page = PageState(view + 3 * Page());
+  const auto read_page = loaderx::testing::PageState(view);
+  const auto written_page = loaderx::testing::PageState(view + 3 * Page());
   if (read_page && written_page) {
     EXPECT_EQ(*read_page, std::make_pair(true, true));  // still mapped, the ring's page
     EXPECT_FALSE(written_page->first);                  // the copy is gone
