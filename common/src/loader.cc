@@ -72,11 +72,13 @@ void LowerOwnPriority(int increment) {
 
 // Batch buffers are large (tens of MiB for image batches) and of the same or
 // similar size from step to step. Fresh ones cost a page fault per 4 KiB page
-// plus the kernel zeroing them, which is as slow as the gather itself, so the
-// heap allocator keeps a few freed buffers for reuse and asks for transparent
-// huge pages on big ones (as NumPy does for its arrays).
+// (or per 2 MiB huge page) plus the kernel zeroing them, which is as slow as
+// the gather itself, so the heap allocator keeps freed buffers for reuse and
+// asks for transparent huge pages on big ones (as NumPy does for its arrays).
 constexpr uint64_t kHugePage = uint64_t{2} << 20;
-constexpr size_t kMaxCachedBuffers = 2;
+// Buffers kept while no batch of the allocator is live (every loader closed
+// or drained): what a process keeps between loaders.
+constexpr size_t kMaxIdleBuffers = 2;
 
 struct HeapBuffer {
   uint8_t* data = nullptr;
@@ -88,42 +90,78 @@ void FreeBuffer(const HeapBuffer& b) { ::operator delete(b.data, std::align_val_
 
 // Freed buffers waiting for reuse; shared by the allocator and every batch it
 // handed out, so a batch may outlive both the allocator and the pipeline.
+//
+// While batches are live it keeps every freed buffer as long as the live and
+// the kept ones are no more than the most that were live at once (`peak_`):
+// a pipeline's batches are freed in bursts (several steps the consumer let go
+// before the producers allocate again), and a cache of fewer buffers than a
+// burst freed some that the next steps then allocated anew, each a page
+// fault per page. So in steady state no step allocates, and the cache never
+// holds more than the pipeline did at its fullest. Once no batch is live, it
+// keeps kMaxIdleBuffers and forgets the peak.
 class BufferCache {
  public:
   ~BufferCache() {
     for (const HeapBuffer& b : free_) FreeBuffer(b);
   }
-  // A cached buffer of at least `bytes` and not much more, if any.
+  // A cached buffer of at least `bytes` and not much more, if any; the caller
+  // allocates one otherwise and, once it has it, calls Live. A miss drops
+  // the oldest cached buffer (its size did not fit), so buffers
+  // of a size the workload stopped using (ragged batches drift) do not add
+  // to what the cache keeps.
   std::optional<HeapBuffer> Take(uint64_t bytes) {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (size_t i = 0; i < free_.size(); ++i) {
-      if (free_[i].capacity >= bytes && free_[i].capacity - bytes <= bytes / 4 + kHugePage) {
-        HeapBuffer b = free_[i];
-        free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(i));
-        return b;
-      }
-    }
-    return std::nullopt;
-  }
-  // Keeps the most recently freed buffers: when the cache is full the oldest
-  // is evicted, so buffers of a size the workload stopped using cannot pin
-  // the cache forever (ragged batches drift in size).
-  void Give(const HeapBuffer& b) {
     std::optional<HeapBuffer> evicted;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (free_.size() >= kMaxCachedBuffers) {
+      for (size_t i = 0; i < free_.size(); ++i) {
+        if (free_[i].capacity >= bytes && free_[i].capacity - bytes <= bytes / 4 + kHugePage) {
+          HeapBuffer b = free_[i];
+          free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(i));
+          Count();
+          return b;
+        }
+      }
+      if (!free_.empty()) {
         evicted = free_.front();
         free_.erase(free_.begin());
       }
-      free_.push_back(b);
     }
     if (evicted) FreeBuffer(*evicted);  // outside the lock: munmap can be slow
+    return std::nullopt;
+  }
+  // A buffer the allocator made after Take found none: one more live.
+  void Live() {
+    std::lock_guard<std::mutex> lock(mu_);
+    Count();
+  }
+  // A batch's buffer, freed: kept within the bounds above, the oldest kept
+  // going first.
+  void Give(const HeapBuffer& b) {
+    std::vector<HeapBuffer> evicted;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --live_;
+      free_.push_back(b);
+      const size_t keep = live_ == 0 ? kMaxIdleBuffers : peak_ - live_;
+      if (live_ == 0) peak_ = 0;
+      while (free_.size() > keep) {
+        evicted.push_back(free_.front());
+        free_.erase(free_.begin());
+      }
+    }
+    for (const HeapBuffer& e : evicted) FreeBuffer(e);  // outside the lock
   }
 
  private:
+  void Count() {  // under mu_
+    ++live_;
+    peak_ = std::max(peak_, live_);
+  }
+
   std::mutex mu_;
   std::vector<HeapBuffer> free_;  // guarded by mu_
+  size_t live_ = 0;               // buffers handed out and not yet given back; mu_
+  size_t peak_ = 0;               // the most live at once since none was; mu_
 };
 
 class HeapMemory final : public BatchMemory {
@@ -166,6 +204,7 @@ class HeapAllocatorImpl final : public BatchAllocator {
 #if defined(MADV_HUGEPAGE)
       if (b.alignment == kHugePage) (void)::madvise(b.data, b.capacity, MADV_HUGEPAGE);
 #endif
+      cache_->Live();
       buffer = b;
     }
     return std::shared_ptr<BatchMemory>(std::make_shared<HeapMemory>(*buffer, bytes, cache_));

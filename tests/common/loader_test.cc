@@ -360,6 +360,59 @@ TEST(HeapAllocatorTest, StaleSizesAreEvictedSoANewSizeIsReused) {
   EXPECT_EQ((*b)->data(), big);
 }
 
+// A pipeline frees its batches in bursts; every buffer of a burst must be
+// reused while batches are live (a cache of two freed the rest, and the next
+// steps took fresh pages, a page fault each), and only two kept once none is.
+TEST(HeapAllocatorTest, KeepsABurstOfFreedBuffersWhileBatchesAreLive) {
+  constexpr uint64_t kBytes = uint64_t{8} << 20;
+  // Allocations of the allocator's own shape (2 MiB-aligned): a buffer it
+  // freed to the system would be given to one of these, not to it again.
+  struct Decoys {
+    std::vector<void*> p;
+    explicit Decoys(int n) {
+      for (int i = 0; i < n; ++i) {
+        p.push_back(::operator new(kBytes, std::align_val_t(uint64_t{2} << 20)));
+        std::memset(p.back(), 1, kBytes);
+      }
+    }
+    ~Decoys() {
+      for (void* q : p) ::operator delete(q, std::align_val_t(uint64_t{2} << 20));
+    }
+  };
+  auto alloc = HeapAllocator();
+  std::vector<std::shared_ptr<BatchMemory>> live;
+  for (uint64_t i = 0; i < 6; ++i) {
+    auto m = alloc->Allocate(i, kBytes);
+    ASSERT_TRUE(m.ok());
+    live.push_back(*m);
+  }
+  std::set<uint8_t*> freed;
+  for (size_t i = 1; i < live.size(); ++i) freed.insert(live[i]->data());
+  live.resize(1);  // five freed at once; one batch stays live
+  Decoys decoys(5);
+  std::set<uint8_t*> again;
+  for (uint64_t i = 6; i < 11; ++i) {
+    auto m = alloc->Allocate(i, kBytes);
+    ASSERT_TRUE(m.ok());
+    again.insert((*m)->data());
+    live.push_back(*m);
+  }
+  EXPECT_EQ(again, freed);
+  // Everything freed: two buffers are kept for the next loader, not six.
+  std::set<uint8_t*> all;
+  for (const auto& m : live) all.insert(m->data());
+  live.clear();
+  Decoys more(6);
+  size_t reused = 0;
+  for (uint64_t i = 11; i < 17; ++i) {
+    auto m = alloc->Allocate(i, kBytes);
+    ASSERT_TRUE(m.ok());
+    reused += all.count((*m)->data());
+    live.push_back(*m);
+  }
+  EXPECT_EQ(reused, 2u);
+}
+
 TEST(HeapAllocatorTest, BatchesOutliveTheAllocator) {
   std::shared_ptr<BatchMemory> kept;
   {
