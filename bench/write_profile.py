@@ -285,10 +285,12 @@ def main() -> int:
             f"Run: {machine_line()}.\nPer workload and codec, one store write (create, append, durable "
             f"close) against the compressor alone on the same records (`loaderx_write_ceiling zstd`, "
             f"all cores), sampled by `perf record -e cpu-clock` over {args.writes} writes and "
-            f"{args.writes} compressor runs: wall and CPU time of the median run, then CPU milliseconds "
-            "per write by what the code does (zstd's functions; the narrowing pass; the xxhash "
-            "checksums; the kernel: page-cache copies, file system, faults, scheduling; Python; libc; "
-            "the rest of the writer; anything else, e.g. OpenBLAS threads). `ours / alone`.\n\n"
+            f"{args.writes} compressor runs: wall and CPU time of the median run (the write's under "
+            "perf's sampling: the store tables give it unperturbed), then CPU milliseconds per write by "
+            "what the code does (zstd's functions; the narrowing pass; the xxhash checksums; the kernel: "
+            "page-cache copies, file system, writeback, faults, scheduling; Python; libc; the rest of "
+            "the writer, with `Ragged.append`'s per-record checks; anything else, e.g. OpenBLAS "
+            "threads). `ours / alone`.\n\n"
             + table + "\n"))
     return 0
 
