@@ -42,6 +42,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
+
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
@@ -173,7 +175,6 @@ def ceiling_args(w: DenseWorkload | RaggedWorkload, codec: str, d: Path, limit: 
     be.prepare(w)
     records, ends = ceilings._record_files(w, d, narrow=True)
     if limit:
-        import numpy as np
         e = np.fromfile(ends, dtype="<u8")[:limit]
         e.tofile(ends)
         with open(records, "r+b") as f:
@@ -194,7 +195,6 @@ def profile(workload: str, codec: str, writes: int, where: Path) -> dict[str, ob
         ours = run_child(workload, codec, writes, d, d / "ours.data")
         our_areas = perf_areas(d / "ours.data")
         runs: dict[int, dict[str, int]] = {}
-        ceiling: dict[str, object] = {}
         for r in (1, writes + 1):
             subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-F", str(FREQ), "-o",
                             str(d / f"ceiling{r}.data"), "--", exe, *args, "--repeat", str(r)],

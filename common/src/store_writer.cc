@@ -737,9 +737,8 @@ class StoreWriterImpl final : public StoreWriter {
     if (in.count == 0) return Status::OK();
     if (run_records_ == 0) ChooseRunRecords(in.lens, in.uniform, in.count);
     const uint64_t base = count_;  // global index = base + local index
-    Round* const rounds = rounds_;
     size_t cur = 0;
-    BackgroundTask writing;  // the write of rounds[cur ^ 1], if any
+    BackgroundTask writing;  // the write of rounds_[cur ^ 1], if any
     uint64_t j = 0, in_off = 0;
     while (j < in.count) {
       if (in.Len(j) > opt_.stream_threshold) {
@@ -752,7 +751,7 @@ class StoreWriterImpl final : public StoreWriter {
         ++j;
         continue;
       }
-      Round& r = rounds[cur];
+      Round& r = rounds_[cur];
       CutChunk(in, base, &j, &in_off, &r.pieces);
       const Status compressed = CompressRound(in, &r);
       LX_RETURN_IF_ERROR(writing.Wait());  // the previous chunk's write, which overlapped
