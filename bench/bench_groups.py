@@ -20,8 +20,9 @@ Each trainer "consumes" a batch by reading one byte of every 4 KiB page (so
 every page of a mapped batch is really touched) and reports its batches/s and
 the CPU seconds of its process tree (torch workers included). The parent
 samples the PSS (``/proc/PID/smaps_rollup``) of every process involved —
-trainers, their workers, loaderxd — every 0.1 s and reports the peak of the
-total, plus loaderxd's CPU seconds.
+trainers, their workers, loaderxd — every 0.1 s (less often when a sample
+costs more than 2 % of a core: benchlib.PssSampler) and once at the end, and
+reports the peak of the total, plus loaderxd's CPU seconds.
 
 Goals (issue 12): (b) total PSS <= 1.3x one embedded trainer's PSS, and (b)
 per-trainer batches/s >= 2x (a)'s with zstd.
@@ -58,6 +59,7 @@ from benchlib import (
     machine_line,
     markdown_table,
     pss_bytes,
+    pss_fields,
     tree_pids,
     update_doc_section,
 )
@@ -324,18 +326,23 @@ class _TreeSampler(PssSampler):
         self.peak_file = 0
 
     def _sample(self) -> None:
-        pids = {r: tree_pids(r) for r in (*self.trainers, *self.others)}
-        trees = [sum(pss_bytes(p) for p in pids[r]) for r in self.trainers]
-        rest = sum(pss_bytes(p) for r in self.others for p in pids[r])
+        # One smaps_rollup read per process and sample (pss_fields).
+        fields = {r: [pss_fields(p) for p in tree_pids(r)] for r in (*self.trainers, *self.others)}
+
+        def total(roots: list[int], field: str = "Pss:") -> int:
+            return sum(f.get(field, 0) for r in roots for f in fields[r])
+
+        trees = [total([r]) for r in self.trainers]
+        rest = total(self.others)
         self.max_root = max([self.max_root, *trees])
         if sum(trees) + rest > self.peak:
             self.peak = sum(trees) + rest
             # What the peak is made of: shared memory (loaderxd's rings, the
             # batches members map) and mapped files (the stores' page cache,
             # counted once in total however many processes map it; libraries).
-            every = [p for r in pids for p in pids[r]]
-            self.peak_shmem = sum(pss_bytes(p, "Pss_Shmem:") for p in every)
-            self.peak_file = sum(pss_bytes(p, "Pss_File:") for p in every)
+            every = [*self.trainers, *self.others]
+            self.peak_shmem = total(every, "Pss_Shmem:")
+            self.peak_file = total(every, "Pss_File:")
 
 
 def idle_pss(setup: str) -> int:

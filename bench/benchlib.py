@@ -283,16 +283,24 @@ def tree_pids(root: int) -> list[int]:
     return out
 
 
-def pss_bytes(pid: int, field: str = "Pss:") -> int:
-    """One ``smaps_rollup`` field of ``pid`` in bytes ("Pss:", "Pss_Anon:", ...); 0 if gone."""
+def pss_fields(pid: int) -> dict[str, int]:
+    """Every ``Pss*`` field of ``pid``'s ``smaps_rollup`` in bytes ({"Pss:": ..., "Pss_Anon:": ...}),
+    from one read (each read walks the process's page tables); empty if the process is gone."""
+    out: dict[str, int] = {}
     try:
         with open(f"/proc/{pid}/smaps_rollup") as f:
             for line in f:
-                if line.startswith(field):
-                    return int(line.split()[1]) * 1024
+                if line.startswith("Pss"):
+                    name, value = line.split()[:2]
+                    out[name] = int(value) * 1024
     except OSError:
         pass
-    return 0
+    return out
+
+
+def pss_bytes(pid: int, field: str = "Pss:") -> int:
+    """One ``smaps_rollup`` field of ``pid`` in bytes ("Pss:", "Pss_Anon:", ...); 0 if gone."""
+    return pss_fields(pid).get(field, 0)
 
 
 def tree_pss(root: int | None = None) -> int:
@@ -300,12 +308,26 @@ def tree_pss(root: int | None = None) -> int:
     return sum(pss_bytes(p) for p in tree_pids(os.getpid() if root is None else root))
 
 
+# The most of one core a PssSampler may use. Reading smaps_rollup walks every
+# page table entry of the process: a node group's loaderxd and ranks map
+# ~400 MiB of ring, and sampling them every 0.1 s took 15-18 % of a core,
+# CPU the measured loaders then lacked on a 2-core machine.
+SAMPLER_DUTY = 0.02
+
+
+def sampler_wait(interval: float, sample_cpu_s: float, duty: float = SAMPLER_DUTY) -> float:
+    """Seconds a sampler sleeps after a sample that cost ``sample_cpu_s`` of CPU: ``interval``, or
+    longer so that sampling uses at most ``duty`` of one core."""
+    return max(interval, sample_cpu_s / duty)
+
+
 class PssSampler:
-    """Samples the process-tree PSS every ``interval`` s in a thread.
+    """Samples the process-tree PSS in a thread: every ``interval`` s, less often when a sample
+    costs more than ``SAMPLER_DUTY`` of a core would allow (``sampler_wait``), and once more at exit.
 
     ``peak``: peak total PSS in bytes; ``peak_anon``: peak of the anonymous
     part (Pss_Anon, i.e. excluding mapped file pages, which are clean page
-    cache the kernel can drop).
+    cache the kernel can drop); ``cpu_s``: the sampling thread's own CPU seconds.
     """
 
     def __init__(self, root: int | None = None, interval: float = 0.05) -> None:
@@ -313,18 +335,28 @@ class PssSampler:
         self.interval = interval
         self.peak = 0
         self.peak_anon = 0
+        self.cpu_s = 0.0
+        self.samples = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
+    def _timed_sample(self) -> float:
+        t0 = time.thread_time()
+        self._sample()
+        cost = time.thread_time() - t0
+        self.cpu_s += cost
+        self.samples += 1
+        return cost
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._sample()
-            self._stop.wait(self.interval)
+            cost = self._timed_sample()
+            self._stop.wait(sampler_wait(self.interval, cost))
 
     def _sample(self) -> None:
-        pids = tree_pids(self.root)
-        self.peak = max(self.peak, sum(pss_bytes(p) for p in pids))
-        self.peak_anon = max(self.peak_anon, sum(pss_bytes(p, "Pss_Anon:") for p in pids))
+        fields = [pss_fields(p) for p in tree_pids(self.root)]
+        self.peak = max(self.peak, sum(f.get("Pss:", 0) for f in fields))
+        self.peak_anon = max(self.peak_anon, sum(f.get("Pss_Anon:", 0) for f in fields))
 
     def __enter__(self) -> PssSampler:  # noqa: PYI034 - final class
         self._thread.start()
@@ -333,7 +365,7 @@ class PssSampler:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        self._sample()
+        self._timed_sample()
 
 
 # --------------------------------------------------------------------------

@@ -245,9 +245,9 @@ def test_groups_and_node_goal_functions_measure_the_table_ratios():
     res = {}
     for c, k in (("raw", 1.0), ("zstd", 2.0)):
         res[(c, "embedded")] = s(100.0, 0.0, 0.0, one=200.0)
-        res[(c, "embedded-node")] = s(0.0, 10.0 * k, 0.0)
-        res[(c, "node")] = s(75.0, 13.1 * k, 502.0)
-        res[(c, "node-shared")] = s(101.0, 11.5 * k, 260.0)
+        res[(c, "embedded-node")] = s(0.0, 10.0 * k, 200.0 * k)
+        res[(c, "node")] = s(75.0, 13.1 * k, 502.0 * k)
+        res[(c, "node-shared")] = s(101.0, 11.5 * k, 260.0 * k)
         res[(c, "node-tp")] = s(0.0, 5.4 * k, 0.0)
         res[(c, "node-tp-shared")] = s(0.0, 5.6 * k, 0.0)
         res[(c, "solo-tp")] = s(0.0, 10.0 * k, 0.0)
@@ -265,9 +265,11 @@ def test_groups_and_node_goal_functions_measure_the_table_ratios():
         res[(c, "node-tp-shared")] = s(0.0, 5.0 * k, 0.0)
     got = _judged("node-groups", bench_node_groups.node_goals(res, ["raw", "zstd"]))
     assert got["node-group-tp"]["status"] == "met"
+    # (c) against one rank of (a): 502 / 200 MiB; (a)'s own PSS and (g)'s do not enter.
     res[("raw", "embedded-node")]["pss_mib"] = 1004.0
+    res[("raw", "embedded")]["pss_mib"] = 9999.0
     assert bench_node_groups.node_notes(res, ["raw"]) == {
-        "node-group-pss": "against (g), one embedded loader of the node's 4 slices: raw 0.50x"}
+        "node-group-pss": "against one rank of (a), which loads a quarter of the node's data: raw 2.51x"}
     assert bench_node_groups.node_notes(res, []) == {}
 
 

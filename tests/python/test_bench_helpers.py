@@ -223,6 +223,40 @@ def test_tree_pss_includes_children():
         os.waitpid(pid, 0)
 
 
+def test_pss_fields_reads_every_pss_field_at_once():
+    fields = benchlib.pss_fields(os.getpid())
+    assert {"Pss:", "Pss_Anon:", "Pss_File:", "Pss_Shmem:"} <= set(fields)
+    assert fields["Pss:"] >= fields["Pss_Anon:"] > 0
+    assert all(v % 1024 == 0 for v in fields.values())
+    assert benchlib.pss_bytes(os.getpid(), "Pss_Anon:") > 0
+    assert benchlib.pss_fields(2**22 + 12345) == {}  # no such process
+    assert benchlib.pss_bytes(2**22 + 12345) == 0
+
+
+def test_sampler_wait_bounds_the_samplers_share_of_a_core():
+    assert benchlib.sampler_wait(0.1, 0.001) == 0.1  # cheap samples: the interval
+    assert benchlib.sampler_wait(0.1, 0.015) == pytest.approx(0.75)  # 15 ms each: 2 % of a core
+    assert benchlib.sampler_wait(0.1, 0.015, duty=0.5) == 0.1
+
+
+def test_pss_sampler_samples_less_often_when_a_sample_is_expensive():
+    import time
+
+    class Costly(benchlib.PssSampler):
+        def _sample(self) -> None:
+            t0 = time.thread_time()
+            while time.thread_time() - t0 < 0.005:  # 5 ms of CPU: a wait of 0.25 s after it
+                pass
+            super()._sample()
+
+    with Costly(interval=0.001) as s:
+        time.sleep(0.3)
+    # At most 2 samples fit in 0.3 s, plus the one at exit (every 1 ms without the bound).
+    assert 1 <= s.samples <= 3
+    assert s.cpu_s >= 0.005 * s.samples
+    assert s.peak > 0 and s.peak_anon > 0
+
+
 # --------------------------------------------------------------------------
 # Binary-column backends (Arrow IPC, Parquet) on tiny workloads: the readers
 # must return exactly what check_exact accepts, across row-group boundaries,
