@@ -197,11 +197,13 @@ def trainer(args: argparse.Namespace) -> int:
 
 def timed_draws(draw: Callable[[], np.ndarray], steps: int, close: Callable[[], None]) -> int:
     """A trainer process's timed part: says it is ready, waits for "go", draws and touches
-    ``steps`` batches, reports its batches/s and CPU, waits until the parent has sampled."""
+    ``steps`` batches, reports its batches/s, CPU and when it started and ended (``time.monotonic``),
+    waits until the parent has sampled."""
     print(json.dumps({"ready": os.getpid()}), flush=True)
     if sys.stdin.readline().strip() != "go":
         return 1
     cpu0 = tree_cpu(os.getpid())
+    start = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process of the machine
     t0 = time.perf_counter()
     sink = 0
     for _ in range(steps):
@@ -209,8 +211,10 @@ def timed_draws(draw: Callable[[], np.ndarray], steps: int, close: Callable[[], 
         sink += touch(b)
         del b
     wall = time.perf_counter() - t0
+    end = time.monotonic()
     cpu = tree_cpu(os.getpid()) - cpu0
-    print(json.dumps({"batches_per_s": steps / wall, "cpu_s": cpu, "wall_s": wall, "sink": sink}), flush=True)
+    print(json.dumps({"batches_per_s": steps / wall, "cpu_s": cpu, "wall_s": wall, "sink": sink,
+                      "start": start, "end": end}), flush=True)
     sys.stdin.readline()  # the parent samples PSS until everyone is done
     close()
     return 0

@@ -231,6 +231,17 @@ def test_loader_goal_function_measures_the_table_ratios():
     assert got["loader-pss-torch"]["measured"] == "raw 0.46x, zstd 0.42x"
 
 
+def test_node_rate_is_the_steps_over_the_nodes_span_and_runs_combine_by_median():
+    import bench_node_groups
+
+    reports = [{"start": 10.0, "end": 20.0}, {"start": 11.0, "end": 14.0}, {"start": 10.5, "end": 30.0}]
+    assert bench_node_groups.node_rate(reports, 200) == 10.0  # 200 steps from 10.0 to 30.0
+    runs = [{"rate_node": 3.0, "pss_mib": 10.0}, {"rate_node": 1.0, "pss_mib": 30.0},
+            {"rate_node": 2.0, "pss_mib": 20.0}]
+    assert bench_node_groups.median_run(runs) == {"rate_node": 2.0, "pss_mib": 20.0}
+    assert bench_node_groups.median_run(runs[:1]) == runs[0]
+
+
 def test_groups_and_node_goal_functions_measure_the_table_ratios():
     import bench_groups
     import bench_node_groups
@@ -240,7 +251,9 @@ def test_groups_and_node_goal_functions_measure_the_table_ratios():
     assert got["groups-broadcast-pss"]["measured"] == "not measured: zstd"
 
     def s(rate: float, cpu: float, pss: float, one: float = 0.0) -> dict:
-        return {"rate_mean": rate, "cpu_per_step_ms": cpu, "pss_mib": pss, "max_trainer_pss_mib": one}
+        # The goal is judged on the node's rate; the mean of the ranks' own rates does not enter.
+        return {"rate_node": rate, "rate_mean": 1e9, "cpu_per_step_ms": cpu, "pss_mib": pss,
+                "max_trainer_pss_mib": one}
 
     res = {}
     for c, k in (("raw", 1.0), ("zstd", 2.0)):
