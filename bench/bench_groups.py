@@ -20,9 +20,8 @@ Each trainer "consumes" a batch by reading one byte of every 4 KiB page (so
 every page of a mapped batch is really touched) and reports its batches/s and
 the CPU seconds of its process tree (torch workers included). The parent
 samples the PSS (``/proc/PID/smaps_rollup``) of every process involved —
-trainers, their workers, loaderxd — every 0.1 s (less often when a sample
-costs more than 2 % of a core: benchlib.PssSampler) and once at the end, and
-reports the peak of the total, plus loaderxd's CPU seconds.
+trainers, their workers, loaderxd — every 0.1 s while their RSS grows
+(benchlib.PssSampler) and once at the end, and reports the peak of the total, plus loaderxd's CPU seconds.
 
 Goals (issue 12): (b) total PSS <= 1.3x one embedded trainer's PSS, and (b)
 per-trainer batches/s >= 2x (a)'s with zstd.
@@ -328,6 +327,9 @@ class _TreeSampler(PssSampler):
         self.max_root = 0
         self.peak_shmem = 0
         self.peak_file = 0
+
+    def pids(self) -> list[int]:
+        return [p for r in (*self.trainers, *self.others) for p in tree_pids(r)]
 
     def _sample(self) -> None:
         # One smaps_rollup read per process and sample (pss_fields).

@@ -13,8 +13,8 @@ batches are discarded and ``BATCHES`` (200) are timed.
 
 Loaders (each run in its own fresh process; its whole process tree's PSS,
 the sum of Pss in /proc/<pid>/smaps_rollup over the process and all its
-descendants, is sampled every 50 ms by this parent, less often when a sample
-costs more than 2 % of a core: benchlib.PssSampler):
+descendants, is sampled every 50 ms by this parent while the tree's RSS grows:
+benchlib.PssSampler):
 
 * ``loaderx``: this project's DataLoader over Zrecord Dense stores (raw, zstd);
 * ``reference``: the PyPI ``loaderx==2.5.4`` wheel in bench/.venv-ref (made by
@@ -627,8 +627,7 @@ def main() -> int:
         body = (f"### End-to-end loader\n\nRun: {machine}.\nBatch {BATCH} of `uint8[3,224,224]` real-photo "
                 f"records ({BATCH * 3 * 224 * 224 / MiB:.1f} MiB), {args.batches} timed batches after "
                 f"{CHECK} checked and {WARMUP} warm-up batches; each loader in a fresh process; peak PSS is "
-                f"the sum over the process tree, sampled every 50 ms (less often when a sample would cost more "
-                f"than 2 % of a core); anon PSS leaves out mapped file pages "
+                f"the sum over the process tree, sampled every 50 ms while its RSS grows; anon PSS leaves out mapped file pages "
                 f"(clean page cache, e.g. a memory-mapped store).\n\n{md}\n\n"
                 + "\n".join("- " + n for n in notes) + f"\n\n![loader batches/s]({png.name})\n")
         update_doc_section("loader", body)

@@ -322,7 +322,7 @@ def main() -> int:
         "start to the last rank's end (a job's ranks move in step; the mean of the ranks' own rates, beside it, "
         "credits independent ranks with the cores their finished peers left them). Node CPU: every process of "
         "the node (ranks, their workers, loaderxd) per global step; PSS: peak of their total, sampled by the "
-        "parent with at most 2 % of a core (a bare rank process, interpreter and imports only, is "
+        "parent every 0.1 s while their RSS grows (a bare rank process, interpreter and imports only, is "
         f"{bare:.0f} MiB). "
         + (f"{rounded}: the median of {args.rounds} runs each, run in turn after one run of every set-up; the "
            "others one run. " if args.rounds > 1 else "One run each. ")

@@ -308,26 +308,39 @@ def tree_pss(root: int | None = None) -> int:
     return sum(pss_bytes(p) for p in tree_pids(os.getpid() if root is None else root))
 
 
-# The most of one core a PssSampler may use. Reading smaps_rollup walks every
-# page table entry of the process: a node group's loaderxd and ranks map
-# ~400 MiB of ring, and sampling them every 0.1 s took 15-18 % of a core,
-# CPU the measured loaders then lacked on a 2-core machine.
-SAMPLER_DUTY = 0.02
+def rss_bytes(pid: int) -> int:
+    """Resident bytes of ``pid`` from ``/proc/PID/statm`` (a counter read, no page table walk); 0 if gone."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
-def sampler_wait(interval: float, sample_cpu_s: float, duty: float = SAMPLER_DUTY) -> float:
-    """Seconds a sampler sleeps after a sample that cost ``sample_cpu_s`` of CPU: ``interval``, or
-    longer so that sampling uses at most ``duty`` of one core."""
-    return max(interval, sample_cpu_s / duty)
+# How much a process's RSS may grow past its value at the last PSS reading
+# before a PssSampler reads PSS again.
+SAMPLER_RSS_SLACK = 1 << 20
+
+
+def rss_grew(at_read: dict[int, int], now: dict[int, int], slack: int = SAMPLER_RSS_SLACK) -> bool:
+    """Whether the PSS total may have grown since the reading taken at RSS ``at_read`` (pid -> bytes):
+    a process is new or holds more than ``slack`` bytes beyond its RSS then. PSS is RSS with shared
+    pages divided among their mappers, so it cannot grow by more than the processes' RSS does."""
+    return any(pid not in at_read or rss > at_read[pid] + slack for pid, rss in now.items())
 
 
 class PssSampler:
-    """Samples the process-tree PSS in a thread: every ``interval`` s, less often when a sample
-    costs more than ``SAMPLER_DUTY`` of a core would allow (``sampler_wait``), and once more at exit.
+    """Samples the process-tree PSS in a thread every ``interval`` s, and once more at exit.
+
+    Reading ``smaps_rollup`` walks every page table entry of a process: a node group's loaderxd and
+    ranks map ~400 MiB of ring, and reading them every 0.1 s took 15-18 % of a core, CPU the
+    measured processes lacked on a 2-core machine. So each tick reads the processes' RSS counters
+    and reads PSS only when ``rss_grew`` says the total may have grown (the peak is then missed by
+    at most ``SAMPLER_RSS_SLACK`` per process).
 
     ``peak``: peak total PSS in bytes; ``peak_anon``: peak of the anonymous
     part (Pss_Anon, i.e. excluding mapped file pages, which are clean page
-    cache the kernel can drop); ``cpu_s``: the sampling thread's own CPU seconds.
+    cache the kernel can drop); ``samples``: PSS readings; ``cpu_s``: the sampling thread's CPU seconds.
     """
 
     def __init__(self, root: int | None = None, interval: float = 0.05) -> None:
@@ -337,21 +350,27 @@ class PssSampler:
         self.peak_anon = 0
         self.cpu_s = 0.0
         self.samples = 0
+        self._rss_at_read: dict[int, int] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def _timed_sample(self) -> float:
-        t0 = time.thread_time()
+    def pids(self) -> list[int]:
+        """The processes sampled."""
+        return tree_pids(self.root)
+
+    def _read(self, rss: dict[int, int]) -> None:
         self._sample()
-        cost = time.thread_time() - t0
-        self.cpu_s += cost
+        self._rss_at_read = rss
         self.samples += 1
-        return cost
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            cost = self._timed_sample()
-            self._stop.wait(sampler_wait(self.interval, cost))
+            t0 = time.thread_time()
+            rss = {p: rss_bytes(p) for p in self.pids()}
+            if rss_grew(self._rss_at_read, rss):
+                self._read(rss)
+            self.cpu_s += time.thread_time() - t0
+            self._stop.wait(self.interval)
 
     def _sample(self) -> None:
         fields = [pss_fields(p) for p in tree_pids(self.root)]
@@ -365,7 +384,7 @@ class PssSampler:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        self._timed_sample()
+        self._read({p: rss_bytes(p) for p in self.pids()})
 
 
 # --------------------------------------------------------------------------

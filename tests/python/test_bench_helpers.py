@@ -233,28 +233,36 @@ def test_pss_fields_reads_every_pss_field_at_once():
     assert benchlib.pss_bytes(2**22 + 12345) == 0
 
 
-def test_sampler_wait_bounds_the_samplers_share_of_a_core():
-    assert benchlib.sampler_wait(0.1, 0.001) == 0.1  # cheap samples: the interval
-    assert benchlib.sampler_wait(0.1, 0.015) == pytest.approx(0.75)  # 15 ms each: 2 % of a core
-    assert benchlib.sampler_wait(0.1, 0.015, duty=0.5) == 0.1
+def test_rss_grew_says_when_the_pss_total_may_have_grown():
+    at_read = {1: 100 << 20, 2: 50 << 20}
+    assert not benchlib.rss_grew(at_read, {1: 100 << 20, 2: 50 << 20})  # steady
+    assert not benchlib.rss_grew(at_read, {1: (100 << 20) + (1 << 20), 2: 10 << 20})  # within the slack; a drop
+    assert benchlib.rss_grew(at_read, {1: (100 << 20) + (1 << 20) + 1, 2: 50 << 20})  # beyond it
+    assert benchlib.rss_grew(at_read, {1: 100 << 20, 2: 50 << 20, 3: 4096})  # a new process
+    assert not benchlib.rss_grew(at_read, {1: 100 << 20})  # one left
+    assert benchlib.rss_grew({}, {1: 0})  # the first tick reads
+    assert benchlib.rss_bytes(os.getpid()) > 0
+    assert benchlib.rss_bytes(2**22 + 12345) == 0
 
 
-def test_pss_sampler_samples_less_often_when_a_sample_is_expensive():
+def test_pss_sampler_reads_pss_only_while_rss_grows_and_keeps_the_peak():
     import time
 
-    class Costly(benchlib.PssSampler):
-        def _sample(self) -> None:
-            t0 = time.thread_time()
-            while time.thread_time() - t0 < 0.005:  # 5 ms of CPU: a wait of 0.25 s after it
-                pass
-            super()._sample()
-
-    with Costly(interval=0.001) as s:
-        time.sleep(0.3)
-    # At most 2 samples fit in 0.3 s, plus the one at exit (every 1 ms without the bound).
-    assert 1 <= s.samples <= 3
-    assert s.cpu_s >= 0.005 * s.samples
-    assert s.peak > 0 and s.peak_anon > 0
+    with benchlib.PssSampler(interval=0.01) as s:
+        time.sleep(0.3)  # steady: ~30 ticks, one reading
+        steady = s.samples
+        buf = bytearray(64 << 20)
+        buf[::4096] = b"x" * len(buf[::4096])  # +64 MiB resident: read again
+        time.sleep(0.1)
+        grown = s.samples
+        peak = s.peak
+        del buf
+        time.sleep(0.1)
+    assert steady == 1
+    assert grown >= 2
+    assert peak >= benchlib.pss_bytes(os.getpid()) + (32 << 20)  # the peak held the buffer
+    assert s.samples == grown + 1  # the exit reading only: RSS fell after the buffer went
+    assert s.peak == peak and s.cpu_s > 0
 
 
 # --------------------------------------------------------------------------
