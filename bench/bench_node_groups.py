@@ -32,8 +32,9 @@ Each rank's first batch is checked against the embedded loader of its
 of the node (``node_rate``; also the mean of the ranks' own and the
 slowest), node CPU seconds per global step (every process of the node:
 trainers, their workers, loaderxd), and the peak total PSS of all of them
-(bench_groups.py's sampler). The goals' set-ups (a), (c), (c') and (g) run
-``--rounds`` (3) times, in turn, and report the median of each figure. Goals: (c) total PSS <= 1.3x (g)'s and node
+(bench_groups.py's sampler). The goals' set-ups (a), (c), (c'), (g), (e),
+(e') and (f) run ``--rounds`` (3) times, in turn, and report the median of
+each figure. Goals: (c) total PSS <= 1.3x (g)'s and node
 CPU per step <= 1.15x (g)'s (the one embedded loader a node would run for its
 4 slices), per-rank batches/s >= (a)'s; (e) node CPU per step <= 0.55x (f)'s.
 
@@ -71,8 +72,8 @@ from goals import Part, write_section
 SEED = 7
 SETUPS = ("embedded", "solo", "node", "node-shared", "torch", "node-tp", "node-tp-shared", "solo-tp", "embedded-node")
 GROUPS = ("node", "node-shared", "node-tp", "node-tp-shared")
-# The set-ups the (c) goals compare, run --rounds times (their figures are medians).
-ROUNDED = ("embedded", "node", "node-shared", "embedded-node")
+# The set-ups the goals compare, run --rounds times (their figures are medians).
+ROUNDED = ("embedded", "node", "node-shared", "embedded-node", "node-tp", "node-tp-shared", "solo-tp")
 LABEL = {"embedded": "(a) embedded", "solo": "(b) solo clients", "node": "(c) node group", "node-shared": "(c') node group, shared_view=True",
          "torch": "(d) torch DataLoader", "node-tp": "(e) node group, TP 2",
          "node-tp-shared": "(e') node group, TP 2, shared_view=True", "solo-tp": "(f) solo clients, TP 2",
@@ -274,7 +275,8 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--torch-workers", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3,
-                    help="runs of the goals' set-ups (a), (c), (c'), (g), each figure their median (default 3)")
+                    help="runs of the goals' set-ups (a), (c), (c'), (g), (e), (e'), (f); each figure their median "
+                         "(default 3)")
     ap.add_argument("--codecs", default=",".join(CODECS))
     ap.add_argument("--quick", action="store_true", help="smoke run: batch 16, 5 steps, 512 records; no docs")
     ap.add_argument("--no-doc", action="store_true")
