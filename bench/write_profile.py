@@ -41,6 +41,7 @@ import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -55,7 +56,6 @@ from benchlib import (
     machine_line,
     markdown_table,
     median_index,
-    run_cpp,
     update_doc_section,
 )
 
@@ -195,22 +195,34 @@ def profile(workload: str, codec: str, writes: int, where: Path) -> dict[str, ob
         ours = run_child(workload, codec, writes, d, d / "ours.data")
         our_areas = perf_areas(d / "ours.data")
         runs: dict[int, dict[str, int]] = {}
+        printed: dict[int, dict[str, Any]] = {}
         for r in (1, writes + 1):
-            subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-F", str(FREQ), "-o",
-                            str(d / f"ceiling{r}.data"), "--", exe, *args, "--repeat", str(r)],
-                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=True)
+            out = subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-F", str(FREQ), "-o",
+                                  str(d / f"ceiling{r}.data"), "--", exe, *args, "--repeat", str(r)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, check=True, text=True)
             runs[r] = perf_areas(d / f"ceiling{r}.data")
-        ceiling = run_cpp(exe, *args, "--repeat", str(writes))
+            printed[r] = json.loads(out.stdout)
     per = 1e3 / FREQ / writes  # ms of CPU per write, per sample
     alone = {a: max(0, runs[writes + 1].get(a, 0) - runs[1].get(a, 0)) * per for a in COLUMNS}
     m = median_index(ours["wall"])
-    c = median_index(ceiling["samples"])
+    alone_wall, alone_cpu = sampled_median(printed[writes + 1], writes)
     return {
         "ours": {a: our_areas.get(a, 0) * per for a in COLUMNS},
         "alone": alone,
         "our_wall_ms": ours["wall"][m] * 1e3, "our_cpu_ms": ours["cpu"][m] * 1e3,
-        "alone_wall_ms": ceiling["samples"][c] * 1e3, "alone_cpu_ms": ceiling["cpu_samples"][c] * 1e3,
+        "alone_wall_ms": alone_wall * 1e3, "alone_cpu_ms": alone_cpu * 1e3,
     }
+
+
+def sampled_median(printed: dict[str, Any], writes: int) -> tuple[float, float]:
+    """Wall and CPU seconds of the median of the last ``writes`` runs ``loaderx_write_ceiling``
+    printed (``samples``, ``cpu_samples``): the compressor's runs under perf, after its first
+    (warm-up) run, as the write's own figures are its ``writes`` runs under perf after a warm-up."""
+    wall, cpu = printed["samples"][-writes:], printed["cpu_samples"][-writes:]
+    if len(wall) != writes or len(cpu) != writes:
+        raise SystemExit(f"loaderx_write_ceiling printed {len(printed['samples'])} runs, expected {writes + 1}")
+    c = median_index(wall)
+    return wall[c], cpu[c]
 
 
 def callgrind_ir(cmd: list[str], d: Path, name: str) -> int:
@@ -285,8 +297,8 @@ def main() -> int:
             f"Run: {machine_line()}.\nPer workload and codec, one store write (create, append, durable "
             f"close) against the compressor alone on the same records (`loaderx_write_ceiling zstd`, "
             f"all cores), sampled by `perf record -e cpu-clock` over {args.writes} writes and "
-            f"{args.writes} compressor runs: wall and CPU time of the median run (the write's under "
-            "perf's sampling: the store tables give it unperturbed), then CPU milliseconds per write by "
+            f"{args.writes} compressor runs, each side after one warm-up run: wall and CPU time of the "
+            "median run, both under perf's sampling (the store tables give them unperturbed), then CPU milliseconds per write by "
             "what the code does (zstd's functions; the narrowing pass; the xxhash checksums; the kernel: "
             "page-cache copies, file system, writeback, faults, scheduling; Python; libc; the rest of "
             "the writer, with `Ragged.append`'s per-record checks; anything else, e.g. OpenBLAS "

@@ -730,3 +730,13 @@ def test_write_profile_sums_a_perf_report_by_area(monkeypatch, tmp_path):
     got = wp.perf_areas(tmp_path / "perf.data")
     assert dict(got) == {"compressor": 4621, "narrowing": 610, "kernel": 161, "Python": 17}
     assert seen[0][:3] == ["perf", "report", "-i"] and "dso,sym" in seen[0]
+
+
+def test_write_profile_takes_the_compressors_times_from_its_sampled_runs_after_the_warm_up():
+    import write_profile as wp
+
+    # 1 warm-up run + 5: the median of the last 5 walls (0.30) and that run's CPU.
+    printed = {"samples": [0.90, 0.40, 0.20, 0.30, 0.50, 0.10], "cpu_samples": [1.8, 0.8, 0.4, 0.6, 1.0, 0.2]}
+    assert wp.sampled_median(printed, 5) == (0.30, 0.6)
+    with pytest.raises(SystemExit, match="printed 2 runs, expected 6"):
+        wp.sampled_median({"samples": [0.1, 0.2], "cpu_samples": [0.1, 0.2]}, 5)
