@@ -21,7 +21,8 @@ every page of a mapped batch is really touched) and reports its batches/s and
 the CPU seconds of its process tree (torch workers included). The parent
 samples the PSS (``/proc/PID/smaps_rollup``) of every process involved —
 trainers, their workers, loaderxd — every 0.1 s while their RSS grows
-(benchlib.PssSampler) and once at the end, and reports the peak of the total, plus loaderxd's CPU seconds.
+(benchlib.PssSampler) and once at the end, and reports the peak of the
+total, plus loaderxd's CPU seconds.
 
 Goals (issue 12): (b) total PSS <= 1.3x one embedded trainer's PSS, and (b)
 per-trainer batches/s >= 2x (a)'s with zstd.
@@ -58,7 +59,6 @@ from benchlib import (
     machine_line,
     markdown_table,
     pss_bytes,
-    pss_fields,
     tree_pids,
     update_doc_section,
 )
@@ -328,13 +328,10 @@ class _TreeSampler(PssSampler):
         self.peak_shmem = 0
         self.peak_file = 0
 
-    def pids(self) -> list[int]:
-        return [p for r in (*self.trainers, *self.others) for p in tree_pids(r)]
+    def trees(self) -> dict[int, list[int]]:
+        return {r: tree_pids(r) for r in (*self.trainers, *self.others)}
 
-    def _sample(self) -> None:
-        # One smaps_rollup read per process and sample (pss_fields).
-        fields = {r: [pss_fields(p) for p in tree_pids(r)] for r in (*self.trainers, *self.others)}
-
+    def _sample(self, fields: dict[int, list[dict[str, int]]]) -> None:
         def total(roots: list[int], field: str = "Pss:") -> int:
             return sum(f.get(field, 0) for r in roots for f in fields[r])
 

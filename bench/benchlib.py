@@ -354,28 +354,32 @@ class PssSampler:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def pids(self) -> list[int]:
-        """The processes sampled."""
-        return tree_pids(self.root)
+    def trees(self) -> dict[int, list[int]]:
+        """The processes sampled, by the root of their tree."""
+        return {self.root: tree_pids(self.root)}
 
-    def _read(self, rss: dict[int, int]) -> None:
-        self._sample()
-        self._rss_at_read = rss
-        self.samples += 1
+    def _read(self, force: bool) -> None:
+        """Reads every process's PSS (``_sample``) if ``force`` or ``rss_grew`` says the total may have
+        grown since the last reading; each tree is walked once per tick."""
+        trees = self.trees()
+        rss = {p: rss_bytes(p) for pids in trees.values() for p in pids}
+        if force or rss_grew(self._rss_at_read, rss):
+            self._sample({root: [pss_fields(p) for p in pids] for root, pids in trees.items()})
+            self._rss_at_read = rss
+            self.samples += 1
 
     def _run(self) -> None:
         while not self._stop.is_set():
             t0 = time.thread_time()
-            rss = {p: rss_bytes(p) for p in self.pids()}
-            if rss_grew(self._rss_at_read, rss):
-                self._read(rss)
+            self._read(force=False)
             self.cpu_s += time.thread_time() - t0
             self._stop.wait(self.interval)
 
-    def _sample(self) -> None:
-        fields = [pss_fields(p) for p in tree_pids(self.root)]
-        self.peak = max(self.peak, sum(f.get("Pss:", 0) for f in fields))
-        self.peak_anon = max(self.peak_anon, sum(f.get("Pss_Anon:", 0) for f in fields))
+    def _sample(self, fields: dict[int, list[dict[str, int]]]) -> None:
+        """Takes one reading: ``pss_fields`` of every process, by the root of its tree."""
+        every = [f for per_tree in fields.values() for f in per_tree]
+        self.peak = max(self.peak, sum(f.get("Pss:", 0) for f in every))
+        self.peak_anon = max(self.peak_anon, sum(f.get("Pss_Anon:", 0) for f in every))
 
     def __enter__(self) -> PssSampler:  # noqa: PYI034 - final class
         self._thread.start()
@@ -384,7 +388,7 @@ class PssSampler:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-        self._read({p: rss_bytes(p) for p in self.pids()})
+        self._read(force=True)
 
 
 # --------------------------------------------------------------------------
